@@ -1,0 +1,100 @@
+//! Durable identities of runs, chunks, attempts and owned objects.
+//!
+//! A run id is a hash of what the run does — contract version, route,
+//! target, window column and bounds, chunk boundaries, schema fingerprint,
+//! source version and the manifest fingerprint — never of credentials (the
+//! manifest fingerprint excludes connection blocks). The same invocation
+//! against the same source version gets the same run id; anything else
+//! differs. Owned object names derive from it, so cleanup can tell this
+//! run's tables from every other table.
+
+use crate::manifest::canonical_json;
+use crate::types::Column;
+use crate::window::Chunk;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+/// Prefix of every table dpone creates in a target.
+pub const OWNED_PREFIX: &str = "_dpone_";
+
+fn short_hash(v: &serde_json::Value, len: usize) -> String {
+    let h = format!("{:x}", Sha256::digest(canonical_json(v).as_bytes()));
+    h[..len].to_string()
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunIdentity<'a> {
+    pub contract_version: &'a str,
+    pub route: &'a str,
+    pub target: &'a str,
+    pub window_column: Option<&'a str>,
+    pub chunks: &'a [Chunk],
+    pub schema_fingerprint: &'a str,
+    pub source_version: &'a str,
+    pub manifest_fingerprint: &'a str,
+}
+
+/// 20 hex characters (80 bits).
+pub fn run_id(identity: &RunIdentity) -> String {
+    short_hash(&serde_json::to_value(identity).expect("serializable"), 20)
+}
+
+pub fn chunk_id(run_id: &str, chunk: &Chunk) -> String {
+    short_hash(&serde_json::json!({"run": run_id, "chunk": chunk}), 16)
+}
+
+/// Table names are short enough for every target (PostgreSQL allows 63 bytes).
+pub fn staging_table(run_id: &str, chunk_index: u32, attempt: u32) -> String {
+    format!("{OWNED_PREFIX}stg_{}_{chunk_index}_{attempt}", &run_id[..12])
+}
+
+pub fn generation_table(run_id: &str) -> String {
+    format!("{OWNED_PREFIX}gen_{}", &run_id[..12])
+}
+
+pub fn backup_table(run_id: &str) -> String {
+    format!("{OWNED_PREFIX}bak_{}", &run_id[..12])
+}
+
+/// Prefix shared by every object of one run.
+pub fn run_prefix(run_id: &str) -> String {
+    run_id[..12].to_string()
+}
+
+/// Hash of column names and canonical types, in order.
+pub fn schema_fingerprint(columns: &[Column]) -> String {
+    let v: Vec<serde_json::Value> = columns.iter().map(|c| serde_json::json!([c.name, c.ty.to_string()])).collect();
+    short_hash(&serde_json::Value::Array(v), 16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::Timestamp;
+    use crate::types::{ColumnType, DType};
+
+    #[test]
+    fn ids_are_stable_and_sensitive() {
+        let chunks = [Chunk { index: 0, start: Timestamp(0), end: Timestamp(10) }];
+        let base = RunIdentity {
+            contract_version: "v1",
+            route: "sqlite->sqlite",
+            target: "t",
+            window_column: Some("ts"),
+            chunks: &chunks,
+            schema_fingerprint: "s",
+            source_version: "v",
+            manifest_fingerprint: "m",
+        };
+        let a = run_id(&base);
+        assert_eq!(a, run_id(&base.clone()));
+        assert_eq!(a.len(), 20);
+        let other = RunIdentity { source_version: "w", ..base };
+        assert_ne!(a, run_id(&other));
+        assert_eq!(staging_table(&a, 3, 1), format!("_dpone_stg_{}_3_1", &a[..12]));
+        let cols = vec![Column { name: "a".into(), ty: ColumnType::new(DType::Int32, false), native_type: "int".into() }];
+        let mut cols2 = cols.clone();
+        cols2[0].ty.nullable = true;
+        assert_ne!(schema_fingerprint(&cols), schema_fingerprint(&cols2));
+    }
+}

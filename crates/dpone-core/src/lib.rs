@@ -1,0 +1,29 @@
+//! dpone core: everything that decides, nothing that does I/O.
+//!
+//! - [`manifest`]: YAML manifest -> validated [`manifest::Manifest`].
+//! - [`types`], [`value`], [`rowbinary`]: the type model and the canonical
+//!   row encoding.
+//! - [`time`], [`window`]: fixed durations and rolling-window chunking.
+//! - [`digest`]: the order-independent multiset digest of rows.
+//! - [`plan`]: the pure plan a run executes; [`evidence`]: what a run proves.
+//! - [`ports`]: the traits adapters implement.
+//!
+//! Architecture invariant: this crate depends on no driver, runtime or file
+//! system API. Adapters own vendor I/O; the CLI composes them.
+
+pub mod cron;
+pub mod digest;
+pub mod error;
+pub mod evidence;
+pub mod identity;
+pub mod manifest;
+pub mod plan;
+pub mod ports;
+pub mod rowbinary;
+pub mod time;
+pub mod types;
+pub mod value;
+pub mod window;
+pub mod yaml;
+
+pub use error::{Diagnostic, Diagnostics};

@@ -1,0 +1,434 @@
+//! The plan: what a run will do, decided before any write.
+//!
+//! [`Plan::build`] is pure: from a validated manifest and the invocation's
+//! interval it resolves the window and its chunks, picks the route's
+//! transport, staging scope and publication method, and lists every
+//! refusal it can know without a connection. Adapters' read-only probes
+//! then add the source columns and the target's eligibility refusals
+//! ([`Plan::add_probe`]). A run starts only from a plan without refusals.
+
+use crate::error::Diagnostic;
+use crate::manifest::{Manifest, Strategy, System, TransportMode};
+use crate::time::{FixedDuration, Timestamp};
+use crate::types::{Column, DType};
+use crate::window::{self, Chunk, ResolvedWindow};
+use serde::Serialize;
+
+pub const PLAN_VERSION: &str = "dpone.plan.v1";
+/// Version of the execution contract (identity, staging layout, digest).
+pub const CONTRACT_VERSION: &str = "dpone.window.v1";
+
+/// The invocation's interval, from flags or the environment.
+#[derive(Debug, Clone, Default)]
+pub struct Interval {
+    /// Raw `--interval-end` / `DPONE_INTERVAL_END` and where it came from.
+    pub end: Option<(String, &'static str)>,
+    pub start: Option<(String, &'static str)>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct WindowPlan {
+    pub column: String,
+    pub anchor: &'static str,
+    pub timezone: &'static str,
+    pub lookback: FixedDuration,
+    pub chunk_interval: FixedDuration,
+    pub start: Timestamp,
+    pub end: Timestamp,
+    pub chunk_count: usize,
+    pub chunks: Vec<Chunk>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Route {
+    /// `sqlite->sqlite`, `postgres->clickhouse`, ...
+    pub name: String,
+    pub source: System,
+    pub sink: System,
+    pub source_table: String,
+    pub target_table: String,
+    /// How rows travel, e.g. "PostgreSQL binary COPY -> RowBinary over HTTP".
+    pub transport: String,
+    pub wire_mode: String,
+    pub binary_format: String,
+    pub transport_mode: TransportMode,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StagingPlan {
+    /// Always `chunk_attempt`: one isolated staging table per chunk attempt.
+    pub scope: &'static str,
+    pub location: String,
+    pub name_pattern: &'static str,
+    pub parallelism: u64,
+    pub block_rows: u64,
+    pub block_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PublicationPlan {
+    pub method: String,
+    pub atomic: bool,
+    pub description: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub plan_version: &'static str,
+    pub contract_version: &'static str,
+    pub manifest_fingerprint: String,
+    pub route: Route,
+    pub strategy: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowPlan>,
+    pub staging: StagingPlan,
+    pub publication: PublicationPlan,
+    /// Source columns and their canonical types (after probing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub columns: Option<Vec<Column>>,
+    pub probed: bool,
+    pub refusals: Vec<Diagnostic>,
+}
+
+impl Plan {
+    pub fn is_runnable(&self) -> bool {
+        self.refusals.is_empty()
+    }
+
+    pub fn chunks(&self) -> Vec<Chunk> {
+        self.window.as_ref().map(|w| w.chunks.clone()).unwrap_or_default()
+    }
+
+    pub fn resolved_window(&self) -> Option<ResolvedWindow> {
+        self.window.as_ref().map(|w| ResolvedWindow { start: w.start, end: w.end, chunks: w.chunks.clone() })
+    }
+
+    /// Builds the plan; errors are configuration errors (exit 2): a missing
+    /// or invalid interval. Route refusals are returned inside the plan so
+    /// that `dpone plan` can show them all.
+    pub fn build(manifest: &Manifest, interval: &Interval) -> Result<Plan, Diagnostic> {
+        let window = match manifest.window() {
+            Some(w) => {
+                let (end_text, end_origin) = interval.end.clone().ok_or_else(|| {
+                    Diagnostic::new("missing_interval_end", "--interval-end", "a rolling window needs its anchor: the interval end")
+                        .hint("pass --interval-end 2026-09-09T00:00:00Z or set DPONE_INTERVAL_END; dpone never uses the clock")
+                })?;
+                let end = Timestamp::parse_rfc3339(&end_text).map_err(|e| {
+                    Diagnostic::new("invalid_interval", end_origin, e.to_string())
+                        .hint("use an RFC 3339 instant such as 2026-09-09T00:00:00Z")
+                })?;
+                let resolved = window::resolve(end, w.lookback, w.chunk_interval).map_err(|e| {
+                    Diagnostic::new("invalid_interval", end_origin, e.to_string()).hint("check --interval-end and sink.strategy.window")
+                })?;
+                if let Some((start_text, start_origin)) = &interval.start {
+                    let start = Timestamp::parse_rfc3339(start_text)
+                        .map_err(|e| Diagnostic::new("invalid_interval", *start_origin, e.to_string()))?;
+                    if start >= end {
+                        return Err(Diagnostic::new(
+                            "invalid_interval",
+                            *start_origin,
+                            format!("the interval [{start}, {end}) is empty or reversed"),
+                        )
+                        .hint("the interval start must be before its end"));
+                    }
+                    if start != resolved.start {
+                        return Err(Diagnostic::new(
+                            "interval_mismatch",
+                            *start_origin,
+                            format!("the interval start {start} differs from end - lookback = {}", resolved.start),
+                        )
+                        .hint("omit --interval-start (the window derives it), or change sink.strategy.window.lookback"));
+                    }
+                }
+                Some(WindowPlan {
+                    column: w.column.clone(),
+                    anchor: "data_interval_end",
+                    timezone: "UTC",
+                    lookback: w.lookback,
+                    chunk_interval: w.chunk_interval,
+                    start: resolved.start,
+                    end: resolved.end,
+                    chunk_count: resolved.chunks.len(),
+                    chunks: resolved.chunks,
+                })
+            }
+            None => None,
+        };
+
+        let mut refusals = Vec::new();
+        let src = &manifest.source;
+        let snk = &manifest.sink;
+        let route_name = format!("{}->{}", src.system, snk.system);
+        let (transport, publication) = match (src.system, snk.system) {
+            (System::Sqlite, System::Sqlite) => (
+                "SQLite rows -> typed RowBinary frames in process -> SQLite staging tables",
+                PublicationPlan {
+                    method: "sqlite_transaction".into(),
+                    atomic: true,
+                    description: "one SQLite transaction replaces the target's rows with the verified generation".into(),
+                },
+            ),
+            (System::Postgres, System::Clickhouse) => (
+                "PostgreSQL binary COPY (shared snapshot) -> RowBinary over HTTP",
+                PublicationPlan {
+                    method: "exchange_tables".into(),
+                    atomic: true,
+                    description: "one EXCHANGE TABLES target AND generation; the previous generation is kept as backup".into(),
+                },
+            ),
+            (System::Clickhouse, System::Postgres) => (
+                "ClickHouse RowBinary over HTTP -> PostgreSQL binary COPY",
+                PublicationPlan {
+                    method: "serializable_transaction".into(),
+                    atomic: true,
+                    description: "one SERIALIZABLE transaction with a receipt row".into(),
+                },
+            ),
+            (s, t) => {
+                let hint = if s == System::Mssql || t == System::Mssql {
+                    "SQL Server is not implemented in this runtime yet"
+                } else {
+                    "supported routes: sqlite->sqlite, postgres->clickhouse, clickhouse->postgres"
+                };
+                refusals
+                    .push(Diagnostic::new("unsupported_route", "sink.type", format!("the route {s} -> {t} is not supported")).hint(hint));
+                ("none", PublicationPlan { method: "none".into(), atomic: false, description: "unsupported route".into() })
+            }
+        };
+        if !matches!(src.wire.mode.as_str(), "auto" | "typed_binary") {
+            refusals.push(
+                Diagnostic::new(
+                    "unsupported_route_option:wire.mode",
+                    "source.options.native_transfer.wire.mode",
+                    format!("wire mode `{}` is not available on route {route_name}", src.wire.mode),
+                )
+                .hint("use `auto` or `typed_binary`"),
+            );
+        }
+        if src.wire.binary_format != "rowbinary" {
+            refusals.push(
+                Diagnostic::new(
+                    "unsupported_route_option:wire.binary_format",
+                    "source.options.native_transfer.wire.binary_format",
+                    format!("binary format `{}` is not available on route {route_name}", src.wire.binary_format),
+                )
+                .hint("use `rowbinary`"),
+            );
+        }
+        if src.wire.source_native_format != "auto" && src.system != System::Mssql {
+            refusals.push(
+                Diagnostic::new(
+                    "unsupported_route_option:wire.source_native_format",
+                    "source.options.native_transfer.wire.source_native_format",
+                    "source_native_format applies to SQL Server sources only",
+                )
+                .hint("remove it"),
+            );
+        }
+        if matches!(src.transport_mode, TransportMode::Object | TransportMode::File) {
+            refusals.push(
+                Diagnostic::new(
+                    "transport_mode_unsupported",
+                    "source.options.native_transfer.execution.transport.mode",
+                    format!("route {route_name} streams; object and file transports are not implemented"),
+                )
+                .hint("use `auto` or `stream`"),
+            );
+        }
+        if snk.system == System::Clickhouse && snk.bulk_mode != "http" {
+            refusals.push(
+                Diagnostic::new(
+                    "unsupported_route_option:clickhouse_bulk.mode",
+                    "sink.options.clickhouse_bulk.mode",
+                    format!("ClickHouse ingestion mode `{}` is not implemented", snk.bulk_mode),
+                )
+                .hint("use `http`"),
+            );
+        }
+        if snk.system != System::Clickhouse && (snk.bulk_mode != "http" || snk.ingest_contract != "auto") {
+            refusals.push(
+                Diagnostic::new(
+                    "unsupported_route_option:clickhouse_bulk",
+                    "sink.options.clickhouse_bulk",
+                    "clickhouse_bulk options apply to ClickHouse sinks only",
+                )
+                .hint("remove them"),
+            );
+        }
+        if snk.system == System::Clickhouse && snk.ingest_contract == "untyped_staging" {
+            refusals.push(
+                Diagnostic::new(
+                    "unsupported_route_option:clickhouse_bulk.ingest_contract",
+                    "sink.options.clickhouse_bulk.ingest_contract",
+                    "untyped staging cannot be verified with typed digests",
+                )
+                .hint("use `auto`, `typed_staging` or `typed_binary_staging`"),
+            );
+        }
+        if src.system == snk.system && src.connection == snk.connection && src.table == snk.table {
+            refusals.push(
+                Diagnostic::new("source_is_target", "sink.table", "the sink table is the source table")
+                    .hint("write into a different table"),
+            );
+        }
+        if let Strategy::Replace { .. } = snk.strategy
+            && snk.system == System::Postgres
+        {
+            // Window replace into PostgreSQL is the delivery route's concern;
+            // until it lands the plan refuses it here, before any I/O.
+            refusals.push(
+                Diagnostic::new("unsupported_route", "sink.type", "window replace into PostgreSQL is not implemented yet")
+                    .hint("use a ClickHouse or SQLite sink"),
+            );
+        }
+
+        let strategy = match snk.strategy {
+            Strategy::FullRefresh { .. } => "full_refresh",
+            Strategy::Replace { .. } => "replace",
+        };
+        let staging_location = match (&snk.staging_schema, &snk.table.schema) {
+            (Some(s), _) => s.clone(),
+            (None, Some(s)) => s.clone(),
+            (None, None) => "the target's database".into(),
+        };
+        Ok(Plan {
+            plan_version: PLAN_VERSION,
+            contract_version: CONTRACT_VERSION,
+            manifest_fingerprint: manifest.fingerprint.clone(),
+            route: Route {
+                name: route_name,
+                source: src.system,
+                sink: snk.system,
+                source_table: src.table.to_string(),
+                target_table: snk.table.to_string(),
+                transport: transport.into(),
+                wire_mode: "typed_binary".into(),
+                binary_format: src.wire.binary_format.clone(),
+                transport_mode: src.transport_mode,
+            },
+            strategy,
+            window,
+            staging: StagingPlan {
+                scope: "chunk_attempt",
+                location: staging_location,
+                name_pattern: "_dpone_stg_<run>_<chunk>_<attempt>",
+                parallelism: src.chunking_parallelism.unwrap_or(1),
+                block_rows: src.wire.block_rows,
+                block_bytes: src.wire.block_bytes,
+            },
+            publication,
+            columns: None,
+            probed: false,
+            refusals,
+        })
+    }
+
+    /// Adds what read-only probes found.
+    pub fn add_probe(&mut self, columns: Option<Vec<Column>>, refusals: Vec<Diagnostic>) {
+        self.probed = true;
+        if columns.is_some() {
+            self.columns = columns;
+        }
+        self.refusals.extend(refusals);
+    }
+}
+
+/// Whether values of canonical type `source` are written exactly as `target`.
+pub fn type_compatible(source: &DType, target: &DType) -> bool {
+    source == target || matches!((source, target), (DType::Date, DType::Date32))
+}
+
+/// Refusals for a target whose columns do not take the source's rows
+/// exactly: names must match one to one, types must be compatible, and a
+/// nullable source column needs a nullable target column.
+pub fn schema_refusals(source: &[Column], target: &[Column]) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    for t in target {
+        match source.iter().find(|s| s.name == t.name) {
+            None => out.push(
+                Diagnostic::new("schema_mismatch", "sink.table", format!("target column `{}` has no source column", t.name))
+                    .hint("add the column to the source (or to source.options.columns), or drop it from the target"),
+            ),
+            Some(s) => {
+                if !type_compatible(&s.ty.dtype, &t.ty.dtype) {
+                    out.push(
+                        Diagnostic::new(
+                            "schema_mismatch",
+                            "sink.table",
+                            format!(
+                                "column `{}`: source {} maps to {}, but the target column is {}",
+                                t.name, s.native_type, s.ty.dtype, t.ty.dtype
+                            ),
+                        )
+                        .hint("make the target column type equal the mapping shown by `dpone schema type-matrix`"),
+                    );
+                }
+                if s.ty.nullable && !t.ty.nullable {
+                    out.push(
+                        Diagnostic::new(
+                            "schema_mismatch",
+                            "sink.table",
+                            format!("column `{}` may be NULL in the source but the target column is not nullable", t.name),
+                        )
+                        .hint("make the target column nullable, or the source column NOT NULL"),
+                    );
+                }
+            }
+        }
+    }
+    for s in source {
+        if !target.iter().any(|t| t.name == s.name) {
+            out.push(
+                Diagnostic::new(
+                    "schema_mismatch",
+                    "source.options.columns",
+                    format!("source column `{}` does not exist in the target", s.name),
+                )
+                .hint("add it to the target, or list the columns to move in source.options.columns"),
+            );
+        }
+    }
+    out
+}
+
+/// The source columns in the target's column order (after `schema_refusals` passed).
+pub fn read_columns(source: &[Column], target: &[Column]) -> Vec<Column> {
+    target.iter().filter_map(|t| source.iter().find(|s| s.name == t.name).cloned()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest;
+
+    fn interval(end: &str) -> Interval {
+        Interval { end: Some((end.to_string(), "--interval-end")), start: None }
+    }
+
+    #[test]
+    fn plan_resolves_window_and_route() {
+        let m = manifest::load(crate::manifest::tests::VALID).unwrap();
+        let p = Plan::build(&m, &interval("2026-09-09T00:00:00Z")).unwrap();
+        let w = p.window.as_ref().unwrap();
+        assert_eq!(w.start.to_string(), "2026-09-02T00:00:00Z");
+        assert_eq!(w.chunk_count, 7);
+        assert_eq!(p.route.name, "sqlite->sqlite");
+        assert_eq!(p.publication.method, "sqlite_transaction");
+        assert!(p.refusals.is_empty());
+        assert_eq!(p.staging.parallelism, 2);
+    }
+
+    #[test]
+    fn interval_errors() {
+        let m = manifest::load(crate::manifest::tests::VALID).unwrap();
+        assert_eq!(Plan::build(&m, &Interval::default()).unwrap_err().code, "missing_interval_end");
+        assert_eq!(Plan::build(&m, &interval("2026-09-09")).unwrap_err().code, "invalid_interval");
+        let mut i = interval("2026-09-09T00:00:00Z");
+        i.start = Some(("2026-09-01T00:00:00Z".into(), "--interval-start"));
+        assert_eq!(Plan::build(&m, &i).unwrap_err().code, "interval_mismatch");
+        i.start = Some(("2026-09-10T00:00:00Z".into(), "--interval-start"));
+        assert_eq!(Plan::build(&m, &i).unwrap_err().code, "invalid_interval");
+        i.start = Some(("2026-09-02T00:00:00Z".into(), "--interval-start"));
+        assert!(Plan::build(&m, &i).is_ok());
+    }
+}

@@ -1,0 +1,291 @@
+//! Ports: what the engine needs from a source and a target.
+//!
+//! # Execution model
+//!
+//! The engine drives one run in this order, and adapters may rely on it:
+//!
+//! 1. [`Source::describe`] and [`Target::describe`] (read-only), then
+//!    [`Target::eligibility`] — all before any write;
+//! 2. [`Source::open_snapshot`] freezes one source version; every later
+//!    [`Source::read`] (possibly several concurrently) reads that version;
+//! 3. per chunk attempt: [`Target::create_staging`], then `Source::read`
+//!    pushes [`Frame`]s into a bounded channel while [`Target::load`] drains
+//!    it into that staging table (backpressure: a full channel pauses the
+//!    reader), then [`Target::inspect`] reports what the target stores;
+//! 4. [`Target::build_generation`] assembles the replacement (kept rows +
+//!    verified chunks) and [`Target::publish`] makes it visible in one atomic
+//!    step, reporting `published`, `absent` or `unknown`;
+//! 5. [`Target::window_stats`] for evidence, [`Target::drop_tables`] cleanup.
+//!
+//! Rows cross the port as RowBinary-encoded frames under the *target's*
+//! column types: the source adapter transcodes (exactly, or fails with the
+//! column name) and computes each frame's digest on the encoded bytes; the
+//! target adapter only moves or decodes those bytes. Every adapter error
+//! carries a class ([`ErrorClass`]) so the engine knows whether a retry is
+//! safe, and an indeterminate write is reconciled by inspection.
+
+use crate::digest::RowDigest;
+use crate::error::Diagnostic;
+use crate::time::Timestamp;
+use crate::types::{Column, ColumnType};
+use crate::window::Chunk;
+use serde::Serialize;
+use std::future::Future;
+
+/// Whole RowBinary rows plus their count and digest.
+#[derive(Debug)]
+pub struct Frame {
+    pub bytes: Vec<u8>,
+    pub rows: u64,
+    pub digest: RowDigest,
+}
+
+/// Whether retrying can help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    /// Nothing was applied or it is safe to redo (connection refused, timeout before send).
+    Transient,
+    /// Retrying cannot help: schema, type, value, capability, authentication.
+    Permanent,
+    /// The operation may or may not have been applied; inspect before anything else.
+    Indeterminate,
+}
+
+/// An adapter failure with a stable code.
+#[derive(Debug, Clone, thiserror::Error, Serialize)]
+#[error("{message}")]
+pub struct AdapterError {
+    pub class: ErrorClass,
+    pub code: String,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+impl AdapterError {
+    pub fn new(class: ErrorClass, code: impl Into<String>, message: impl Into<String>) -> Self {
+        AdapterError { class, code: code.into(), message: message.into(), hint: None }
+    }
+
+    pub fn permanent(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(ErrorClass::Permanent, code, message)
+    }
+
+    pub fn transient(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(ErrorClass::Transient, code, message)
+    }
+
+    pub fn indeterminate(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(ErrorClass::Indeterminate, code, message)
+    }
+
+    #[must_use]
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    /// The error a reader sees when the consuming side stopped.
+    pub fn cancelled() -> Self {
+        Self::permanent("cancelled", "the consumer of this stream stopped")
+    }
+}
+
+impl From<Diagnostic> for AdapterError {
+    fn from(d: Diagnostic) -> Self {
+        AdapterError {
+            class: ErrorClass::Permanent,
+            code: d.code,
+            message: if d.path.is_empty() { d.message } else { format!("{}: {}", d.path, d.message) },
+            hint: d.hint,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, AdapterError>;
+
+/// Sending half of a bounded frame channel.
+#[derive(Debug, Clone)]
+pub struct FrameTx(tokio::sync::mpsc::Sender<Frame>);
+
+/// Receiving half of a bounded frame channel.
+#[derive(Debug)]
+pub struct FrameRx(tokio::sync::mpsc::Receiver<Frame>);
+
+/// A channel holding at most `capacity` frames: a full channel pauses the sender.
+pub fn frame_channel(capacity: usize) -> (FrameTx, FrameRx) {
+    let (tx, rx) = tokio::sync::mpsc::channel(capacity.max(1));
+    (FrameTx(tx), FrameRx(rx))
+}
+
+impl FrameTx {
+    pub async fn send(&self, frame: Frame) -> Result<()> {
+        self.0.send(frame).await.map_err(|_| AdapterError::cancelled())
+    }
+
+    /// For adapters that read on a blocking thread.
+    pub fn blocking_send(&self, frame: Frame) -> Result<()> {
+        self.0.blocking_send(frame).map_err(|_| AdapterError::cancelled())
+    }
+}
+
+impl FrameRx {
+    pub async fn recv(&mut self) -> Option<Frame> {
+        self.0.recv().await
+    }
+
+    pub fn blocking_recv(&mut self) -> Option<Frame> {
+        self.0.blocking_recv()
+    }
+}
+
+/// A frozen source version: what all chunk reads of one run see.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SourceVersion {
+    /// Stable text identifying the version (snapshot id, LSN, file state).
+    pub id: String,
+    /// Whether the version can be reopened after this process exits. When
+    /// false, a resumed run must re-extract the whole window.
+    pub durable: bool,
+}
+
+/// What one [`Source::read`] call streams.
+#[derive(Debug, Clone)]
+pub struct ReadRequest {
+    /// Source columns to read, in order.
+    pub columns: Vec<Column>,
+    /// Types to encode each column as (the target's column types).
+    pub target_types: Vec<ColumnType>,
+    /// `(window column, chunk)`; None reads the whole table.
+    pub bounds: Option<(String, Chunk)>,
+    pub block_rows: u64,
+    pub block_bytes: u64,
+}
+
+/// What a read produced: the digest is computed on the encoded stream.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ReadStats {
+    pub rows: u64,
+    pub encoded_bytes: u64,
+    pub digest: RowDigest,
+}
+
+/// Which rows of a table to inspect, relative to `[start, end)` on `column`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowFilter {
+    pub column: String,
+    pub start: Timestamp,
+    pub end: Timestamp,
+    /// `true`: rows inside; `false`: rows outside, NULL window values included.
+    pub inside: bool,
+}
+
+/// Which table of a target an operation reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableRole<'a> {
+    /// The visible target table.
+    Target,
+    /// A table this run owns (staging or generation), by name.
+    Owned(&'a str),
+}
+
+/// What a target table holds, computed by the target over stored rows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Contents {
+    pub rows: u64,
+    pub digest: RowDigest,
+}
+
+/// Outcome of an atomic publication, judged from the target's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PublicationOutcome {
+    /// The generation is the visible target.
+    Published,
+    /// Nothing changed; the previous target is still visible.
+    Absent,
+    /// The target's state could not be established.
+    Unknown,
+}
+
+/// Facts about the published target, for evidence.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct WindowStats {
+    pub total_rows: u64,
+    pub window_rows: u64,
+    pub outside_rows: u64,
+    pub null_window_rows: u64,
+    /// Rows per UTC day (`YYYY-MM-DD`) inside the window.
+    pub rows_per_utc_day: std::collections::BTreeMap<String, u64>,
+    pub min: Option<Timestamp>,
+    pub max: Option<Timestamp>,
+}
+
+/// A typed row source.
+pub trait Source: Send + Sync + 'static {
+    /// Columns of `table` (all, or `columns` in that order) with canonical
+    /// types. Unsupported types are an error naming the column.
+    fn describe(&self, columns: Option<&[String]>) -> impl Future<Output = Result<Vec<Column>>> + Send;
+
+    /// Freezes the source version every later read sees.
+    fn open_snapshot(&self) -> impl Future<Output = Result<SourceVersion>> + Send;
+
+    /// Streams the requested rows into `out` as frames of at most
+    /// `block_rows` rows / `block_bytes` bytes (a single larger row is an
+    /// error naming the limit). Returns once every frame was accepted.
+    fn read(&self, request: ReadRequest, out: FrameTx) -> impl Future<Output = Result<ReadStats>> + Send;
+
+    /// Releases the snapshot (idempotent).
+    fn close_snapshot(&self) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// What the engine asks a target to check before any write.
+#[derive(Debug, Clone)]
+pub struct EligibilityRequest {
+    pub source_columns: Vec<Column>,
+    pub window_column: Option<String>,
+    /// Prefix of this run's owned objects (to detect other runs' leftovers).
+    pub owned_prefix: String,
+}
+
+/// A staging-capable, atomically publishing target.
+pub trait Target: Send + Sync + 'static {
+    /// The target table's columns, or None when it does not exist.
+    fn describe(&self) -> impl Future<Output = Result<Option<Vec<Column>>>> + Send;
+
+    /// Every reason the target cannot take this run, as refusals (empty = eligible).
+    fn eligibility(&self, request: &EligibilityRequest) -> impl Future<Output = Result<Vec<Diagnostic>>> + Send;
+
+    /// Creates an empty table shaped like the target.
+    fn create_staging(&self, name: &str) -> impl Future<Output = Result<()>> + Send;
+
+    /// Appends every frame of `frames` to `table`; returns rows written.
+    fn load(&self, table: &str, frames: FrameRx) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Row count and digest of `table` (optionally filtered), computed over
+    /// what the target stores.
+    fn inspect(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> impl Future<Output = Result<Contents>> + Send;
+
+    /// Creates `generation` holding the target's rows selected by `keep`
+    /// (all rows are replaced when None) plus the rows of `stagings`.
+    fn build_generation(&self, generation: &str, keep: Option<&RowFilter>, stagings: &[String]) -> impl Future<Output = Result<()>> + Send;
+
+    /// Number of row groups whose multiplicity differs between the target
+    /// and `generation` among rows selected by `keep` (0 = exactly equal).
+    fn compare_kept(&self, generation: &str, keep: &RowFilter) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Makes `generation` the visible target in one atomic step. Never
+    /// retried blindly: the outcome is judged from the target's state.
+    ///
+    /// When `keep` is given, the target re-checks (atomically with the
+    /// publication where it can) that its rows selected by `keep` are
+    /// still exactly those copied into the generation.
+    fn publish(&self, generation: &str, keep: Option<&RowFilter>, backup: &str) -> impl Future<Output = Result<PublicationOutcome>> + Send;
+
+    /// Evidence facts about the visible target.
+    fn window_stats(&self, filter: &RowFilter) -> impl Future<Output = Result<WindowStats>> + Send;
+
+    /// Drops tables this run owns (missing ones are ignored).
+    fn drop_tables(&self, names: &[String]) -> impl Future<Output = Result<()>> + Send;
+}

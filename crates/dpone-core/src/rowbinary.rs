@@ -1,0 +1,464 @@
+//! RowBinary: the canonical row encoding (reference implementation).
+//!
+//! ClickHouse's RowBinary is dpone's canonical encoding of a typed row: the
+//! bytes that ClickHouse stores and returns, the bytes every route digests.
+//! Nullable = one prefix byte (1 NULL, 0 value); integers little-endian at
+//! natural width; String = LEB128 length + bytes; UUID = two little-endian
+//! u64 halves, high half first; Date u16 days; Date32 i32 days; DateTime u32
+//! seconds; DateTime64 i64 ticks at the column precision; Decimal =
+//! little-endian scaled integer of 4/8/16/32 bytes. Values that do not fit
+//! exactly (overflow, lost scale, non-finite floats, out-of-range dates) are
+//! errors, never rounded or clamped.
+//!
+//! This module favours clarity over speed; the adapters' transcoders are
+//! property-tested against it.
+
+use crate::types::{ColumnType, DType};
+use crate::value::{Value, pow10, rescale};
+use ethnum::{I256, U256};
+
+pub const DATE_MAX_DAYS: i64 = 65_535;
+/// Date32 covers 1900-01-01 ..= 2299-12-31.
+pub const DATE32_MIN_DAYS: i64 = -25_567;
+pub const DATE32_MAX_DAYS: i64 = 120_529;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EncodeError {
+    #[error("NULL in a non-nullable {0} column")]
+    UnexpectedNull(String),
+    #[error("value {value} does not fit {ty} exactly: {reason}")]
+    Domain { ty: String, value: String, reason: String },
+    #[error("a {kind} value cannot be encoded as {ty}")]
+    Mismatch { ty: String, kind: &'static str },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("the RowBinary stream ended inside a value")]
+    Truncated,
+    #[error("invalid RowBinary: {0}")]
+    Invalid(String),
+}
+
+fn domain(ty: &DType, value: impl std::fmt::Display, reason: impl Into<String>) -> EncodeError {
+    EncodeError::Domain { ty: ty.to_string(), value: value.to_string(), reason: reason.into() }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "NULL",
+        Value::Int(_) | Value::UInt(_) => "integer",
+        Value::Float32(_) | Value::Float64(_) => "float",
+        Value::Decimal { .. } => "decimal",
+        Value::Bool(_) => "boolean",
+        Value::Bytes(_) => "string",
+        Value::Uuid(_) => "uuid",
+        Value::Date(_) => "date",
+        Value::Seconds(_) | Value::Micros(_) | Value::Ticks { .. } => "timestamp",
+    }
+}
+
+pub fn write_leb128(out: &mut Vec<u8>, mut n: u64) {
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// Bytes `write_leb128` produces for `n`.
+pub fn leb128_len(n: u64) -> usize {
+    let bits = 64 - n.leading_zeros() as usize;
+    bits.max(1).div_ceil(7)
+}
+
+pub fn read_leb128(input: &mut &[u8]) -> Result<u64, DecodeError> {
+    let mut result: u64 = 0;
+    for shift in (0..64).step_by(7) {
+        let (&byte, rest) = input.split_first().ok_or(DecodeError::Truncated)?;
+        *input = rest;
+        result |= ((byte & 0x7f) as u64) << shift;
+        if byte & 0x80 == 0 {
+            return Ok(result);
+        }
+    }
+    Err(DecodeError::Invalid("LEB128 length longer than 64 bits".into()))
+}
+
+/// Integer bounds of each integer type, as (min, max) in i256 (UInt256 max handled apart).
+fn int_bounds(t: &DType) -> Option<(I256, I256)> {
+    let b = |lo: i128, hi: i128| Some((I256::from(lo), I256::from(hi)));
+    match t {
+        DType::Int8 => b(i8::MIN as i128, i8::MAX as i128),
+        DType::Int16 => b(i16::MIN as i128, i16::MAX as i128),
+        DType::Int32 => b(i32::MIN as i128, i32::MAX as i128),
+        DType::Int64 => b(i64::MIN as i128, i64::MAX as i128),
+        DType::Int128 => b(i128::MIN, i128::MAX),
+        DType::Int256 => Some((I256::MIN, I256::MAX)),
+        DType::UInt8 => b(0, u8::MAX as i128),
+        DType::UInt16 => b(0, u16::MAX as i128),
+        DType::UInt32 => b(0, u32::MAX as i128),
+        DType::UInt64 => b(0, u64::MAX as i128),
+        DType::UInt128 => Some((I256::ZERO, I256::from(u128::MAX))),
+        DType::UInt256 => Some((I256::ZERO, I256::MAX)),
+        _ => None,
+    }
+}
+
+/// Appends one value of `ty` to `out`.
+pub fn encode_value(out: &mut Vec<u8>, ty: &ColumnType, v: &Value) -> Result<(), EncodeError> {
+    if ty.nullable {
+        if v.is_null() {
+            out.push(1);
+            return Ok(());
+        }
+        out.push(0);
+    } else if v.is_null() {
+        return Err(EncodeError::UnexpectedNull(ty.dtype.to_string()));
+    }
+    encode_scalar(out, &ty.dtype, v)
+}
+
+fn encode_scalar(out: &mut Vec<u8>, t: &DType, v: &Value) -> Result<(), EncodeError> {
+    let mismatch = || EncodeError::Mismatch { ty: t.to_string(), kind: kind(v) };
+    match t {
+        DType::Int8
+        | DType::Int16
+        | DType::Int32
+        | DType::Int64
+        | DType::Int128
+        | DType::Int256
+        | DType::UInt8
+        | DType::UInt16
+        | DType::UInt32
+        | DType::UInt64
+        | DType::UInt128
+        | DType::UInt256 => {
+            let width = t.fixed_width().expect("integers are fixed width");
+            match v {
+                Value::Int(i) => {
+                    let (lo, hi) = int_bounds(t).expect("integer type");
+                    if *i < lo || *i > hi {
+                        return Err(domain(t, i, "out of range"));
+                    }
+                    out.extend_from_slice(&i.to_le_bytes()[..width]);
+                }
+                Value::UInt(u) if *t == DType::UInt256 => out.extend_from_slice(&u.to_le_bytes()),
+                Value::UInt(u) => return Err(domain(t, u, "out of range")),
+                _ => return Err(mismatch()),
+            }
+        }
+        DType::Float32 => match v {
+            Value::Float32(f) if f.is_finite() => out.extend_from_slice(&f.to_le_bytes()),
+            Value::Float32(f) => return Err(domain(t, f, "non-finite floats are refused")),
+            _ => return Err(mismatch()),
+        },
+        DType::Float64 => match v {
+            Value::Float64(f) if f.is_finite() => out.extend_from_slice(&f.to_le_bytes()),
+            Value::Float64(f) => return Err(domain(t, f, "non-finite floats are refused")),
+            _ => return Err(mismatch()),
+        },
+        DType::Decimal { precision, scale } => {
+            let (unscaled, from) = match v {
+                Value::Decimal { unscaled, scale } => (*unscaled, *scale),
+                Value::Int(i) => (*i, 0),
+                _ => return Err(mismatch()),
+            };
+            let scaled = rescale(unscaled, from, *scale).ok_or_else(|| domain(t, v, "the scale would lose digits or overflow"))?;
+            let limit = pow10(*precision);
+            if scaled >= limit || scaled <= -limit {
+                return Err(domain(t, v, format!("more than {precision} digits")));
+            }
+            out.extend_from_slice(&scaled.to_le_bytes()[..t.fixed_width().expect("fixed")]);
+        }
+        DType::Bool => match v {
+            Value::Bool(b) => out.push(u8::from(*b)),
+            _ => return Err(mismatch()),
+        },
+        DType::String => match v {
+            Value::Bytes(b) => {
+                write_leb128(out, b.len() as u64);
+                out.extend_from_slice(b);
+            }
+            _ => return Err(mismatch()),
+        },
+        DType::FixedString(n) => match v {
+            Value::Bytes(b) if b.len() == *n as usize => out.extend_from_slice(b),
+            Value::Bytes(b) => return Err(domain(t, format!("of {} bytes", b.len()), format!("exactly {n} bytes are required"))),
+            _ => return Err(mismatch()),
+        },
+        DType::Uuid => match v {
+            Value::Uuid(u) => {
+                out.extend_from_slice(&((*u >> 64) as u64).to_le_bytes());
+                out.extend_from_slice(&(*u as u64).to_le_bytes());
+            }
+            _ => return Err(mismatch()),
+        },
+        DType::Date | DType::Date32 => {
+            let days = match v {
+                Value::Date(d) => *d as i64,
+                _ => return Err(mismatch()),
+            };
+            if *t == DType::Date {
+                if !(0..=DATE_MAX_DAYS).contains(&days) {
+                    return Err(domain(t, v, "Date holds 1970-01-01..=2149-06-06"));
+                }
+                out.extend_from_slice(&(days as u16).to_le_bytes());
+            } else {
+                if !(DATE32_MIN_DAYS..=DATE32_MAX_DAYS).contains(&days) {
+                    return Err(domain(t, v, "Date32 holds 1900-01-01..=2299-12-31"));
+                }
+                out.extend_from_slice(&(days as i32).to_le_bytes());
+            }
+        }
+        DType::DateTime { .. } => {
+            let secs = match v {
+                Value::Seconds(s) => *s,
+                Value::Micros(m) if m % 1_000_000 == 0 => m / 1_000_000,
+                Value::Micros(_) => return Err(domain(t, v, "DateTime holds whole seconds")),
+                _ => return Err(mismatch()),
+            };
+            let secs = u32::try_from(secs).map_err(|_| domain(t, v, "DateTime holds 1970-01-01..=2106-02-07"))?;
+            out.extend_from_slice(&secs.to_le_bytes());
+        }
+        DType::DateTime64 { precision, .. } => {
+            let ticks = match v {
+                Value::Micros(m) => micros_to_ticks(*m, *precision).ok_or_else(|| domain(t, v, "sub-precision digits or overflow"))?,
+                Value::Seconds(s) => micros_to_ticks(s.checked_mul(1_000_000).ok_or_else(|| domain(t, v, "overflow"))?, *precision)
+                    .ok_or_else(|| domain(t, v, "overflow"))?,
+                Value::Ticks { ticks, precision: p } if p == precision => *ticks,
+                Value::Ticks { .. } => return Err(domain(t, v, "different precision")),
+                _ => return Err(mismatch()),
+            };
+            out.extend_from_slice(&ticks.to_le_bytes());
+        }
+    }
+    Ok(())
+}
+
+/// Microseconds -> ticks of 10^-precision s, exactly.
+pub fn micros_to_ticks(micros: i64, precision: u8) -> Option<i64> {
+    if precision <= 6 {
+        let f = 10i64.pow(6 - precision as u32);
+        if micros % f != 0 { None } else { Some(micros / f) }
+    } else {
+        micros.checked_mul(10i64.pow(precision as u32 - 6))
+    }
+}
+
+/// Encodes a whole row.
+pub fn encode_row(out: &mut Vec<u8>, types: &[ColumnType], row: &[Value]) -> Result<(), (usize, EncodeError)> {
+    debug_assert_eq!(types.len(), row.len());
+    for (i, (t, v)) in types.iter().zip(row).enumerate() {
+        encode_value(out, t, v).map_err(|e| (i, e))?;
+    }
+    Ok(())
+}
+
+fn take<'a>(input: &mut &'a [u8], n: usize) -> Result<&'a [u8], DecodeError> {
+    if input.len() < n {
+        return Err(DecodeError::Truncated);
+    }
+    let (head, rest) = input.split_at(n);
+    *input = rest;
+    Ok(head)
+}
+
+fn array<const N: usize>(input: &mut &[u8]) -> Result<[u8; N], DecodeError> {
+    Ok(take(input, N)?.try_into().expect("length checked"))
+}
+
+/// Reads one value of `ty`.
+pub fn decode_value(input: &mut &[u8], ty: &ColumnType) -> Result<Value, DecodeError> {
+    if ty.nullable {
+        match array::<1>(input)?[0] {
+            0 => {}
+            1 => return Ok(Value::Null),
+            b => return Err(DecodeError::Invalid(format!("Nullable prefix byte {b}"))),
+        }
+    }
+    let t = &ty.dtype;
+    Ok(match t {
+        DType::Int8 => Value::int(i8::from_le_bytes(array(input)?)),
+        DType::Int16 => Value::int(i16::from_le_bytes(array(input)?)),
+        DType::Int32 => Value::int(i32::from_le_bytes(array(input)?)),
+        DType::Int64 => Value::int(i64::from_le_bytes(array(input)?)),
+        DType::Int128 => Value::int(i128::from_le_bytes(array(input)?)),
+        DType::Int256 => Value::Int(I256::from_le_bytes(array(input)?)),
+        DType::UInt8 => Value::int(u8::from_le_bytes(array(input)?)),
+        DType::UInt16 => Value::int(u16::from_le_bytes(array(input)?)),
+        DType::UInt32 => Value::int(u32::from_le_bytes(array(input)?)),
+        DType::UInt64 => Value::int(u64::from_le_bytes(array(input)?)),
+        DType::UInt128 => Value::Int(I256::from(u128::from_le_bytes(array(input)?))),
+        DType::UInt256 => {
+            let u = U256::from_le_bytes(array(input)?);
+            match I256::try_from(u) {
+                Ok(i) => Value::Int(i),
+                Err(_) => Value::UInt(u),
+            }
+        }
+        DType::Float32 => Value::Float32(f32::from_le_bytes(array(input)?)),
+        DType::Float64 => Value::Float64(f64::from_le_bytes(array(input)?)),
+        DType::Decimal { precision, scale } => {
+            let width = crate::types::decimal_width(*precision);
+            let bytes = take(input, width)?;
+            let negative = bytes[width - 1] & 0x80 != 0;
+            let mut full = [if negative { 0xff } else { 0 }; 32];
+            full[..width].copy_from_slice(bytes);
+            Value::Decimal { unscaled: I256::from_le_bytes(full), scale: *scale }
+        }
+        DType::Bool => match array::<1>(input)?[0] {
+            0 => Value::Bool(false),
+            1 => Value::Bool(true),
+            b => return Err(DecodeError::Invalid(format!("Bool byte {b}"))),
+        },
+        DType::String => {
+            let len = read_leb128(input)?;
+            let len = usize::try_from(len).map_err(|_| DecodeError::Invalid("string length".into()))?;
+            Value::Bytes(take(input, len)?.to_vec())
+        }
+        DType::FixedString(n) => Value::Bytes(take(input, *n as usize)?.to_vec()),
+        DType::Uuid => {
+            let hi = u64::from_le_bytes(array(input)?);
+            let lo = u64::from_le_bytes(array(input)?);
+            Value::Uuid(((hi as u128) << 64) | lo as u128)
+        }
+        DType::Date => Value::Date(u16::from_le_bytes(array(input)?) as i32),
+        DType::Date32 => Value::Date(i32::from_le_bytes(array(input)?)),
+        DType::DateTime { .. } => Value::Seconds(u32::from_le_bytes(array(input)?) as i64),
+        DType::DateTime64 { precision, .. } => {
+            let ticks = i64::from_le_bytes(array(input)?);
+            if *precision <= 6 {
+                // Exact: widening to microseconds cannot lose digits; overflow is
+                // impossible for values ClickHouse can hold at these precisions
+                // only when in range, so check it.
+                let f = 10i64.pow(6 - *precision as u32);
+                match ticks.checked_mul(f) {
+                    Some(m) => Value::Micros(m),
+                    None => Value::Ticks { ticks, precision: *precision },
+                }
+            } else {
+                Value::Ticks { ticks, precision: *precision }
+            }
+        }
+    })
+}
+
+/// Reads one row.
+pub fn decode_row(input: &mut &[u8], types: &[ColumnType]) -> Result<Vec<Value>, DecodeError> {
+    types.iter().map(|t| decode_value(input, t)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::parse_clickhouse_type;
+
+    fn ct(s: &str) -> ColumnType {
+        parse_clickhouse_type(s).unwrap()
+    }
+
+    fn enc(t: &str, v: Value) -> Result<Vec<u8>, EncodeError> {
+        let mut out = Vec::new();
+        encode_value(&mut out, &ct(t), &v).map(|_| out)
+    }
+
+    #[test]
+    fn known_encodings() {
+        assert_eq!(enc("Nullable(Int32)", Value::Null).unwrap(), vec![1]);
+        assert_eq!(enc("Nullable(Int32)", Value::int(-2)).unwrap(), vec![0, 0xfe, 0xff, 0xff, 0xff]);
+        assert_eq!(enc("String", Value::str("")).unwrap(), vec![0]);
+        assert_eq!(enc("String", Value::Bytes(vec![b'x'; 200])).unwrap()[..2], [0xc8, 0x01]);
+        assert_eq!(
+            enc("UUID", Value::Uuid(0x0011223344556677_8899aabbccddeeff)).unwrap(),
+            vec![0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0x00, 0xff, 0xee, 0xdd, 0xcc, 0xbb, 0xaa, 0x99, 0x88]
+        );
+        assert_eq!(enc("Decimal(9, 2)", Value::Decimal { unscaled: I256::from(-150), scale: 2 }).unwrap(), (-150i32).to_le_bytes());
+        assert_eq!(enc("Decimal(9, 2)", Value::Decimal { unscaled: I256::from(-15), scale: 1 }).unwrap(), (-150i32).to_le_bytes());
+        assert_eq!(enc("DateTime64(3, 'UTC')", Value::Micros(1_500_000)).unwrap(), 1500i64.to_le_bytes());
+        assert_eq!(enc("Date", Value::Date(1)).unwrap(), vec![1, 0]);
+        assert_eq!(enc("Bool", Value::Bool(true)).unwrap(), vec![1]);
+    }
+
+    #[test]
+    fn refusals() {
+        assert!(enc("Int8", Value::int(128)).is_err());
+        assert!(enc("UInt8", Value::int(-1)).is_err());
+        assert!(enc("UInt64", Value::int(u64::MAX as i128 + 1)).is_err());
+        assert!(enc("Decimal(9, 2)", Value::Decimal { unscaled: I256::from(1), scale: 3 }).is_err());
+        assert!(enc("Decimal(3, 2)", Value::Decimal { unscaled: I256::from(1000), scale: 2 }).is_err());
+        assert!(enc("Float64", Value::Float64(f64::NAN)).is_err());
+        assert!(enc("Float32", Value::Float32(f32::INFINITY)).is_err());
+        assert!(enc("Int32", Value::Null).is_err());
+        assert!(enc("Date", Value::Date(-1)).is_err());
+        assert!(enc("Date32", Value::Date(DATE32_MAX_DAYS as i32 + 1)).is_err());
+        assert!(enc("DateTime64(3)", Value::Micros(1)).is_err());
+        assert!(enc("FixedString(2)", Value::str("abc")).is_err());
+        assert!(enc("Int32", Value::str("1")).is_err());
+        let max76 = pow10(76) - 1;
+        assert!(enc("Decimal(76, 0)", Value::Decimal { unscaled: max76, scale: 0 }).is_ok());
+        assert!(enc("Decimal(76, 0)", Value::Decimal { unscaled: -max76, scale: 0 }).is_ok());
+        assert!(enc("Decimal(76, 1)", Value::Decimal { unscaled: max76, scale: 0 }).is_err());
+    }
+
+    #[test]
+    fn round_trip_all_types() {
+        let cases: Vec<(&str, Value)> = vec![
+            ("Int8", Value::int(i8::MIN)),
+            ("Int16", Value::int(i16::MAX)),
+            ("Int32", Value::int(i32::MIN)),
+            ("Int64", Value::int(i64::MIN)),
+            ("Int128", Value::int(i128::MIN)),
+            ("Int256", Value::Int(I256::MIN)),
+            ("UInt8", Value::int(u8::MAX)),
+            ("UInt16", Value::int(u16::MAX)),
+            ("UInt32", Value::int(u32::MAX)),
+            ("UInt64", Value::int(u64::MAX)),
+            ("UInt128", Value::Int(I256::from(u128::MAX))),
+            ("UInt256", Value::UInt(U256::MAX)),
+            ("Float32", Value::Float32(-1.5)),
+            ("Float64", Value::Float64(f64::MAX)),
+            ("Decimal(76, 20)", Value::Decimal { unscaled: -(pow10(76) - 1), scale: 20 }),
+            ("Decimal(38, 4)", Value::Decimal { unscaled: pow10(38) - 1, scale: 4 }),
+            ("Decimal(18, 4)", Value::Decimal { unscaled: I256::from(-123456789), scale: 4 }),
+            ("Nullable(String)", Value::Null),
+            ("String", Value::str("héllo ✓")),
+            ("FixedString(3)", Value::Bytes(vec![0, 1, 2])),
+            ("UUID", Value::Uuid(u128::MAX - 7)),
+            ("Date", Value::Date(65_535)),
+            ("Date32", Value::Date(DATE32_MIN_DAYS as i32)),
+            ("DateTime('UTC')", Value::Seconds(u32::MAX as i64)),
+            ("DateTime64(6, 'UTC')", Value::Micros(-1)),
+            ("DateTime64(9)", Value::Ticks { ticks: 5, precision: 9 }),
+            ("Bool", Value::Bool(false)),
+        ];
+        for (t, v) in cases {
+            let ty = ct(t);
+            let mut out = Vec::new();
+            encode_value(&mut out, &ty, &v).unwrap();
+            if let Some(w) = ty.dtype.fixed_width() {
+                assert_eq!(out.len(), w + usize::from(ty.nullable && !v.is_null()), "{t}");
+            }
+            let mut slice = out.as_slice();
+            assert_eq!(decode_value(&mut slice, &ty).unwrap(), v, "{t}");
+            assert!(slice.is_empty());
+        }
+    }
+
+    #[test]
+    fn leb128() {
+        for n in [0u64, 1, 127, 128, 300, u32::MAX as u64, u64::MAX] {
+            let mut out = Vec::new();
+            write_leb128(&mut out, n);
+            assert_eq!(out.len(), leb128_len(n));
+            let mut s = out.as_slice();
+            assert_eq!(read_leb128(&mut s).unwrap(), n);
+        }
+        let mut truncated: &[u8] = &[0x80];
+        assert_eq!(read_leb128(&mut truncated), Err(DecodeError::Truncated));
+    }
+}

@@ -1,0 +1,208 @@
+//! The commands. Each returns the process exit code.
+
+use crate::output::{self, RunOutcome};
+use crate::routes::{self, with_route};
+use crate::{Format, IntervalArgs};
+use dpone_core::manifest::{self, Manifest};
+use dpone_core::plan::{Interval, Plan};
+use dpone_core::{Diagnostic, Diagnostics};
+use dpone_engine::{Probe, RunOptions};
+use std::path::{Path, PathBuf};
+
+pub const EXIT_OK: u8 = 0;
+pub const EXIT_FAILED: u8 = 1;
+pub const EXIT_CONFIG: u8 = 2;
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+/// Reads and validates a manifest; problems are printed with the file name.
+fn load(path: &Path) -> Result<Manifest, Diagnostics> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Diagnostics::one(
+            Diagnostic::new("manifest_unreadable", "", format!("cannot read {}: {e}", path.display())).hint("check the manifest path"),
+        )
+    })?;
+    manifest::load(&text)
+}
+
+fn interval(args: &IntervalArgs) -> Interval {
+    let pick = |flag: &Option<String>, flag_name: &'static str, var: &'static str| {
+        flag.clone().map(|v| (v, flag_name)).or_else(|| std::env::var(var).ok().filter(|v| !v.is_empty()).map(|v| (v, var)))
+    };
+    Interval {
+        end: pick(&args.interval_end, "--interval-end", "DPONE_INTERVAL_END"),
+        start: pick(&args.interval_start, "--interval-start", "DPONE_INTERVAL_START"),
+    }
+}
+
+fn base_dir(manifest_path: &Path) -> PathBuf {
+    manifest_path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p }).unwrap_or(Path::new(".")).to_path_buf()
+}
+
+fn work_dir(manifest: &Manifest, manifest_path: &Path) -> PathBuf {
+    let base = base_dir(manifest_path);
+    match &manifest.work_dir {
+        Some(d) if Path::new(d).is_absolute() => PathBuf::from(d),
+        Some(d) => base.join(d),
+        None => base.join(".dpone"),
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("dpone-worker").build().expect("the async runtime starts")
+}
+
+pub fn validate(path: &Path, format: Format) -> u8 {
+    match load(path) {
+        Ok(m) => {
+            match format {
+                Format::Json => output::print_json(&serde_json::json!({"valid": true, "manifest": path, "fingerprint": m.fingerprint})),
+                Format::Text => println!("{}: valid ({} -> {}, {})", path.display(), m.source.system, m.sink.system, strategy_name(&m)),
+            }
+            EXIT_OK
+        }
+        Err(d) => {
+            if format == Format::Json {
+                output::print_json(&serde_json::json!({"valid": false, "manifest": path, "errors": d}));
+            }
+            output::print_diagnostics(path, &d);
+            EXIT_CONFIG
+        }
+    }
+}
+
+fn strategy_name(m: &Manifest) -> &'static str {
+    match m.sink.strategy {
+        manifest::Strategy::FullRefresh { .. } => "full_refresh",
+        manifest::Strategy::Replace { .. } => "replace",
+    }
+}
+
+pub fn manifest_schema() -> u8 {
+    output::print_json(&manifest::schema::json_schema());
+    EXIT_OK
+}
+
+pub fn type_matrix(format: Format) -> u8 {
+    output::print_type_matrix(format);
+    EXIT_OK
+}
+
+/// Loads, plans and wires; any problem here is a configuration error.
+fn prepare(path: &Path, args: &IntervalArgs) -> Result<(Manifest, Plan, routes::Route), Diagnostics> {
+    let manifest = load(path)?;
+    let plan = Plan::build(&manifest, &interval(args)).map_err(Diagnostics::one)?;
+    let route = routes::build(&manifest, &base_dir(path)).map_err(Diagnostics::one)?;
+    Ok((manifest, plan, route))
+}
+
+pub fn plan(path: &Path, args: &IntervalArgs, format: Format, offline: bool) -> u8 {
+    let (manifest, mut plan, route) = match prepare(path, args) {
+        Ok(v) => v,
+        Err(d) => {
+            output::print_diagnostics(path, &d);
+            return EXIT_CONFIG;
+        }
+    };
+    if !offline && plan.refusals.is_empty() {
+        let probed =
+            runtime().block_on(async { with_route!(route, |s, t| dpone_engine::probe(&manifest, &plan, s.as_ref(), t.as_ref()).await) });
+        match probed {
+            Ok(p) => plan.add_probe(Some(p.read_columns.clone()).filter(|c| !c.is_empty()), p.refusals),
+            Err(e) => {
+                eprintln!("error[{}]: probing failed: {}", e.code, e.message);
+                if let Some(h) = e.hint {
+                    eprintln!("  hint: {h}");
+                }
+                return EXIT_FAILED;
+            }
+        }
+    }
+    output::print_plan(&plan, format);
+    if plan.is_runnable() { EXIT_OK } else { EXIT_CONFIG }
+}
+
+pub fn run(path: &Path, args: &IntervalArgs, format: Format) -> u8 {
+    let (manifest, plan, route) = match prepare(path, args) {
+        Ok(v) => v,
+        Err(d) => return output::report_refusal(path, &d, format),
+    };
+    let options = RunOptions {
+        work_dir: work_dir(&manifest, path),
+        interval_origin: plan.window.as_ref().and(interval(args).end.map(|(_, origin)| origin.to_string())),
+        max_pending_frames: 2,
+    };
+    let outcome = execute(&manifest, &plan, route, &options);
+    output::report_run(&plan, &outcome, format)
+}
+
+/// Probes, then runs; Ctrl-C / SIGTERM interrupt.
+pub fn execute(manifest: &Manifest, plan: &Plan, route: routes::Route, options: &RunOptions) -> RunOutcome {
+    runtime().block_on(async {
+        let work = async {
+            with_route!(route, |s, t| {
+                let probe: Probe = match dpone_engine::probe(manifest, plan, s.as_ref(), t.as_ref()).await {
+                    Ok(p) => p,
+                    Err(e) => return RunOutcome::ProbeFailed(e),
+                };
+                match dpone_engine::run(plan, &probe, s, t, options).await {
+                    Ok(report) => RunOutcome::Succeeded(report),
+                    Err(f) => RunOutcome::Failed(f),
+                }
+            })
+        };
+        tokio::select! {
+            outcome = work => outcome,
+            _ = shutdown_signal() => RunOutcome::Interrupted,
+        }
+    })
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+const QUICKSTART_MANIFEST: &str = include_str!("../../../examples/quickstart/manifest.yaml");
+pub const QUICKSTART_INTERVAL_END: &str = "2026-09-09T00:00:00Z";
+
+pub fn quickstart(dir: &Path, format: Format) -> u8 {
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!("error[quickstart_dir]: cannot create {}: {e}", dir.display());
+        return EXIT_FAILED;
+    }
+    let manifest_path = dir.join("manifest.yaml");
+    if !manifest_path.exists()
+        && let Err(e) = std::fs::write(&manifest_path, QUICKSTART_MANIFEST)
+    {
+        eprintln!("error[quickstart_dir]: cannot write {}: {e}", manifest_path.display());
+        return EXIT_FAILED;
+    }
+    match dpone_sqlite::demo::seed_quickstart(&dir.join("source.db"), &dir.join("target.db")) {
+        Ok((src, dst)) => {
+            if format == Format::Text {
+                if src {
+                    println!("seeded     {} (synthetic events, 2026-08-26 .. 2026-09-12)", dir.join("source.db").display());
+                }
+                if dst {
+                    println!("seeded     {} (older rows, stale window rows, NULL timestamps)", dir.join("target.db").display());
+                }
+                println!("manifest   {}", manifest_path.display());
+                println!("command    dpone run {} --interval-end {QUICKSTART_INTERVAL_END}", manifest_path.display());
+            }
+        }
+        Err(e) => {
+            eprintln!("error[quickstart_seed]: seeding the example databases failed: {e}");
+            return EXIT_FAILED;
+        }
+    }
+    let args = IntervalArgs { interval_end: Some(QUICKSTART_INTERVAL_END.to_string()), interval_start: None };
+    run(&manifest_path, &args, format)
+}

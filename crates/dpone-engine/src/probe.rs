@@ -1,0 +1,80 @@
+//! Read-only probes that turn an offline plan into a runnable one.
+
+use dpone_core::Diagnostic;
+use dpone_core::manifest::Manifest;
+use dpone_core::plan::{Plan, read_columns, schema_refusals};
+use dpone_core::ports::{AdapterError, EligibilityRequest, ErrorClass, Source, Target};
+use dpone_core::types::Column;
+
+/// What the probes found.
+#[derive(Debug, Clone, Default)]
+pub struct Probe {
+    pub source_columns: Vec<Column>,
+    pub target_columns: Vec<Column>,
+    /// Source columns in target order: what each chunk reads.
+    pub read_columns: Vec<Column>,
+    pub refusals: Vec<Diagnostic>,
+}
+
+fn refusal(path: &str, e: AdapterError) -> Diagnostic {
+    let mut d = Diagnostic::new(e.code, path, e.message);
+    d.hint = e.hint;
+    d
+}
+
+/// Describes both sides and asks the target for its refusals. Permanent
+/// adapter errors become refusals (configuration problems); transient or
+/// indeterminate ones (the server is down) are returned as errors.
+pub async fn probe<S: Source, T: Target>(manifest: &Manifest, plan: &Plan, source: &S, target: &T) -> Result<Probe, AdapterError> {
+    let mut p = Probe::default();
+    match source.describe(manifest.source.columns.as_deref()).await {
+        Ok(cols) => p.source_columns = cols,
+        Err(e) if e.class == ErrorClass::Permanent => p.refusals.push(refusal("source.table", e)),
+        Err(e) => return Err(e),
+    }
+    let window_column = plan.window.as_ref().map(|w| w.column.clone());
+    if let Some(col) = &window_column
+        && !p.source_columns.is_empty()
+    {
+        match p.source_columns.iter().find(|c| &c.name == col) {
+            None => p.refusals.push(
+                Diagnostic::new("window_column_missing", "sink.strategy.window.column", format!("the source has no column `{col}`"))
+                    .hint("name an existing timestamp column"),
+            ),
+            Some(c) if !matches!(c.ty.dtype, dpone_core::types::DType::DateTime64 { precision: 0..=6, tz: Some(ref tz) } if tz == "UTC") => {
+                p.refusals.push(
+                    Diagnostic::new(
+                        "window_column_type",
+                        "sink.strategy.window.column",
+                        format!("source window column `{col}` is {} ({}); a UTC timestamp is required", c.native_type, c.ty.dtype),
+                    )
+                    .hint("use a timestamptz column (PostgreSQL) or a TIMESTAMP column (SQLite)"),
+                )
+            }
+            Some(_) => {}
+        }
+    }
+    match target.describe().await {
+        Ok(Some(cols)) => p.target_columns = cols,
+        Ok(None) => {}
+        Err(e) if e.class == ErrorClass::Permanent => p.refusals.push(refusal("sink.table", e)),
+        Err(e) => return Err(e),
+    }
+    if p.refusals.is_empty() {
+        let request = EligibilityRequest {
+            source_columns: p.source_columns.clone(),
+            window_column,
+            owned_prefix: dpone_core::identity::OWNED_PREFIX.to_string(),
+        };
+        match target.eligibility(&request).await {
+            Ok(r) => p.refusals.extend(r),
+            Err(e) if e.class == ErrorClass::Permanent => p.refusals.push(refusal("sink.table", e)),
+            Err(e) => return Err(e),
+        }
+        if !p.target_columns.is_empty() {
+            p.refusals.extend(schema_refusals(&p.source_columns, &p.target_columns));
+        }
+        p.read_columns = read_columns(&p.source_columns, &p.target_columns);
+    }
+    Ok(p)
+}

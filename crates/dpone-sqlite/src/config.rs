@@ -1,0 +1,57 @@
+//! Where the database file is.
+
+use dpone_core::Diagnostic;
+use dpone_core::manifest::{ConnectionSpec, TableRef};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone)]
+pub struct SqliteConfig {
+    pub path: PathBuf,
+    pub table: TableRef,
+}
+
+/// Resolves a connection spec to a database path. `params.path` or an
+/// environment URL `sqlite:///abs/path`, `sqlite://rel/path` or a plain
+/// path; relative paths are relative to `base` (the manifest's folder).
+pub fn resolve_path(
+    spec: &ConnectionSpec,
+    base: &Path,
+    manifest_path: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<PathBuf, Diagnostic> {
+    let raw = match spec {
+        ConnectionSpec::Params(p) => {
+            let unknown: Vec<&String> = p.keys().filter(|k| k.as_str() != "path").collect();
+            if let Some(k) = unknown.first() {
+                return Err(Diagnostic::new(
+                    "unknown_key",
+                    format!("{manifest_path}.params.{k}"),
+                    format!("SQLite connections take only `path`, not `{k}`"),
+                )
+                .hint("write `params: {path: file.db}`"));
+            }
+            p.get("path").cloned().ok_or_else(|| {
+                Diagnostic::new("missing_key", format!("{manifest_path}.params.path"), "a SQLite connection needs `path`")
+                    .hint("write `params: {path: file.db}`")
+            })?
+        }
+        ConnectionSpec::Env { id } => {
+            let var = ConnectionSpec::env_var(id);
+            env(&var).ok_or_else(|| {
+                Diagnostic::new(
+                    "missing_connection_env",
+                    format!("{manifest_path}.connection_id"),
+                    format!("environment variable {var} is not set"),
+                )
+                .hint(format!("export {var}=sqlite:///path/to/file.db"))
+            })?
+        }
+    };
+    let path = raw.strip_prefix("sqlite://").unwrap_or(&raw);
+    if path.is_empty() {
+        return Err(Diagnostic::new("invalid_value", format!("{manifest_path}.params.path"), "the SQLite path is empty")
+            .hint("name a database file"));
+    }
+    let p = Path::new(path);
+    Ok(if p.is_absolute() { p.to_path_buf() } else { base.join(p) })
+}

@@ -1,0 +1,25 @@
+//! SQLite adapter: the embedded default source and target.
+//!
+//! A new user can run a whole pipeline with no server: SQLite file in,
+//! SQLite file out, through the same ports and run phases as the server
+//! routes (isolated staging per chunk attempt, read-back verification,
+//! a replacement generation, one atomic publication in a single
+//! transaction).
+//!
+//! - `config`: connection spec -> database path.
+//! - `types`: declared column types <-> canonical types, strict value conversion.
+//! - `source`: [`SqliteSource`], one read transaction shared by every chunk.
+//! - `sink`: [`SqliteTarget`].
+//! - `error`: rusqlite errors -> classified adapter errors.
+
+mod config;
+pub mod demo;
+mod error;
+mod sink;
+mod source;
+mod types;
+
+pub use config::{SqliteConfig, resolve_path};
+pub use sink::SqliteTarget;
+pub use source::SqliteSource;
+pub use types::{map_declared_type, quote_ident};

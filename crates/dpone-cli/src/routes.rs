@@ -5,13 +5,20 @@
 
 use dpone_core::Diagnostic;
 use dpone_core::manifest::{Manifest, System};
+use dpone_clickhouse::{ChClient, ClickhouseConfig, ClickhouseTarget};
+use dpone_postgres::PostgresSource;
 use dpone_sqlite::{SqliteConfig, SqliteSource, SqliteTarget};
 use std::path::Path;
 use std::sync::Arc;
 
 pub enum Route {
     SqliteToSqlite(Arc<SqliteSource>, Arc<SqliteTarget>),
+    PostgresToClickhouse(Arc<PostgresSource>, Arc<ClickhouseTarget>),
 }
+
+/// Largest RowBinary INSERT request: a chunk larger than this is sent in
+/// several requests into the same staging table.
+const MAX_REQUEST_FRAMES: u64 = 64;
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
@@ -29,6 +36,22 @@ pub fn build(manifest: &Manifest, base: &Path) -> Result<Route, Diagnostic> {
                 Arc::new(SqliteTarget::new(SqliteConfig { path: dst, table: manifest.sink.table.clone() })),
             ))
         }
+        (System::Postgres, System::Clickhouse) => {
+            let pg = dpone_postgres::config::resolve(&manifest.source.connection, "source.connection", &env)?;
+            let ch = ClickhouseConfig::resolve(&manifest.sink.connection, "sink.connection", &env)?;
+            let database = manifest.sink.table.schema.clone().or_else(|| ch.database.clone()).unwrap_or_else(|| "default".into());
+            let client = ChClient::new(ch).map_err(|e| Diagnostic::new(e.code, "sink.connection", e.message))?;
+            Ok(Route::PostgresToClickhouse(
+                Arc::new(PostgresSource::new(pg, manifest.source.table.clone())),
+                Arc::new(ClickhouseTarget::new(
+                    client,
+                    database,
+                    manifest.sink.table.name.clone(),
+                    manifest.sink.staging_schema.clone(),
+                    manifest.source.wire.block_bytes.saturating_mul(MAX_REQUEST_FRAMES),
+                )),
+            ))
+        }
         (s, t) => Err(Diagnostic::new("unsupported_route", "sink.type", format!("the route {s} -> {t} is not supported"))
             .hint("supported routes: sqlite->sqlite, postgres->clickhouse")),
     }
@@ -39,6 +62,7 @@ macro_rules! with_route {
     ($route:expr, |$s:ident, $t:ident| $body:expr) => {
         match $route {
             $crate::routes::Route::SqliteToSqlite($s, $t) => $body,
+            $crate::routes::Route::PostgresToClickhouse($s, $t) => $body,
         }
     };
 }

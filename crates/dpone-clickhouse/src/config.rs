@@ -1,0 +1,145 @@
+//! Connection settings, resolved from a manifest's connection spec.
+
+use dpone_core::Diagnostic;
+use dpone_core::manifest::ConnectionSpec;
+use reqwest::Url;
+use std::fmt;
+
+#[derive(Clone)]
+pub struct ClickhouseConfig {
+    /// Base URL without credentials.
+    pub url: Url,
+    pub user: String,
+    pub password: Option<String>,
+    /// Default database for unqualified names (`database` URL parameter).
+    pub database: Option<String>,
+}
+
+impl fmt::Debug for ClickhouseConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClickhouseConfig")
+            .field("url", &self.url.as_str())
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("database", &self.database)
+            .finish()
+    }
+}
+
+impl ClickhouseConfig {
+    /// Parses `http(s)://[user[:password]@]host:port[/?database=db]`.
+    pub fn from_url(raw: &str) -> Result<Self, String> {
+        let mut url = Url::parse(raw).map_err(|e| format!("not a URL: {e}"))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!("scheme `{}` is not supported; use http:// or https://", url.scheme()));
+        }
+        if url.host_str().is_none() {
+            return Err("the URL has no host".into());
+        }
+        let user = if url.username().is_empty() { "default".to_string() } else { decode(url.username()) };
+        let password = url.password().map(decode);
+        let database = url.query_pairs().find(|(k, _)| k == "database").map(|(_, v)| v.into_owned());
+        let _ = url.set_username("");
+        let _ = url.set_password(None);
+        url.set_query(None);
+        url.set_path("/");
+        Ok(ClickhouseConfig { url, user, password, database })
+    }
+
+    pub fn resolve(spec: &ConnectionSpec, manifest_path: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Self, Diagnostic> {
+        match spec {
+            ConnectionSpec::Env { id } => {
+                let var = ConnectionSpec::env_var(id);
+                let raw = env(&var).ok_or_else(|| {
+                    Diagnostic::new(
+                        "missing_connection_env",
+                        format!("{manifest_path}.connection_id"),
+                        format!("environment variable {var} is not set"),
+                    )
+                    .hint(format!("export {var}=http://user:password@host:8123/?database=db"))
+                })?;
+                Self::from_url(&raw).map_err(|e| {
+                    Diagnostic::new("invalid_connection", format!("{manifest_path}.connection_id"), format!("{var}: {e}"))
+                        .hint("use http://user:password@host:8123/?database=db")
+                })
+            }
+            ConnectionSpec::Params(p) => {
+                for k in p.keys() {
+                    if !["url", "host", "port", "user", "password", "database", "secure"].contains(&k.as_str()) {
+                        return Err(Diagnostic::new(
+                            "unknown_key",
+                            format!("{manifest_path}.params.{k}"),
+                            format!("ClickHouse connections take no `{k}`"),
+                        )
+                        .hint("use url, or host, port, user, password, database, secure"));
+                    }
+                }
+                let mut cfg = match p.get("url") {
+                    Some(u) => Self::from_url(u).map_err(|e| {
+                        Diagnostic::new("invalid_connection", format!("{manifest_path}.params.url"), e).hint("use http://host:8123")
+                    })?,
+                    None => {
+                        let host = p.get("host").ok_or_else(|| {
+                            Diagnostic::new(
+                                "missing_key",
+                                format!("{manifest_path}.params.host"),
+                                "a ClickHouse connection needs `url` or `host`",
+                            )
+                            .hint("add `host` (and `port`, default 8123)")
+                        })?;
+                        let scheme = if p.get("secure").map(String::as_str) == Some("true") { "https" } else { "http" };
+                        let port = p.get("port").map(String::as_str).unwrap_or("8123");
+                        Self::from_url(&format!("{scheme}://{host}:{port}/")).map_err(|e| {
+                            Diagnostic::new("invalid_connection", format!("{manifest_path}.params.host"), e).hint("check host and port")
+                        })?
+                    }
+                };
+                if let Some(u) = p.get("user") {
+                    cfg.user = u.clone();
+                }
+                if let Some(pw) = p.get("password") {
+                    cfg.password = Some(pw.clone());
+                }
+                if let Some(db) = p.get("database") {
+                    cfg.database = Some(db.clone());
+                }
+                Ok(cfg)
+            }
+        }
+    }
+}
+
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let Ok(v) = u8::from_str_radix(std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"), 16)
+        {
+            out.push(v);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_credentials_are_split_off() {
+        let c = ClickhouseConfig::from_url("http://bob:s%40cret@127.0.0.1:8123/?database=analytics").unwrap();
+        assert_eq!(c.url.as_str(), "http://127.0.0.1:8123/");
+        assert_eq!(c.user, "bob");
+        assert_eq!(c.password.as_deref(), Some("s@cret"));
+        assert_eq!(c.database.as_deref(), Some("analytics"));
+        assert!(!format!("{c:?}").contains("cret"));
+        assert!(ClickhouseConfig::from_url("tcp://x:9000").is_err());
+    }
+}

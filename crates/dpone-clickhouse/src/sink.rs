@@ -1,0 +1,598 @@
+//! ClickHouse target: RowBinary staging over HTTP, server-side verification,
+//! a replacement generation and one `EXCHANGE TABLES`.
+//!
+//! - Staging: one `CREATE TABLE stg AS target` per chunk attempt; frames
+//!   are streamed as RowBinary request bodies (a request ends before it
+//!   exceeds `max_request_bytes`, so each request is bounded).
+//! - Verification is computed by the server over what it stores:
+//!   `sum(reinterpretAsUInt256(SHA256(formatRowNoNewline('RowBinary', ...))))`
+//!   equals the stream's digest when the stored rows are the sent rows.
+//! - Generation: `CREATE TABLE gen AS target`, the target's rows outside the
+//!   window (NULL window values included) copied by `INSERT ... SELECT`, the
+//!   verified chunks attached by `ATTACH PARTITION ... FROM` (hard links).
+//! - Publication: exactly one `EXCHANGE TABLES target AND gen`; the outcome
+//!   is read from the tables' UUIDs, never assumed from the response. The
+//!   previous generation is kept as `_dpone_bak_<run>` (one per target).
+
+use crate::client::{ChClient, Idempotence, quote_ident, quote_str};
+use dpone_core::Diagnostic;
+use dpone_core::digest::RowDigest;
+use dpone_core::ports::{
+    AdapterError, Contents, EligibilityRequest, ErrorClass, FrameRx, PublicationOutcome, Result, RowFilter, TableRole, Target, WindowStats,
+};
+use dpone_core::time::Timestamp;
+use dpone_core::types::{Column, DType, parse_clickhouse_type};
+use serde_json::Value as Json;
+use std::sync::OnceLock;
+
+/// Oldest major version with Atomic databases and EXCHANGE TABLES that dpone admits.
+pub const MIN_MAJOR_VERSION: u32 = 21;
+
+pub struct ClickhouseTarget {
+    client: ChClient,
+    database: String,
+    table: String,
+    staging_database: String,
+    max_request_bytes: u64,
+    columns: OnceLock<Vec<Column>>,
+}
+
+fn text(row: &serde_json::Map<String, Json>, key: &str) -> String {
+    match row.get(key) {
+        Some(Json::String(s)) => s.clone(),
+        Some(Json::Null) | None => String::new(),
+        Some(v) => v.to_string(),
+    }
+}
+
+fn num(row: &serde_json::Map<String, Json>, key: &str) -> Result<u64> {
+    text(row, key).parse().map_err(|_| AdapterError::permanent("clickhouse_protocol", format!("expected a number in `{key}`")))
+}
+
+impl ClickhouseTarget {
+    /// `database` is the target's database; `staging_database` defaults to it.
+    pub fn new(client: ChClient, database: String, table: String, staging_database: Option<String>, max_request_bytes: u64) -> Self {
+        let staging_database = staging_database.unwrap_or_else(|| database.clone());
+        ClickhouseTarget {
+            client,
+            database,
+            table,
+            staging_database,
+            max_request_bytes: max_request_bytes.max(1),
+            columns: OnceLock::new(),
+        }
+    }
+
+    pub fn client(&self) -> &ChClient {
+        &self.client
+    }
+
+    fn target_sql(&self) -> String {
+        format!("{}.{}", quote_ident(&self.database), quote_ident(&self.table))
+    }
+
+    /// Staging tables live in the staging database; everything else the run
+    /// owns lives next to the target (EXCHANGE needs the same database).
+    fn owned_db(&self, name: &str) -> &str {
+        if name.starts_with("_dpone_stg_") { &self.staging_database } else { &self.database }
+    }
+
+    fn owned_sql(&self, name: &str) -> String {
+        format!("{}.{}", quote_ident(self.owned_db(name)), quote_ident(name))
+    }
+
+    fn role_sql(&self, role: TableRole<'_>) -> String {
+        match role {
+            TableRole::Target => self.target_sql(),
+            TableRole::Owned(n) => self.owned_sql(n),
+        }
+    }
+
+    fn columns(&self) -> Result<&Vec<Column>> {
+        self.columns.get().ok_or_else(|| AdapterError::permanent("internal_error", "target used before describe"))
+    }
+
+    fn column_list(&self) -> Result<String> {
+        Ok(self.columns()?.iter().map(|c| quote_ident(&c.name)).collect::<Vec<_>>().join(", "))
+    }
+
+    async fn table_uuid(&self, database: &str, name: &str) -> Result<Option<String>> {
+        let rows = self
+            .client
+            .query_rows(&format!(
+                "SELECT toString(uuid) AS uuid FROM system.tables WHERE database = {} AND name = {}",
+                quote_str(database),
+                quote_str(name)
+            ))
+            .await?;
+        Ok(rows.first().map(|r| text(r, "uuid")))
+    }
+
+    /// Reads the target's UUID, retrying transient failures a few times.
+    async fn observe_target_uuid(&self) -> Result<Option<String>> {
+        let mut last = None;
+        for delay_ms in [0u64, 200, 500, 1000, 2000] {
+            tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
+            match self.table_uuid(&self.database, &self.table).await {
+                Ok(u) => return Ok(u),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("at least one attempt"))
+    }
+
+    async fn ddl(&self, sql: &str) -> Result<()> {
+        self.client.execute(sql, Idempotence::Safe).await
+    }
+}
+
+fn filter_sql(f: &RowFilter) -> String {
+    let c = quote_ident(&f.column);
+    let lit = |t: Timestamp| format!("toDateTime64({}, 6, 'UTC')", quote_str(&t.to_canonical()));
+    if f.inside {
+        format!("({c} >= {} AND {c} < {})", lit(f.start), lit(f.end))
+    } else {
+        format!("({c} IS NULL OR {c} < {} OR {c} >= {})", lit(f.start), lit(f.end))
+    }
+}
+
+fn major_version(version: &str) -> Option<u32> {
+    version.split('.').next()?.parse().ok()
+}
+
+impl Target for ClickhouseTarget {
+    async fn describe(&self) -> Result<Option<Vec<Column>>> {
+        let rows = self
+            .client
+            .query_rows(&format!(
+                "SELECT name, type FROM system.columns WHERE database = {} AND table = {}",
+                quote_str(&self.database),
+                quote_str(&self.table)
+            ))
+            .await?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let cols = rows
+            .iter()
+            .map(|r| {
+                let (name, ty) = (text(r, "name"), text(r, "type"));
+                let parsed = parse_clickhouse_type(&ty).map_err(|e| {
+                    AdapterError::permanent("unsupported_type", format!("target column `{name}`: {e}"))
+                        .hint("see `dpone schema type-matrix`")
+                })?;
+                Ok(Column { name, ty: parsed, native_type: ty })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let _ = self.columns.set(cols.clone());
+        Ok(Some(cols))
+    }
+
+    async fn eligibility(&self, request: &EligibilityRequest) -> Result<Vec<Diagnostic>> {
+        let mut out = Vec::new();
+        let refuse = |code: &str, path: &str, msg: String, hint: &str| Diagnostic::new(code, path, msg).hint(hint);
+        let version = self.client.version().await?;
+        if major_version(&version).is_none_or(|m| m < MIN_MAJOR_VERSION) {
+            out.push(refuse(
+                "target_server_unsupported",
+                "sink.connection",
+                format!("ClickHouse {version} has no Atomic databases and no EXCHANGE TABLES, so a window cannot be published atomically"),
+                "use ClickHouse 21.8 or newer with an Atomic database",
+            ));
+            return Ok(out);
+        }
+        let db = self.client.query_rows(&format!("SELECT engine FROM system.databases WHERE name = {}", quote_str(&self.database))).await?;
+        match db.first().map(|r| text(r, "engine")) {
+            None => {
+                out.push(refuse(
+                    "target_missing",
+                    "sink.table.schema",
+                    format!("database `{}` does not exist", self.database),
+                    "create the database (ENGINE = Atomic) and the target table first",
+                ));
+                return Ok(out);
+            }
+            Some(engine) if engine != "Atomic" => out.push(refuse(
+                "target_database_not_atomic",
+                "sink.table.schema",
+                format!("database `{}` uses engine {engine}; EXCHANGE TABLES needs an Atomic database", self.database),
+                "move the table to a database created with ENGINE = Atomic",
+            )),
+            Some(_) => {}
+        }
+        if self.staging_database != self.database {
+            let sdb = self
+                .client
+                .query_rows(&format!("SELECT engine FROM system.databases WHERE name = {}", quote_str(&self.staging_database)))
+                .await?;
+            if sdb.is_empty() {
+                out.push(refuse(
+                    "staging_database_missing",
+                    "sink.staging.schema",
+                    format!("staging database `{}` does not exist", self.staging_database),
+                    "create it or remove sink.staging.schema",
+                ));
+            }
+        }
+        let tables = self
+            .client
+            .query_rows(&format!(
+                "SELECT engine, create_table_query, dependencies_database, dependencies_table FROM system.tables WHERE database = {} AND name = {}",
+                quote_str(&self.database),
+                quote_str(&self.table)
+            ))
+            .await?;
+        let Some(t) = tables.first() else {
+            out.push(refuse(
+                "target_missing",
+                "sink.table",
+                format!("target table {} does not exist", self.target_sql()),
+                "create the target table first; dpone replaces data, it does not invent schemas",
+            ));
+            return Ok(out);
+        };
+        let engine = text(t, "engine");
+        if engine != "MergeTree" {
+            out.push(refuse(
+                "target_engine_unsupported",
+                "sink.table",
+                format!("target engine is {engine}; only plain MergeTree is admitted for window publication"),
+                "replicated, replacing, collapsing and distributed engines need separate proof of atomicity",
+            ));
+        }
+        let create = text(t, "create_table_query");
+        if create.contains(" TTL ") {
+            out.push(refuse(
+                "target_has_ttl",
+                "sink.table",
+                "the target table has a TTL".into(),
+                "remove the TTL: it could delete published rows",
+            ));
+        }
+        if create.contains("PROJECTION ") {
+            out.push(refuse(
+                "target_has_projections",
+                "sink.table",
+                "the target table has projections".into(),
+                "drop the projections; they are not verified by dpone",
+            ));
+        }
+        let deps = t.get("dependencies_table").and_then(Json::as_array).map(Vec::len).unwrap_or(0);
+        let views = self
+            .client
+            .query_rows(&format!(
+                "SELECT database, name FROM system.tables WHERE engine IN ('View', 'MaterializedView', 'LiveView', 'WindowView') \
+                 AND (position(create_table_query, {}) > 0 OR position(create_table_query, {}) > 0)",
+                quote_str(&format!("{}.{}", self.database, self.table)),
+                quote_str(&format!("`{}`.`{}`", self.database, self.table))
+            ))
+            .await?;
+        if deps > 0 || !views.is_empty() {
+            let names: Vec<String> = views.iter().map(|v| format!("{}.{}", text(v, "database"), text(v, "name"))).collect();
+            out.push(refuse(
+                "target_has_dependent_views",
+                "sink.table",
+                format!("views depend on the target ({})", if names.is_empty() { "materialized views".into() } else { names.join(", ") }),
+                "EXCHANGE would leave dependent views pointing at the swapped table; drop or detach them first",
+            ));
+        }
+        let computed = self
+            .client
+            .query_rows(&format!(
+                "SELECT name, default_kind FROM system.columns WHERE database = {} AND table = {} AND default_kind != ''",
+                quote_str(&self.database),
+                quote_str(&self.table)
+            ))
+            .await?;
+        for c in &computed {
+            out.push(refuse(
+                "target_computed_columns",
+                "sink.table",
+                format!("target column `{}` is {}", text(c, "name"), text(c, "default_kind")),
+                "DEFAULT, MATERIALIZED, ALIAS and EPHEMERAL columns are not admitted: every column must come from the source",
+            ));
+        }
+        let mutations = self
+            .client
+            .scalar(&format!(
+                "SELECT count() FROM system.mutations WHERE database = {} AND table = {} AND NOT is_done",
+                quote_str(&self.database),
+                quote_str(&self.table)
+            ))
+            .await?;
+        if mutations != "0" {
+            out.push(refuse(
+                "target_mutations_pending",
+                "sink.table",
+                format!("{mutations} mutations of the target are not finished"),
+                "wait for them (system.mutations) or kill them before running",
+            ));
+        }
+        let policies = self
+            .client
+            .scalar(&format!(
+                "SELECT count() FROM system.row_policies WHERE database = {} AND table = {}",
+                quote_str(&self.database),
+                quote_str(&self.table)
+            ))
+            .await?;
+        if policies != "0" {
+            out.push(refuse(
+                "target_row_policies",
+                "sink.table",
+                format!("{policies} row policies apply to the target"),
+                "row policies hide rows from verification; remove them or run as a user they do not restrict",
+            ));
+        }
+        let markers = self
+            .client
+            .query_rows(&format!(
+                "SELECT name FROM system.tables WHERE database = {} AND startsWith(name, '_dpone_gen_')",
+                quote_str(&self.database)
+            ))
+            .await?;
+        for m in &markers {
+            out.push(refuse(
+                "pending_run_marker",
+                "sink.table",
+                format!("generation table `{}` of another run is still present", text(m, "name")),
+                "another run is in progress or ended with an unknown outcome; see the recovery runbook before removing it",
+            ));
+        }
+        if let Some(col) = &request.window_column
+            && let Some(c) = self.columns()?.iter().find(|c| &c.name == col)
+            && !matches!(&c.ty.dtype, DType::DateTime64 { precision: 0..=6, tz: Some(tz) } if tz == "UTC")
+        {
+            out.push(refuse(
+                "window_column_type",
+                "sink.strategy.window.column",
+                format!("target window column `{col}` is {}; (Nullable)DateTime64(p <= 6, 'UTC') is required", c.ty),
+                "declare the column DateTime64(6, 'UTC')",
+            ));
+        }
+        Ok(out)
+    }
+
+    async fn create_staging(&self, name: &str) -> Result<()> {
+        self.ddl(&format!("CREATE TABLE {} AS {}", self.owned_sql(name), self.target_sql())).await
+    }
+
+    async fn load(&self, table: &str, mut frames: FrameRx) -> Result<u64> {
+        let table_sql = self.owned_sql(table);
+        let mut written = 0u64;
+        let mut request_no = 0u32;
+        let mut pending: Option<dpone_core::ports::Frame> = None;
+        loop {
+            let first = match pending.take() {
+                Some(f) => f,
+                None => match frames.recv().await {
+                    Some(f) => f,
+                    None => break,
+                },
+            };
+            // One INSERT request, fed through a small channel so that its
+            // body is bounded and streamed.
+            let (tx, rx) = tokio::sync::mpsc::channel::<std::result::Result<bytes::Bytes, std::io::Error>>(1);
+            let body =
+                reqwest::Body::wrap_stream(futures_util::stream::unfold(
+                    rx,
+                    |mut rx| async move { rx.recv().await.map(|item| (item, rx)) },
+                ));
+            request_no += 1;
+            let query_id = format!("{table}_{request_no}");
+            let client = self.client.clone();
+            let insert_sql = table_sql.clone();
+            let request = tokio::spawn(async move { client.insert_rowbinary(&insert_sql, body, &query_id).await });
+            let mut sent_rows = 0u64;
+            let mut sent_bytes = 0u64;
+            let mut next = Some(first);
+            while let Some(frame) = next.take() {
+                if sent_bytes > 0 && sent_bytes + frame.bytes.len() as u64 > self.max_request_bytes {
+                    pending = Some(frame);
+                    break;
+                }
+                sent_bytes += frame.bytes.len() as u64;
+                sent_rows += frame.rows;
+                if tx.send(Ok(bytes::Bytes::from(frame.bytes))).await.is_err() {
+                    break; // the request ended early; its result says why
+                }
+                next = frames.recv().await;
+            }
+            drop(tx);
+            let summary =
+                request.await.map_err(|e| AdapterError::indeterminate("internal_error", format!("the INSERT task failed: {e}")))??;
+            if let Some(w) = summary.written_rows
+                && w != sent_rows
+            {
+                return Err(AdapterError::permanent(
+                    "staging_verification_failed",
+                    format!("ClickHouse reports {w} rows written for an INSERT of {sent_rows} rows into {table}"),
+                ));
+            }
+            written += sent_rows;
+        }
+        Ok(written)
+    }
+
+    async fn inspect(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<Contents> {
+        let cols = self.columns()?;
+        let list = self.column_list()?;
+        let nulls: Vec<String> =
+            cols.iter().enumerate().map(|(i, c)| format!("countIf(isNull({})) AS n{i}", quote_ident(&c.name))).collect();
+        let mut sql = format!(
+            "SELECT count() AS rows, toString(sum(reinterpretAsUInt256(SHA256(formatRowNoNewline('RowBinary', {list}))))) AS digest, {} FROM {}",
+            nulls.join(", "),
+            self.role_sql(table)
+        );
+        if let Some(f) = filter {
+            sql.push_str(" WHERE ");
+            sql.push_str(&filter_sql(f));
+        }
+        let rows = self.client.query_rows(&sql).await?;
+        let r = rows.first().ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "an aggregate returned no row"))?;
+        let sum = RowDigest::parse_sum(&text(r, "digest"))
+            .ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "the digest is not a UInt256"))?;
+        let null_counts = (0..cols.len()).map(|i| num(r, &format!("n{i}"))).collect::<Result<Vec<_>>>()?;
+        let count = num(r, "rows")?;
+        Ok(Contents { rows: count, digest: RowDigest { rows: count, sum, null_counts } })
+    }
+
+    async fn build_generation(&self, generation: &str, keep: Option<&RowFilter>, stagings: &[String]) -> Result<()> {
+        let gen_sql = self.owned_sql(generation);
+        self.ddl(&format!("DROP TABLE IF EXISTS {gen_sql} SYNC")).await?;
+        self.ddl(&format!("CREATE TABLE {gen_sql} AS {}", self.target_sql())).await?;
+        if let Some(k) = keep {
+            let list = self.column_list()?;
+            self.client
+                .execute(
+                    &format!("INSERT INTO {gen_sql} ({list}) SELECT {list} FROM {} WHERE {}", self.target_sql(), filter_sql(k)),
+                    Idempotence::Unsafe,
+                )
+                .await?;
+        }
+        for s in stagings {
+            let parts = self
+                .client
+                .query_rows(&format!(
+                    "SELECT DISTINCT partition_id FROM system.parts WHERE database = {} AND table = {} AND active",
+                    quote_str(self.owned_db(s)),
+                    quote_str(s)
+                ))
+                .await?;
+            for p in parts {
+                self.client
+                    .execute(
+                        &format!(
+                            "ALTER TABLE {gen_sql} ATTACH PARTITION ID {} FROM {}",
+                            quote_str(&text(&p, "partition_id")),
+                            self.owned_sql(s)
+                        ),
+                        Idempotence::Unsafe,
+                    )
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn compare_kept(&self, generation: &str, keep: &RowFilter) -> Result<u64> {
+        let list = self.column_list()?;
+        let w = filter_sql(keep);
+        let sql = format!(
+            "SELECT count() FROM (SELECT {list}, sum(w) AS s FROM (\
+             SELECT {list}, toInt64(1) AS w FROM {} WHERE {w} \
+             UNION ALL SELECT {list}, toInt64(-1) AS w FROM {} WHERE {w}) GROUP BY {list} HAVING s != 0)",
+            self.target_sql(),
+            self.owned_sql(generation)
+        );
+        self.client.scalar(&sql).await?.parse().map_err(|_| AdapterError::permanent("clickhouse_protocol", "expected a count"))
+    }
+
+    async fn publish(&self, generation: &str, _keep: Option<&RowFilter>, backup: &str) -> Result<PublicationOutcome> {
+        let before = self.table_uuid(&self.database, &self.table).await?;
+        let gen_uuid = self.table_uuid(&self.database, generation).await?;
+        let (Some(before), Some(gen_uuid)) = (before, gen_uuid) else {
+            return Err(AdapterError::permanent("publication_failed", "the target or the generation disappeared before publication"));
+        };
+        let exchange = self
+            .client
+            .execute(&format!("EXCHANGE TABLES {} AND {}", self.target_sql(), self.owned_sql(generation)), Idempotence::Unsafe)
+            .await;
+        // Judge by the target's identity, whatever the response said.
+        let observed = match self.observe_target_uuid().await {
+            Ok(u) => u,
+            Err(e) => {
+                return Err(AdapterError::indeterminate(
+                    "outcome_unknown",
+                    format!("the EXCHANGE {} and the target's UUID could not be read afterwards: {}", describe(&exchange), e.message),
+                )
+                .hint("read system.tables: if the target's UUID equals the run's generation UUID the publication happened"));
+            }
+        };
+        let outcome = match observed {
+            Some(u) if u == gen_uuid => PublicationOutcome::Published,
+            Some(u) if u == before => PublicationOutcome::Absent,
+            _ => PublicationOutcome::Unknown,
+        };
+        match (outcome, exchange) {
+            (PublicationOutcome::Absent, Err(e)) => {
+                return Err(AdapterError::new(
+                    if e.class == ErrorClass::Indeterminate { ErrorClass::Permanent } else { e.class },
+                    "publication_failed",
+                    format!("EXCHANGE TABLES did not take effect: {}", e.message),
+                ));
+            }
+            (PublicationOutcome::Unknown, _) => return Ok(PublicationOutcome::Unknown),
+            (PublicationOutcome::Absent, Ok(())) => return Ok(PublicationOutcome::Unknown),
+            (PublicationOutcome::Published, _) => {}
+        }
+        // The generation's name now holds the previous target: keep it as
+        // this target's only backup.
+        let backup_sql = self.owned_sql(backup);
+        let comment = format!("dpone backup of {}", self.target_sql());
+        if self.ddl(&format!("RENAME TABLE {} TO {backup_sql}", self.owned_sql(generation))).await.is_ok() {
+            let _ = self.ddl(&format!("ALTER TABLE {backup_sql} MODIFY COMMENT {}", quote_str(&comment))).await;
+            if let Ok(old) = self
+                .client
+                .query_rows(&format!(
+                    "SELECT name FROM system.tables WHERE database = {} AND startsWith(name, '_dpone_bak_') AND comment = {} AND name != {}",
+                    quote_str(&self.database),
+                    quote_str(&comment),
+                    quote_str(backup)
+                ))
+                .await
+            {
+                for o in old {
+                    let _ = self.ddl(&format!("DROP TABLE IF EXISTS {} SYNC", self.owned_sql(&text(&o, "name")))).await;
+                }
+            }
+        }
+        Ok(PublicationOutcome::Published)
+    }
+
+    async fn window_stats(&self, f: &RowFilter) -> Result<WindowStats> {
+        let c = quote_ident(&f.column);
+        let inside = filter_sql(&RowFilter { inside: true, ..f.clone() });
+        let target = self.target_sql();
+        let rows = self
+            .client
+            .query_rows(&format!(
+                "SELECT count() AS total, countIf({inside}) AS window, countIf(isNull({c})) AS nulls, \
+                 toString(toUnixTimestamp64Micro(minIf({c}, {inside}))) AS min, toString(toUnixTimestamp64Micro(maxIf({c}, {inside}))) AS max \
+                 FROM {target}"
+            ))
+            .await?;
+        let r = rows.first().ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "an aggregate returned no row"))?;
+        let (total, window, nulls) = (num(r, "total")?, num(r, "window")?, num(r, "nulls")?);
+        let micros = |k: &str| text(r, k).parse::<i64>().ok().map(Timestamp);
+        let per_day = self
+            .client
+            .query_rows(&format!(
+                "SELECT toString(toDate(assumeNotNull({c}), 'UTC')) AS day, count() AS rows FROM {target} WHERE {inside} GROUP BY day ORDER BY day"
+            ))
+            .await?;
+        Ok(WindowStats {
+            total_rows: total,
+            window_rows: window,
+            outside_rows: total - window,
+            null_window_rows: nulls,
+            rows_per_utc_day: per_day.iter().map(|d| Ok((text(d, "day"), num(d, "rows")?))).collect::<Result<_>>()?,
+            min: if window > 0 { micros("min") } else { None },
+            max: if window > 0 { micros("max") } else { None },
+        })
+    }
+
+    async fn drop_tables(&self, names: &[String]) -> Result<()> {
+        for n in names {
+            self.ddl(&format!("DROP TABLE IF EXISTS {} SYNC", self.owned_sql(n))).await?;
+        }
+        Ok(())
+    }
+}
+
+fn describe(r: &Result<()>) -> String {
+    match r {
+        Ok(()) => "was acknowledged".into(),
+        Err(e) => format!("failed ({})", e.message),
+    }
+}

@@ -1,0 +1,84 @@
+//! PostgreSQL catalog introspection and the PostgreSQL -> canonical type map.
+
+use dpone_core::types::DType;
+
+/// Type oids dpone moves exactly.
+pub mod oid {
+    pub const BOOL: u32 = 16;
+    pub const INT8: u32 = 20;
+    pub const INT2: u32 = 21;
+    pub const INT4: u32 = 23;
+    pub const TEXT: u32 = 25;
+    pub const FLOAT4: u32 = 700;
+    pub const FLOAT8: u32 = 701;
+    pub const BPCHAR: u32 = 1042;
+    pub const VARCHAR: u32 = 1043;
+    pub const DATE: u32 = 1082;
+    pub const TIMESTAMP: u32 = 1114;
+    pub const TIMESTAMPTZ: u32 = 1184;
+    pub const NUMERIC: u32 = 1700;
+    pub const UUID: u32 = 2950;
+}
+
+/// Columns of a relation: name, type oid, typmod, formatted type, NOT NULL.
+pub const DESCRIBE_SQL: &str = "SELECT a.attname::text, a.atttypid::int8, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull \
+     FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum";
+
+/// Maps a PostgreSQL type (oid + typmod) to its canonical type (SPEC §3).
+pub fn map_type(type_oid: u32, typmod: i32, formatted: &str) -> Result<DType, String> {
+    Ok(match type_oid {
+        oid::INT2 => DType::Int16,
+        oid::INT4 => DType::Int32,
+        oid::INT8 => DType::Int64,
+        oid::FLOAT4 => DType::Float32,
+        oid::FLOAT8 => DType::Float64,
+        oid::BOOL => DType::Bool,
+        oid::TEXT | oid::VARCHAR | oid::BPCHAR => DType::String,
+        oid::UUID => DType::Uuid,
+        oid::DATE => DType::Date,
+        oid::TIMESTAMP => DType::DateTime64 { precision: 6, tz: None },
+        oid::TIMESTAMPTZ => DType::DateTime64 { precision: 6, tz: Some("UTC".into()) },
+        oid::NUMERIC => {
+            if typmod < 4 {
+                return Err("numeric without (precision, scale) can hold any number of digits; declare numeric(p,s)".into());
+            }
+            let precision = ((typmod - 4) >> 16) & 0xffff;
+            // PostgreSQL 15 stores the scale as an 11-bit signed field.
+            let scale = (((typmod - 4) & 0x7ff) ^ 1024) - 1024;
+            if !(1..=76).contains(&precision) {
+                return Err(format!("{formatted}: Decimal holds at most 76 digits"));
+            }
+            if scale < 0 || scale > precision {
+                return Err(format!("{formatted}: a negative scale or a scale above the precision has no Decimal equivalent"));
+            }
+            DType::Decimal { precision: precision as u8, scale: scale as u8 }
+        }
+        _ => {
+            let hint = match formatted {
+                "json" | "jsonb" | "bytea" => "it needs an explicit contract, which this runtime does not offer yet",
+                f if f.ends_with("[]") => "arrays are not supported",
+                _ => "no exact mapping exists; cast it in a view",
+            };
+            return Err(format!("type {formatted} is not supported: {hint}"));
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn typmod(p: i32, s: i32) -> i32 {
+        ((p << 16) | (s & 0x7ff)) + 4
+    }
+
+    #[test]
+    fn numeric_typmods() {
+        assert_eq!(map_type(oid::NUMERIC, typmod(18, 4), "numeric(18,4)").unwrap(), DType::Decimal { precision: 18, scale: 4 });
+        assert_eq!(map_type(oid::NUMERIC, typmod(76, 76), "numeric(76,76)").unwrap(), DType::Decimal { precision: 76, scale: 76 });
+        assert!(map_type(oid::NUMERIC, -1, "numeric").is_err());
+        assert!(map_type(oid::NUMERIC, typmod(77, 0), "numeric(77,0)").is_err());
+        assert!(map_type(oid::NUMERIC, typmod(10, -2), "numeric(10,-2)").is_err());
+        assert!(map_type(114, -1, "json").unwrap_err().contains("explicit contract"));
+    }
+}

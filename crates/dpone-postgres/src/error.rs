@@ -1,0 +1,30 @@
+//! PostgreSQL errors -> classified adapter errors.
+
+use dpone_core::ports::{AdapterError, ErrorClass};
+
+pub(crate) fn classify(context: &str, e: tokio_postgres::Error) -> AdapterError {
+    let (class, code) = match e.code() {
+        Some(state) => {
+            let s = state.code();
+            if s.starts_with("08") || s.starts_with("53") || s == "40001" || s == "40P01" || s.starts_with("57P") {
+                (ErrorClass::Transient, format!("postgres_error:{s}"))
+            } else if s.starts_with("28") {
+                (ErrorClass::Permanent, "postgres_auth_failed".to_string())
+            } else {
+                (ErrorClass::Permanent, format!("postgres_error:{s}"))
+            }
+        }
+        // No SQLSTATE: the connection failed or closed (I/O, refused, reset).
+        None => (ErrorClass::Transient, "postgres_connection".to_string()),
+    };
+    let mut msg = format!("{context}: {e}");
+    if let Some(db) = e.as_db_error() {
+        msg = format!("{context}: {}", db.message());
+        if let Some(d) = db.detail() {
+            msg.push_str(&format!(" ({d})"));
+        }
+    } else if let Some(src) = std::error::Error::source(&e) {
+        msg.push_str(&format!(": {src}"));
+    }
+    AdapterError::new(class, code, msg)
+}

@@ -1,0 +1,15 @@
+//! PostgreSQL adapter.
+//!
+//! - `config`: connection spec -> `tokio_postgres::Config` (credentials never printed);
+//! - `catalog`: column introspection and the PostgreSQL -> canonical type map;
+//! - `transcode`: binary COPY -> RowBinary, exact, no allocation per value;
+//! - `source`: [`PostgresSource`], snapshot-consistent chunk reads;
+//! - `error`: SQLSTATE -> transient / permanent.
+
+pub mod catalog;
+pub mod config;
+mod error;
+pub mod source;
+pub mod transcode;
+
+pub use source::PostgresSource;

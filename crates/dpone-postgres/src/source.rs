@@ -1,0 +1,254 @@
+//! PostgreSQL source: one exported snapshot shared by every chunk reader.
+//!
+//! `open_snapshot` opens a keeper connection with `REPEATABLE READ READ
+//! ONLY` and exports its snapshot; each chunk read opens a worker
+//! connection, imports that snapshot (`SET TRANSACTION SNAPSHOT`) and runs
+//! `COPY (SELECT ... WHERE col >= start AND col < end) TO STDOUT (FORMAT
+//! binary)`. Every chunk therefore reads the same database version, however
+//! many run concurrently. The snapshot lives as long as the keeper
+//! connection: it cannot survive a restart, so the source version is not
+//! durable and a resumed run must re-extract the whole window.
+
+use crate::catalog::{DESCRIBE_SQL, map_type};
+use crate::error::classify;
+use crate::transcode::{CopyParser, FrameBuf, Parsed, RowCodec, codec_for};
+use dpone_core::digest::RowDigest;
+use dpone_core::error::did_you_mean;
+use dpone_core::manifest::TableRef;
+use dpone_core::ports::{AdapterError, Frame, FrameTx, ReadRequest, ReadStats, Result, Source, SourceVersion};
+use dpone_core::time::Timestamp;
+use dpone_core::types::{Column, ColumnType};
+use futures_util::StreamExt;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use tokio_postgres::{Client, NoTls};
+
+/// Frames are flushed at this size (or earlier at `block_rows`): small
+/// frames keep memory low and the pipeline busy.
+pub const FLUSH_BYTES: usize = 1 << 20;
+
+struct Keeper {
+    client: Client,
+    snapshot: String,
+}
+
+pub struct PostgresSource {
+    config: tokio_postgres::Config,
+    table: TableRef,
+    /// Column name -> type oid, filled by `describe`.
+    oids: OnceLock<HashMap<String, u32>>,
+    keeper: Mutex<Option<std::sync::Arc<Keeper>>>,
+}
+
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+fn quote_literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// `'2026-09-02 00:00:00.000000+00'::timestamptz`: generated from a typed
+/// instant, never from user text.
+fn timestamptz_literal(t: Timestamp) -> String {
+    format!("'{}+00'::timestamptz", t.to_canonical())
+}
+
+impl PostgresSource {
+    pub fn new(config: tokio_postgres::Config, table: TableRef) -> Self {
+        PostgresSource { config, table, oids: OnceLock::new(), keeper: Mutex::new(None) }
+    }
+
+    fn table_sql(&self) -> String {
+        match &self.table.schema {
+            Some(s) => format!("{}.{}", quote_ident(s), quote_ident(&self.table.name)),
+            None => quote_ident(&self.table.name),
+        }
+    }
+
+    async fn connect(&self, purpose: &str) -> Result<Client> {
+        let (client, connection) = self.config.connect(NoTls).await.map_err(|e| {
+            let mut err = classify(&format!("connecting to PostgreSQL ({purpose})"), e);
+            err.hint = Some("check source.connection and that the server accepts connections".into());
+            err
+        })?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!("postgres connection ended: {e}");
+            }
+        });
+        Ok(client)
+    }
+
+    fn keeper(&self) -> Result<std::sync::Arc<Keeper>> {
+        self.keeper
+            .lock()
+            .expect("keeper lock")
+            .clone()
+            .ok_or_else(|| AdapterError::permanent("internal_error", "read before open_snapshot"))
+    }
+
+    fn codec(&self, request: &ReadRequest) -> Result<RowCodec> {
+        let oids = self.oids.get().ok_or_else(|| AdapterError::permanent("internal_error", "read before describe"))?;
+        let columns = request
+            .columns
+            .iter()
+            .zip(&request.target_types)
+            .map(|(c, t): (&Column, &ColumnType)| {
+                let oid = oids.get(&c.name).copied().unwrap_or(0);
+                codec_for(c, oid, t).map_err(|e| AdapterError::permanent("unsupported_type", e))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(RowCodec { columns })
+    }
+}
+
+impl Source for PostgresSource {
+    async fn describe(&self, wanted: Option<&[String]>) -> Result<Vec<Column>> {
+        let client = self.connect("describe").await?;
+        let rows = client.query(DESCRIBE_SQL, &[&self.table_sql()]).await.map_err(|e| classify("reading the source catalog", e))?;
+        if rows.is_empty() {
+            return Err(AdapterError::permanent("source_table_missing", format!("source table {} does not exist", self.table))
+                .hint("check source.table (schema and name are case-sensitive)"));
+        }
+        let mut all = Vec::with_capacity(rows.len());
+        let mut oids = HashMap::new();
+        for r in rows {
+            let name: String = r.get(0);
+            let oid = r.get::<_, i64>(1) as u32;
+            let typmod: i32 = r.get(2);
+            let formatted: String = r.get(3);
+            let not_null: bool = r.get(4);
+            let dtype = map_type(oid, typmod, &formatted).map_err(|reason| {
+                AdapterError::permanent("unsupported_type", format!("source column `{name}`: {reason}"))
+                    .hint("see `dpone schema type-matrix`; exclude the column with source.options.columns or cast it in a view")
+            })?;
+            oids.insert(name.clone(), oid);
+            all.push(Column { name, ty: ColumnType::new(dtype, !not_null), native_type: formatted });
+        }
+        let _ = self.oids.set(oids);
+        let Some(wanted) = wanted else { return Ok(all) };
+        wanted
+            .iter()
+            .map(|name| {
+                all.iter().find(|c| &c.name == name).cloned().ok_or_else(|| {
+                    let hint = match did_you_mean(name, all.iter().map(|c| c.name.as_str())) {
+                        Some(s) => format!("did you mean `{s}`?"),
+                        None => "check source.options.columns".into(),
+                    };
+                    AdapterError::permanent("unknown_column", format!("source column `{name}` does not exist")).hint(hint)
+                })
+            })
+            .collect()
+    }
+
+    async fn open_snapshot(&self) -> Result<SourceVersion> {
+        let client = self.connect("snapshot keeper").await?;
+        client
+            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await
+            .map_err(|e| classify("starting the snapshot transaction", e))?;
+        let row = client
+            .query_one(
+                "SELECT pg_export_snapshot(), pg_current_snapshot()::text, current_database()::text, \
+                 (SELECT oid::int8 FROM pg_database WHERE datname = current_database()), pg_postmaster_start_time()::text",
+                &[],
+            )
+            .await
+            .map_err(|e| classify("exporting the snapshot", e))?;
+        let snapshot: String = row.get(0);
+        let version = format!(
+            "postgres:{}:{}:{}:{}",
+            row.get::<_, String>(2),
+            row.get::<_, i64>(3),
+            row.get::<_, String>(4),
+            row.get::<_, String>(1)
+        );
+        *self.keeper.lock().expect("keeper lock") = Some(std::sync::Arc::new(Keeper { client, snapshot }));
+        Ok(SourceVersion { id: version, durable: false })
+    }
+
+    async fn read(&self, request: ReadRequest, out: FrameTx) -> Result<ReadStats> {
+        let keeper = self.keeper()?;
+        let codec = self.codec(&request)?;
+        let client = self.connect("chunk reader").await?;
+        client
+            .batch_execute(&format!(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
+                quote_literal(&keeper.snapshot)
+            ))
+            .await
+            .map_err(|e| {
+                let mut err = classify("importing the run's snapshot", e);
+                err.code = "snapshot_lost".into();
+                err.hint = Some("the snapshot keeper ended; the run must re-extract the window under a new snapshot".into());
+                err
+            })?;
+        let columns = request.columns.iter().map(|c| quote_ident(&c.name)).collect::<Vec<_>>().join(", ");
+        let mut sql = format!("COPY (SELECT {columns} FROM {}", self.table_sql());
+        if let Some((col, chunk)) = &request.bounds {
+            let c = quote_ident(col);
+            sql.push_str(&format!(" WHERE {c} >= {} AND {c} < {}", timestamptz_literal(chunk.start), timestamptz_literal(chunk.end)));
+        }
+        sql.push_str(") TO STDOUT (FORMAT binary)");
+        let stream = client.copy_out(&sql).await.map_err(|e| classify("starting the chunk COPY", e))?;
+        futures_util::pin_mut!(stream);
+
+        let ncols = request.columns.len();
+        let max_bytes = usize::try_from(request.block_bytes).unwrap_or(usize::MAX);
+        let new_frame = || FrameBuf {
+            out: Vec::with_capacity(FLUSH_BYTES.min(max_bytes) + 4096),
+            digest: RowDigest::new(ncols),
+            rows: 0,
+            max_rows: request.block_rows,
+            max_bytes,
+            flush_bytes: FLUSH_BYTES.min(max_bytes),
+        };
+        let mut parser = CopyParser::new(codec);
+        let mut frame = new_frame();
+        let mut stats = ReadStats { digest: RowDigest::new(ncols), ..ReadStats::default() };
+        let flush = |frame: FrameBuf, stats: &mut ReadStats| {
+            stats.rows += frame.rows;
+            stats.encoded_bytes += frame.out.len() as u64;
+            stats.digest.merge(&frame.digest);
+            Frame { bytes: frame.out, rows: frame.rows, digest: frame.digest }
+        };
+        let value_error = |e: crate::transcode::TranscodeError| {
+            AdapterError::permanent(if e.column == "<row>" { "row_too_large" } else { "invalid_value" }, e.to_string())
+                .hint("dpone moves values exactly or not at all; fix the value or the target type")
+        };
+        loop {
+            match parser.parse_into(&mut frame).map_err(value_error)? {
+                Parsed::FrameFull => {
+                    let full = std::mem::replace(&mut frame, new_frame());
+                    out.send(flush(full, &mut stats)).await?;
+                }
+                Parsed::Finished => break,
+                Parsed::NeedMore => match stream.next().await {
+                    Some(Ok(bytes)) => parser.push(&bytes),
+                    Some(Err(e)) => return Err(classify("reading the chunk COPY", e)),
+                    None => {
+                        return Err(AdapterError::transient("postgres_copy_truncated", "the COPY stream ended before its trailer"));
+                    }
+                },
+            }
+        }
+        // Drain the end of the COPY (CommandComplete) before committing.
+        while let Some(item) = stream.next().await {
+            item.map_err(|e| classify("finishing the chunk COPY", e))?;
+        }
+        if frame.rows > 0 {
+            out.send(flush(frame, &mut stats)).await?;
+        }
+        client.batch_execute("COMMIT").await.map_err(|e| classify("ending the chunk transaction", e))?;
+        Ok(stats)
+    }
+
+    async fn close_snapshot(&self) -> Result<()> {
+        let keeper = self.keeper.lock().expect("keeper lock").take();
+        if let Some(k) = keeper {
+            let _ = k.client.batch_execute("COMMIT").await;
+        }
+        Ok(())
+    }
+}

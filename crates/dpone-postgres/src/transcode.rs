@@ -1,0 +1,415 @@
+//! PostgreSQL binary COPY -> RowBinary, column by column, without building values.
+//!
+//! A [`RowCodec`] is chosen once per run from the source columns and the
+//! target's column types; each incoming field is then converted straight
+//! from PostgreSQL's network-order binary form into RowBinary bytes in the
+//! output buffer. There is no heap allocation per value. Every conversion is
+//! exact or fails with the column name: integers keep their width, numerics
+//! are rescaled in integer arithmetic and checked against the target's
+//! precision (no rounding), non-finite floats and infinite dates are refused.
+//!
+//! The COPY stream is parsed incrementally ([`CopyParser`]): PostgreSQL sends
+//! about one message per row, but a row split across messages (or several
+//! rows in one) is handled by keeping only the unfinished tail.
+
+use dpone_core::digest::RowDigest;
+use dpone_core::rowbinary::{DATE_MAX_DAYS, DATE32_MAX_DAYS, DATE32_MIN_DAYS, write_leb128};
+use dpone_core::types::{Column, ColumnType, DType, decimal_width};
+use ethnum::I256;
+
+/// Days from 1970-01-01 to PostgreSQL's epoch 2000-01-01.
+const PG_EPOCH_DAYS: i64 = 10_957;
+/// Microseconds from 1970-01-01 to 2000-01-01.
+const PG_EPOCH_MICROS: i64 = PG_EPOCH_DAYS * 86_400_000_000;
+pub const COPY_SIGNATURE: &[u8; 11] = b"PGCOPY\n\xff\r\n\0";
+
+/// How one PostgreSQL column becomes one RowBinary column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FieldCodec {
+    /// Fixed-width big-endian integer -> little-endian of the same width.
+    Int {
+        width: usize,
+    },
+    Float32,
+    Float64,
+    Bool,
+    /// text / varchar / bpchar -> String (LEB128 length + UTF-8 bytes).
+    Text,
+    Uuid,
+    /// date -> Date (u16) or Date32 (i32).
+    Date {
+        date32: bool,
+    },
+    /// timestamp(tz) -> DateTime64(6): microseconds since 1970.
+    Timestamp,
+    /// numeric -> Decimal(precision, scale) of `width` bytes.
+    Numeric {
+        precision: u8,
+        scale: u8,
+        width: usize,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct ColumnCodec {
+    pub name: String,
+    pub nullable: bool,
+    pub codec: FieldCodec,
+}
+
+/// Chooses the codec for source column `source` (of PostgreSQL type `oid`) written as `target`.
+pub fn codec_for(source: &Column, oid: u32, target: &ColumnType) -> Result<ColumnCodec, String> {
+    let codec = match (Some(oid), &target.dtype) {
+        (Some(21), DType::Int16) => FieldCodec::Int { width: 2 },
+        (Some(23), DType::Int32) => FieldCodec::Int { width: 4 },
+        (Some(20), DType::Int64) => FieldCodec::Int { width: 8 },
+        (Some(700), DType::Float32) => FieldCodec::Float32,
+        (Some(701), DType::Float64) => FieldCodec::Float64,
+        (Some(16), DType::Bool) => FieldCodec::Bool,
+        (Some(25 | 1043 | 1042), DType::String) => FieldCodec::Text,
+        (Some(2950), DType::Uuid) => FieldCodec::Uuid,
+        (Some(1082), DType::Date) => FieldCodec::Date { date32: false },
+        (Some(1082), DType::Date32) => FieldCodec::Date { date32: true },
+        (Some(1114 | 1184), DType::DateTime64 { precision: 6, .. }) => FieldCodec::Timestamp,
+        (Some(1700), DType::Decimal { precision, scale }) => {
+            FieldCodec::Numeric { precision: *precision, scale: *scale, width: decimal_width(*precision) }
+        }
+        _ => return Err(format!("column `{}`: no exact conversion from {} to {}", source.name, source.native_type, target.dtype)),
+    };
+    Ok(ColumnCodec { name: source.name.clone(), nullable: target.nullable, codec })
+}
+
+/// A value that cannot be written exactly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TranscodeError {
+    pub column: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for TranscodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "column `{}`: {}", self.column, self.reason)
+    }
+}
+
+fn be_i64(b: &[u8]) -> i64 {
+    i64::from_be_bytes(b.try_into().expect("length checked"))
+}
+
+fn be_i32(b: &[u8]) -> i32 {
+    i32::from_be_bytes(b.try_into().expect("length checked"))
+}
+
+/// Per-row codec for a whole COPY row.
+#[derive(Debug, Clone)]
+pub struct RowCodec {
+    pub columns: Vec<ColumnCodec>,
+}
+
+impl RowCodec {
+    /// Writes one field (None = SQL NULL) of column `i` to `out`.
+    #[inline]
+    pub fn write_field(&self, i: usize, field: Option<&[u8]>, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
+        let col = &self.columns[i];
+        let err = |reason: String| TranscodeError { column: col.name.clone(), reason };
+        let Some(b) = field else {
+            if col.nullable {
+                out.push(1);
+                return Ok(());
+            }
+            return Err(err("NULL in a column whose target is not nullable".into()));
+        };
+        if col.nullable {
+            out.push(0);
+        }
+        let expect_len = |n: usize| if b.len() == n { Ok(()) } else { Err(err(format!("field of {} bytes, expected {n}", b.len()))) };
+        match &col.codec {
+            FieldCodec::Int { width } => {
+                expect_len(*width)?;
+                out.extend(b.iter().rev());
+            }
+            FieldCodec::Float32 => {
+                expect_len(4)?;
+                let v = f32::from_be_bytes(b.try_into().expect("checked"));
+                if !v.is_finite() {
+                    return Err(err(format!("{v} is not finite; dpone refuses NaN and infinities")));
+                }
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            FieldCodec::Float64 => {
+                expect_len(8)?;
+                let v = f64::from_be_bytes(b.try_into().expect("checked"));
+                if !v.is_finite() {
+                    return Err(err(format!("{v} is not finite; dpone refuses NaN and infinities")));
+                }
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            FieldCodec::Bool => {
+                expect_len(1)?;
+                out.push(u8::from(b[0] != 0));
+            }
+            FieldCodec::Text => {
+                write_leb128(out, b.len() as u64);
+                out.extend_from_slice(b);
+            }
+            FieldCodec::Uuid => {
+                expect_len(16)?;
+                out.extend(b[..8].iter().rev());
+                out.extend(b[8..].iter().rev());
+            }
+            FieldCodec::Date { date32 } => {
+                expect_len(4)?;
+                let days = be_i32(b) as i64 + PG_EPOCH_DAYS;
+                if *date32 {
+                    if !(DATE32_MIN_DAYS..=DATE32_MAX_DAYS).contains(&days) {
+                        return Err(err(format!("date {} is outside Date32 (1900-01-01..=2299-12-31)", fmt_days(days))));
+                    }
+                    out.extend_from_slice(&(days as i32).to_le_bytes());
+                } else {
+                    if !(0..=DATE_MAX_DAYS).contains(&days) {
+                        return Err(err(format!("date {} is outside Date (1970-01-01..=2149-06-06)", fmt_days(days))));
+                    }
+                    out.extend_from_slice(&(days as u16).to_le_bytes());
+                }
+            }
+            FieldCodec::Timestamp => {
+                expect_len(8)?;
+                let pg = be_i64(b);
+                if pg == i64::MAX || pg == i64::MIN {
+                    return Err(err("infinite timestamps have no DateTime64 value".into()));
+                }
+                let micros = pg.checked_add(PG_EPOCH_MICROS).ok_or_else(|| err("timestamp out of range".into()))?;
+                out.extend_from_slice(&micros.to_le_bytes());
+            }
+            FieldCodec::Numeric { precision, scale, width } => {
+                let v = numeric_to_scaled(b, *precision, *scale).map_err(err)?;
+                out.extend_from_slice(&v.to_le_bytes()[..*width]);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn fmt_days(days: i64) -> String {
+    match i32::try_from(days) {
+        Ok(d) if (-719_162..=2_932_896).contains(&d) => dpone_core::value::format_date(d),
+        _ => format!("{days} days from 1970-01-01"),
+    }
+}
+
+/// Converts a binary PostgreSQL numeric to `value * 10^scale` as an exact
+/// integer with at most `precision` digits.
+pub fn numeric_to_scaled(b: &[u8], precision: u8, scale: u8) -> Result<I256, String> {
+    if b.len() < 8 {
+        return Err("malformed numeric".into());
+    }
+    let ndigits = u16::from_be_bytes([b[0], b[1]]) as usize;
+    let weight = i16::from_be_bytes([b[2], b[3]]) as i32;
+    let sign = u16::from_be_bytes([b[4], b[5]]);
+    if b.len() != 8 + 2 * ndigits {
+        return Err("malformed numeric".into());
+    }
+    match sign {
+        0x0000 | 0x4000 => {}
+        0xC000 => return Err("NaN has no Decimal value".into()),
+        0xD000 | 0xF000 => return Err("infinity has no Decimal value".into()),
+        _ => return Err("malformed numeric sign".into()),
+    }
+    // value = sum(d_i * 10000^(weight - i)); accumulate the digits as an
+    // integer, then move the decimal point to `scale` exactly.
+    let limit = dpone_core::value::pow10(precision);
+    let mut acc = I256::ZERO;
+    let ten_k = I256::from(10_000u16);
+    for i in 0..ndigits {
+        let d = u16::from_be_bytes([b[8 + 2 * i], b[9 + 2 * i]]);
+        if d >= 10_000 {
+            return Err("malformed numeric digit".into());
+        }
+        acc = acc.checked_mul(ten_k).and_then(|a| a.checked_add(I256::from(d))).ok_or_else(|| format!("more than {precision} digits"))?;
+    }
+    // acc = value * 10000^(ndigits - 1 - weight) = value * 10^frac_digits
+    let frac_digits = 4 * (ndigits as i32 - 1 - weight);
+    let shift = scale as i32 - frac_digits;
+    let scaled = if acc == I256::ZERO {
+        I256::ZERO
+    } else if shift >= 0 {
+        if shift > 80 {
+            return Err(format!("more than {precision} digits"));
+        }
+        acc.checked_mul(dpone_core::value::pow10(shift as u8)).ok_or_else(|| format!("more than {precision} digits"))?
+    } else {
+        let drop = -shift;
+        if drop > 76 {
+            return Err(format!("more than {scale} fractional digits"));
+        }
+        let f = dpone_core::value::pow10(drop as u8);
+        if acc % f != 0 {
+            return Err(format!("more than {scale} fractional digits; dpone never rounds"));
+        }
+        acc / f
+    };
+    if scaled >= limit {
+        return Err(format!("more than {precision} digits (Decimal({precision}, {scale}))"));
+    }
+    Ok(if sign == 0x4000 { -scaled } else { scaled })
+}
+
+/// A frame being filled: RowBinary rows, their digest and the frame's bounds.
+pub struct FrameBuf {
+    pub out: Vec<u8>,
+    pub digest: RowDigest,
+    pub rows: u64,
+    pub max_rows: u64,
+    /// Hard bound: a frame never exceeds it, and a single larger row is an error.
+    pub max_bytes: usize,
+    /// Soft bound: the frame is flushed once it holds this many bytes.
+    pub flush_bytes: usize,
+}
+
+/// Why parsing stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parsed {
+    /// Every complete row was consumed; push more data.
+    NeedMore,
+    /// The frame reached a bound; flush it and parse again.
+    FrameFull,
+    /// The COPY trailer was read.
+    Finished,
+}
+
+/// Incremental parser of a binary COPY stream into RowBinary frames.
+pub struct CopyParser {
+    codec: RowCodec,
+    header_done: bool,
+    finished: bool,
+    /// Received bytes not yet parsed (at most one unfinished row after parsing).
+    pending: Vec<u8>,
+    /// Columns that were NULL in the row being written.
+    row_nulls: Vec<usize>,
+}
+
+impl CopyParser {
+    pub fn new(codec: RowCodec) -> Self {
+        CopyParser { codec, header_done: false, finished: false, pending: Vec::new(), row_nulls: Vec::new() }
+    }
+
+    /// Bytes received but not yet parsed: non-zero at EOF means a truncated stream.
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub fn push(&mut self, data: &[u8]) {
+        self.pending.extend_from_slice(data);
+    }
+
+    fn protocol(reason: &str) -> TranscodeError {
+        TranscodeError { column: "<copy stream>".into(), reason: reason.into() }
+    }
+
+    /// Moves complete rows from the pending bytes into `frame` until the
+    /// frame is full, the data runs out, or the stream ends.
+    pub fn parse_into(&mut self, frame: &mut FrameBuf) -> Result<Parsed, TranscodeError> {
+        let data = std::mem::take(&mut self.pending);
+        let result = self.parse(&data, frame);
+        let (used, parsed) = match result {
+            Ok(v) => v,
+            Err(e) => {
+                self.pending = data;
+                return Err(e);
+            }
+        };
+        let mut data = data;
+        data.drain(..used);
+        self.pending = data;
+        Ok(parsed)
+    }
+
+    fn parse(&mut self, data: &[u8], frame: &mut FrameBuf) -> Result<(usize, Parsed), TranscodeError> {
+        let mut pos = 0;
+        if self.finished {
+            return Ok((0, Parsed::Finished));
+        }
+        if !self.header_done {
+            if data.len() < 19 {
+                return Ok((0, Parsed::NeedMore));
+            }
+            if &data[..11] != COPY_SIGNATURE {
+                return Err(Self::protocol("not a binary COPY stream"));
+            }
+            let ext = u32::from_be_bytes(data[15..19].try_into().expect("4 bytes")) as usize;
+            if data.len() < 19 + ext {
+                return Ok((0, Parsed::NeedMore));
+            }
+            pos = 19 + ext;
+            self.header_done = true;
+        }
+        let ncols = self.codec.columns.len();
+        loop {
+            if frame.rows >= frame.max_rows {
+                return Ok((pos, Parsed::FrameFull));
+            }
+            if data.len() < pos + 2 {
+                return Ok((pos, Parsed::NeedMore));
+            }
+            let count = i16::from_be_bytes([data[pos], data[pos + 1]]);
+            if count == -1 {
+                self.finished = true;
+                return Ok((pos + 2, Parsed::Finished));
+            }
+            if count as usize != ncols {
+                return Err(Self::protocol("field count differs from the column list"));
+            }
+            // Only a complete row is converted.
+            let mut p = pos + 2;
+            for _ in 0..ncols {
+                if data.len() < p + 4 {
+                    return Ok((pos, Parsed::NeedMore));
+                }
+                let len = i32::from_be_bytes(data[p..p + 4].try_into().expect("4 bytes"));
+                p += 4 + len.max(0) as usize;
+                if p > data.len() {
+                    return Ok((pos, Parsed::NeedMore));
+                }
+            }
+            let out_start = frame.out.len();
+            self.row_nulls.clear();
+            let mut p = pos + 2;
+            for i in 0..ncols {
+                let len = i32::from_be_bytes(data[p..p + 4].try_into().expect("4 bytes"));
+                p += 4;
+                let field = if len < 0 {
+                    self.row_nulls.push(i);
+                    None
+                } else {
+                    let f = &data[p..p + len as usize];
+                    p += len as usize;
+                    Some(f)
+                };
+                if let Err(e) = self.codec.write_field(i, field, &mut frame.out) {
+                    frame.out.truncate(out_start);
+                    return Err(e);
+                }
+            }
+            let row_len = frame.out.len() - out_start;
+            if frame.out.len() > frame.max_bytes {
+                frame.out.truncate(out_start);
+                if frame.rows == 0 {
+                    return Err(TranscodeError {
+                        column: "<row>".into(),
+                        reason: format!("a row encodes to {row_len} bytes, more than the frame limit of {} bytes", frame.max_bytes),
+                    });
+                }
+                return Ok((pos, Parsed::FrameFull));
+            }
+            for &i in &self.row_nulls {
+                frame.digest.add_null(i);
+            }
+            frame.digest.add_row(&frame.out[out_start..]);
+            frame.rows += 1;
+            pos = p;
+            if frame.out.len() >= frame.flush_bytes {
+                return Ok((pos, Parsed::FrameFull));
+            }
+        }
+    }
+}

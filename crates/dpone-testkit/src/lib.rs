@@ -1,0 +1,40 @@
+//! Test support shared by the integration tests.
+//!
+//! Integration tests talk to real servers that `scripts/test.sh` starts and
+//! announces through environment variables. A missing variable is a test
+//! failure, never a skip: a test that did not run must not count as passed.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+fn required(var: &str) -> String {
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => v,
+        _ => panic!(
+            "{var} is not set: this test needs a real server. Run the tests with `scripts/test.sh`, \
+             which starts PostgreSQL and ClickHouse and exports {var}."
+        ),
+    }
+}
+
+/// URL of the ClickHouse 26.x test server (`http://127.0.0.1:PORT`).
+pub fn clickhouse_url() -> String {
+    required("DPONE_TEST_CLICKHOUSE_URL")
+}
+
+/// URL of the old ClickHouse 18.16 server (no Atomic, no EXCHANGE).
+pub fn clickhouse_old_url() -> String {
+    required("DPONE_TEST_CLICKHOUSE_OLD_URL")
+}
+
+/// URL of the PostgreSQL test database.
+pub fn postgres_url() -> String {
+    required("DPONE_TEST_POSTGRES_URL")
+}
+
+/// A name unique to this process and call, for per-test databases/schemas.
+pub fn unique_name(prefix: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    format!("{prefix}_{}_{n}_{:x}", std::process::id(), nanos)
+}

@@ -88,10 +88,16 @@ pub fn type_matrix(format: Format) -> u8 {
 }
 
 /// Loads, plans and wires; any problem here is a configuration error.
+/// Every diagnostic gets the file position of its manifest path.
 fn prepare(path: &Path, args: &IntervalArgs) -> Result<(Manifest, Plan, routes::Route), Diagnostics> {
     let manifest = load(path)?;
-    let plan = Plan::build(&manifest, &interval(args)).map_err(Diagnostics::one)?;
-    let route = routes::build(&manifest, &base_dir(path)).map_err(Diagnostics::one)?;
+    let located = |mut d: Diagnostic| {
+        manifest.locate(&mut d);
+        Diagnostics::one(d)
+    };
+    let mut plan = Plan::build(&manifest, &interval(args)).map_err(located)?;
+    plan.refusals.iter_mut().for_each(|d| manifest.locate(d));
+    let route = routes::build(&manifest, &base_dir(path)).map_err(located)?;
     Ok((manifest, plan, route))
 }
 
@@ -107,7 +113,10 @@ pub fn plan(path: &Path, args: &IntervalArgs, format: Format, offline: bool) -> 
         let probed =
             runtime().block_on(async { with_route!(route, |s, t| dpone_engine::probe(&manifest, &plan, s.as_ref(), t.as_ref()).await) });
         match probed {
-            Ok(p) => plan.add_probe(Some(p.read_columns.clone()).filter(|c| !c.is_empty()), p.refusals),
+            Ok(mut p) => {
+                p.refusals.iter_mut().for_each(|d| manifest.locate(d));
+                plan.add_probe(Some(p.read_columns.clone()).filter(|c| !c.is_empty()), p.refusals)
+            }
             Err(e) => {
                 eprintln!("error[{}]: probing failed: {}", e.code, e.message);
                 if let Some(h) = e.hint {
@@ -124,15 +133,22 @@ pub fn plan(path: &Path, args: &IntervalArgs, format: Format, offline: bool) -> 
 pub fn run(path: &Path, args: &IntervalArgs, format: Format) -> u8 {
     let (manifest, plan, route) = match prepare(path, args) {
         Ok(v) => v,
-        Err(d) => return output::report_refusal(path, &d, format),
+        Err(d) => return output::report_refusal(path, None, &d, format),
     };
+    // Refusals known without a connection stop the run before any I/O.
+    if !plan.refusals.is_empty() {
+        return output::report_refusal(path, Some(&plan), &Diagnostics(plan.refusals.clone()), format);
+    }
     let options = RunOptions {
         work_dir: work_dir(&manifest, path),
         interval_origin: plan.window.as_ref().and(interval(args).end.map(|(_, origin)| origin.to_string())),
         max_pending_frames: 2,
     };
-    let outcome = execute(&manifest, &plan, route, &options);
-    output::report_run(&plan, &outcome, format)
+    let mut outcome = execute(&manifest, &plan, route, &options);
+    if let RunOutcome::Failed(f) = &mut outcome {
+        f.refusals.iter_mut().for_each(|d| manifest.locate(d));
+    }
+    output::report_run(path, &plan, &outcome, format)
 }
 
 /// Probes, then runs; Ctrl-C / SIGTERM interrupt.

@@ -28,7 +28,7 @@ pub fn print_json(v: &serde_json::Value) {
 pub fn print_diagnostics(file: &Path, diags: &Diagnostics) {
     for d in &diags.0 {
         match (d.line, d.column) {
-            (Some(l), Some(c)) => eprintln!("{}:{l}:{c}: {d}", file.display()),
+            (Some(l), Some(c)) => eprintln!("{}:{l}:{c}: {}", file.display(), d.without_position()),
             _ => eprintln!("{}: {d}", file.display()),
         }
     }
@@ -115,18 +115,33 @@ pub fn print_plan(plan: &Plan, format: Format) {
     }
 }
 
+/// The JSON document of a run that did not succeed; one shape for every
+/// failure, whichever stage found it.
+fn failure_document(
+    status: &str,
+    plan: Option<&Plan>,
+    failure: Option<&RunFailure>,
+    error_code: &str,
+    errors: serde_json::Value,
+) -> serde_json::Value {
+    json!({
+        "passed": false,
+        "status": status,
+        "run_id": failure.and_then(|f| f.run_id.clone()),
+        "route": plan.map(|p| p.route.name.clone()),
+        "publication": failure.and_then(|f| f.publication),
+        "extracted_rows": 0,
+        "inserted_rows": 0,
+        "error_code": error_code,
+        "errors": errors,
+    })
+}
+
 /// A configuration error before any I/O: exit 2.
-pub fn report_refusal(file: &Path, diags: &Diagnostics, format: Format) -> u8 {
+pub fn report_refusal(file: &Path, plan: Option<&Plan>, diags: &Diagnostics, format: Format) -> u8 {
     print_diagnostics(file, diags);
     if format == Format::Json {
-        print_json(&json!({
-            "passed": false,
-            "status": "refused",
-            "error_code": diags.first_code(),
-            "errors": diags,
-            "extracted_rows": 0,
-            "inserted_rows": 0,
-        }));
+        print_json(&failure_document("refused", plan, None, diags.first_code(), json!(diags)));
     }
     EXIT_CONFIG
 }
@@ -143,7 +158,7 @@ fn thousands(n: u64) -> String {
     out
 }
 
-pub fn report_run(plan: &Plan, outcome: &RunOutcome, format: Format) -> u8 {
+pub fn report_run(file: &Path, plan: &Plan, outcome: &RunOutcome, format: Format) -> u8 {
     match outcome {
         RunOutcome::Succeeded(r) => {
             if format == Format::Json {
@@ -186,9 +201,7 @@ pub fn report_run(plan: &Plan, outcome: &RunOutcome, format: Format) -> u8 {
                 eprintln!("{f}");
             } else {
                 eprintln!("refused: {} problem(s); nothing was written", f.refusals.len());
-                for d in &f.refusals {
-                    eprintln!("{d}");
-                }
+                print_diagnostics(file, &Diagnostics(f.refusals.clone()));
             }
             let visible = match f.publication {
                 Some(PublicationOutcome::Published) => "the new data IS visible in the target",
@@ -200,13 +213,13 @@ pub fn report_run(plan: &Plan, outcome: &RunOutcome, format: Format) -> u8 {
         }
         RunOutcome::ProbeFailed(e) => {
             if format == Format::Json {
-                print_json(&json!({
-                    "passed": false,
-                    "status": "failed",
-                    "route": plan.route.name,
-                    "error_code": e.code,
-                    "errors": [{"code": e.code, "message": e.message, "hint": e.hint}],
-                }));
+                print_json(&failure_document(
+                    "failed",
+                    Some(plan),
+                    None,
+                    &e.code,
+                    json!([{"code": e.code, "message": e.message, "hint": e.hint}]),
+                ));
             }
             eprintln!("error[{}]: {}", e.code, e.message);
             if let Some(h) = &e.hint {

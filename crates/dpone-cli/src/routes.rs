@@ -3,9 +3,9 @@
 //! Connection specs are resolved here (environment variables, relative
 //! paths) and every problem is a configuration error found before any I/O.
 
+use dpone_clickhouse::{ChClient, ClickhouseConfig, ClickhouseTarget};
 use dpone_core::Diagnostic;
 use dpone_core::manifest::{Manifest, System};
-use dpone_clickhouse::{ChClient, ClickhouseConfig, ClickhouseTarget};
 use dpone_postgres::PostgresSource;
 use dpone_sqlite::{SqliteConfig, SqliteSource, SqliteTarget};
 use std::path::Path;
@@ -53,7 +53,7 @@ pub fn build(manifest: &Manifest, base: &Path) -> Result<Route, Diagnostic> {
             ))
         }
         (s, t) => Err(Diagnostic::new("unsupported_route", "sink.type", format!("the route {s} -> {t} is not supported"))
-            .hint("supported routes: sqlite->sqlite, postgres->clickhouse")),
+            .hint(dpone_core::plan::SUPPORTED_ROUTES_HINT)),
     }
 }
 

@@ -50,6 +50,14 @@ impl Diagnostic {
     }
 }
 
+impl Diagnostic {
+    /// The diagnostic without its file position, for callers that print the
+    /// position as a `file:line:column:` prefix.
+    pub fn without_position(&self) -> Diagnostic {
+        Diagnostic { line: None, column: None, ..self.clone() }
+    }
+}
+
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "error[{}]", self.code)?;

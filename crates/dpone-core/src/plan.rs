@@ -17,6 +17,8 @@ use serde::Serialize;
 pub const PLAN_VERSION: &str = "dpone.plan.v1";
 /// Version of the execution contract (identity, staging layout, digest).
 pub const CONTRACT_VERSION: &str = "dpone.window.v1";
+/// What to tell a user whose route is not supported.
+pub const SUPPORTED_ROUTES_HINT: &str = "supported routes: sqlite->sqlite, postgres->clickhouse";
 
 /// The invocation's interval, from flags or the environment.
 #[derive(Debug, Clone, Default)]
@@ -176,19 +178,11 @@ impl Plan {
                     description: "one EXCHANGE TABLES target AND generation; the previous generation is kept as backup".into(),
                 },
             ),
-            (System::Clickhouse, System::Postgres) => (
-                "ClickHouse RowBinary over HTTP -> PostgreSQL binary COPY",
-                PublicationPlan {
-                    method: "serializable_transaction".into(),
-                    atomic: true,
-                    description: "one SERIALIZABLE transaction with a receipt row".into(),
-                },
-            ),
             (s, t) => {
                 let hint = if s == System::Mssql || t == System::Mssql {
                     "SQL Server is not implemented in this runtime yet"
                 } else {
-                    "supported routes: sqlite->sqlite, postgres->clickhouse, clickhouse->postgres"
+                    SUPPORTED_ROUTES_HINT
                 };
                 refusals
                     .push(Diagnostic::new("unsupported_route", "sink.type", format!("the route {s} -> {t} is not supported")).hint(hint));

@@ -228,6 +228,14 @@ pub trait Source: Send + Sync + 'static {
     /// types. Unsupported types are an error naming the column.
     fn describe(&self, columns: Option<&[String]>) -> impl Future<Output = Result<Vec<Column>>> + Send;
 
+    /// Read-only checks of the source data that make a run impossible
+    /// (e.g. window values a range predicate cannot select exactly), as
+    /// refusals. Runs before any write.
+    fn preflight(&self, window_column: Option<&str>) -> impl Future<Output = Result<Vec<Diagnostic>>> + Send {
+        let _ = window_column;
+        async { Ok(Vec::new()) }
+    }
+
     /// Freezes the source version every later read sees.
     fn open_snapshot(&self) -> impl Future<Output = Result<SourceVersion>> + Send;
 

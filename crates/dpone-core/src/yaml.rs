@@ -114,23 +114,33 @@ pub fn parse(text: &str) -> Result<Node, Diagnostics> {
         .hint("split the manifest; dpone manifests describe one transfer each")
         .into());
     }
-    if let Some((line, column)) = find_alias_or_anchor(text) {
-        return Err(Diagnostic::new("yaml_alias_unsupported", "", "YAML anchors, aliases and merge keys are not accepted in a manifest")
-            .hint("write each value out explicitly; use `vars` for repeated values")
-            .at(line, column)
-            .into());
+    if let Some(r) = find_refused_features(text) {
+        let (message, hint) = if r.code == "yaml_tag_unsupported" {
+            ("YAML tags other than the core ones (!!str, !!int, ...) are not accepted in a manifest".to_string(), "remove the tag")
+        } else {
+            (
+                format!("{} was found; YAML anchors, aliases and merge keys are not accepted in a manifest", r.what),
+                "write each value out explicitly; use `vars` for repeated values",
+            )
+        };
+        return Err(Diagnostic::new(r.code, "", message).hint(hint).at(r.line, r.column).into());
     }
     let mut options = serde_saphyr::Options::default();
     options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::Error;
     options.with_snippet = false;
     let spanned: Spanned<Value> = serde_saphyr::from_str_with_options(text, options).map_err(|e| {
-        let message = first_line(&e.to_string());
+        let message = clean_message(&e.to_string());
         let (line, column) = error_position(&e);
-        Diagnostics::one(
+        let d = if let Some(key) = message.strip_prefix("duplicate mapping key: ") {
+            Diagnostic::new("duplicate_key", "", format!("key `{key}` appears twice in the same mapping")).hint("keep one of them")
+        } else if message.contains("multiple YAML documents") {
+            Diagnostic::new("manifest_parse_error", "", "the file holds more than one YAML document")
+                .hint("keep one document per manifest (remove `---`)")
+        } else {
             Diagnostic::new("manifest_parse_error", "", format!("the manifest is not valid YAML: {message}"))
                 .hint("fix the YAML syntax at the position shown")
-                .at(line, column),
-        )
+        };
+        Diagnostics::one(d.at(line, column))
     })?;
     let node = Node { value: spanned.value, line: spanned.referenced.line(), column: spanned.referenced.column() };
     if node.depth() > MAX_DEPTH {
@@ -149,43 +159,55 @@ fn error_position(e: &serde_saphyr::Error) -> (u64, u64) {
     e.location().map(|l| (l.line(), l.column())).unwrap_or((0, 0))
 }
 
-/// Finds an anchor (`&name`), alias (`*name`) or merge key (`<<`) token
-/// outside quoted scalars and comments. A lexical scan is enough here: it may
-/// only produce false positives inside block scalars, which manifests do not use
-/// for configuration values.
-fn find_alias_or_anchor(text: &str) -> Option<(u64, u64)> {
-    for (lineno, line) in text.lines().enumerate() {
-        let mut in_single = false;
-        let mut in_double = false;
-        let mut prev: Option<char> = None;
-        let chars: Vec<char> = line.chars().collect();
-        let mut i = 0;
-        while i < chars.len() {
-            let c = chars[i];
-            match c {
-                '\'' if !in_double => in_single = !in_single,
-                '"' if !in_single && prev != Some('\\') => in_double = !in_double,
-                '#' if !in_single && !in_double && (prev.is_none() || prev.is_some_and(char::is_whitespace)) => break,
-                '&' | '*' if !in_single && !in_double => {
-                    let at_token_start = prev.is_none_or(|p| p.is_whitespace() || matches!(p, '[' | '{' | ',' | ':' | '-'));
-                    let next_is_name = chars.get(i + 1).is_some_and(|n| n.is_alphanumeric() || *n == '_' || *n == '-');
-                    if at_token_start && next_is_name {
-                        return Some((lineno as u64 + 1, i as u64 + 1));
-                    }
-                }
-                '<' if !in_single && !in_double && chars.get(i + 1) == Some(&'<') && prev.is_none_or(char::is_whitespace) => {
-                    let rest: String = chars[i + 2..].iter().collect();
-                    if rest.trim_start().starts_with(':') {
-                        return Some((lineno as u64 + 1, i as u64 + 1));
-                    }
-                }
-                _ => {}
+/// A YAML feature a manifest does not accept, with its position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub code: &'static str,
+    pub what: String,
+    pub line: u64,
+    pub column: u64,
+}
+
+/// Scans the parser's events for anchors, aliases, merge keys and tags
+/// other than YAML's core ones. Syntax errors are left to the deserializer,
+/// which reports them with positions.
+pub fn find_refused_features(text: &str) -> Option<Refused> {
+    use serde_saphyr::granit_parser::{Event, Parser};
+    for item in Parser::new_from_str(text) {
+        let Ok((event, span)) = item else { return None };
+        let (line, column) = (span.start.line() as u64, span.start.col() as u64 + 1);
+        let refused = |code, what: String| Some(Refused { code, what, line, column });
+        let tag_ok = |tag: &Option<std::borrow::Cow<'_, serde_saphyr::granit_parser::Tag>>| {
+            tag.as_ref().is_none_or(|t| {
+                t.handle() == "tag:yaml.org,2002:" && ["str", "int", "bool", "float", "null", "map", "seq"].contains(&t.suffix())
+            })
+        };
+        match &event {
+            Event::Alias(_) => return refused("yaml_alias_unsupported", "an alias".into()),
+            Event::Scalar(_, _, anchor, _) | Event::SequenceStart(_, anchor, _) | Event::MappingStart(_, anchor, _) if *anchor != 0 => {
+                return refused("yaml_alias_unsupported", "an anchor".into());
             }
-            prev = Some(c);
-            i += 1;
+            Event::Scalar(v, serde_saphyr::granit_parser::ScalarStyle::Plain, _, _) if v == "<<" => {
+                return refused("yaml_alias_unsupported", "a merge key".into());
+            }
+            Event::Scalar(_, _, _, tag) | Event::SequenceStart(_, _, tag) | Event::MappingStart(_, _, tag) if !tag_ok(tag) => {
+                return refused("yaml_tag_unsupported", "a custom tag".into());
+            }
+            _ => {}
         }
     }
     None
+}
+
+/// The deserializer's message without its API advice and duplicated position.
+fn clean_message(raw: &str) -> String {
+    let mut m = first_line(raw);
+    for cut in [", set DuplicateKeyPolicy", "; use from_str_multiple", " at line "] {
+        if let Some(i) = m.find(cut) {
+            m.truncate(i);
+        }
+    }
+    m
 }
 
 impl<'de> Deserialize<'de> for Value {
@@ -313,7 +335,9 @@ mod tests {
 
     #[test]
     fn refuses_duplicates_aliases_and_bad_syntax() {
-        assert_eq!(parse("a: 1\na: 2\n").unwrap_err().first_code(), "manifest_parse_error");
+        assert_eq!(parse("a: 1\na: 2\n").unwrap_err().first_code(), "duplicate_key");
+        assert_eq!(parse("a: !custom 1\n").unwrap_err().first_code(), "yaml_tag_unsupported");
+        assert!(parse("a: !!str 1\n").is_ok());
         assert_eq!(parse("a: &x 1\nb: *x\n").unwrap_err().first_code(), "yaml_alias_unsupported");
         assert_eq!(parse("a: {b: 1\n").unwrap_err().first_code(), "manifest_parse_error");
         assert_eq!(parse("base: 1\n<<: {a: 1}\n").unwrap_err().first_code(), "yaml_alias_unsupported");
@@ -321,7 +345,8 @@ mod tests {
 
     #[test]
     fn ampersand_inside_strings_is_fine() {
-        let n = parse("a: 'x & *y'\nb: \"&z\"\nc: a&b # &comment\n").unwrap();
+        let n = parse("a: 'x & *y'\nb: \"&z\"\nc: a&b # &comment\nd: fish &chips *more\n").unwrap();
         assert_eq!(n.get("c").unwrap().as_str(), Some("a&b"));
+        assert_eq!(n.get("d").unwrap().as_str(), Some("fish &chips *more"));
     }
 }

@@ -54,6 +54,13 @@ pub async fn probe<S: Source, T: Target>(manifest: &Manifest, plan: &Plan, sourc
             Some(_) => {}
         }
     }
+    if p.refusals.is_empty() {
+        match source.preflight(window_column.as_deref()).await {
+            Ok(r) => p.refusals.extend(r),
+            Err(e) if e.class == ErrorClass::Permanent => p.refusals.push(refusal("source.table", e)),
+            Err(e) => return Err(e),
+        }
+    }
     match target.describe().await {
         Ok(Some(cols)) => p.target_columns = cols,
         Ok(None) => {}

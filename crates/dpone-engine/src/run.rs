@@ -336,20 +336,38 @@ async fn run_on_snapshot<S: Source, T: Target>(
 
     let parallelism = plan.staging.parallelism.max(1) as usize;
     let mut staged: Vec<StagedChunk> = Vec::with_capacity(jobs.len());
-    let mut stream = futures_util::stream::iter(jobs.into_iter().map(|job| stage_chunk(source.clone(), target.clone(), job)))
-        .buffer_unordered(parallelism);
+    // After a failure no new chunk starts, but chunks already in flight are
+    // joined (not dropped): their adapters may be writing on threads that
+    // cannot be cancelled, and cleanup must come after their last write.
+    let failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut first_error: Option<AdapterError> = None;
+    let mut stream = futures_util::stream::iter(jobs.into_iter().map(|job| {
+        let (source, target, failed) = (source.clone(), target.clone(), failed.clone());
+        async move {
+            if failed.load(std::sync::atomic::Ordering::SeqCst) {
+                return None;
+            }
+            Some(stage_chunk(source, target, job).await)
+        }
+    }))
+    .buffer_unordered(parallelism);
     while let Some(result) = stream.next().await {
         match result {
-            Ok(s) => {
+            Some(Ok(s)) => {
                 tracing::info!(chunk = s.evidence.index, rows = s.evidence.rows, "chunk verified");
                 staged.push(s);
             }
-            Err(e) => {
-                drop(stream);
-                let _ = target.drop_tables(&owned).await;
-                return Err(RunFailure::from_adapter(e, Some(&run_id)));
+            Some(Err(e)) => {
+                failed.store(true, std::sync::atomic::Ordering::SeqCst);
+                first_error.get_or_insert(e);
             }
+            None => {}
         }
+    }
+    if let Some(e) = first_error {
+        drop(stream);
+        let _ = target.drop_tables(&owned).await;
+        return Err(RunFailure::from_adapter(e, Some(&run_id)));
     }
     drop(stream);
     staged.sort_by_key(|s| s.evidence.index);

@@ -165,6 +165,23 @@ impl Source for SqliteSource {
             .collect()
     }
 
+    async fn preflight(&self, window_column: Option<&str>) -> Result<Vec<dpone_core::Diagnostic>> {
+        let Some(col) = window_column.map(str::to_string) else { return Ok(Vec::new()) };
+        let conn = self.open()?;
+        let table_sql = format!("{}.{}", quote_ident(self.schema()), quote_ident(&self.config.table.name));
+        tokio::task::spawn_blocking(move || match check_window_values(&conn, &table_sql, &col, "source") {
+            Ok(()) => Ok(Vec::new()),
+            Err(e) if e.code == "malformed_window_values" => {
+                let mut d = dpone_core::Diagnostic::new(e.code, "sink.strategy.window.column", e.message);
+                d.hint = e.hint;
+                Ok(vec![d])
+            }
+            Err(e) => Err(e),
+        })
+        .await
+        .map_err(join_error)?
+    }
+
     async fn open_snapshot(&self) -> Result<SourceVersion> {
         let conn = self.open()?;
         let path = self.config.path.clone();

@@ -34,8 +34,31 @@ pub fn load(text: &str) -> Result<Manifest, Diagnostics> {
     let fingerprint = fingerprint(&root);
     let manifest = model::build(&root, &mut diags, fingerprint);
     match manifest {
-        Some(m) if diags.is_empty() => Ok(m),
+        Some(mut m) if diags.is_empty() => {
+            collect_positions(&root, "", &mut m.positions);
+            Ok(m)
+        }
         _ => Err(sorted(diags)),
+    }
+}
+
+fn collect_positions(node: &Node, path: &str, out: &mut std::collections::BTreeMap<String, (u64, u64)>) {
+    match &node.value {
+        Value::Map(entries) => {
+            for (k, v) in entries {
+                let p = schema::join(path, &k.name);
+                out.insert(p.clone(), (k.line, k.column));
+                collect_positions(v, &p, out);
+            }
+        }
+        Value::Seq(items) => {
+            for (i, it) in items.iter().enumerate() {
+                let p = format!("{path}[{i}]");
+                out.insert(p.clone(), (it.line, it.column));
+                collect_positions(it, &p, out);
+            }
+        }
+        _ => {}
     }
 }
 

@@ -197,9 +197,33 @@ pub struct Manifest {
     /// SHA-256 of the normalized manifest without its connection blocks:
     /// part of run identity, never derived from credentials.
     pub fingerprint: String,
+    /// Line and column of every path in the file, to place diagnostics
+    /// found after loading (plan, connections, probes).
+    #[serde(skip)]
+    pub positions: BTreeMap<String, (u64, u64)>,
 }
 
 impl Manifest {
+    /// Gives `d` the file position of its path, or of the nearest enclosing
+    /// path present in the file.
+    pub fn locate(&self, d: &mut Diagnostic) {
+        if d.line.is_some() {
+            return;
+        }
+        let mut path = d.path.as_str();
+        loop {
+            if let Some((line, column)) = self.positions.get(path) {
+                d.line = Some(*line);
+                d.column = Some(*column);
+                return;
+            }
+            match path.rfind(['.', '[']) {
+                Some(i) => path = &path[..i],
+                None => return,
+            }
+        }
+    }
+
     pub fn window(&self) -> Option<&WindowSpec> {
         match &self.sink.strategy {
             Strategy::Replace { window } => Some(window),
@@ -571,6 +595,7 @@ pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: Strin
         work_dir: str_at(child(root.get("runtime"), "storage"), "work_dir").map(str::to_string),
         schedule: str_at(root.get("schedule"), "cron").map(|c| Schedule { cron: c.to_string() }),
         fingerprint,
+        positions: BTreeMap::new(),
     };
     for (label, t, n) in
         [("source.table", &manifest.source.table, child(src, "table")), ("sink.table", &manifest.sink.table, child(snk, "table"))]

@@ -1,0 +1,198 @@
+//! Helpers shared by the integration tests: running the real `dpone`
+//! binary, reading its JSON output, and dumping SQLite tables as exact
+//! multisets of rows.
+#![allow(dead_code)]
+
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, OpenFlags};
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// The binary under test.
+pub const DPONE: &str = env!("CARGO_BIN_EXE_dpone");
+
+/// The interval end every test passes explicitly.
+pub const INTERVAL_END: &str = "2026-09-09T00:00:00Z";
+
+/// What one invocation of `dpone` produced.
+#[derive(Debug)]
+pub struct Run {
+    pub args: Vec<String>,
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// One line naming the command, for assertion messages.
+    pub fn describe(&self) -> String {
+        format!("`dpone {}` (exit {:?})\n--- stdout ---\n{}\n--- stderr ---\n{}", self.args.join(" "), self.code, self.stdout, self.stderr)
+    }
+
+    /// Exactly one JSON document on stdout, parsed.
+    pub fn single_json(&self) -> Result<serde_json::Value, String> {
+        let docs: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&self.stdout)
+            .into_iter::<serde_json::Value>()
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("stdout is not a sequence of JSON documents ({e})"))?;
+        match docs.len() {
+            1 => Ok(docs.into_iter().next().expect("one document")),
+            n => Err(format!("expected exactly one JSON document on stdout, found {n}")),
+        }
+    }
+
+    /// A problem if the process panicked or printed a backtrace.
+    pub fn panic_problem(&self) -> Option<String> {
+        let all = format!("{}\n{}", self.stdout, self.stderr);
+        ["panicked", "RUST_BACKTRACE", "stack backtrace"]
+            .iter()
+            .find(|needle| all.contains(*needle))
+            .map(|needle| format!("output contains `{needle}`: the binary panicked instead of reporting an error"))
+    }
+}
+
+/// Runs `dpone` in `cwd` with a clean `DPONE_*` environment plus `env`.
+/// `RUST_BACKTRACE=1` makes any panic visible in stderr.
+pub fn dpone(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut cmd = Command::new(DPONE);
+    cmd.args(args).current_dir(cwd).env("RUST_BACKTRACE", "1").env_remove("DPONE_LOG");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("DPONE_") {
+            cmd.env_remove(k);
+        }
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let Output { status, stdout, stderr } = cmd.output().expect("the dpone binary starts");
+    Run {
+        args: args.iter().map(|s| s.to_string()).collect(),
+        code: status.code(),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    }
+}
+
+/// One SQLite value rendered with its storage class, so that `1`, `1.0`,
+/// `'1'` and NULL stay distinct.
+pub fn render(v: ValueRef<'_>) -> String {
+    match v {
+        ValueRef::Null => "null".to_string(),
+        ValueRef::Integer(i) => format!("int:{i}"),
+        ValueRef::Real(f) => format!("real:{f:?}"),
+        ValueRef::Text(t) => format!("text:{:?}", String::from_utf8_lossy(t)),
+        ValueRef::Blob(b) => format!("blob:{}", b.iter().map(|x| format!("{x:02x}")).collect::<String>()),
+    }
+}
+
+/// A row as rendered values, in column order.
+pub type Row = Vec<String>;
+
+/// Every row of `table` (all columns), sorted: an exact multiset.
+pub fn dump(db: &Path, table: &str) -> Vec<Row> {
+    let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY).expect("open database read-only");
+    dump_conn(&conn, table)
+}
+
+pub fn dump_conn(conn: &Connection, table: &str) -> Vec<Row> {
+    let mut stmt = conn.prepare(&format!("SELECT * FROM \"{table}\"")).expect("select all rows");
+    let n = stmt.column_count();
+    let mut rows: Vec<Row> = stmt
+        .query_map([], |r| (0..n).map(|i| r.get_ref(i).map(render)).collect::<rusqlite::Result<Row>>())
+        .expect("query rows")
+        .collect::<rusqlite::Result<_>>()
+        .expect("read rows");
+    rows.sort();
+    rows
+}
+
+/// Index of `column` in `table`.
+pub fn column_index(db: &Path, table: &str, column: &str) -> usize {
+    let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY).expect("open database read-only");
+    let names: Vec<String> = conn
+        .prepare(&format!("SELECT name FROM pragma_table_info('{table}') ORDER BY cid"))
+        .expect("table info")
+        .query_map([], |r| r.get(0))
+        .expect("query table info")
+        .collect::<rusqlite::Result<_>>()
+        .expect("read table info");
+    names.iter().position(|n| n == column).unwrap_or_else(|| panic!("{table} has no column {column}: {names:?}"))
+}
+
+/// Names of tables dpone owns (`_dpone_*`) left in a database.
+pub fn owned_tables(db: &Path) -> Vec<String> {
+    let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY).expect("open database read-only");
+    conn.prepare("SELECT name FROM sqlite_master WHERE name LIKE '\\_dpone\\_%' ESCAPE '\\' ORDER BY name")
+        .expect("list tables")
+        .query_map([], |r| r.get(0))
+        .expect("query tables")
+        .collect::<rusqlite::Result<_>>()
+        .expect("read tables")
+}
+
+/// The `CREATE` statements of a database, to prove its definition did not change.
+pub fn schema_sql(db: &Path) -> Vec<String> {
+    let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY).expect("open database read-only");
+    conn.prepare("SELECT coalesce(sql, '') FROM sqlite_master ORDER BY type, name")
+        .expect("list schema")
+        .query_map([], |r| r.get(0))
+        .expect("query schema")
+        .collect::<rusqlite::Result<_>>()
+        .expect("read schema")
+}
+
+/// Canonical text of a window bound, as SQLite stores timestamps.
+pub fn canonical(ts: &str) -> String {
+    // `2026-09-02T00:00:00Z` -> `2026-09-02 00:00:00.000000`
+    let body = ts.strip_suffix('Z').expect("a UTC instant ending in Z");
+    let (date, time) = body.split_once('T').expect("an instant with a T");
+    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
+    format!("{date} {hms}.{frac:0<6}")
+}
+
+/// Whether a rendered window value lies in `[start, end)` (canonical text bounds).
+/// NULL is never inside.
+pub fn rendered_in_window(v: &str, start: &str, end: &str) -> bool {
+    match v.strip_prefix("text:") {
+        Some(quoted) => {
+            let text: String = serde_json::from_str(quoted).expect("rendered text is a quoted string");
+            text.as_str() >= start && text.as_str() < end
+        }
+        None => {
+            assert_eq!(v, "null", "window values are canonical text or NULL");
+            false
+        }
+    }
+}
+
+/// The expected target after a window replace: target rows outside the
+/// window (NULL window values included) plus source rows inside it, with
+/// multiplicity, sorted.
+pub fn expected_after_replace(target_before: &[Row], source: &[Row], window_col: usize, start: &str, end: &str) -> Vec<Row> {
+    let mut out: Vec<Row> = target_before.iter().filter(|r| !rendered_in_window(&r[window_col], start, end)).cloned().collect();
+    out.extend(source.iter().filter(|r| rendered_in_window(&r[window_col], start, end)).cloned());
+    out.sort();
+    out
+}
+
+/// A readable difference between two sorted multisets of rows.
+pub fn multiset_diff(expected: &[Row], actual: &[Row]) -> String {
+    use std::collections::BTreeMap;
+    let mut count: BTreeMap<&Row, i64> = BTreeMap::new();
+    for r in expected {
+        *count.entry(r).or_default() += 1;
+    }
+    for r in actual {
+        *count.entry(r).or_default() -= 1;
+    }
+    let mut lines: Vec<String> = count
+        .iter()
+        .filter(|(_, n)| **n != 0)
+        .take(20)
+        .map(|(r, n)| if *n > 0 { format!("  missing x{n}: {r:?}") } else { format!("  unexpected x{}: {r:?}", -n) })
+        .collect();
+    if lines.is_empty() {
+        lines.push("  (no difference)".into());
+    }
+    format!("expected {} rows, found {}\n{}", expected.len(), actual.len(), lines.join("\n"))
+}

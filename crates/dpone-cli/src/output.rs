@@ -66,7 +66,13 @@ pub fn print_plan(plan: &Plan, format: Format) {
     let r = &plan.route;
     println!("plan        {} (contract {})", plan.plan_version, plan.contract_version);
     println!("route       {}: {} -> {}", r.name, r.source_table, r.target_table);
-    println!("transport   {} [wire {}/{}, transport {:?}]", r.transport, r.wire_mode, r.binary_format, r.transport_mode);
+    println!(
+        "transport   {} [wire {}/{}, transport {}]",
+        r.transport,
+        r.wire_mode,
+        r.binary_format,
+        serde_json::to_value(r.transport_mode).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+    );
     println!("strategy    {}", plan.strategy);
     if let Some(w) = &plan.window {
         println!(
@@ -265,7 +271,11 @@ fn print_success(plan: &Plan, r: &RunReport) {
         thousands(r.replaced_rows),
         thousands(r.final_rows)
     );
-    println!("publication {}: {:?}, verified after publication", plan.publication.method, r.publication);
+    let check = match r.publication_check {
+        dpone_core::evidence::PublicationCheck::Digest => "the published rows' digest equals the generation's",
+        dpone_core::evidence::PublicationCheck::TableIdentity => "the target is now the verified generation table (same UUID)",
+    };
+    println!("publication {}: published; {check}", plan.publication.method);
     if r.target_unchanged {
         println!("idempotent  the window already held exactly these rows: target contents unchanged");
     } else {

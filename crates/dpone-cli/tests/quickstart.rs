@@ -110,7 +110,7 @@ fn check_summary(stdout: &str, exp: &Expected, first_run: bool) {
     );
     assert_eq!(
         line(stdout, "publication"),
-        Some("sqlite_transaction: Published, verified after publication"),
+        Some("sqlite_transaction: published; the published rows' digest equals the generation's"),
         "expected one verified SQLite transaction"
     );
     if first_run {

@@ -18,7 +18,8 @@ use crate::client::{ChClient, Idempotence, quote_ident, quote_str};
 use dpone_core::Diagnostic;
 use dpone_core::digest::RowDigest;
 use dpone_core::ports::{
-    AdapterError, Contents, EligibilityRequest, ErrorClass, FrameRx, PublicationOutcome, Result, RowFilter, TableRole, Target, WindowStats,
+    AdapterError, Contents, EligibilityRequest, ErrorClass, FrameRx, GenerationBuild, PublicationOutcome, Result, RowFilter, TableRole,
+    Target, WindowStats,
 };
 use dpone_core::time::Timestamp;
 use dpone_core::types::{Column, DType, parse_clickhouse_type};
@@ -437,7 +438,20 @@ impl Target for ClickhouseTarget {
         Ok(Contents { rows: count, digest: RowDigest { rows: count, sum, null_counts } })
     }
 
-    async fn build_generation(&self, generation: &str, keep: Option<&RowFilter>, stagings: &[String]) -> Result<()> {
+    async fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<u64> {
+        let mut sql = format!("SELECT count() FROM {}", self.role_sql(table));
+        if let Some(f) = filter {
+            sql.push_str(" WHERE ");
+            sql.push_str(&filter_sql(f));
+        }
+        self.client.scalar(&sql).await?.parse().map_err(|_| AdapterError::permanent("clickhouse_protocol", "expected a count"))
+    }
+
+    fn publishes_by_identity(&self) -> bool {
+        true
+    }
+
+    async fn build_generation(&self, generation: &str, keep: Option<&RowFilter>, stagings: &[String]) -> Result<GenerationBuild> {
         let gen_sql = self.owned_sql(generation);
         self.ddl(&format!("DROP TABLE IF EXISTS {gen_sql} SYNC")).await?;
         self.ddl(&format!("CREATE TABLE {gen_sql} AS {}", self.target_sql())).await?;
@@ -472,7 +486,7 @@ impl Target for ClickhouseTarget {
                     .await?;
             }
         }
-        Ok(())
+        Ok(GenerationBuild::Linked)
     }
 
     async fn compare_kept(&self, generation: &str, keep: &RowFilter) -> Result<u64> {

@@ -66,6 +66,19 @@ pub struct GenerationEvidence {
     /// Target rows kept because they lie outside the window (NULLs included).
     pub kept_rows: u64,
     pub kept_digest: RowDigest,
+    /// How the generation was checked before publication.
+    pub verified_by: GenerationCheck,
+}
+
+/// How a generation was verified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GenerationCheck {
+    /// Every row of the generation was re-hashed; the digest equals kept + chunks.
+    Digest,
+    /// Row counts match; the copied kept rows' digest matches; the chunk rows
+    /// are the digest-verified staging storage attached by hard link.
+    CountsKeptDigestLinkedChunks,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -75,8 +88,18 @@ pub struct PublicationEvidence {
     pub seconds: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backup_table: Option<String>,
-    /// Whether the published target was re-inspected and matched the generation.
-    pub verified_after_publication: bool,
+    /// How the published target was checked against the verified generation.
+    pub verified_after_publication: PublicationCheck,
+}
+
+/// How a publication was confirmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PublicationCheck {
+    /// The visible target was re-read and its digest equals the generation's.
+    Digest,
+    /// The visible target is the verified generation table itself (same UUID).
+    TableIdentity,
 }
 
 #[derive(Debug, Clone, Serialize)]

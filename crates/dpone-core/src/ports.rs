@@ -197,6 +197,17 @@ pub struct Contents {
     pub digest: RowDigest,
 }
 
+/// How a target put the verified chunks into the generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GenerationBuild {
+    /// Rows were copied (re-written): the generation must be re-digested.
+    Copied,
+    /// The staging tables' storage was attached by hard link: the chunk rows
+    /// are the verified staging bytes themselves and need only be counted.
+    Linked,
+}
+
 /// Outcome of an atomic publication, judged from the target's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -275,9 +286,24 @@ pub trait Target: Send + Sync + 'static {
     /// what the target stores.
     fn inspect(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> impl Future<Output = Result<Contents>> + Send;
 
+    /// Number of rows of `table` (optionally filtered).
+    fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Whether a `Published` outcome is established from the target's
+    /// identity (the visible table *is* the verified generation object), so
+    /// that re-reading the published rows adds nothing.
+    fn publishes_by_identity(&self) -> bool {
+        false
+    }
+
     /// Creates `generation` holding the target's rows selected by `keep`
     /// (all rows are replaced when None) plus the rows of `stagings`.
-    fn build_generation(&self, generation: &str, keep: Option<&RowFilter>, stagings: &[String]) -> impl Future<Output = Result<()>> + Send;
+    fn build_generation(
+        &self,
+        generation: &str,
+        keep: Option<&RowFilter>,
+        stagings: &[String],
+    ) -> impl Future<Output = Result<GenerationBuild>> + Send;
 
     /// Number of row groups whose multiplicity differs between the target
     /// and `generation` among rows selected by `keep` (0 = exactly equal).

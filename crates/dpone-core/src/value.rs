@@ -105,12 +105,18 @@ pub fn format_decimal(unscaled: I256, scale: u8) -> String {
 }
 
 /// `10^n` as i256 (n <= 76).
+///
+/// # Panics
+/// When `n > 76` (10^77 does not fit a Decimal and is never needed).
 pub fn pow10(n: u8) -> I256 {
-    let mut v = I256::ONE;
-    for _ in 0..n {
-        v *= I256::from(10u8);
-    }
-    v
+    static POWERS: std::sync::LazyLock<[I256; 77]> = std::sync::LazyLock::new(|| {
+        let mut t = [I256::ONE; 77];
+        for i in 1..77 {
+            t[i] = t[i - 1] * I256::from(10u8);
+        }
+        t
+    });
+    POWERS[n as usize]
 }
 
 /// Rescales exactly from `from` to `to` digits; None if digits would be lost

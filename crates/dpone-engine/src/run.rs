@@ -3,12 +3,14 @@
 use crate::probe::Probe;
 use dpone_core::digest::RowDigest;
 use dpone_core::evidence::{
-    ChunkEvidence, DIGEST_NOTE, EVIDENCE_VERSION, Evidence, GenerationEvidence, PhaseTimers, PublicationEvidence, WindowEvidence,
+    ChunkEvidence, DIGEST_NOTE, EVIDENCE_VERSION, Evidence, GenerationCheck, GenerationEvidence, PhaseTimers, PublicationCheck,
+    PublicationEvidence, WindowEvidence,
 };
 use dpone_core::identity::{self, RunIdentity};
 use dpone_core::plan::{CONTRACT_VERSION, Plan};
 use dpone_core::ports::{
-    AdapterError, Contents, ErrorClass, PublicationOutcome, ReadRequest, RowFilter, Source, SourceVersion, TableRole, Target, frame_channel,
+    AdapterError, Contents, ErrorClass, GenerationBuild, PublicationOutcome, ReadRequest, RowFilter, Source, SourceVersion, TableRole,
+    Target, frame_channel,
 };
 use dpone_core::types::ColumnType;
 use dpone_core::window::Chunk;
@@ -57,6 +59,8 @@ pub struct RunReport {
     pub target_unchanged: bool,
     pub chunks: Vec<ChunkSummary>,
     pub publication: PublicationOutcome,
+    /// How the publication was confirmed.
+    pub publication_check: PublicationCheck,
     pub evidence_path: PathBuf,
     pub duration_seconds: f64,
 }
@@ -378,15 +382,16 @@ async fn run_on_snapshot<S: Source, T: Target>(
     }
 
     let outcome = publish_phase(plan, probe, target.clone(), &run_id, &generation, &backup, &staged, &mut phases).await;
-    let (window_digest, kept, replaced, gen_contents, publication, publish_seconds, verified_after) = match outcome {
-        Ok(v) => v,
-        Err(failure) => {
-            if failure.publication != Some(PublicationOutcome::Unknown) {
-                let _ = target.drop_tables(&owned).await;
+    let Prepared { window_digest, kept, replaced_rows, unchanged, gen_contents, gen_check, publication, publish_seconds, verification } =
+        match outcome {
+            Ok(v) => v,
+            Err(failure) => {
+                if failure.publication != Some(PublicationOutcome::Unknown) {
+                    let _ = target.drop_tables(&owned).await;
+                }
+                return Err(failure);
             }
-            return Err(failure);
-        }
-    };
+        };
 
     // Evidence.
     let evidence_started = Instant::now();
@@ -441,6 +446,7 @@ async fn run_on_snapshot<S: Source, T: Target>(
             digest: gen_contents.digest.clone(),
             kept_rows: kept.rows,
             kept_digest: kept.digest.clone(),
+            verified_by: gen_check,
         },
         phases,
         publication: PublicationEvidence {
@@ -448,7 +454,7 @@ async fn run_on_snapshot<S: Source, T: Target>(
             outcome: publication,
             seconds: publish_seconds,
             backup_table: (plan.publication.method == "exchange_tables").then(|| backup.clone()),
-            verified_after_publication: verified_after,
+            verified_after_publication: verification,
         },
         limits: serde_json::json!({
             "parallelism": parallelism,
@@ -476,20 +482,31 @@ async fn run_on_snapshot<S: Source, T: Target>(
         inserted_rows: window_digest.rows,
         kept_rows: kept.rows,
         kept_null_window_rows: evidence.target.null_window_rows,
-        replaced_rows: replaced.rows,
+        replaced_rows,
         final_rows: gen_contents.rows,
-        target_unchanged: replaced.rows == window_digest.rows && replaced.digest.sum == window_digest.sum,
+        target_unchanged: unchanged,
         chunks: staged
             .iter()
             .map(|s| ChunkSummary { index: s.evidence.index, start: s.evidence.start, end: s.evidence.end, rows: s.evidence.rows })
             .collect(),
         publication,
+        publication_check: evidence.publication.verified_after_publication,
         evidence_path,
         duration_seconds: started.elapsed().as_secs_f64(),
     })
 }
 
-type PublishResult = (RowDigest, Contents, Contents, Contents, PublicationOutcome, f64, bool);
+struct Prepared {
+    window_digest: RowDigest,
+    kept: Contents,
+    replaced_rows: u64,
+    unchanged: bool,
+    gen_contents: Contents,
+    gen_check: GenerationCheck,
+    publication: PublicationOutcome,
+    publish_seconds: f64,
+    verification: PublicationCheck,
+}
 
 /// Builds and verifies the generation, re-checks kept rows, publishes once
 /// and verifies the published target.
@@ -503,7 +520,7 @@ async fn publish_phase<T: Target>(
     backup: &str,
     staged: &[StagedChunk],
     phases: &mut PhaseTimers,
-) -> Result<PublishResult, RunFailure> {
+) -> Result<Prepared, RunFailure> {
     let fail = |e: AdapterError| RunFailure::from_adapter(e, Some(run_id));
     let prepare_started = Instant::now();
     let ncols = probe.target_columns.len();
@@ -519,17 +536,46 @@ async fn publish_phase<T: Target>(
         }
         None => (None, None),
     };
-    let replaced = target.inspect(TableRole::Target, inside.as_ref()).await.map_err(fail)?;
+    // Rows kept outside the window: their digest is what the generation's
+    // copy of them must equal.
     let kept = match &keep {
         Some(k) => target.inspect(TableRole::Target, Some(k)).await.map_err(fail)?,
         None => Contents { rows: 0, digest: RowDigest::new(ncols) },
     };
+    // The rows being replaced are hashed only when their count says they
+    // might equal the new window (to report an unchanged target).
+    let replaced_rows = target.count(TableRole::Target, inside.as_ref()).await.map_err(fail)?;
+    let unchanged = replaced_rows == window_digest.rows
+        && target.inspect(TableRole::Target, inside.as_ref()).await.map_err(fail)?.digest == window_digest;
     let stagings: Vec<String> = staged.iter().map(|s| s.evidence.staging_table.clone()).collect();
-    target.build_generation(generation, keep.as_ref(), &stagings).await.map_err(fail)?;
+    let build = target.build_generation(generation, keep.as_ref(), &stagings).await.map_err(fail)?;
     let mut expected = kept.digest.clone();
     expected.merge(&window_digest);
-    let gen_contents = target.inspect(TableRole::Owned(generation), None).await.map_err(fail)?;
-    expect_equal("the generation", &gen_contents, kept.rows + window_digest.rows, &expected, run_id)?;
+    let expected_rows = kept.rows + window_digest.rows;
+    let (gen_contents, gen_check) = match build {
+        GenerationBuild::Copied => {
+            let gen_contents = target.inspect(TableRole::Owned(generation), None).await.map_err(fail)?;
+            expect_equal("the generation", &gen_contents, expected_rows, &expected, run_id)?;
+            (gen_contents, GenerationCheck::Digest)
+        }
+        GenerationBuild::Linked => {
+            // The chunk rows are the verified staging storage itself (hard
+            // links): count them; digest the kept rows, which were copied.
+            let total = target.count(TableRole::Owned(generation), None).await.map_err(fail)?;
+            if total != expected_rows {
+                return Err(RunFailure::failed(
+                    "generation_verification_failed",
+                    format!("the generation holds {total} rows, expected {expected_rows}"),
+                    run_id,
+                ));
+            }
+            if let Some(k) = &keep {
+                let copied = target.inspect(TableRole::Owned(generation), Some(k)).await.map_err(fail)?;
+                expect_equal("the generation's kept rows", &copied, kept.rows, &kept.digest, run_id)?;
+            }
+            (Contents { rows: total, digest: expected.clone() }, GenerationCheck::CountsKeptDigestLinkedChunks)
+        }
+    };
     if let Some(k) = &keep {
         let differing = target.compare_kept(generation, k).await.map_err(fail)?;
         if differing != 0 {
@@ -574,24 +620,29 @@ async fn publish_phase<T: Target>(
         }
     }
     let publish_seconds = publish_started.elapsed().as_secs_f64();
-    let published = target
-        .inspect(TableRole::Target, None)
-        .await
-        .map_err(|e| RunFailure { publication: Some(PublicationOutcome::Published), ..fail(e) })?;
-    if published.rows != gen_contents.rows || published.digest != gen_contents.digest {
-        return Err(RunFailure {
-            publication: Some(PublicationOutcome::Published),
-            ..RunFailure::failed(
-                "publication_verification_failed",
-                format!(
-                    "the published target holds {} ({}), the generation held {} ({})",
-                    published.rows, published.digest, gen_contents.rows, gen_contents.digest
-                ),
-                run_id,
-            )
-        });
-    }
-    Ok((window_digest, kept, replaced, gen_contents, publication, publish_seconds, true))
+    let verification = if target.publishes_by_identity() {
+        PublicationCheck::TableIdentity
+    } else {
+        let published = target
+            .inspect(TableRole::Target, None)
+            .await
+            .map_err(|e| RunFailure { publication: Some(PublicationOutcome::Published), ..fail(e) })?;
+        if published.rows != gen_contents.rows || published.digest != gen_contents.digest {
+            return Err(RunFailure {
+                publication: Some(PublicationOutcome::Published),
+                ..RunFailure::failed(
+                    "publication_verification_failed",
+                    format!(
+                        "the published target holds {} ({}), the generation held {} ({})",
+                        published.rows, published.digest, gen_contents.rows, gen_contents.digest
+                    ),
+                    run_id,
+                )
+            });
+        }
+        PublicationCheck::Digest
+    };
+    Ok(Prepared { window_digest, kept, replaced_rows, unchanged, gen_contents, gen_check, publication, publish_seconds, verification })
 }
 
 fn write_evidence(work_dir: &std::path::Path, run_id: &str, evidence: &Evidence) -> std::io::Result<PathBuf> {

@@ -215,32 +215,47 @@ pub fn numeric_to_scaled(b: &[u8], precision: u8, scale: u8) -> Result<I256, Str
         0xD000 | 0xF000 => return Err("infinity has no Decimal value".into()),
         _ => return Err("malformed numeric sign".into()),
     }
-    // value = sum(d_i * 10000^(weight - i)); accumulate the digits as an
-    // integer, then move the decimal point to `scale` exactly.
-    let limit = dpone_core::value::pow10(precision);
-    let mut acc = I256::ZERO;
-    let ten_k = I256::from(10_000u16);
-    for i in 0..ndigits {
-        let d = u16::from_be_bytes([b[8 + 2 * i], b[9 + 2 * i]]);
-        if d >= 10_000 {
-            return Err("malformed numeric digit".into());
+    let too_many = || format!("more than {precision} digits (Decimal({precision}, {scale}))");
+    // value = sum(d_i * 10000^(weight - i)). Accumulating the base-10000
+    // digits gives acc = value * 10^frac_digits; the decimal point is then
+    // moved to `scale` exactly. Up to 9 groups (36 digits) fit an i128,
+    // which covers the common precisions without 256-bit arithmetic.
+    let digits = &b[8..];
+    let acc = if ndigits <= 9 {
+        let mut a: i128 = 0;
+        for pair in digits.chunks_exact(2) {
+            let d = u16::from_be_bytes([pair[0], pair[1]]);
+            if d >= 10_000 {
+                return Err("malformed numeric digit".into());
+            }
+            a = a * 10_000 + d as i128;
         }
-        acc = acc.checked_mul(ten_k).and_then(|a| a.checked_add(I256::from(d))).ok_or_else(|| format!("more than {precision} digits"))?;
-    }
-    // acc = value * 10000^(ndigits - 1 - weight) = value * 10^frac_digits
+        I256::from(a)
+    } else {
+        let ten_k = I256::from(10_000u16);
+        let mut a = I256::ZERO;
+        for pair in digits.chunks_exact(2) {
+            let d = u16::from_be_bytes([pair[0], pair[1]]);
+            if d >= 10_000 {
+                return Err("malformed numeric digit".into());
+            }
+            a = a.checked_mul(ten_k).and_then(|a| a.checked_add(I256::from(d))).ok_or_else(too_many)?;
+        }
+        a
+    };
     let frac_digits = 4 * (ndigits as i32 - 1 - weight);
     let shift = scale as i32 - frac_digits;
     let scaled = if acc == I256::ZERO {
         I256::ZERO
     } else if shift >= 0 {
-        if shift > 80 {
-            return Err(format!("more than {precision} digits"));
+        if shift > 76 {
+            return Err(too_many());
         }
-        acc.checked_mul(dpone_core::value::pow10(shift as u8)).ok_or_else(|| format!("more than {precision} digits"))?
+        acc.checked_mul(dpone_core::value::pow10(shift as u8)).ok_or_else(too_many)?
     } else {
         let drop = -shift;
         if drop > 76 {
-            return Err(format!("more than {scale} fractional digits"));
+            return Err(format!("more than {scale} fractional digits; dpone never rounds"));
         }
         let f = dpone_core::value::pow10(drop as u8);
         if acc % f != 0 {
@@ -248,8 +263,8 @@ pub fn numeric_to_scaled(b: &[u8], precision: u8, scale: u8) -> Result<I256, Str
         }
         acc / f
     };
-    if scaled >= limit {
-        return Err(format!("more than {precision} digits (Decimal({precision}, {scale}))"));
+    if scaled >= dpone_core::value::pow10(precision) {
+        return Err(too_many());
     }
     Ok(if sign == 0x4000 { -scaled } else { scaled })
 }

@@ -15,7 +15,8 @@ use crate::types::{quote_ident, to_sql};
 use dpone_core::Diagnostic;
 use dpone_core::digest::RowDigest;
 use dpone_core::ports::{
-    AdapterError, Contents, EligibilityRequest, FrameRx, PublicationOutcome, Result, RowFilter, TableRole, Target, WindowStats,
+    AdapterError, Contents, EligibilityRequest, FrameRx, GenerationBuild, PublicationOutcome, Result, RowFilter, TableRole, Target,
+    WindowStats,
 };
 use dpone_core::rowbinary::decode_row;
 use dpone_core::time::Timestamp;
@@ -219,7 +220,30 @@ impl Target for SqliteTarget {
         self.with_conn(move |conn| inspect_table(conn, &table_sql, &columns, filter.as_ref())).await
     }
 
-    async fn build_generation(&self, generation: &str, keep: Option<&RowFilter>, stagings: &[String]) -> Result<()> {
+    async fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<u64> {
+        let mut sql = format!(
+            "SELECT count(*) FROM {}",
+            match table {
+                TableRole::Target => self.table_sql(),
+                TableRole::Owned(name) => self.owned_sql(name),
+            }
+        );
+        let mut params: Vec<String> = Vec::new();
+        if let Some(f) = filter {
+            let (w, p) = filter_sql(f);
+            sql.push_str(" WHERE ");
+            sql.push_str(&w);
+            params.extend(p);
+        }
+        self.with_conn(move |conn| {
+            conn.query_row(&sql, rusqlite::params_from_iter(params.iter()), |r| r.get::<_, i64>(0))
+                .map(|n| n as u64)
+                .map_err(|e| classify("counting rows", e))
+        })
+        .await
+    }
+
+    async fn build_generation(&self, generation: &str, keep: Option<&RowFilter>, stagings: &[String]) -> Result<GenerationBuild> {
         let columns = self.columns()?;
         let gen_sql = self.owned_sql(generation);
         let target_sql = self.table_sql();
@@ -242,7 +266,8 @@ impl Target for SqliteTarget {
                 tx.execute(&format!("INSERT INTO {gen_sql} ({cols}) SELECT {cols} FROM {s}"), [])
                     .map_err(|e| classify("adding a verified chunk", e))?;
             }
-            tx.commit().map_err(|e| classify("building the generation", e))
+            tx.commit().map_err(|e| classify("building the generation", e))?;
+            Ok(GenerationBuild::Copied)
         })
         .await
     }

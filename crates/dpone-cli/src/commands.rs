@@ -5,8 +5,9 @@ use crate::routes::{self, with_route};
 use crate::{Format, IntervalArgs};
 use dpone_core::manifest::{self, Manifest};
 use dpone_core::plan::{Interval, Plan};
+use dpone_core::state::StateStore;
 use dpone_core::{Diagnostic, Diagnostics};
-use dpone_engine::{Probe, RunOptions};
+use dpone_engine::RunOptions;
 use std::path::{Path, PathBuf};
 
 pub const EXIT_OK: u8 = 0;
@@ -110,8 +111,8 @@ pub fn plan(path: &Path, args: &IntervalArgs, format: Format, offline: bool) -> 
         }
     };
     if !offline && plan.refusals.is_empty() {
-        let probed =
-            runtime().block_on(async { with_route!(route, |s, t| dpone_engine::probe(&manifest, &plan, s.as_ref(), t.as_ref()).await) });
+        let probed = runtime()
+            .block_on(async { with_route!(route, |s, t| dpone_engine::probe(&manifest, &plan, Some(s.as_ref()), t.as_ref()).await) });
         match probed {
             Ok(mut p) => {
                 p.refusals.iter_mut().for_each(|d| manifest.locate(d));
@@ -143,31 +144,71 @@ pub fn run(path: &Path, args: &IntervalArgs, format: Format) -> u8 {
         work_dir: work_dir(&manifest, path),
         interval_origin: plan.window.as_ref().and(interval(args).end.map(|(_, origin)| origin.to_string())),
         max_pending_frames: 2,
+        holder: holder(),
+        cancel: dpone_engine::Cancel::default(),
     };
-    let mut outcome = execute(&manifest, &plan, route, &options);
+    let work_dir = options.work_dir.clone();
+    let opener = move |create: bool| open_store(&work_dir, create);
+    let mut outcome = execute(&manifest, &plan, route, &opener, &options);
     if let RunOutcome::Failed(f) = &mut outcome {
         f.refusals.iter_mut().for_each(|d| manifest.locate(d));
     }
     output::report_run(path, &plan, &outcome, format)
 }
 
-/// Probes, then runs; Ctrl-C / SIGTERM interrupt.
-pub fn execute(manifest: &Manifest, plan: &Plan, route: routes::Route, options: &RunOptions) -> RunOutcome {
+/// Who is running, for leases and journals: program, process and host.
+pub fn holder() -> String {
+    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "localhost".into());
+    format!("dpone {} pid {} on {host}", env!("CARGO_PKG_VERSION"), std::process::id())
+}
+
+/// The state store of a work dir (`state.db`); with `create = false` only
+/// an existing one is opened.
+pub fn open_store(work_dir: &Path, create: bool) -> Result<Option<std::sync::Arc<dyn StateStore>>, dpone_core::ports::AdapterError> {
+    let path = work_dir.join("state.db");
+    if !create && !path.exists() {
+        return Ok(None);
+    }
+    dpone_sqlite::SqliteStateStore::open(&path).map(|s| Some(std::sync::Arc::new(s) as std::sync::Arc<dyn StateStore>)).map_err(|e| {
+        dpone_core::ports::AdapterError::permanent(
+            "state_store_unavailable",
+            format!("cannot open the state store {}: {e}", path.display()),
+        )
+        .hint("check that runtime.storage.work_dir is a writable local folder")
+    })
+}
+
+/// Probes and runs under the target's lease. The first SIGINT/SIGTERM
+/// asks the run to stop cooperatively (workers joined, staging and journal
+/// kept for resumption); a second one exits at once.
+pub fn execute(
+    manifest: &Manifest,
+    plan: &Plan,
+    route: routes::Route,
+    open_store: &dpone_engine::StoreOpener,
+    options: &RunOptions,
+) -> RunOutcome {
     runtime().block_on(async {
+        let cancel = options.cancel.clone();
         let work = async {
-            with_route!(route, |s, t| {
-                let probe: Probe = match dpone_engine::probe(manifest, plan, s.as_ref(), t.as_ref()).await {
-                    Ok(p) => p,
-                    Err(e) => return RunOutcome::ProbeFailed(e),
-                };
-                match dpone_engine::run(plan, &probe, s, t, options).await {
-                    Ok(report) => RunOutcome::Succeeded(report),
-                    Err(f) => RunOutcome::Failed(f),
-                }
+            with_route!(route, |s, t| match dpone_engine::execute(manifest, plan, s, t, open_store, options).await {
+                Ok(report) => RunOutcome::Succeeded(report),
+                Err(f) => RunOutcome::Failed(f),
             })
         };
+        tokio::pin!(work);
         tokio::select! {
-            outcome = work => outcome,
+            outcome = &mut work => return outcome,
+            _ = shutdown_signal() => {
+                eprintln!("interrupt received: stopping the run cooperatively (press Ctrl-C again to exit at once)");
+                cancel.trigger();
+            }
+        }
+        tokio::select! {
+            outcome = &mut work => match outcome {
+                RunOutcome::Failed(f) if f.kind == dpone_engine::FailureKind::Interrupted => RunOutcome::Interrupted,
+                other => other,
+            },
             _ = shutdown_signal() => RunOutcome::Interrupted,
         }
     })

@@ -8,7 +8,7 @@ use crate::Format;
 use crate::commands::{EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK};
 use dpone_core::Diagnostics;
 use dpone_core::plan::Plan;
-use dpone_core::ports::{AdapterError, PublicationOutcome};
+use dpone_core::ports::PublicationOutcome;
 use dpone_core::types::{CLICKHOUSE_TO_POSTGRES, MappingRow, POSTGRES_TO_CLICKHOUSE, SQLITE_TYPES};
 use dpone_engine::{FailureKind, RunFailure, RunReport};
 use serde_json::json;
@@ -17,7 +17,6 @@ use std::path::Path;
 pub enum RunOutcome {
     Succeeded(RunReport),
     Failed(RunFailure),
-    ProbeFailed(AdapterError),
     Interrupted,
 }
 
@@ -184,11 +183,13 @@ pub fn report_run(file: &Path, plan: &Plan, outcome: &RunOutcome, format: Format
             let exit = match f.kind {
                 FailureKind::Refused => EXIT_CONFIG,
                 FailureKind::Failed | FailureKind::OutcomeUnknown => EXIT_FAILED,
+                FailureKind::Interrupted => EXIT_INTERRUPTED,
             };
             let status = match f.kind {
                 FailureKind::Refused => "refused",
                 FailureKind::Failed => "failed",
                 FailureKind::OutcomeUnknown => "outcome_unknown",
+                FailureKind::Interrupted => "interrupted",
             };
             if format == Format::Json {
                 let errors =
@@ -217,30 +218,13 @@ pub fn report_run(file: &Path, plan: &Plan, outcome: &RunOutcome, format: Format
             eprintln!("status: {status}; {visible}");
             exit
         }
-        RunOutcome::ProbeFailed(e) => {
-            if format == Format::Json {
-                print_json(&failure_document(
-                    "failed",
-                    Some(plan),
-                    None,
-                    &e.code,
-                    json!([{"code": e.code, "message": e.message, "hint": e.hint}]),
-                ));
-            }
-            eprintln!("error[{}]: {}", e.code, e.message);
-            if let Some(h) = &e.hint {
-                eprintln!("  hint: {h}");
-            }
-            eprintln!("status: failed before any write; the target is unchanged");
-            EXIT_FAILED
-        }
         RunOutcome::Interrupted => {
             if format == Format::Json {
                 print_json(
                     &json!({"passed": false, "status": "interrupted", "error_code": "interrupted", "errors": [{"code": "interrupted", "message": "interrupted by a signal"}]}),
                 );
             }
-            eprintln!("interrupted: the run stopped; nothing was published by this interruption");
+            eprintln!("interrupted: the run stopped; run the same command again to resume");
             EXIT_INTERRUPTED
         }
     }

@@ -325,21 +325,6 @@ impl Target for ClickhouseTarget {
                 "row policies hide rows from verification; remove them or run as a user they do not restrict",
             ));
         }
-        let markers = self
-            .client
-            .query_rows(&format!(
-                "SELECT name FROM system.tables WHERE database = {} AND startsWith(name, '_dpone_gen_')",
-                quote_str(&self.database)
-            ))
-            .await?;
-        for m in &markers {
-            out.push(refuse(
-                "pending_run_marker",
-                "sink.table",
-                format!("generation table `{}` of another run is still present", text(m, "name")),
-                "another run is in progress or ended with an unknown outcome; see the recovery runbook before removing it",
-            ));
-        }
         if let Some(col) = &request.window_column
             && let Some(c) = self.columns()?.iter().find(|c| &c.name == col)
             && !matches!(&c.ty.dtype, DType::DateTime64 { precision: 0..=6, tz: Some(tz) } if tz == "UTC")
@@ -502,7 +487,7 @@ impl Target for ClickhouseTarget {
         self.client.scalar(&sql).await?.parse().map_err(|_| AdapterError::permanent("clickhouse_protocol", "expected a count"))
     }
 
-    async fn publish(&self, generation: &str, _keep: Option<&RowFilter>, backup: &str) -> Result<PublicationOutcome> {
+    async fn publish(&self, generation: &str, _keep: Option<&RowFilter>, _backup: &str) -> Result<PublicationOutcome> {
         let before = self.table_uuid(&self.database, &self.table).await?;
         let gen_uuid = self.table_uuid(&self.database, generation).await?;
         let (Some(before), Some(gen_uuid)) = (before, gen_uuid) else {
@@ -540,28 +525,57 @@ impl Target for ClickhouseTarget {
             (PublicationOutcome::Absent, Ok(())) => return Ok(PublicationOutcome::Unknown),
             (PublicationOutcome::Published, _) => {}
         }
-        // The generation's name now holds the previous target: keep it as
-        // this target's only backup.
+        Ok(PublicationOutcome::Published)
+    }
+
+    fn scope(&self) -> String {
+        let u = &self.client.config().url;
+        format!("clickhouse://{}:{}/{}.{}", u.host_str().unwrap_or(""), u.port_or_known_default().unwrap_or(0), self.database, self.table)
+    }
+
+    async fn identity(&self, table: TableRole<'_>) -> Result<Option<String>> {
+        match table {
+            TableRole::Target => self.table_uuid(&self.database, &self.table).await,
+            TableRole::Owned(n) => self.table_uuid(self.owned_db(n), n).await,
+        }
+    }
+
+    async fn owned_tables(&self) -> Result<Vec<String>> {
+        let rows = self
+            .client
+            .query_rows(&format!(
+                "SELECT name FROM system.tables WHERE database IN ({}, {}) AND startsWith(name, '_dpone_') ORDER BY name",
+                quote_str(&self.database),
+                quote_str(&self.staging_database)
+            ))
+            .await?;
+        Ok(rows.iter().map(|r| text(r, "name")).collect())
+    }
+
+    async fn after_publication(&self, generation: &str, backup: &str) -> Result<()> {
+        // After EXCHANGE the generation's name holds the previous target:
+        // keep it as this target's only backup.
         let backup_sql = self.owned_sql(backup);
         let comment = format!("dpone backup of {}", self.target_sql());
-        if self.ddl(&format!("RENAME TABLE {} TO {backup_sql}", self.owned_sql(generation))).await.is_ok() {
-            let _ = self.ddl(&format!("ALTER TABLE {backup_sql} MODIFY COMMENT {}", quote_str(&comment))).await;
-            if let Ok(old) = self
-                .client
-                .query_rows(&format!(
-                    "SELECT name FROM system.tables WHERE database = {} AND startsWith(name, '_dpone_bak_') AND comment = {} AND name != {}",
-                    quote_str(&self.database),
-                    quote_str(&comment),
-                    quote_str(backup)
-                ))
-                .await
-            {
-                for o in old {
-                    let _ = self.ddl(&format!("DROP TABLE IF EXISTS {} SYNC", self.owned_sql(&text(&o, "name")))).await;
-                }
-            }
+        if self.table_uuid(&self.database, generation).await?.is_some() {
+            self.ddl(&format!("RENAME TABLE {} TO {backup_sql}", self.owned_sql(generation))).await?;
         }
-        Ok(PublicationOutcome::Published)
+        if self.table_uuid(&self.database, backup).await?.is_some() {
+            self.ddl(&format!("ALTER TABLE {backup_sql} MODIFY COMMENT {}", quote_str(&comment))).await?;
+        }
+        let old = self
+            .client
+            .query_rows(&format!(
+                "SELECT name FROM system.tables WHERE database = {} AND startsWith(name, '_dpone_bak_') AND comment = {} AND name != {}",
+                quote_str(&self.database),
+                quote_str(&comment),
+                quote_str(backup)
+            ))
+            .await?;
+        for o in old {
+            self.ddl(&format!("DROP TABLE IF EXISTS {} SYNC", self.owned_sql(&text(&o, "name")))).await?;
+        }
+        Ok(())
     }
 
     async fn window_stats(&self, f: &RowFilter) -> Result<WindowStats> {

@@ -107,6 +107,10 @@ pub struct Evidence {
     pub evidence_version: &'static str,
     pub dpone_version: &'static str,
     pub run_id: String,
+    /// Re-executions of the same target's window count up from 1.
+    pub execution: u32,
+    /// Whether this run continued an interrupted one.
+    pub resumed: bool,
     pub route: String,
     pub source_table: String,
     pub target_table: String,

@@ -20,6 +20,7 @@ pub mod manifest;
 pub mod plan;
 pub mod ports;
 pub mod rowbinary;
+pub mod state;
 pub mod time;
 pub mod types;
 pub mod value;

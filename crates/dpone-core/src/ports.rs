@@ -105,9 +105,22 @@ impl From<Diagnostic> for AdapterError {
 
 pub type Result<T> = std::result::Result<T, AdapterError>;
 
+/// A check run by the sending side of a frame channel: lease still held,
+/// run not cancelled. An error stops the stream.
+pub type FrameGuard = std::sync::Arc<dyn Fn() -> Result<()> + Send + Sync>;
+
 /// Sending half of a bounded frame channel.
-#[derive(Debug, Clone)]
-pub struct FrameTx(tokio::sync::mpsc::Sender<Frame>);
+#[derive(Clone)]
+pub struct FrameTx {
+    tx: tokio::sync::mpsc::Sender<Frame>,
+    guard: Option<FrameGuard>,
+}
+
+impl std::fmt::Debug for FrameTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrameTx").field("guarded", &self.guard.is_some()).finish()
+    }
+}
 
 /// Receiving half of a bounded frame channel.
 #[derive(Debug)]
@@ -116,17 +129,38 @@ pub struct FrameRx(tokio::sync::mpsc::Receiver<Frame>);
 /// A channel holding at most `capacity` frames: a full channel pauses the sender.
 pub fn frame_channel(capacity: usize) -> (FrameTx, FrameRx) {
     let (tx, rx) = tokio::sync::mpsc::channel(capacity.max(1));
-    (FrameTx(tx), FrameRx(rx))
+    (FrameTx { tx, guard: None }, FrameRx(rx))
+}
+
+/// Like [`frame_channel`], with `guard` run before every frame and by
+/// [`FrameTx::check`].
+pub fn guarded_frame_channel(capacity: usize, guard: FrameGuard) -> (FrameTx, FrameRx) {
+    let (mut tx, rx) = frame_channel(capacity);
+    tx.guard = Some(guard);
+    (tx, rx)
 }
 
 impl FrameTx {
+    /// Runs the guard. Sources call it at least every
+    /// [`crate::state::LEASE_CHECK_ROWS`] rows, so a lost lease or a
+    /// cancellation stops a long frame early.
+    #[inline]
+    pub fn check(&self) -> Result<()> {
+        match &self.guard {
+            Some(g) => g(),
+            None => Ok(()),
+        }
+    }
+
     pub async fn send(&self, frame: Frame) -> Result<()> {
-        self.0.send(frame).await.map_err(|_| AdapterError::cancelled())
+        self.check()?;
+        self.tx.send(frame).await.map_err(|_| AdapterError::cancelled())
     }
 
     /// For adapters that read on a blocking thread.
     pub fn blocking_send(&self, frame: Frame) -> Result<()> {
-        self.0.blocking_send(frame).map_err(|_| AdapterError::cancelled())
+        self.check()?;
+        self.tx.blocking_send(frame).map_err(|_| AdapterError::cancelled())
     }
 }
 
@@ -141,7 +175,7 @@ impl FrameRx {
 }
 
 /// A frozen source version: what all chunk reads of one run see.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct SourceVersion {
     /// Stable text identifying the version (snapshot id, LSN, file state).
     pub id: String,
@@ -209,7 +243,7 @@ pub enum GenerationBuild {
 }
 
 /// Outcome of an atomic publication, judged from the target's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PublicationOutcome {
     /// The generation is the visible target.
@@ -316,6 +350,26 @@ pub trait Target: Send + Sync + 'static {
     /// publication where it can) that its rows selected by `keep` are
     /// still exactly those copied into the generation.
     fn publish(&self, generation: &str, keep: Option<&RowFilter>, backup: &str) -> impl Future<Output = Result<PublicationOutcome>> + Send;
+
+    /// A stable name of the target table for leases and journals: system,
+    /// endpoint and table, never credentials.
+    fn scope(&self) -> String;
+
+    /// Identity of a table's current contents or object, or None when the
+    /// table does not exist. Publication is judged by comparing identities:
+    /// the target's identity equals the generation's once published.
+    fn identity(&self, table: TableRole<'_>) -> impl Future<Output = Result<Option<String>>> + Send;
+
+    /// Names of all tables in the target's databases that carry dpone's
+    /// owned-object prefix (any run's).
+    fn owned_tables(&self) -> impl Future<Output = Result<Vec<String>>> + Send;
+
+    /// Housekeeping after a publication, idempotent: e.g. keep the previous
+    /// generation under `backup`. Never changes the visible target.
+    fn after_publication(&self, generation: &str, backup: &str) -> impl Future<Output = Result<()>> + Send {
+        let _ = (generation, backup);
+        async { Ok(()) }
+    }
 
     /// Evidence facts about the visible target.
     fn window_stats(&self, filter: &RowFilter) -> impl Future<Output = Result<WindowStats>> + Send;

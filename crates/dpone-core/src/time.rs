@@ -111,6 +111,13 @@ impl serde::Serialize for Timestamp {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for Timestamp {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Timestamp::parse_rfc3339(&s).map_err(serde::de::Error::custom)
+    }
+}
+
 /// A strictly positive fixed duration in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FixedDuration(pub i64);

@@ -18,8 +18,11 @@
 //! [`Source`]: dpone_core::ports::Source
 //! [`Target`]: dpone_core::ports::Target
 
+pub mod failpoint;
+mod journal;
+mod lease;
 mod probe;
 mod run;
 
 pub use probe::{Probe, probe};
-pub use run::{ChunkSummary, FailureKind, RunFailure, RunOptions, RunReport, run};
+pub use run::{Cancel, ChunkSummary, FailureKind, RunFailure, RunOptions, RunReport, StoreOpener, execute, journal_key, read_journal};

@@ -25,8 +25,26 @@ fn refusal(path: &str, e: AdapterError) -> Diagnostic {
 /// Describes both sides and asks the target for its refusals. Permanent
 /// adapter errors become refusals (configuration problems); transient or
 /// indeterminate ones (the server is down) are returned as errors.
-pub async fn probe<S: Source, T: Target>(manifest: &Manifest, plan: &Plan, source: &S, target: &T) -> Result<Probe, AdapterError> {
+///
+/// With `source` None (a run past its staging, finishing from the target
+/// alone) the source is not contacted and the target's columns stand in.
+pub async fn probe<S: Source, T: Target>(manifest: &Manifest, plan: &Plan, source: Option<&S>, target: &T) -> Result<Probe, AdapterError> {
     let mut p = Probe::default();
+    let Some(source) = source else {
+        match target.describe().await {
+            Ok(Some(cols)) => {
+                p.source_columns = cols.clone();
+                p.read_columns = cols.clone();
+                p.target_columns = cols;
+            }
+            Ok(None) => p.refusals.push(
+                Diagnostic::new("target_missing", "sink.table", "the target table does not exist")
+                    .hint("see `dpone status` and docs/recovery.md"),
+            ),
+            Err(e) => return Err(e),
+        }
+        return Ok(p);
+    };
     match source.describe(manifest.source.columns.as_deref()).await {
         Ok(cols) => p.source_columns = cols,
         Err(e) if e.class == ErrorClass::Permanent => p.refusals.push(refusal("source.table", e)),

@@ -217,8 +217,14 @@ impl Source for PostgresSource {
             AdapterError::permanent(if e.column == "<row>" { "row_too_large" } else { "invalid_value" }, e.to_string())
                 .hint("dpone moves values exactly or not at all; fix the value or the target type")
         };
+        let mut checked_rows = 0u64;
         loop {
-            match parser.parse_into(&mut frame).map_err(value_error)? {
+            let parsed = parser.parse_into(&mut frame).map_err(value_error)?;
+            if stats.rows + frame.rows >= checked_rows + dpone_core::state::LEASE_CHECK_ROWS {
+                checked_rows = stats.rows + frame.rows;
+                out.check()?;
+            }
+            match parsed {
                 Parsed::FrameFull => {
                     let full = std::mem::replace(&mut frame, new_frame());
                     out.send(flush(full, &mut stats)).await?;

@@ -10,6 +10,7 @@
 //! - `types`: declared column types <-> canonical types, strict value conversion.
 //! - `source`: [`SqliteSource`], one read transaction shared by every chunk.
 //! - `sink`: [`SqliteTarget`].
+//! - `state_store`: [`SqliteStateStore`], leases and fenced records of runs;
 //! - `error`: rusqlite errors -> classified adapter errors.
 
 mod config;
@@ -17,9 +18,11 @@ pub mod demo;
 mod error;
 mod sink;
 mod source;
+mod state_store;
 mod types;
 
 pub use config::{SqliteConfig, resolve_path};
 pub use sink::SqliteTarget;
 pub use source::SqliteSource;
+pub use state_store::SqliteStateStore;
 pub use types::{map_declared_type, quote_ident};

@@ -311,6 +311,51 @@ impl Target for SqliteTarget {
         .await
     }
 
+    fn scope(&self) -> String {
+        let path = std::fs::canonicalize(&self.config.path).unwrap_or_else(|_| self.config.path.clone());
+        format!("sqlite://{}#{}.{}", path.display(), self.schema(), self.config.table.name)
+    }
+
+    async fn identity(&self, table: TableRole<'_>) -> Result<Option<String>> {
+        let name = match table {
+            TableRole::Target => self.config.table.name.clone(),
+            TableRole::Owned(n) => n.to_string(),
+        };
+        let schema = self.schema();
+        let exists = self
+            .with_conn(move |c| {
+                c.query_row(
+                    &format!("SELECT count(*) FROM {}.sqlite_master WHERE type = 'table' AND name = ?1", quote_ident(&schema)),
+                    [&name],
+                    |r| r.get::<_, i64>(0),
+                )
+                .map_err(|e| classify("looking up a table", e))
+            })
+            .await?;
+        if exists == 0 {
+            return Ok(None);
+        }
+        // SQLite tables have no object identity that survives the
+        // publication (it copies rows), so contents identify them.
+        let c = self.inspect(table, None).await?;
+        Ok(Some(format!("rows={};digest={}", c.rows, c.digest.sum_hex())))
+    }
+
+    async fn owned_tables(&self) -> Result<Vec<String>> {
+        let schema = self.schema();
+        self.with_conn(move |c| {
+            let mut stmt = c
+                .prepare(&format!(
+                    "SELECT name FROM {}.sqlite_master WHERE type = 'table' AND substr(name, 1, 7) = '_dpone_' ORDER BY name",
+                    quote_ident(&schema)
+                ))
+                .map_err(|e| classify("listing owned tables", e))?;
+            let rows = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(|e| classify("listing owned tables", e))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| classify("listing owned tables", e))
+        })
+        .await
+    }
+
     async fn window_stats(&self, filter: &RowFilter) -> Result<WindowStats> {
         let target_sql = self.table_sql();
         let f = filter.clone();

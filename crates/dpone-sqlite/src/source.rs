@@ -244,6 +244,9 @@ impl Source for SqliteSource {
                 }
                 frame.bytes.extend_from_slice(&row_buf);
                 frame.rows += 1;
+                if (stats.rows + 1).is_multiple_of(dpone_core::state::LEASE_CHECK_ROWS) {
+                    out.check()?;
+                }
                 frame.digest.merge(&row_digest);
                 stats.rows += 1;
                 stats.encoded_bytes += row_buf.len() as u64;

@@ -38,3 +38,5 @@ pub fn unique_name(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     format!("{prefix}_{}_{n}_{:x}", std::process::id(), nanos)
 }
+
+pub mod conformance;

@@ -1,0 +1,277 @@
+//! Durable run state: leases, fenced compare-and-swap records, the run
+//! journal and its state machine.
+//!
+//! # Contract of a [`StateStore`]
+//!
+//! - A lease covers one *scope* (a target table). `acquire` succeeds when
+//!   nobody holds the scope or the holder's lease expired, and every
+//!   successful acquire increments the scope's **fence**. A holder keeps the
+//!   lease alive with `renew`; a renewal or a write by a holder whose fence
+//!   is no longer current fails with [`StoreError::LeaseLost`].
+//! - A record is saved only by `compare_and_set`, which checks in one
+//!   transaction that the caller holds the scope's current lease (holder,
+//!   fence, not expired) and that the record's revision is the expected one
+//!   (`None` = the record must not exist). Each save increments the revision.
+//! - Reads need no lease.
+//!
+//! Modelled on Materialize's persist `Consensus`: the store is the single
+//! authority on "who may write" and "what was written last"; a process that
+//! lost either learns it at its next write, never later.
+
+use crate::digest::RowDigest;
+use crate::ports::{PublicationOutcome, SourceVersion};
+use crate::time::Timestamp;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Version of the serialized run journal.
+pub const JOURNAL_VERSION: &str = "dpone.run_journal.v1";
+/// Lease time to live and renewal period (SPEC §4).
+pub const LEASE_TTL_MS: u64 = 60_000;
+pub const LEASE_RENEW_MS: u64 = 20_000;
+/// Rows between lease checks inside a chunk stream.
+pub const LEASE_CHECK_ROWS: u64 = 1024;
+/// Attempts per chunk, and the backoff before the second and third.
+pub const MAX_CHUNK_ATTEMPTS: u32 = 3;
+pub const CHUNK_BACKOFF_MS: [u64; 2] = [100, 200];
+
+/// A held lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub scope: String,
+    pub holder: String,
+    pub fence: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("scope `{scope}` is held by {holder} (lease valid for another {remaining_ms} ms)")]
+    Held { scope: String, holder: String, remaining_ms: u64 },
+    #[error("the lease on `{0}` was lost: another process acquired it or it expired")]
+    LeaseLost(String),
+    #[error("record `{key}` changed concurrently: expected revision {expected:?}, found {found:?}")]
+    Conflict { key: String, expected: Option<u64>, found: Option<u64> },
+    #[error("state store error: {0}")]
+    Io(String),
+}
+
+/// A stored record and its revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned {
+    pub revision: u64,
+    pub body: String,
+}
+
+/// Durable leases and records. Implementations must pass the conformance
+/// suite in `dpone-testkit`.
+pub trait StateStore: Send + Sync {
+    fn acquire(&self, scope: &str, holder: &str, ttl_ms: u64) -> Result<Lease, StoreError>;
+    /// Acquires `scope` even though its lease is live, but only while it is
+    /// still held by `stale_holder` (a holder the caller proved dead, e.g. a
+    /// crashed process on this host). The fence grows as on `acquire`.
+    fn take_over(&self, scope: &str, stale_holder: &str, holder: &str, ttl_ms: u64) -> Result<Lease, StoreError>;
+    fn renew(&self, lease: &Lease, ttl_ms: u64) -> Result<(), StoreError>;
+    fn release(&self, lease: &Lease) -> Result<(), StoreError>;
+    fn get(&self, key: &str) -> Result<Option<Versioned>, StoreError>;
+    /// Saves `body` under `key` if `lease` is current and the revision is
+    /// `expected`; returns the new revision.
+    fn compare_and_set(&self, lease: &Lease, key: &str, expected: Option<u64>, body: &str) -> Result<u64, StoreError>;
+    /// Keys starting with `prefix`, for status listings.
+    fn keys(&self, prefix: &str) -> Result<Vec<String>, StoreError>;
+}
+
+/// States of a run (SPEC §4 vocabulary).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunState {
+    Planned,
+    Staging,
+    Publishing,
+    Published,
+    EvidenceComplete,
+    Succeeded,
+    Failed,
+    OutcomeUnknown,
+}
+
+impl RunState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Planned => "planned",
+            RunState::Staging => "staging",
+            RunState::Publishing => "publishing",
+            RunState::Published => "published",
+            RunState::EvidenceComplete => "evidence-complete",
+            RunState::Succeeded => "succeeded",
+            RunState::Failed => "failed",
+            RunState::OutcomeUnknown => "outcome-unknown",
+        }
+    }
+
+    /// Whether the next invocation may continue this run.
+    pub fn is_resumable(self) -> bool {
+        matches!(self, RunState::Planned | RunState::Staging | RunState::Publishing | RunState::Published | RunState::EvidenceComplete)
+    }
+
+    /// Whether the new data is (or may be) visible.
+    pub fn past_publication(self) -> bool {
+        matches!(self, RunState::Published | RunState::EvidenceComplete | RunState::Succeeded)
+    }
+
+    /// Allowed transitions; anything else is a bug the journal refuses.
+    pub fn can_become(self, next: RunState) -> bool {
+        use RunState::*;
+        matches!(
+            (self, next),
+            (Planned, Staging)
+                | (Staging, Staging)
+                | (Staging, Publishing)
+                | (Publishing, Published)
+                | (Publishing, Staging)
+                | (Published, EvidenceComplete)
+                | (EvidenceComplete, Succeeded)
+                | (Planned | Staging | Publishing, Failed)
+                | (Publishing, OutcomeUnknown)
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChunkState {
+    Staging,
+    Verified,
+    Failed,
+}
+
+/// Journal entry of one chunk.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChunkRecord {
+    pub index: u32,
+    pub chunk_id: String,
+    pub state: ChunkState,
+    pub attempt: u32,
+    pub staging_table: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub start: Option<Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub end: Option<Timestamp>,
+    pub rows: u64,
+    pub encoded_bytes: u64,
+    /// Hex of the digest sum, and NULL counts (the staged digest).
+    pub digest_sum: String,
+    pub null_counts: Vec<u64>,
+    pub seconds: f64,
+}
+
+impl ChunkRecord {
+    pub fn digest(&self) -> Option<RowDigest> {
+        digest_from(self.rows, &self.digest_sum, &self.null_counts)
+    }
+}
+
+/// Rebuilds a digest from its journal form.
+pub fn digest_from(rows: u64, sum_hex: &str, null_counts: &[u64]) -> Option<RowDigest> {
+    let sum = ethnum::U256::from_str_radix(sum_hex, 16).ok()?;
+    Some(RowDigest { rows, sum, null_counts: null_counts.to_vec() })
+}
+
+/// The durable intent written before the one publishing step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublicationIntent {
+    pub generation_table: String,
+    pub backup_table: String,
+    /// The target's identity before publication (ClickHouse: table UUID).
+    pub target_before: String,
+    /// The generation's identity (what the target becomes when published).
+    pub generation: String,
+}
+
+/// The run journal: everything recovery needs, keyed by invocation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunJournal {
+    pub journal_version: String,
+    /// Target scope + window + manifest identity (what was asked).
+    pub invocation: String,
+    /// Counts re-executions of a succeeded invocation.
+    pub execution: u32,
+    pub run_id: String,
+    pub state: RunState,
+    pub manifest_fingerprint: String,
+    pub route: String,
+    pub target: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub window_start: Option<Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub window_end: Option<Timestamp>,
+    pub chunk_count: u32,
+    pub schema_fingerprint: String,
+    pub source_version: SourceVersion,
+    /// Resolved limits as stored; a resumed run must present the same.
+    pub limits: serde_json::Value,
+    pub chunks: BTreeMap<u32, ChunkRecord>,
+    /// Every table this run created or was about to create (recorded before
+    /// creation), so cleanup never misses one and never touches another's.
+    #[serde(default)]
+    pub owned: std::collections::BTreeSet<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub generation: Option<GenerationRecord>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub intent: Option<PublicationIntent>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub publication: Option<PublicationOutcome>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub evidence_path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<JournalError>,
+    /// Holder of the lease of the last write (for status output).
+    pub last_holder: String,
+}
+
+/// The verified generation, as needed to finish a run after a crash.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GenerationRecord {
+    pub table: String,
+    pub rows: u64,
+    pub digest_sum: String,
+    pub null_counts: Vec<u64>,
+    pub kept_rows: u64,
+    pub kept_digest_sum: String,
+    pub kept_null_counts: Vec<u64>,
+    pub replaced_rows: u64,
+    pub unchanged: bool,
+    /// `digest` or `counts_kept_digest_linked_chunks`.
+    pub check: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalError {
+    pub code: String,
+    pub message: String,
+}
+
+impl RunJournal {
+    pub fn key(invocation: &str) -> String {
+        format!("run/{invocation}")
+    }
+
+    pub fn verified_chunks(&self) -> usize {
+        self.chunks.values().filter(|c| c.state == ChunkState::Verified).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transitions() {
+        use RunState::*;
+        assert!(Planned.can_become(Staging));
+        assert!(Publishing.can_become(OutcomeUnknown));
+        assert!(!Published.can_become(Failed), "after publication a run can only complete");
+        assert!(!Succeeded.can_become(Staging));
+        assert!(!OutcomeUnknown.can_become(Published), "unknown is resolved by an operator, not by the run");
+        assert_eq!(serde_json::to_string(&EvidenceComplete).unwrap(), "\"evidence-complete\"");
+    }
+}

@@ -1,0 +1,99 @@
+//! The conformance suite every `StateStore` must pass.
+//!
+//! `make` returns a new handle to the *same* backing store on every call,
+//! as two processes sharing a state file would hold.
+
+use dpone_core::state::{StateStore, StoreError};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Runs every check; panics with a description on the first violation.
+pub fn run_all<S: StateStore + 'static>(make: impl Fn() -> S) {
+    leases_exclude_and_fence(&make);
+    expired_leases_are_taken_over_and_fence_out_the_old_holder(&make);
+    compare_and_set_checks_revisions(&make);
+    release_frees_the_scope(&make);
+    take_over_only_replaces_the_named_holder(&make);
+    concurrent_writers_one_wins(&make);
+}
+
+fn leases_exclude_and_fence<S: StateStore>(make: &impl Fn() -> S) {
+    let (a, b) = (make(), make());
+    let l1 = a.acquire("scope/1", "proc-a", 60_000).expect("a free scope can be acquired");
+    assert_eq!(l1.fence, 1, "the first acquire has fence 1");
+    match b.acquire("scope/1", "proc-b", 60_000) {
+        Err(StoreError::Held { holder, .. }) => assert_eq!(holder, "proc-a", "a refusal names the holder"),
+        other => panic!("a live lease must exclude another holder, got {other:?}"),
+    }
+    let l1b = a.acquire("scope/1", "proc-a", 60_000).expect("the holder can re-acquire");
+    assert_eq!(l1b.fence, 2, "every acquire grows the fence");
+    assert_eq!(a.compare_and_set(&l1, "k/1", None, "x"), Err(StoreError::LeaseLost("scope/1".into())), "an old fence cannot write");
+    assert_eq!(a.compare_and_set(&l1b, "k/1", None, "x"), Ok(1));
+    let other = b.acquire("scope/2", "proc-b", 60_000).expect("other scopes are independent");
+    assert_eq!(other.fence, 1);
+}
+
+fn expired_leases_are_taken_over_and_fence_out_the_old_holder<S: StateStore>(make: &impl Fn() -> S) {
+    let (a, b) = (make(), make());
+    let old = a.acquire("scope/exp", "proc-a", 50).unwrap();
+    std::thread::sleep(Duration::from_millis(120));
+    assert!(matches!(a.renew(&old, 50), Err(StoreError::LeaseLost(_))), "an expired lease cannot be renewed");
+    let new = b.acquire("scope/exp", "proc-b", 60_000).expect("an expired lease can be taken over");
+    assert!(new.fence > old.fence, "the new holder gets a higher fence");
+    assert!(matches!(a.compare_and_set(&old, "k/exp", None, "late"), Err(StoreError::LeaseLost(_))), "the old holder is fenced out");
+    assert!(matches!(a.renew(&old, 60_000), Err(StoreError::LeaseLost(_))));
+    assert_eq!(b.get("k/exp").unwrap(), None, "nothing of the fenced write landed");
+    b.renew(&new, 60_000).expect("the current holder renews");
+}
+
+fn compare_and_set_checks_revisions<S: StateStore>(make: &impl Fn() -> S) {
+    let s = make();
+    let lease = s.acquire("scope/cas", "proc", 60_000).unwrap();
+    assert_eq!(s.compare_and_set(&lease, "rec", None, "v1"), Ok(1));
+    assert!(matches!(s.compare_and_set(&lease, "rec", None, "again"), Err(StoreError::Conflict { found: Some(1), .. })));
+    assert_eq!(s.compare_and_set(&lease, "rec", Some(1), "v2"), Ok(2));
+    assert!(matches!(s.compare_and_set(&lease, "rec", Some(1), "stale"), Err(StoreError::Conflict { found: Some(2), .. })));
+    let got = make().get("rec").unwrap().expect("another handle reads the record");
+    assert_eq!((got.revision, got.body.as_str()), (2, "v2"));
+    assert_eq!(s.keys("re").unwrap(), vec!["rec".to_string()]);
+    assert!(s.keys("zzz").unwrap().is_empty());
+}
+
+fn release_frees_the_scope<S: StateStore>(make: &impl Fn() -> S) {
+    let (a, b) = (make(), make());
+    let l = a.acquire("scope/rel", "proc-a", 60_000).unwrap();
+    a.release(&l).unwrap();
+    let l2 = b.acquire("scope/rel", "proc-b", 60_000).expect("a released scope is free");
+    assert!(l2.fence > l.fence, "fences never go back");
+    assert!(matches!(a.compare_and_set(&l, "k/rel", None, "x"), Err(StoreError::LeaseLost(_))));
+}
+
+fn concurrent_writers_one_wins<S: StateStore + 'static>(make: &impl Fn() -> S) {
+    let setup = make();
+    let lease = setup.acquire("scope/race", "proc", 60_000).unwrap();
+    setup.compare_and_set(&lease, "race", None, "0").unwrap();
+    let wins: Vec<bool> = (0..4)
+        .map(|i| {
+            let store = Arc::new(make());
+            let lease = lease.clone();
+            std::thread::spawn(move || store.compare_and_set(&lease, "race", Some(1), &format!("w{i}")).is_ok())
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .collect();
+    assert_eq!(wins.iter().filter(|w| **w).count(), 1, "exactly one of several writers with the same expected revision wins");
+    assert_eq!(setup.get("race").unwrap().unwrap().revision, 2);
+}
+
+fn take_over_only_replaces_the_named_holder<S: StateStore>(make: &impl Fn() -> S) {
+    let (a, b) = (make(), make());
+    let dead = a.acquire("scope/take", "proc-dead", 60_000).unwrap();
+    match b.take_over("scope/take", "proc-other", "proc-b", 60_000) {
+        Err(StoreError::Held { holder, .. }) => assert_eq!(holder, "proc-dead", "naming the wrong stale holder takes nothing over"),
+        other => panic!("expected Held, got {other:?}"),
+    }
+    let l = b.take_over("scope/take", "proc-dead", "proc-b", 60_000).expect("the named stale holder is replaced");
+    assert!(l.fence > dead.fence);
+    assert!(matches!(a.compare_and_set(&dead, "k/take", None, "x"), Err(StoreError::LeaseLost(_))), "the replaced holder is fenced out");
+}

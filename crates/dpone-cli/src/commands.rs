@@ -39,7 +39,7 @@ fn base_dir(manifest_path: &Path) -> PathBuf {
     manifest_path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p }).unwrap_or(Path::new(".")).to_path_buf()
 }
 
-fn work_dir(manifest: &Manifest, manifest_path: &Path) -> PathBuf {
+pub fn work_dir(manifest: &Manifest, manifest_path: &Path) -> PathBuf {
     let base = base_dir(manifest_path);
     match &manifest.work_dir {
         Some(d) if Path::new(d).is_absolute() => PathBuf::from(d),
@@ -48,7 +48,7 @@ fn work_dir(manifest: &Manifest, manifest_path: &Path) -> PathBuf {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("dpone-worker").build().expect("the async runtime starts")
 }
 
@@ -100,6 +100,16 @@ fn prepare(path: &Path, args: &IntervalArgs) -> Result<(Manifest, Plan, routes::
     plan.refusals.iter_mut().for_each(|d| manifest.locate(d));
     let route = routes::build(&manifest, &base_dir(path)).map_err(located)?;
     Ok((manifest, plan, route))
+}
+
+/// Loads and wires without a plan (status does not need the interval).
+pub fn prepare_for_status(path: &Path) -> Result<(Manifest, routes::Route), Diagnostics> {
+    let manifest = load(path)?;
+    let route = routes::build(&manifest, &base_dir(path)).map_err(|mut d| {
+        manifest.locate(&mut d);
+        Diagnostics::one(d)
+    })?;
+    Ok((manifest, route))
 }
 
 pub fn plan(path: &Path, args: &IntervalArgs, format: Format, offline: bool) -> u8 {

@@ -8,6 +8,7 @@
 mod commands;
 mod output;
 mod routes;
+mod status;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -61,6 +62,22 @@ enum Command {
         interval: IntervalArgs,
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+    },
+    /// What the run journal says about the manifest's target: state, chunks, what is visible, what to do.
+    Status {
+        manifest: PathBuf,
+        /// Show this run (a prefix is enough) instead of the target's latest.
+        #[arg(long)]
+        run_id: Option<String>,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Record an operator's verdict on a run whose publication outcome is unknown.
+    Resolve {
+        manifest: PathBuf,
+        /// What the operator established: `published` (the target is the run's generation) or `absent`.
+        #[arg(long, value_name = "published|absent")]
+        outcome: String,
     },
     /// Type mappings between systems.
     Schema {
@@ -122,6 +139,8 @@ fn main() -> ExitCode {
         Command::Plan { manifest, interval, format, offline } => commands::plan(&manifest, &interval, format, offline),
         Command::Run { manifest, interval, format } => commands::run(&manifest, &interval, format),
         Command::Quickstart { dir, format } => commands::quickstart(&dir, format),
+        Command::Status { manifest, run_id, format } => status::status(&manifest, run_id.as_deref(), format),
+        Command::Resolve { manifest, outcome } => status::resolve(&manifest, &outcome),
     };
     ExitCode::from(code)
 }

@@ -15,6 +15,7 @@ pub mod cron;
 pub mod digest;
 pub mod error;
 pub mod evidence;
+pub mod failpoint;
 pub mod identity;
 pub mod manifest;
 pub mod plan;

@@ -58,6 +58,9 @@ impl LeaseKeeper {
             loop {
                 tokio::time::sleep(period).await;
                 let Some(k) = weak.upgrade() else { return };
+                if dpone_core::failpoint::fires("lease.stop_renewal") {
+                    return;
+                }
                 let (store, lease) = (k.store.clone(), k.lease.clone());
                 let asked = k.started.elapsed().as_millis() as u64;
                 match tokio::task::spawn_blocking(move || store.renew(&lease, ttl)).await {

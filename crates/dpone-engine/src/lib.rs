@@ -18,11 +18,12 @@
 //! [`Source`]: dpone_core::ports::Source
 //! [`Target`]: dpone_core::ports::Target
 
-pub mod failpoint;
 mod journal;
 mod lease;
 mod probe;
 mod run;
 
 pub use probe::{Probe, probe};
-pub use run::{Cancel, ChunkSummary, FailureKind, RunFailure, RunOptions, RunReport, StoreOpener, execute, journal_key, read_journal};
+pub use run::{
+    Cancel, ChunkSummary, FailureKind, RunFailure, RunOptions, RunReport, StoreOpener, execute, journal_key, read_journal, resolve_unknown,
+};

@@ -9,7 +9,6 @@
 //!            published/evidence-complete -> finish (no source access)
 //! ```
 
-use crate::failpoint;
 use crate::journal::{Journal, store_error};
 use crate::lease::LeaseKeeper;
 use crate::probe::{Probe, probe};
@@ -18,6 +17,7 @@ use dpone_core::evidence::{
     ChunkEvidence, DIGEST_NOTE, EVIDENCE_VERSION, Evidence, GenerationCheck, GenerationEvidence, PhaseTimers, PublicationCheck,
     PublicationEvidence, WindowEvidence,
 };
+use dpone_core::failpoint;
 use dpone_core::identity::{self, OWNED_PREFIX, RunIdentity};
 use dpone_core::manifest::Manifest;
 use dpone_core::plan::{CONTRACT_VERSION, Plan};
@@ -948,7 +948,13 @@ async fn publish_generation<S: Source, T: Target>(
     if let Err(e) = ctx.may_write() {
         return Err(abandon_before_publication(ctx, journal, e).await);
     }
+    if let Some(d) = failpoint::pause("publish.before_intent") {
+        tokio::time::sleep(d).await;
+    }
     failpoint::hit("publish.before_intent");
+    if let Err(e) = ctx.may_write() {
+        return Err(abandon_before_publication(ctx, journal, e).await);
+    }
     // The durable intent names both identities, so that a crash after the
     // publishing step can be judged without guessing.
     let target_before = ctx.target.identity(TableRole::Target).await.map_err(fail)?.unwrap_or_default();
@@ -1262,4 +1268,38 @@ fn write_evidence(path: &std::path::Path, evidence: &Evidence) -> std::io::Resul
     let tmp = path.with_extension("json.tmp");
     std::fs::write(&tmp, serde_json::to_vec_pretty(evidence).map_err(std::io::Error::other)?)?;
     std::fs::rename(&tmp, path)
+}
+
+/// Records an operator's verdict on an outcome-unknown run: `published`
+/// lets the next run finish it (evidence, cleanup, no source access);
+/// `absent` marks it failed so the next run starts over.
+pub async fn resolve_unknown(store: Arc<dyn StateStore>, scope: &str, holder: &str, published: bool) -> Result<RunJournal, AdapterError> {
+    let lease = LeaseKeeper::acquire(store.clone(), scope, holder).await.map_err(store_error)?;
+    let result = async {
+        let (rev, mut j) = read_journal(store.as_ref(), scope)?
+            .ok_or_else(|| AdapterError::permanent("no_journal", "no run is recorded for this target"))?;
+        if j.state != RunState::OutcomeUnknown {
+            return Err(AdapterError::permanent(
+                "not_outcome_unknown",
+                format!("run {} is {}, not outcome-unknown; nothing to resolve", j.run_id, j.state.as_str()),
+            ));
+        }
+        if published {
+            j.state = RunState::Published;
+            j.publication = Some(PublicationOutcome::Published);
+        } else {
+            j.state = RunState::Failed;
+            j.publication = Some(PublicationOutcome::Absent);
+            j.error = Some(JournalError {
+                code: "resolved_absent".into(),
+                message: "an operator established that the publication did not happen".into(),
+            });
+        }
+        let journal = Journal::new(store.clone(), lease.clone(), journal_key(scope), Some(rev), j.clone());
+        journal.replace(j.clone()).await?;
+        Ok(j)
+    }
+    .await;
+    lease.release().await;
+    result
 }

@@ -1,0 +1,191 @@
+//! `dpone status` and `dpone resolve`: what the journal says about a
+//! target, what is visible, and what the operator does next.
+
+use crate::Format;
+use crate::commands::{EXIT_CONFIG, EXIT_FAILED, EXIT_OK, open_store};
+use crate::output::{print_diagnostics, print_json};
+use crate::routes::with_route;
+use dpone_core::Diagnostics;
+use dpone_core::ports::Target;
+use dpone_core::state::{ChunkState, RunJournal, RunState, StateStore};
+use serde_json::json;
+use std::path::Path;
+
+/// What is visible in the target, and what to do, for each state.
+pub fn explain(state: RunState) -> (&'static str, &'static str) {
+    match state {
+        RunState::Planned => ("the previous target (nothing staged yet)", "run the same command again; it continues"),
+        RunState::Staging => (
+            "the previous target; some chunks are staged",
+            "run the same command again: verified chunks are reused if the source version is unchanged, else the window is re-extracted",
+        ),
+        RunState::Publishing => (
+            "unknown until reconciled: the publication may or may not have happened",
+            "run the same command again: dpone compares the target's identity with the recorded intent and finishes or publishes once",
+        ),
+        RunState::Published => (
+            "the NEW data (published; evidence not yet written)",
+            "run the same command again to write the evidence; the source is not read",
+        ),
+        RunState::EvidenceComplete => {
+            ("the NEW data (evidence written)", "run the same command again to record success; the source is not read")
+        }
+        RunState::Succeeded => ("the NEW data", "nothing: the run succeeded"),
+        RunState::Failed => ("the previous target (the run failed before publishing)", "fix the cause shown below and run again"),
+        RunState::OutcomeUnknown => (
+            "UNKNOWN: the publication may or may not have taken effect",
+            "stop writers; compare the target with the run's generation (docs/recovery.md), then `dpone resolve --outcome published|absent`",
+        ),
+    }
+}
+
+fn find_journal(store: &dyn StateStore, scope: &str, run_id: Option<&str>) -> Result<Option<RunJournal>, String> {
+    let current = dpone_engine::read_journal(store, scope).map_err(|e| e.message)?.map(|(_, j)| j);
+    let Some(wanted) = run_id else { return Ok(current) };
+    if let Some(j) = current.filter(|j| j.run_id.starts_with(wanted)) {
+        return Ok(Some(j));
+    }
+    for key in store.keys("history/").map_err(|e| e.to_string())? {
+        if key.split('/').nth(2).is_some_and(|k| k.starts_with(wanted))
+            && let Some(v) = store.get(&key).map_err(|e| e.to_string())?
+        {
+            return serde_json::from_str(&v.body).map(Some).map_err(|e| e.to_string());
+        }
+    }
+    Ok(None)
+}
+
+pub fn status(path: &Path, run_id: Option<&str>, format: Format) -> u8 {
+    let (manifest, route) = match crate::commands::prepare_for_status(path) {
+        Ok(v) => v,
+        Err(d) => {
+            print_diagnostics(path, &d);
+            return EXIT_CONFIG;
+        }
+    };
+    let scope = with_route!(route, |_s, t| t.scope());
+    let work_dir = crate::commands::work_dir(&manifest, path);
+    let store = match open_store(&work_dir, false) {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            report_none(&scope, format);
+            return EXIT_OK;
+        }
+        Err(e) => {
+            eprintln!("error[{}]: {}", e.code, e.message);
+            return EXIT_FAILED;
+        }
+    };
+    let journal = match find_journal(store.as_ref(), &scope, run_id) {
+        Ok(Some(j)) => j,
+        Ok(None) => {
+            report_none(&scope, format);
+            return EXIT_OK;
+        }
+        Err(e) => {
+            eprintln!("error[journal_unreadable]: {e}");
+            return EXIT_FAILED;
+        }
+    };
+    let (visible, next) = explain(journal.state);
+    if format == Format::Json {
+        print_json(&json!({
+            "target_scope": scope,
+            "run_id": journal.run_id,
+            "execution": journal.execution,
+            "state": journal.state,
+            "visible": visible,
+            "next": next,
+            "chunks_total": journal.chunk_count,
+            "chunks_verified": journal.verified_chunks(),
+            "journal": journal,
+        }));
+        return EXIT_OK;
+    }
+    println!("target      {scope}");
+    println!("run         {} (execution {})", journal.run_id, journal.execution);
+    println!("state       {}", journal.state.as_str());
+    println!("visible     {visible}");
+    if let (Some(s), Some(e)) = (journal.window_start, journal.window_end) {
+        println!("window      [{s}, {e})");
+    }
+    println!("chunks      {} of {} verified", journal.verified_chunks(), journal.chunk_count);
+    for c in journal.chunks.values() {
+        let state = match c.state {
+            ChunkState::Verified => format!("verified, {} rows", c.rows),
+            ChunkState::Staging => "staging (not verified)".into(),
+            ChunkState::Failed => "failed".into(),
+        };
+        println!("  #{:<4} attempt {} in {}: {state}", c.index, c.attempt, c.staging_table);
+    }
+    if let Some(i) = &journal.intent {
+        println!("intent      publish {} (target identity before: {}, generation: {})", i.generation_table, i.target_before, i.generation);
+    }
+    if let Some(p) = journal.evidence_path.as_deref() {
+        println!("evidence    {p}");
+    }
+    if let Some(e) = &journal.error {
+        println!("error       [{}] {}", e.code, e.message);
+    }
+    println!("source      version {}{}", journal.source_version.id, if journal.source_version.durable { "" } else { " (not reopenable)" });
+    println!("written by  {}", journal.last_holder);
+    println!("next        {next}");
+    EXIT_OK
+}
+
+fn report_none(scope: &str, format: Format) {
+    if format == Format::Json {
+        print_json(&json!({"target_scope": scope, "state": null, "visible": "the target as it is: dpone has no run journal for it"}));
+    } else {
+        println!("target      {scope}");
+        println!("state       no run recorded in this work dir");
+    }
+}
+
+/// Records an operator's verdict on an outcome-unknown run.
+pub fn resolve(path: &Path, outcome: &str) -> u8 {
+    let (manifest, route) = match crate::commands::prepare_for_status(path) {
+        Ok(v) => v,
+        Err(d) => {
+            print_diagnostics(path, &d);
+            return EXIT_CONFIG;
+        }
+    };
+    let scope = with_route!(route, |_s, t| t.scope());
+    let work_dir = crate::commands::work_dir(&manifest, path);
+    let store = match open_store(&work_dir, false) {
+        Ok(Some(s)) => s,
+        _ => {
+            eprintln!("error[no_journal]: no run journal in {}", work_dir.display());
+            return EXIT_FAILED;
+        }
+    };
+    let published = match outcome {
+        "published" => true,
+        "absent" => false,
+        other => {
+            print_diagnostics(
+                path,
+                &Diagnostics::one(
+                    dpone_core::Diagnostic::new("invalid_value", "--outcome", format!("`{other}` is not an outcome"))
+                        .hint("use published or absent"),
+                ),
+            );
+            return EXIT_CONFIG;
+        }
+    };
+    let holder = crate::commands::holder();
+    match crate::commands::runtime().block_on(dpone_engine::resolve_unknown(store, &scope, &holder, published)) {
+        Ok(j) => {
+            println!("run {} is now {}: {}", j.run_id, j.state.as_str(), explain(j.state).1);
+            EXIT_OK
+        }
+        Err(e) => {
+            eprintln!("error[{}]: {}", e.code, e.message);
+            if let Some(h) = e.hint {
+                eprintln!("  hint: {h}");
+            }
+            EXIT_FAILED
+        }
+    }
+}

@@ -79,6 +79,8 @@ enum Command {
         #[arg(long, value_name = "published|absent")]
         outcome: String,
     },
+    /// Abandon an unfinished run (planned or staging) so that the next run starts over.
+    Abandon { manifest: PathBuf },
     /// Type mappings between systems.
     Schema {
         #[command(subcommand)]
@@ -140,7 +142,8 @@ fn main() -> ExitCode {
         Command::Run { manifest, interval, format } => commands::run(&manifest, &interval, format),
         Command::Quickstart { dir, format } => commands::quickstart(&dir, format),
         Command::Status { manifest, run_id, format } => status::status(&manifest, run_id.as_deref(), format),
-        Command::Resolve { manifest, outcome } => status::resolve(&manifest, &outcome),
+        Command::Resolve { manifest, outcome } => status::resolve(&manifest, Some(&outcome)),
+        Command::Abandon { manifest } => status::resolve(&manifest, None),
     };
     ExitCode::from(code)
 }

@@ -142,8 +142,9 @@ fn report_none(scope: &str, format: Format) {
     }
 }
 
-/// Records an operator's verdict on an outcome-unknown run.
-pub fn resolve(path: &Path, outcome: &str) -> u8 {
+/// Records an operator's verdict on an outcome-unknown run (`outcome`
+/// given) or abandons an unfinished run (`outcome` None).
+pub fn resolve(path: &Path, outcome: Option<&str>) -> u8 {
     let (manifest, route) = match crate::commands::prepare_for_status(path) {
         Ok(v) => v,
         Err(d) => {
@@ -161,9 +162,10 @@ pub fn resolve(path: &Path, outcome: &str) -> u8 {
         }
     };
     let published = match outcome {
-        "published" => true,
-        "absent" => false,
-        other => {
+        None => None,
+        Some("published") => Some(true),
+        Some("absent") => Some(false),
+        Some(other) => {
             print_diagnostics(
                 path,
                 &Diagnostics::one(
@@ -175,7 +177,13 @@ pub fn resolve(path: &Path, outcome: &str) -> u8 {
         }
     };
     let holder = crate::commands::holder();
-    match crate::commands::runtime().block_on(dpone_engine::resolve_unknown(store, &scope, &holder, published)) {
+    let done = crate::commands::runtime().block_on(async {
+        match published {
+            Some(p) => dpone_engine::resolve_unknown(store, &scope, &holder, p).await,
+            None => dpone_engine::abandon_unfinished(store, &scope, &holder).await,
+        }
+    });
+    match done {
         Ok(j) => {
             println!("run {} is now {}: {}", j.run_id, j.state.as_str(), explain(j.state).1);
             EXIT_OK

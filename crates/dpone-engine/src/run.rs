@@ -1303,3 +1303,32 @@ pub async fn resolve_unknown(store: Arc<dyn StateStore>, scope: &str, holder: &s
     lease.release().await;
     result
 }
+
+/// Abandons an unfinished run that never reached publication (`planned` or
+/// `staging`): it is marked failed, and the next run drops its tables before
+/// starting over. Runs at or past the publishing step cannot be abandoned.
+pub async fn abandon_unfinished(store: Arc<dyn StateStore>, scope: &str, holder: &str) -> Result<RunJournal, AdapterError> {
+    let lease = LeaseKeeper::acquire(store.clone(), scope, holder).await.map_err(store_error)?;
+    let result = async {
+        let (rev, j) = read_journal(store.as_ref(), scope)?
+            .ok_or_else(|| AdapterError::permanent("no_journal", "no run is recorded for this target"))?;
+        if !matches!(j.state, RunState::Planned | RunState::Staging) {
+            return Err(AdapterError::permanent(
+                "not_abandonable",
+                format!("run {} is {}; only planned or staging runs can be abandoned", j.run_id, j.state.as_str()),
+            )
+            .hint("a publishing run is finished by rerunning; an outcome-unknown one is resolved with `dpone resolve`"));
+        }
+        let journal = Journal::new(store.clone(), lease.clone(), journal_key(scope), Some(rev), j);
+        journal
+            .update(|j| {
+                j.state = RunState::Failed;
+                j.error = Some(JournalError { code: "abandoned".into(), message: "an operator abandoned the run".into() });
+            })
+            .await?;
+        Ok(journal.snapshot().await)
+    }
+    .await;
+    lease.release().await;
+    result
+}

@@ -153,9 +153,9 @@ pub fn run(path: &Path, args: &IntervalArgs, format: Format) -> u8 {
     let options = RunOptions {
         work_dir: work_dir(&manifest, path),
         interval_origin: plan.window.as_ref().and(interval(args).end.map(|(_, origin)| origin.to_string())),
-        max_pending_frames: 2,
         holder: holder(),
         cancel: dpone_engine::Cancel::default(),
+        progress: if format == Format::Text { crate::progress::for_terminal() } else { None },
     };
     let work_dir = options.work_dir.clone();
     let opener = move |create: bool| open_store(&work_dir, create);

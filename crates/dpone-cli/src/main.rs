@@ -7,6 +7,7 @@
 
 mod commands;
 mod output;
+mod progress;
 mod routes;
 mod status;
 
@@ -129,7 +130,7 @@ fn main() -> ExitCode {
     };
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("DPONE_LOG").unwrap_or_else(|_| "warn".into()))
-        .with_writer(std::io::stderr)
+        .with_writer(progress::LogWriter)
         .with_target(false)
         .init();
     let code = match cli.command {

@@ -574,7 +574,7 @@ fn manifest_cases() -> Vec<Case> {
         case(
             "native_chunks_max_rows_zero",
             w.insert("source.options.native_transfer.execution", "native_chunks: {max_rows: 0}"),
-            "invalid_value",
+            "invalid_limit:max_rows",
             "source.options.native_transfer.execution.native_chunks.max_rows",
         ),
         case("empty_column_list", w.set("source.options.columns", "[]"), "invalid_value", "source.options.columns"),

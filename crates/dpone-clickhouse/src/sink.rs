@@ -379,7 +379,9 @@ impl Target for ClickhouseTarget {
                 }
                 sent_bytes += frame.bytes.len() as u64;
                 sent_rows += frame.rows;
-                if tx.send(Ok(bytes::Bytes::from(frame.bytes))).await.is_err() {
+                // The bytes keep their budget reservation until the HTTP client
+                // has written them to the connection.
+                if tx.send(Ok(frame.bytes.into_bytes())).await.is_err() {
                     break; // the request ended early; its result says why
                 }
                 next = frames.recv().await;

@@ -129,6 +129,24 @@ pub struct Evidence {
     pub generation: GenerationEvidence,
     pub phases: PhaseTimers,
     pub publication: PublicationEvidence,
+    /// The resolved stage limits in their stored form.
     pub limits: serde_json::Value,
+    pub memory: MemoryEvidence,
     pub digest_note: &'static str,
+}
+
+pub const MEMORY_NOTE: &str = "the payload budget bounds dpone's own frame buffers; driver, HTTP client and server allocations are outside it and only visible in the process's peak RSS";
+
+/// What memory the run was allowed and what it used.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryEvidence {
+    /// The enforced budget of frame buffers, (C + 1) * max_bytes.
+    pub payload_budget_bytes: u64,
+    /// The most the frame buffers held at once.
+    pub payload_budget_peak_reserved_bytes: u64,
+    /// How often a reader waited for budget (backpressure).
+    pub budget_waits: u64,
+    /// Observed peak RSS of the whole process (not bounded by the budget).
+    pub process_peak_rss_bytes: Option<u64>,
+    pub note: &'static str,
 }

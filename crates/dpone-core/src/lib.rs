@@ -11,12 +11,14 @@
 //! Architecture invariant: this crate depends on no driver, runtime or file
 //! system API. Adapters own vendor I/O; the CLI composes them.
 
+pub mod budget;
 pub mod cron;
 pub mod digest;
 pub mod error;
 pub mod evidence;
 pub mod failpoint;
 pub mod identity;
+pub mod limits;
 pub mod manifest;
 pub mod plan;
 pub mod ports;

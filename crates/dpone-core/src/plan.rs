@@ -84,6 +84,9 @@ pub struct Plan {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window: Option<WindowPlan>,
     pub staging: StagingPlan,
+    /// Resolved stage limits and their stored form.
+    pub limits: crate::limits::Resolved,
+    pub limits_stored: serde_json::Value,
     pub publication: PublicationPlan,
     /// Source columns and their canonical types (after probing).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -109,6 +112,8 @@ impl Plan {
     /// or invalid interval. Route refusals are returned inside the plan so
     /// that `dpone plan` can show them all.
     pub fn build(manifest: &Manifest, interval: &Interval) -> Result<Plan, Diagnostic> {
+        // Validated when the manifest was loaded.
+        let limits = crate::limits::resolve(manifest).map_err(|mut errors| errors.remove(0))?;
         let window = match manifest.window() {
             Some(w) => {
                 let (end_text, end_origin) = interval.end.clone().ok_or_else(|| {
@@ -306,10 +311,12 @@ impl Plan {
                 scope: "chunk_attempt",
                 location: staging_location,
                 name_pattern: "_dpone_stg_<run>_<chunk>_<attempt>",
-                parallelism: src.chunking_parallelism.unwrap_or(1),
-                block_rows: src.wire.block_rows,
-                block_bytes: src.wire.block_bytes,
+                parallelism: limits.resolved().encoding_parallelism.max(limits.resolved().import_parallelism),
+                block_rows: limits.resolved().max_rows,
+                block_bytes: limits.resolved().max_bytes,
             },
+            limits: limits.resolved().clone(),
+            limits_stored: limits.stored(),
             publication,
             columns: None,
             probed: false,

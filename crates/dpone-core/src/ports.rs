@@ -24,6 +24,7 @@
 //! carries a class ([`ErrorClass`]) so the engine knows whether a retry is
 //! safe, and an indeterminate write is reconciled by inspection.
 
+use crate::budget::{ByteBudget, FrameBuffer, OverBudget};
 use crate::digest::RowDigest;
 use crate::error::Diagnostic;
 use crate::time::Timestamp;
@@ -32,10 +33,11 @@ use crate::window::Chunk;
 use serde::Serialize;
 use std::future::Future;
 
-/// Whole RowBinary rows plus their count and digest.
+/// Whole RowBinary rows plus their count and digest. The bytes hold their
+/// budget reservation until they are dropped.
 #[derive(Debug)]
 pub struct Frame {
-    pub bytes: Vec<u8>,
+    pub bytes: FrameBuffer,
     pub rows: u64,
     pub digest: RowDigest,
 }
@@ -106,19 +108,25 @@ impl From<Diagnostic> for AdapterError {
 pub type Result<T> = std::result::Result<T, AdapterError>;
 
 /// A check run by the sending side of a frame channel: lease still held,
-/// run not cancelled. An error stops the stream.
-pub type FrameGuard = std::sync::Arc<dyn Fn() -> Result<()> + Send + Sync>;
+/// run not cancelled, limits respected. It sees each frame before it is
+/// sent (`Some`) and is also run on its own (`None`) at least every
+/// [`crate::state::LEASE_CHECK_ROWS`] rows. An error stops the stream.
+pub type FrameGuard = std::sync::Arc<dyn Fn(Option<&Frame>) -> Result<()> + Send + Sync>;
 
 /// Sending half of a bounded frame channel.
 #[derive(Clone)]
 pub struct FrameTx {
     tx: tokio::sync::mpsc::Sender<Frame>,
     guard: Option<FrameGuard>,
+    budget: Option<ByteBudget>,
 }
 
 impl std::fmt::Debug for FrameTx {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FrameTx").field("guarded", &self.guard.is_some()).finish()
+        f.debug_struct("FrameTx")
+            .field("guarded", &self.guard.is_some())
+            .field("budget", &self.budget.as_ref().map(ByteBudget::total))
+            .finish()
     }
 }
 
@@ -129,15 +137,24 @@ pub struct FrameRx(tokio::sync::mpsc::Receiver<Frame>);
 /// A channel holding at most `capacity` frames: a full channel pauses the sender.
 pub fn frame_channel(capacity: usize) -> (FrameTx, FrameRx) {
     let (tx, rx) = tokio::sync::mpsc::channel(capacity.max(1));
-    (FrameTx { tx, guard: None }, FrameRx(rx))
+    (FrameTx { tx, guard: None, budget: None }, FrameRx(rx))
 }
 
 /// Like [`frame_channel`], with `guard` run before every frame and by
-/// [`FrameTx::check`].
-pub fn guarded_frame_channel(capacity: usize, guard: FrameGuard) -> (FrameTx, FrameRx) {
+/// [`FrameTx::check`], and frame buffers reserved from `budget`.
+pub fn guarded_frame_channel(capacity: usize, guard: FrameGuard, budget: ByteBudget) -> (FrameTx, FrameRx) {
     let (mut tx, rx) = frame_channel(capacity);
     tx.guard = Some(guard);
+    tx.budget = Some(budget);
     (tx, rx)
+}
+
+fn over_budget(e: OverBudget) -> AdapterError {
+    AdapterError::permanent(
+        "over_budget",
+        format!("a frame buffer of {} bytes does not fit the payload budget of {} bytes", e.needed, e.total),
+    )
+    .hint("raise native_chunks.max_bytes (the budget is (C + 1) * max_bytes) or lower the row size")
 }
 
 impl FrameTx {
@@ -147,19 +164,60 @@ impl FrameTx {
     #[inline]
     pub fn check(&self) -> Result<()> {
         match &self.guard {
-            Some(g) => g(),
+            Some(g) => g(None),
             None => Ok(()),
         }
     }
 
-    pub async fn send(&self, frame: Frame) -> Result<()> {
-        self.check()?;
+    /// A new frame buffer with `bytes` reserved from the run's budget;
+    /// waits while the budget is exhausted (backpressure).
+    pub async fn buffer(&self, bytes: u64) -> Result<FrameBuffer> {
+        let reservation = match &self.budget {
+            Some(b) => Some(b.reserve(bytes).await.map_err(over_budget)?),
+            None => None,
+        };
+        Ok(FrameBuffer::new(Vec::with_capacity(bytes as usize), reservation))
+    }
+
+    /// [`FrameTx::buffer`] for adapters that read on a blocking thread.
+    pub fn blocking_buffer(&self, bytes: u64) -> Result<FrameBuffer> {
+        let reservation = match &self.budget {
+            Some(b) => Some(b.blocking_reserve(bytes).map_err(over_budget)?),
+            None => None,
+        };
+        Ok(FrameBuffer::new(Vec::with_capacity(bytes as usize), reservation))
+    }
+
+    /// Grows `buffer`'s reservation to `bytes` (a row larger than planned).
+    pub async fn grow(&self, buffer: &mut FrameBuffer, bytes: u64) -> Result<()> {
+        match buffer.reservation_mut() {
+            Some(r) => r.grow_to(bytes).await.map_err(over_budget),
+            None => Ok(()),
+        }
+    }
+
+    /// [`FrameTx::grow`] on a blocking thread.
+    pub fn blocking_grow(&self, buffer: &mut FrameBuffer, bytes: u64) -> Result<()> {
+        match buffer.reservation_mut() {
+            Some(r) => r.blocking_grow_to(bytes).map_err(over_budget),
+            None => Ok(()),
+        }
+    }
+
+    pub async fn send(&self, mut frame: Frame) -> Result<()> {
+        if let Some(g) = &self.guard {
+            g(Some(&frame))?;
+        }
+        frame.bytes.seal();
         self.tx.send(frame).await.map_err(|_| AdapterError::cancelled())
     }
 
     /// For adapters that read on a blocking thread.
-    pub fn blocking_send(&self, frame: Frame) -> Result<()> {
-        self.check()?;
+    pub fn blocking_send(&self, mut frame: Frame) -> Result<()> {
+        if let Some(g) = &self.guard {
+            g(Some(&frame))?;
+        }
+        frame.bytes.seal();
         self.tx.blocking_send(frame).map_err(|_| AdapterError::cancelled())
     }
 }
@@ -195,6 +253,8 @@ pub struct ReadRequest {
     pub bounds: Option<(String, Chunk)>,
     pub block_rows: u64,
     pub block_bytes: u64,
+    /// Largest encoded row; a larger one fails naming its widest column.
+    pub max_row_bytes: u64,
 }
 
 /// What a read produced: the digest is computed on the encoded stream.

@@ -25,6 +25,6 @@ mod run;
 
 pub use probe::{Probe, probe};
 pub use run::{
-    Cancel, ChunkSummary, FailureKind, RunFailure, RunOptions, RunReport, StoreOpener, abandon_unfinished, execute, journal_key,
+    Cancel, ChunkSummary, FailureKind, Progress, RunFailure, RunOptions, RunReport, StoreOpener, abandon_unfinished, execute, journal_key,
     read_journal, resolve_unknown,
 };

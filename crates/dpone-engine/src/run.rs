@@ -12,10 +12,11 @@
 use crate::journal::{Journal, store_error};
 use crate::lease::LeaseKeeper;
 use crate::probe::{Probe, probe};
+use dpone_core::budget::ByteBudget;
 use dpone_core::digest::RowDigest;
 use dpone_core::evidence::{
-    ChunkEvidence, DIGEST_NOTE, EVIDENCE_VERSION, Evidence, GenerationCheck, GenerationEvidence, PhaseTimers, PublicationCheck,
-    PublicationEvidence, WindowEvidence,
+    ChunkEvidence, DIGEST_NOTE, EVIDENCE_VERSION, Evidence, GenerationCheck, GenerationEvidence, MEMORY_NOTE, MemoryEvidence, PhaseTimers,
+    PublicationCheck, PublicationEvidence, WindowEvidence,
 };
 use dpone_core::failpoint;
 use dpone_core::identity::{self, OWNED_PREFIX, RunIdentity};
@@ -66,11 +67,22 @@ pub struct RunOptions {
     pub work_dir: PathBuf,
     /// Where the interval end came from (`--interval-end` / `DPONE_INTERVAL_END`).
     pub interval_origin: Option<String>,
-    /// Frames in flight between a chunk's reader and loader.
-    pub max_pending_frames: usize,
     /// Who runs: written into the lease and the journal (never credentials).
     pub holder: String,
     pub cancel: Cancel,
+    /// Live progress (a terminal display); None when output is not a terminal.
+    pub progress: Option<Arc<dyn Progress>>,
+}
+
+/// Receives progress while a run works; must be cheap and never block.
+pub trait Progress: Send + Sync + std::fmt::Debug {
+    /// A phase begins: `staging`, `verifying`, `publishing`, `evidence`.
+    fn phase(&self, name: &str, chunks_total: u64);
+    /// A frame of `rows` rows and `bytes` encoded bytes was sent.
+    fn frame(&self, rows: u64, bytes: u64);
+    /// A chunk was verified (or reused).
+    fn chunk_done(&self);
+    fn finish(&self);
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -240,6 +252,14 @@ struct Ctx<S, T> {
     lease: Arc<LeaseKeeper>,
     started: Instant,
     phases: std::sync::Mutex<PhaseTimers>,
+    /// Encoder-owned frame buffers reserve from this ((C + 1) * max_bytes).
+    budget: ByteBudget,
+    /// At most E chunk readers (encoders) and I chunk loaders (importers).
+    encoders: Arc<tokio::sync::Semaphore>,
+    importers: Arc<tokio::sync::Semaphore>,
+    /// Encoded bytes sent so far (for max_total_encoded_bytes and the
+    /// staging stop threshold).
+    encoded_total: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl<S: Source, T: Target> Ctx<S, T> {
@@ -325,6 +345,10 @@ pub async fn execute<S: Source, T: Target>(
         lease: lease.clone(),
         started,
         phases: std::sync::Mutex::new(PhaseTimers::default()),
+        budget: ByteBudget::new(plan.limits.payload_budget()),
+        encoders: Arc::new(tokio::sync::Semaphore::new(plan.limits.encoding_parallelism.max(1) as usize)),
+        importers: Arc::new(tokio::sync::Semaphore::new(plan.limits.import_parallelism.max(1) as usize)),
+        encoded_total: Arc::new(std::sync::atomic::AtomicU64::new(0)),
     };
     let result = drive(&ctx, store, &scope).await;
     let _ = ctx.source.close_snapshot().await;
@@ -356,10 +380,13 @@ async fn drive<S: Source, T: Target>(ctx: &Ctx<S, T>, store: Arc<dyn StateStore>
             })
         }
         Some((rev, j)) if j.state.is_resumable() => {
+            // The stored limits are part of what the run is: a resumed run
+            // must present exactly the same (SPEC §5).
             let differs = j.manifest_fingerprint != ctx.plan.manifest_fingerprint
                 || j.window_start != ctx.plan.window.as_ref().map(|w| w.start)
                 || j.window_end != ctx.plan.window.as_ref().map(|w| w.end)
-                || j.chunk_count as usize != ctx.chunks().len();
+                || j.chunk_count as usize != ctx.chunks().len()
+                || j.limits != ctx.plan.limits_stored;
             if differs {
                 let mut d = dpone_core::Diagnostic::new(
                     "unfinished_run_differs",
@@ -451,12 +478,7 @@ fn new_journal<S: Source, T: Target>(
 }
 
 fn limits_json<S: Source, T: Target>(ctx: &Ctx<S, T>) -> serde_json::Value {
-    serde_json::json!({
-        "parallelism": ctx.plan.staging.parallelism,
-        "block_rows": ctx.plan.staging.block_rows,
-        "block_bytes": ctx.plan.staging.block_bytes,
-        "max_pending_frames": ctx.options.max_pending_frames,
-    })
+    ctx.plan.limits_stored.clone()
 }
 
 fn compute_run_id<S: Source, T: Target>(ctx: &Ctx<S, T>, version: &SourceVersion) -> String {
@@ -634,12 +656,14 @@ async fn stage_attempt<S: Source, T: Target>(
     staging: &str,
 ) -> Result<StagedChunk, (AdapterError, bool)> {
     let started = Instant::now();
+    let limits = &ctx.plan.limits;
     let request = ReadRequest {
         columns: ctx.probe.read_columns.clone(),
         target_types: ctx.probe.target_columns.iter().map(|c| c.ty.clone()).collect::<Vec<ColumnType>>(),
         bounds: ctx.plan.window.as_ref().map(|w| w.column.clone()).zip(chunk),
-        block_rows: ctx.plan.staging.block_rows,
-        block_bytes: ctx.plan.staging.block_bytes,
+        block_rows: limits.max_rows,
+        block_bytes: limits.max_bytes,
+        max_row_bytes: limits.max_row_bytes,
     };
     failpoint::hit("staging.before_write");
     ctx.may_write().map_err(|e| (e, false))?;
@@ -647,19 +671,49 @@ async fn stage_attempt<S: Source, T: Target>(
     let frames_sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let guard: FrameGuard = {
         let (lease, cancel, sent) = (ctx.lease.clone(), ctx.options.cancel.clone(), frames_sent.clone());
-        Arc::new(move || {
+        let (total, max_total, stop_at) =
+            (ctx.encoded_total.clone(), limits.max_total_encoded_bytes, limits.stage_allocated_bytes_stop_threshold);
+        let progress = ctx.options.progress.clone();
+        Arc::new(move |frame: Option<&dpone_core::ports::Frame>| {
             cancel.check()?;
             lease.check()?;
+            let Some(frame) = frame else { return Ok(()) };
+            let now = total.fetch_add(frame.bytes.len() as u64, Ordering::Relaxed) + frame.bytes.len() as u64;
+            if let Some(max) = max_total
+                && now > max
+            {
+                return Err(AdapterError::permanent(
+                    "limit_exceeded:max_total_encoded_bytes",
+                    format!("the run encoded {now} bytes, more than max_total_encoded_bytes = {max}"),
+                )
+                .hint("raise native_chunks.max_total_encoded_bytes or move a smaller window"));
+            }
+            if let Some(stop) = stop_at
+                && now > stop
+            {
+                return Err(AdapterError::permanent(
+                    "limit_exceeded:stage_allocated_bytes_stop_threshold",
+                    format!("the staging area would hold {now} bytes, more than stage_allocated_bytes_stop_threshold = {stop}"),
+                )
+                .hint("raise the threshold or move a smaller window"));
+            }
+            if let Some(p) = &progress {
+                p.frame(frame.rows, frame.bytes.len() as u64);
+            }
             if sent.fetch_add(1, Ordering::Relaxed) == 1 {
                 failpoint::hit("staging.mid_stream");
             }
             Ok(())
         })
     };
-    let (tx, rx) = guarded_frame_channel(ctx.options.max_pending_frames, guard);
+    let (tx, rx) = guarded_frame_channel(limits.max_pending.max(1) as usize, guard, ctx.budget.clone());
+    let encoders = ctx.encoders.clone();
+    let importers = ctx.importers.clone();
     let mut reader = AbortOnDrop(tokio::spawn({
         let source = ctx.source.clone();
         async move {
+            // An encoder slot for as long as this chunk is being read.
+            let _slot = encoders.acquire_owned().await.expect("never closed");
             let t = Instant::now();
             let r = source.read(request, tx).await;
             (r, t.elapsed().as_secs_f64())
@@ -669,6 +723,9 @@ async fn stage_attempt<S: Source, T: Target>(
         let target = ctx.target.clone();
         let staging = staging.to_string();
         async move {
+            // An importer slot: while none is free the reader's frames wait
+            // in the channel (max_pending) and then the reader pauses.
+            let _slot = importers.acquire_owned().await.expect("never closed");
             let t = Instant::now();
             let r = target.load(&staging, rx).await;
             (r, t.elapsed().as_secs_f64())
@@ -767,6 +824,15 @@ async fn stage_chunk<S: Source, T: Target>(
     let mut attempt = first_attempt;
     loop {
         let staging = identity::staging_table(&run_id, index, attempt);
+        let limit = ctx.plan.limits.max_staging_tables;
+        let staged_tables = journal.snapshot().await.owned.iter().filter(|t| t.starts_with(&format!("{OWNED_PREFIX}stg_"))).count() as u64;
+        if staged_tables >= limit {
+            return Err(AdapterError::permanent(
+                "limit_exceeded:max_staging_tables",
+                format!("the run would create more than max_staging_tables = {limit} staging tables"),
+            )
+            .hint("raise native_chunks.max_staging_tables or use a longer chunk_interval"));
+        }
         journal
             .update(|j| {
                 j.owned.insert(staging.clone());
@@ -798,6 +864,9 @@ async fn stage_chunk<S: Source, T: Target>(
                 });
                 journal.update(|j| j.chunks.insert(index, staged.record)).await?;
                 failpoint::hit("checkpoint.after_write");
+                if let Some(p) = &ctx.options.progress {
+                    p.chunk_done();
+                }
                 return Ok(());
             }
             Err((e, _)) if e.code == "interrupted" || e.code == "lease_lost" || ctx.options.cancel.is_cancelled() => return Err(e),
@@ -837,7 +906,15 @@ async fn stage_and_publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jour
     let todo: Vec<(u32, Option<Chunk>)> =
         ctx.chunks().into_iter().enumerate().map(|(i, c)| (i as u32, c)).filter(|(i, _)| !done.contains(i)).collect();
     tracing::info!(run_id = %run_id, chunks = todo.len(), reused, "staging");
-    let parallelism = ctx.plan.staging.parallelism.max(1) as usize;
+    if let Some(p) = &ctx.options.progress {
+        p.phase("staging", ctx.chunks().len() as u64);
+        for _ in 0..done.len() {
+            p.chunk_done();
+        }
+    }
+    // Chunks in flight: enough for every encoder and every importer; the
+    // semaphores inside each chunk enforce E and I separately.
+    let parallelism = ctx.plan.limits.encoding_parallelism.max(ctx.plan.limits.import_parallelism).max(1) as usize;
     // After a failure no new chunk starts, but chunks in flight are joined
     // (not dropped): adapters may be writing on threads that cannot be
     // cancelled, and cleanup must come after their last write.
@@ -920,6 +997,9 @@ async fn publish_generation<S: Source, T: Target>(
     let inside = ctx.window_filter(true);
     let prepare_started = Instant::now();
 
+    if let Some(p) = &ctx.options.progress {
+        p.phase("verifying the generation", ctx.chunks().len() as u64);
+    }
     if j.state == RunState::Staging {
         let mut window_digest = RowDigest::new(ncols);
         for c in j.chunks.values() {
@@ -969,6 +1049,9 @@ async fn publish_generation<S: Source, T: Target>(
         .await
         .map_err(fail)?;
     failpoint::hit("publish.before_exchange");
+    if let Some(p) = &ctx.options.progress {
+        p.phase("publishing", ctx.chunks().len() as u64);
+    }
     let publish_started = Instant::now();
     let outcome = ctx.target.publish(&generation, keep.as_ref(), &backup).await;
     failpoint::hit("publish.after_exchange");
@@ -1137,6 +1220,9 @@ async fn finish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, resume
     }
     journal.set_state(RunState::Succeeded).await.map_err(published)?;
     failpoint::hit("state.after_succeeded");
+    if let Some(p) = &ctx.options.progress {
+        p.finish();
+    }
     // Cleanup: this run's tables only, never its backup.
     let owned: Vec<String> = j.owned.iter().filter(|t| **t != intent.backup_table).cloned().collect();
     if let Err(e) = ctx.target.drop_tables(&owned).await {
@@ -1257,8 +1343,23 @@ fn build_evidence<S: Source, T: Target>(
         },
         phases,
         limits: j.limits.clone(),
+        memory: MemoryEvidence {
+            payload_budget_bytes: ctx.budget.total(),
+            payload_budget_peak_reserved_bytes: ctx.budget.peak(),
+            budget_waits: ctx.budget.waits(),
+            process_peak_rss_bytes: peak_rss_bytes(),
+            note: MEMORY_NOTE,
+        },
         digest_note: DIGEST_NOTE,
     }
+}
+
+/// The process's peak resident set size (Linux `VmHWM`), if readable.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 fn write_evidence(path: &std::path::Path, evidence: &Evidence) -> std::io::Result<()> {

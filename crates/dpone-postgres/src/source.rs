@@ -12,6 +12,7 @@
 use crate::catalog::{DESCRIBE_SQL, map_type};
 use crate::error::classify;
 use crate::transcode::{CopyParser, FrameBuf, Parsed, RowCodec, codec_for};
+use dpone_core::budget::FrameBuffer;
 use dpone_core::digest::RowDigest;
 use dpone_core::error::did_you_mean;
 use dpone_core::manifest::TableRef;
@@ -38,6 +39,14 @@ pub struct PostgresSource {
     /// Column name -> type oid, filled by `describe`.
     oids: OnceLock<HashMap<String, u32>>,
     keeper: Mutex<Option<std::sync::Arc<Keeper>>>,
+}
+
+/// Bytes a buffer may hold: its reservation, or unbounded without a budget.
+fn covered(buffer: &FrameBuffer) -> usize {
+    match buffer.reserved() {
+        0 => usize::MAX,
+        n => n as usize,
+    }
 }
 
 pub fn quote_ident(name: &str) -> String {
@@ -196,26 +205,35 @@ impl Source for PostgresSource {
 
         let ncols = request.columns.len();
         let max_bytes = usize::try_from(request.block_bytes).unwrap_or(usize::MAX);
-        let new_frame = || FrameBuf {
-            out: Vec::with_capacity(FLUSH_BYTES.min(max_bytes) + 4096),
+        let flush_bytes = FLUSH_BYTES.min(max_bytes);
+        let max_row_bytes = usize::try_from(request.max_row_bytes).unwrap_or(usize::MAX).min(max_bytes);
+        // A frame and the budget reservation behind its buffer.
+        let new_frame = |buffer: &mut FrameBuffer| FrameBuf {
+            out: std::mem::take(&mut buffer.bytes),
             digest: RowDigest::new(ncols),
             rows: 0,
             max_rows: request.block_rows,
-            max_bytes,
-            flush_bytes: FLUSH_BYTES.min(max_bytes),
+            max_row_bytes,
+            flush_bytes,
+            reserved: covered(buffer),
         };
+        let mut buffer = out.buffer(flush_bytes as u64).await?;
+        let mut frame = new_frame(&mut buffer);
         let mut parser = CopyParser::new(codec);
-        let mut frame = new_frame();
         let mut stats = ReadStats { digest: RowDigest::new(ncols), ..ReadStats::default() };
-        let flush = |frame: FrameBuf, stats: &mut ReadStats| {
+        let seal = |frame: FrameBuf, mut buffer: FrameBuffer, stats: &mut ReadStats| {
             stats.rows += frame.rows;
             stats.encoded_bytes += frame.out.len() as u64;
             stats.digest.merge(&frame.digest);
-            Frame { bytes: frame.out, rows: frame.rows, digest: frame.digest }
+            buffer.bytes = frame.out;
+            Frame { bytes: buffer, rows: frame.rows, digest: frame.digest }
         };
         let value_error = |e: crate::transcode::TranscodeError| {
-            AdapterError::permanent(if e.column == "<row>" { "row_too_large" } else { "invalid_value" }, e.to_string())
-                .hint("dpone moves values exactly or not at all; fix the value or the target type")
+            AdapterError::permanent(
+                if e.column == "<row>" || e.reason.contains("max_row_bytes") { "row_too_large" } else { "invalid_value" },
+                e.to_string(),
+            )
+            .hint("dpone moves values exactly or not at all; fix the value, the target type or the row limits (native_chunks)")
         };
         let mut checked_rows = 0u64;
         loop {
@@ -226,8 +244,16 @@ impl Source for PostgresSource {
             }
             match parsed {
                 Parsed::FrameFull => {
-                    let full = std::mem::replace(&mut frame, new_frame());
-                    out.send(flush(full, &mut stats)).await?;
+                    let mut next = out.buffer(flush_bytes as u64).await?;
+                    let full = std::mem::replace(&mut frame, new_frame(&mut next));
+                    let sealed = seal(full, std::mem::replace(&mut buffer, next), &mut stats);
+                    out.send(sealed).await?;
+                }
+                Parsed::NeedBudget(bytes) => {
+                    // A row larger than the frame's reservation: wait for
+                    // budget rather than over-allocate.
+                    out.grow(&mut buffer, bytes as u64).await?;
+                    frame.reserved = covered(&buffer);
                 }
                 Parsed::Finished => break,
                 Parsed::NeedMore => match stream.next().await {
@@ -244,7 +270,7 @@ impl Source for PostgresSource {
             item.map_err(|e| classify("finishing the chunk COPY", e))?;
         }
         if frame.rows > 0 {
-            out.send(flush(frame, &mut stats)).await?;
+            out.send(seal(frame, buffer, &mut stats)).await?;
         }
         client.batch_execute("COMMIT").await.map_err(|e| classify("ending the chunk transaction", e))?;
         Ok(stats)

@@ -107,6 +107,35 @@ pub struct RowCodec {
 }
 
 impl RowCodec {
+    /// RowBinary size of column `i`'s value from its COPY field length
+    /// (None = NULL): computed once per row, before encoding, so that limits
+    /// and budget are checked before any byte is written; the encoder must
+    /// then produce exactly this many bytes.
+    #[inline]
+    pub fn encoded_len(&self, i: usize, field_len: Option<usize>) -> usize {
+        let col = &self.columns[i];
+        let prefix = usize::from(col.nullable);
+        let Some(len) = field_len else { return prefix.max(1) };
+        prefix
+            + match &col.codec {
+                FieldCodec::Int { width } => *width,
+                FieldCodec::Float32 => 4,
+                FieldCodec::Float64 => 8,
+                FieldCodec::Bool => 1,
+                FieldCodec::Text => dpone_core::rowbinary::leb128_len(len as u64) + len,
+                FieldCodec::Uuid => 16,
+                FieldCodec::Date { date32 } => {
+                    if *date32 {
+                        4
+                    } else {
+                        2
+                    }
+                }
+                FieldCodec::Timestamp => 8,
+                FieldCodec::Numeric { width, .. } => *width,
+            }
+    }
+
     /// Writes one field (None = SQL NULL) of column `i` to `out`.
     #[inline]
     pub fn write_field(&self, i: usize, field: Option<&[u8]>, out: &mut Vec<u8>) -> Result<(), TranscodeError> {
@@ -275,10 +304,14 @@ pub struct FrameBuf {
     pub digest: RowDigest,
     pub rows: u64,
     pub max_rows: u64,
-    /// Hard bound: a frame never exceeds it, and a single larger row is an error.
-    pub max_bytes: usize,
-    /// Soft bound: the frame is flushed once it holds this many bytes.
+    /// Bound of one row's encoded size; a larger row is an error.
+    pub max_row_bytes: usize,
+    /// The frame is flushed before a row would take it past this size
+    /// (never more than the frame limit, `max_bytes`).
     pub flush_bytes: usize,
+    /// Bytes the frame's budget reservation covers; a row that would go
+    /// beyond it makes the parser ask for more first.
+    pub reserved: usize,
 }
 
 /// Why parsing stopped.
@@ -290,6 +323,8 @@ pub enum Parsed {
     FrameFull,
     /// The COPY trailer was read.
     Finished,
+    /// The next row needs the frame's reservation to cover this many bytes.
+    NeedBudget(usize),
 }
 
 /// Incremental parser of a binary COPY stream into RowBinary frames.
@@ -374,9 +409,12 @@ impl CopyParser {
             if count as usize != ncols {
                 return Err(Self::protocol("field count differs from the column list"));
             }
-            // Only a complete row is converted.
+            // Only a complete row is converted; its encoded size is
+            // computed from the field lengths on the way.
             let mut p = pos + 2;
-            for _ in 0..ncols {
+            let mut predicted = 0usize;
+            let mut widest = (0usize, 0usize);
+            for i in 0..ncols {
                 if data.len() < p + 4 {
                     return Ok((pos, Parsed::NeedMore));
                 }
@@ -385,6 +423,26 @@ impl CopyParser {
                 if p > data.len() {
                     return Ok((pos, Parsed::NeedMore));
                 }
+                let n = self.codec.encoded_len(i, (len >= 0).then_some(len as usize));
+                if n > widest.1 {
+                    widest = (i, n);
+                }
+                predicted += n;
+            }
+            if predicted > frame.max_row_bytes {
+                return Err(TranscodeError {
+                    column: self.codec.columns[widest.0].name.clone(),
+                    reason: format!(
+                        "a row encodes to {predicted} bytes ({} of them in this column), more than max_row_bytes = {}",
+                        widest.1, frame.max_row_bytes
+                    ),
+                });
+            }
+            if frame.rows > 0 && frame.out.len() + predicted > frame.flush_bytes {
+                return Ok((pos, Parsed::FrameFull));
+            }
+            if frame.out.len() + predicted > frame.reserved {
+                return Ok((pos, Parsed::NeedBudget(frame.out.len() + predicted)));
             }
             let out_start = frame.out.len();
             self.row_nulls.clear();
@@ -405,16 +463,13 @@ impl CopyParser {
                     return Err(e);
                 }
             }
-            let row_len = frame.out.len() - out_start;
-            if frame.out.len() > frame.max_bytes {
+            if frame.out.len() - out_start != predicted {
+                let produced = frame.out.len() - out_start;
                 frame.out.truncate(out_start);
-                if frame.rows == 0 {
-                    return Err(TranscodeError {
-                        column: "<row>".into(),
-                        reason: format!("a row encodes to {row_len} bytes, more than the frame limit of {} bytes", frame.max_bytes),
-                    });
-                }
-                return Ok((pos, Parsed::FrameFull));
+                return Err(TranscodeError {
+                    column: "<row>".into(),
+                    reason: format!("internal error: the encoder produced {produced} bytes for a row sized {predicted}"),
+                });
             }
             for &i in &self.row_nulls {
                 frame.digest.add_null(i);
@@ -422,9 +477,6 @@ impl CopyParser {
             frame.digest.add_row(&frame.out[out_start..]);
             frame.rows += 1;
             pos = p;
-            if frame.out.len() >= frame.flush_bytes {
-                return Ok((pos, Parsed::FrameFull));
-            }
         }
     }
 }
@@ -582,7 +634,7 @@ mod tests {
                 .map(|(n, o, t)| codec_for(&Column { name: n.to_string(), ty: (*t).clone(), native_type: String::new() }, *o, t).unwrap())
                 .collect();
             let mut parser = CopyParser::new(RowCodec { columns: cols });
-            let new_frame = || FrameBuf { out: Vec::new(), digest: RowDigest::new(2), rows: 0, max_rows, max_bytes: 1 << 20, flush_bytes: 1 << 20 };
+            let new_frame = || FrameBuf { out: Vec::new(), digest: RowDigest::new(2), rows: 0, max_rows, max_row_bytes: 1 << 20, flush_bytes: 1 << 20, reserved: 1 << 20 };
             let (mut all, mut digest, mut frame, mut pos, mut finished) = (Vec::new(), RowDigest::new(2), new_frame(), 0usize, false);
             let mut cut = cuts.iter().cycle();
             while !finished {
@@ -594,6 +646,7 @@ mod tests {
                         frame = new_frame();
                     }
                     Parsed::Finished => finished = true,
+                    Parsed::NeedBudget(_) => unreachable!("the test reserves the whole frame"),
                     Parsed::NeedMore => {
                         prop_assert!(pos < stream.len(), "the parser wants more data after the trailer");
                         let end = (pos + cut.next().unwrap()).min(stream.len());

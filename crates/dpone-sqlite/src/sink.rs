@@ -186,7 +186,7 @@ impl Target for SqliteTarget {
             {
                 let mut stmt = tx.prepare(&sql).map_err(|e| classify("preparing the staging insert", e))?;
                 while let Some(frame) = frames.blocking_recv() {
-                    let mut input = frame.bytes.as_slice();
+                    let mut input: &[u8] = &frame.bytes;
                     for _ in 0..frame.rows {
                         let row = decode_row(&mut input, &types).map_err(|e| AdapterError::permanent("invalid_frame", e.to_string()))?;
                         let values = row

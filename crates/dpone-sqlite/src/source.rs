@@ -19,6 +19,9 @@ use sha2::{Digest, Sha256};
 use std::io::Read;
 use std::sync::{Arc, Mutex};
 
+/// Frames are flushed at this size (or earlier at `block_rows`).
+const FLUSH_BYTES: u64 = 1 << 20;
+
 pub struct SqliteSource {
     config: SqliteConfig,
     window_column: Option<String>,
@@ -223,33 +226,45 @@ impl Source for SqliteSource {
             let mut rows = stmt.query(rusqlite::params_from_iter(params.iter())).map_err(|e| classify("reading the chunk", e))?;
             let ncols = request.columns.len();
             let mut stats = ReadStats { digest: RowDigest::new(ncols), ..ReadStats::default() };
-            let mut frame = Frame { bytes: Vec::new(), rows: 0, digest: RowDigest::new(ncols) };
+            let flush_bytes = FLUSH_BYTES.min(request.block_bytes);
+            let new_frame =
+                || -> Result<Frame> { Ok(Frame { bytes: out.blocking_buffer(flush_bytes)?, rows: 0, digest: RowDigest::new(ncols) }) };
+            let mut frame = new_frame()?;
             let mut row_buf = Vec::new();
             let mut row_digest = RowDigest::new(ncols);
             while let Some(row) = rows.next().map_err(|e| classify("reading the chunk", e))? {
                 row_buf.clear();
                 row_digest.clear();
+                // The row is encoded once; its size then decides the framing.
                 encode_row(row, &request.columns, &request.target_types, &mut row_buf, &mut row_digest)?;
-                if row_buf.len() as u64 > request.block_bytes {
+                let row_len = row_buf.len() as u64;
+                if row_len > request.max_row_bytes.min(request.block_bytes) {
                     return Err(AdapterError::permanent(
                         "row_too_large",
-                        format!("a row encodes to {} bytes; the wire block limit is {}", row_buf.len(), request.block_bytes),
+                        format!(
+                            "a row encodes to {row_len} bytes, more than the row limit of {} bytes",
+                            request.max_row_bytes.min(request.block_bytes)
+                        ),
                     )
-                    .hint("raise source.options.native_transfer.wire.block_bytes"));
+                    .hint("raise native_chunks.max_row_bytes and max_bytes (or wire.block_bytes)"));
                 }
-                if frame.rows > 0 && (frame.bytes.len() + row_buf.len() > request.block_bytes as usize || frame.rows >= request.block_rows)
-                {
-                    let full = std::mem::replace(&mut frame, Frame { bytes: Vec::new(), rows: 0, digest: RowDigest::new(ncols) });
+                let len = frame.bytes.len() as u64;
+                if frame.rows > 0 && (len + row_len > flush_bytes || frame.rows >= request.block_rows) {
+                    let full = std::mem::replace(&mut frame, new_frame()?);
                     out.blocking_send(full)?;
                 }
-                frame.bytes.extend_from_slice(&row_buf);
+                let needed = frame.bytes.len() as u64 + row_len;
+                if frame.bytes.reserved() != 0 && needed > frame.bytes.reserved() {
+                    out.blocking_grow(&mut frame.bytes, needed)?;
+                }
+                frame.bytes.bytes.extend_from_slice(&row_buf);
                 frame.rows += 1;
                 if (stats.rows + 1).is_multiple_of(dpone_core::state::LEASE_CHECK_ROWS) {
                     out.check()?;
                 }
                 frame.digest.merge(&row_digest);
                 stats.rows += 1;
-                stats.encoded_bytes += row_buf.len() as u64;
+                stats.encoded_bytes += row_len;
                 stats.digest.merge(&row_digest);
             }
             if frame.rows > 0 {

@@ -16,6 +16,8 @@ use crate::error::{Diagnostic, Diagnostics};
 use crate::yaml::{self, Node, Value};
 use sha2::{Digest, Sha256};
 
+const NATIVE_CHUNKS_PATH: &str = "source.options.native_transfer.execution.native_chunks";
+
 /// Parses and validates a manifest.
 pub fn load(text: &str) -> Result<Manifest, Diagnostics> {
     let mut root = yaml::parse(text)?;
@@ -28,6 +30,12 @@ pub fn load(text: &str) -> Result<Manifest, Diagnostics> {
     }
     substitute_vars(&mut root, &mut diags);
     schema::check(&root, schema::manifest_shape(), "", &mut diags);
+    // Limits report under their own code family (SPEC §1: `invalid_limit:<field>`).
+    for d in &mut diags {
+        if let Some(field) = d.path.strip_prefix(NATIVE_CHUNKS_PATH).and_then(|rest| rest.strip_prefix('.')) {
+            d.code = format!("invalid_limit:{field}");
+        }
+    }
     if !diags.is_empty() {
         return Err(sorted(diags));
     }
@@ -36,6 +44,10 @@ pub fn load(text: &str) -> Result<Manifest, Diagnostics> {
     match manifest {
         Some(mut m) if diags.is_empty() => {
             collect_positions(&root, "", &mut m.positions);
+            if let Err(mut errors) = crate::limits::resolve(&m) {
+                errors.iter_mut().for_each(|d| m.locate(d));
+                return Err(sorted(errors));
+            }
             Ok(m)
         }
         _ => Err(sorted(diags)),

@@ -437,3 +437,55 @@ pub trait Target: Send + Sync + 'static {
     /// Drops tables this run owns (missing ones are ignored).
     fn drop_tables(&self, names: &[String]) -> impl Future<Output = Result<()>> + Send;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A fast reader feeding a slow consumer pauses on the budget: the
+    /// bytes it holds never exceed the budget, however much it could read.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_budget_pauses_the_reader() {
+        let frame_bytes = 64 * 1024u64;
+        let budget = ByteBudget::new(4 * frame_bytes);
+        let guard: FrameGuard = std::sync::Arc::new(|_| Ok(()));
+        let (tx, mut rx) = guarded_frame_channel(8, guard, budget.clone());
+        let produced = std::sync::Arc::new(AtomicU64::new(0));
+        let reader = {
+            let produced = produced.clone();
+            tokio::spawn(async move {
+                for _ in 0..64 {
+                    let mut buf = tx.buffer(frame_bytes).await.unwrap();
+                    buf.bytes.resize(frame_bytes as usize, 7);
+                    tx.send(Frame { bytes: buf, rows: 1, digest: RowDigest::new(0) }).await.unwrap();
+                    produced.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        };
+        let mut consumed = 0u64;
+        while let Some(frame) = rx.recv().await {
+            // The reader may be at most budget/frame frames ahead, although
+            // the channel alone would let it run 8 frames ahead.
+            let ahead = produced.load(Ordering::SeqCst) - consumed;
+            assert!(ahead <= 5, "the reader ran {ahead} frames ahead of a slow consumer");
+            assert!(budget.reserved() <= budget.total());
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            drop(frame);
+            consumed += 1;
+        }
+        reader.await.unwrap();
+        assert_eq!(consumed, 64);
+        assert!(budget.waits() > 0, "the reader waited for budget");
+        assert!(budget.peak() <= budget.total());
+        assert_eq!(budget.reserved(), 0, "every reservation was released");
+    }
+
+    #[tokio::test]
+    async fn a_frame_larger_than_the_budget_is_an_error_not_a_wait() {
+        let budget = ByteBudget::new(1024 * 1024);
+        let (tx, _rx) = guarded_frame_channel(1, std::sync::Arc::new(|_| Ok(())), budget);
+        let err = tx.buffer(2 * 1024 * 1024).await.unwrap_err();
+        assert_eq!(err.code, "over_budget");
+    }
+}

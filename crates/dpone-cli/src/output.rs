@@ -258,6 +258,7 @@ fn print_success(plan: &Plan, r: &RunReport) {
     let check = match r.publication_check {
         dpone_core::evidence::PublicationCheck::Digest => "the published rows' digest equals the generation's",
         dpone_core::evidence::PublicationCheck::TableIdentity => "the target is now the verified generation table (same UUID)",
+        dpone_core::evidence::PublicationCheck::Receipt => "the receipt naming the verified generation committed with the rows",
     };
     println!("publication {}: published; {check}", plan.publication.method);
     if r.target_unchanged {

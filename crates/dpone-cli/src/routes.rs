@@ -3,10 +3,10 @@
 //! Connection specs are resolved here (environment variables, relative
 //! paths) and every problem is a configuration error found before any I/O.
 
-use dpone_clickhouse::{ChClient, ClickhouseConfig, ClickhouseTarget};
+use dpone_clickhouse::{ChClient, ClickhouseConfig, ClickhouseSource, ClickhouseTarget};
 use dpone_core::Diagnostic;
 use dpone_core::manifest::{Manifest, System};
-use dpone_postgres::PostgresSource;
+use dpone_postgres::{PostgresSource, PostgresTarget};
 use dpone_sqlite::{SqliteConfig, SqliteSource, SqliteTarget};
 use std::path::Path;
 use std::sync::Arc;
@@ -14,6 +14,7 @@ use std::sync::Arc;
 pub enum Route {
     SqliteToSqlite(Arc<SqliteSource>, Arc<SqliteTarget>),
     PostgresToClickhouse(Arc<PostgresSource>, Arc<ClickhouseTarget>),
+    ClickhouseToPostgres(Arc<ClickhouseSource>, Arc<PostgresTarget>),
 }
 
 /// Largest RowBinary INSERT request: a chunk larger than this is sent in
@@ -52,6 +53,16 @@ pub fn build(manifest: &Manifest, base: &Path) -> Result<Route, Diagnostic> {
                 )),
             ))
         }
+        (System::Clickhouse, System::Postgres) => {
+            let ch = ClickhouseConfig::resolve(&manifest.source.connection, "source.connection", &env)?;
+            let pg = dpone_postgres::config::resolve(&manifest.sink.connection, "sink.connection", &env)?;
+            let database = manifest.source.table.schema.clone().or_else(|| ch.database.clone()).unwrap_or_else(|| "default".into());
+            let client = ChClient::new(ch).map_err(|e| Diagnostic::new(e.code, "source.connection", e.message))?;
+            Ok(Route::ClickhouseToPostgres(
+                Arc::new(ClickhouseSource::new(client, database, manifest.source.table.name.clone())),
+                Arc::new(PostgresTarget::new(pg, manifest.sink.table.clone(), manifest.sink.staging_schema.clone())),
+            ))
+        }
         (s, t) => Err(Diagnostic::new("unsupported_route", "sink.type", format!("the route {s} -> {t} is not supported"))
             .hint(dpone_core::plan::SUPPORTED_ROUTES_HINT)),
     }
@@ -63,6 +74,7 @@ macro_rules! with_route {
         match $route {
             $crate::routes::Route::SqliteToSqlite($s, $t) => $body,
             $crate::routes::Route::PostgresToClickhouse($s, $t) => $body,
+            $crate::routes::Route::ClickhouseToPostgres($s, $t) => $body,
         }
     };
 }

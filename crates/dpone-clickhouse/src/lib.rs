@@ -9,7 +9,10 @@ pub mod client;
 pub mod config;
 pub mod error;
 pub mod sink;
+pub mod source;
+pub mod transcode;
 
 pub use client::{ChClient, Idempotence, WriteSummary, quote_ident, quote_str};
 pub use config::ClickhouseConfig;
 pub use sink::ClickhouseTarget;
+pub use source::ClickhouseSource;

@@ -127,7 +127,7 @@ impl ClickhouseTarget {
     }
 }
 
-fn filter_sql(f: &RowFilter) -> String {
+pub(crate) fn filter_sql(f: &RowFilter) -> String {
     let c = quote_ident(&f.column);
     let lit = |t: Timestamp| format!("toDateTime64({}, 6, 'UTC')", quote_str(&t.to_canonical()));
     if f.inside {
@@ -437,8 +437,8 @@ impl Target for ClickhouseTarget {
         self.client.scalar(&sql).await?.parse().map_err(|_| AdapterError::permanent("clickhouse_protocol", "expected a count"))
     }
 
-    fn publishes_by_identity(&self) -> bool {
-        true
+    fn publication_check(&self) -> dpone_core::evidence::PublicationCheck {
+        dpone_core::evidence::PublicationCheck::TableIdentity
     }
 
     async fn build_generation(&self, generation: &str, keep: Option<&RowFilter>, stagings: &[String]) -> Result<GenerationBuild> {

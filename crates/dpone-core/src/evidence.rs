@@ -100,6 +100,8 @@ pub enum PublicationCheck {
     Digest,
     /// The visible target is the verified generation table itself (same UUID).
     TableIdentity,
+    /// The receipt naming the generation committed in the publishing transaction.
+    Receipt,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -33,6 +33,7 @@ pub const POINTS: &[&str] = &[
     // Simulated faults (the caller injects them).
     "clickhouse.exchange_ack_lost",
     "clickhouse.insert_ack_lost",
+    "postgres.commit_ack_lost",
     "lease.stop_renewal",
 ];
 

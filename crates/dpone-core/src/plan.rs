@@ -18,7 +18,7 @@ pub const PLAN_VERSION: &str = "dpone.plan.v1";
 /// Version of the execution contract (identity, staging layout, digest).
 pub const CONTRACT_VERSION: &str = "dpone.window.v1";
 /// What to tell a user whose route is not supported.
-pub const SUPPORTED_ROUTES_HINT: &str = "supported routes: sqlite->sqlite, postgres->clickhouse";
+pub const SUPPORTED_ROUTES_HINT: &str = "supported routes: sqlite->sqlite, postgres->clickhouse, clickhouse->postgres";
 
 /// The invocation's interval, from flags or the environment.
 #[derive(Debug, Clone, Default)]
@@ -183,6 +183,14 @@ impl Plan {
                     description: "one EXCHANGE TABLES target AND generation; the previous generation is kept as backup".into(),
                 },
             ),
+            (System::Clickhouse, System::Postgres) => (
+                "ClickHouse RowBinary over HTTP (re-read checked after EOF) -> PostgreSQL binary COPY into staging",
+                PublicationPlan {
+                    method: "serializable_transaction".into(),
+                    atomic: true,
+                    description: "one SERIALIZABLE transaction: TRUNCATE (full refresh) or DELETE of the frozen window, INSERT from the verified generation, and a receipt row".into(),
+                },
+            ),
             (s, t) => {
                 let hint = if s == System::Mssql || t == System::Mssql {
                     "SQL Server is not implemented in this runtime yet"
@@ -270,17 +278,6 @@ impl Plan {
                     .hint("write into a different table"),
             );
         }
-        if let Strategy::Replace { .. } = snk.strategy
-            && snk.system == System::Postgres
-        {
-            // Window replace into PostgreSQL is the delivery route's concern;
-            // until it lands the plan refuses it here, before any I/O.
-            refusals.push(
-                Diagnostic::new("unsupported_route", "sink.type", "window replace into PostgreSQL is not implemented yet")
-                    .hint("use a ClickHouse or SQLite sink"),
-            );
-        }
-
         let strategy = match snk.strategy {
             Strategy::FullRefresh { .. } => "full_refresh",
             Strategy::Replace { .. } => "replace",
@@ -336,7 +333,7 @@ impl Plan {
 
 /// Whether values of canonical type `source` are written exactly as `target`.
 pub fn type_compatible(source: &DType, target: &DType) -> bool {
-    source == target || matches!((source, target), (DType::Date, DType::Date32))
+    crate::types::exact_widening(source, target)
 }
 
 /// Refusals for a target whose columns do not take the source's rows

@@ -300,6 +300,10 @@ pub enum GenerationBuild {
     /// The staging tables' storage was attached by hard link: the chunk rows
     /// are the verified staging bytes themselves and need only be counted.
     Linked,
+    /// The generation holds only the new rows: the publication replaces the
+    /// window in place and never touches rows outside it (see
+    /// [`Target::keeps_rows_in_place`]).
+    WindowOnly,
 }
 
 /// Outcome of an atomic publication, judged from the target's state.
@@ -339,6 +343,13 @@ pub trait Source: Send + Sync + 'static {
     fn preflight(&self, window_column: Option<&str>) -> impl Future<Output = Result<Vec<Diagnostic>>> + Send {
         let _ = window_column;
         async { Ok(Vec::new()) }
+    }
+
+    /// Refusals for columns this source cannot convert to the target's
+    /// types (the read would fail otherwise), checked before any write.
+    fn conversion_refusals(&self, columns: &[Column], target_types: &[ColumnType]) -> Vec<Diagnostic> {
+        let _ = (columns, target_types);
+        Vec::new()
     }
 
     /// Freezes the source version every later read sees.
@@ -383,11 +394,19 @@ pub trait Target: Send + Sync + 'static {
     /// Number of rows of `table` (optionally filtered).
     fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> impl Future<Output = Result<u64>> + Send;
 
-    /// Whether a `Published` outcome is established from the target's
-    /// identity (the visible table *is* the verified generation object), so
-    /// that re-reading the published rows adds nothing.
-    fn publishes_by_identity(&self) -> bool {
+    /// Whether the publication removes exactly the window (or everything,
+    /// for a full refresh) and inserts the generation, leaving other rows
+    /// where they are: then the kept rows are only counted, never copied.
+    fn keeps_rows_in_place(&self) -> bool {
         false
+    }
+
+    /// How a `Published` outcome is confirmed: by re-reading the published
+    /// rows (`Digest`, the default), or because the target's identity
+    /// proves the verified generation itself became visible (a table UUID,
+    /// a receipt committed in the publishing transaction).
+    fn publication_check(&self) -> crate::evidence::PublicationCheck {
+        crate::evidence::PublicationCheck::Digest
     }
 
     /// Creates `generation` holding the target's rows selected by `keep`

@@ -179,7 +179,7 @@ fn encode_scalar(out: &mut Vec<u8>, t: &DType, v: &Value) -> Result<(), EncodeEr
             Value::Bool(b) => out.push(u8::from(*b)),
             _ => return Err(mismatch()),
         },
-        DType::String => match v {
+        DType::String | DType::Binary => match v {
             Value::Bytes(b) => {
                 write_leb128(out, b.len() as u64);
                 out.extend_from_slice(b);
@@ -316,7 +316,7 @@ pub fn decode_value(input: &mut &[u8], ty: &ColumnType) -> Result<Value, DecodeE
             1 => Value::Bool(true),
             b => return Err(DecodeError::Invalid(format!("Bool byte {b}"))),
         },
-        DType::String => {
+        DType::String | DType::Binary => {
             let len = read_leb128(input)?;
             let len = usize::try_from(len).map_err(|_| DecodeError::Invalid("string length".into()))?;
             Value::Bytes(take(input, len)?.to_vec())

@@ -242,6 +242,10 @@ pub struct GenerationRecord {
     pub unchanged: bool,
     /// `digest` or `counts_kept_digest_linked_chunks`.
     pub check: String,
+    /// The generation holds only the window's rows; the kept rows stay in
+    /// the target (`rows` and the digest then cover the window only).
+    #[serde(default)]
+    pub in_place: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

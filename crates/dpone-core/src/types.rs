@@ -34,6 +34,9 @@ pub enum DType {
     },
     Bool,
     String,
+    /// Bytes without text semantics (PostgreSQL `bytea`). Not a ClickHouse
+    /// type: RowBinary encodes it like `String`.
+    Binary,
     FixedString(u32),
     Uuid,
     /// Days since 1970-01-01 as u16 (1970-01-01..=2149-06-06).
@@ -94,7 +97,7 @@ impl DType {
             DType::Int256 | DType::UInt256 => 32,
             DType::Decimal { precision, .. } => decimal_width(*precision),
             DType::FixedString(n) => *n as usize,
-            DType::String => return None,
+            DType::String | DType::Binary => return None,
         })
     }
 
@@ -134,6 +137,7 @@ impl fmt::Display for DType {
             DType::Decimal { precision, scale } => write!(f, "Decimal({precision}, {scale})"),
             DType::Bool => f.write_str("Bool"),
             DType::String => f.write_str("String"),
+            DType::Binary => f.write_str("Binary"),
             DType::FixedString(n) => write!(f, "FixedString({n})"),
             DType::Uuid => f.write_str("UUID"),
             DType::Date => f.write_str("Date"),
@@ -154,6 +158,40 @@ impl fmt::Display for ColumnType {
             (true, false) => write!(f, "LowCardinality({})", self.dtype),
             (true, true) => write!(f, "LowCardinality(Nullable({}))", self.dtype),
         }
+    }
+}
+
+/// Whether every value of `source` has exactly one representation in
+/// `target`, so a source can convert without loss: equal types, integer
+/// widenings, UInt64 -> Decimal(>= 20, 0), Date -> Date32, DateTime ->
+/// DateTime64, a higher DateTime64 precision, and byte strings -> Binary.
+pub fn exact_widening(source: &DType, target: &DType) -> bool {
+    let int = |t: &DType| -> Option<(u32, bool)> {
+        Some(match t {
+            DType::Int8 => (8, true),
+            DType::Int16 => (16, true),
+            DType::Int32 => (32, true),
+            DType::Int64 => (64, true),
+            DType::UInt8 => (8, false),
+            DType::UInt16 => (16, false),
+            DType::UInt32 => (32, false),
+            DType::UInt64 => (64, false),
+            _ => return None,
+        })
+    };
+    if source == target {
+        return true;
+    }
+    match (source, target) {
+        (DType::Date, DType::Date32) => true,
+        (DType::UInt64, DType::Decimal { precision, scale: 0 }) => *precision >= 20,
+        (DType::DateTime { .. }, DType::DateTime64 { .. }) => true,
+        (DType::DateTime64 { precision: p, tz: a }, DType::DateTime64 { precision: q, tz: b }) => p <= q && a.is_some() == b.is_some(),
+        (DType::String | DType::FixedString(_), DType::Binary) => true,
+        (a, b) => match (int(a), int(b)) {
+            (Some((wa, sa)), Some((wb, sb))) => sb && (wb > wa || (wb == wa && sa)),
+            _ => false,
+        },
     }
 }
 

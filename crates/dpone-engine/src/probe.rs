@@ -100,6 +100,10 @@ pub async fn probe<S: Source, T: Target>(manifest: &Manifest, plan: &Plan, sourc
             p.refusals.extend(schema_refusals(&p.source_columns, &p.target_columns));
         }
         p.read_columns = read_columns(&p.source_columns, &p.target_columns);
+        if p.refusals.is_empty() {
+            let types: Vec<_> = p.target_columns.iter().map(|c| c.ty.clone()).collect();
+            p.refusals.extend(source.conversion_refusals(&p.read_columns, &types));
+        }
     }
     Ok(p)
 }

@@ -1059,7 +1059,7 @@ async fn publish_generation<S: Source, T: Target>(
         Ok(PublicationOutcome::Published) => {
             // A target that publishes by copying is re-read: its identity is
             // its contents, which must now be the generation's.
-            if !ctx.target.publishes_by_identity() {
+            if ctx.target.publication_check() == PublicationCheck::Digest {
                 let now =
                     ctx.target.identity(TableRole::Target).await.map_err(|e| fail(e).with_publication(PublicationOutcome::Published))?;
                 if now.as_deref() != Some(intent.generation.as_str()) {
@@ -1122,7 +1122,12 @@ async fn build_generation<S: Source, T: Target>(
     let j = journal.snapshot().await;
     let ncols = ctx.probe.target_columns.len();
     ctx.options.cancel.check()?;
+    // Rows outside the window: copied into the generation by most targets
+    // (then their digest is what the copy must equal), merely counted by
+    // targets that replace the window in place.
+    let in_place = ctx.target.keeps_rows_in_place();
     let kept = match keep {
+        Some(k) if in_place => Contents { rows: ctx.target.count(TableRole::Target, Some(k)).await?, digest: RowDigest::new(ncols) },
         Some(k) => ctx.target.inspect(TableRole::Target, Some(k)).await?,
         None => Contents { rows: 0, digest: RowDigest::new(ncols) },
     };
@@ -1140,7 +1145,16 @@ async fn build_generation<S: Source, T: Target>(
     let mismatch = |what: &str, got: u64, gd: &RowDigest, want: u64, wd: &RowDigest| {
         AdapterError::permanent("generation_verification_failed", format!("{what} holds {got} ({gd}), expected {want} ({wd})"))
     };
+    let (expected_rows, expected) =
+        if build == GenerationBuild::WindowOnly { (window_digest.rows, window_digest.clone()) } else { (expected_rows, expected) };
     let check = match build {
+        GenerationBuild::WindowOnly => {
+            let g = ctx.target.inspect(TableRole::Owned(generation), None).await?;
+            if g.rows != expected_rows || g.digest != expected {
+                return Err(mismatch("the generation", g.rows, &g.digest, expected_rows, &expected));
+            }
+            GenerationCheck::Digest
+        }
         GenerationBuild::Copied => {
             let g = ctx.target.inspect(TableRole::Owned(generation), None).await?;
             if g.rows != expected_rows || g.digest != expected {
@@ -1167,6 +1181,7 @@ async fn build_generation<S: Source, T: Target>(
     let record = GenerationRecord {
         table: generation.to_string(),
         rows: expected_rows,
+        in_place,
         digest_sum: expected.sum_hex(),
         null_counts: expected.null_counts.clone(),
         kept_rows: kept.rows,
@@ -1230,7 +1245,7 @@ async fn finish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, resume
     }
     let evidence: serde_json::Value = std::fs::read(&evidence_path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
     let kept_null = evidence["target"]["null_window_rows"].as_u64().unwrap_or(0);
-    let check = if ctx.target.publishes_by_identity() { PublicationCheck::TableIdentity } else { PublicationCheck::Digest };
+    let check = ctx.target.publication_check();
     let window_rows = j.chunks.values().map(|c| c.rows).sum();
     Ok(RunReport {
         run_id: run_id.clone(),
@@ -1243,7 +1258,7 @@ async fn finish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, resume
         kept_rows: generation.kept_rows,
         kept_null_window_rows: kept_null,
         replaced_rows: generation.replaced_rows,
-        final_rows: generation.rows,
+        final_rows: if generation.in_place { generation.kept_rows + generation.rows } else { generation.rows },
         target_unchanged: generation.unchanged,
         chunks: j
             .chunks
@@ -1334,12 +1349,10 @@ fn build_evidence<S: Source, T: Target>(
             method: ctx.plan.publication.method.clone(),
             outcome: PublicationOutcome::Published,
             seconds: phases.publish,
-            backup_table: ctx.target.publishes_by_identity().then(|| j.intent.as_ref().map(|i| i.backup_table.clone())).flatten(),
-            verified_after_publication: if ctx.target.publishes_by_identity() {
-                PublicationCheck::TableIdentity
-            } else {
-                PublicationCheck::Digest
-            },
+            backup_table: (ctx.target.publication_check() == PublicationCheck::TableIdentity)
+                .then(|| j.intent.as_ref().map(|i| i.backup_table.clone()))
+                .flatten(),
+            verified_after_publication: ctx.target.publication_check(),
         },
         phases,
         limits: j.limits.clone(),

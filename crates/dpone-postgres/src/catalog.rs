@@ -5,6 +5,7 @@ use dpone_core::types::DType;
 /// Type oids dpone moves exactly.
 pub mod oid {
     pub const BOOL: u32 = 16;
+    pub const BYTEA: u32 = 17;
     pub const INT8: u32 = 20;
     pub const INT2: u32 = 21;
     pub const INT4: u32 = 23;
@@ -23,6 +24,17 @@ pub mod oid {
 /// Columns of a relation: name, type oid, typmod, formatted type, NOT NULL.
 pub const DESCRIBE_SQL: &str = "SELECT a.attname::text, a.atttypid::int8, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull \
      FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum";
+
+/// Maps a column of a PostgreSQL *target* to the canonical type dpone
+/// writes into it: like [`map_type`], but `date` takes the wider Date32 and
+/// `bytea` takes raw bytes.
+pub fn map_target_type(type_oid: u32, typmod: i32, formatted: &str) -> Result<DType, String> {
+    match type_oid {
+        oid::DATE => Ok(DType::Date32),
+        oid::BYTEA => Ok(DType::Binary),
+        _ => map_type(type_oid, typmod, formatted),
+    }
+}
 
 /// Maps a PostgreSQL type (oid + typmod) to its canonical type (SPEC §3).
 pub fn map_type(type_oid: u32, typmod: i32, formatted: &str) -> Result<DType, String> {

@@ -8,8 +8,11 @@
 
 pub mod catalog;
 pub mod config;
+pub mod encode;
 mod error;
+pub mod sink;
 pub mod source;
 pub mod transcode;
 
+pub use sink::PostgresTarget;
 pub use source::PostgresSource;

@@ -53,7 +53,7 @@ pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-fn quote_literal(s: &str) -> String {
+pub fn quote_literal(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 
@@ -147,6 +147,19 @@ impl Source for PostgresSource {
                     };
                     AdapterError::permanent("unknown_column", format!("source column `{name}` does not exist")).hint(hint)
                 })
+            })
+            .collect()
+    }
+
+    fn conversion_refusals(&self, columns: &[Column], target_types: &[ColumnType]) -> Vec<dpone_core::Diagnostic> {
+        let Some(oids) = self.oids.get() else { return Vec::new() };
+        columns
+            .iter()
+            .zip(target_types)
+            .filter_map(|(c, t)| codec_for(c, oids.get(&c.name).copied().unwrap_or(0), t).err())
+            .map(|e| {
+                dpone_core::Diagnostic::new("schema_mismatch", "sink.table", e)
+                    .hint("make the target column type equal the mapping shown by `dpone schema type-matrix`")
             })
             .collect()
     }

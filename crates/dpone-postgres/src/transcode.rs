@@ -67,6 +67,8 @@ pub fn codec_for(source: &Column, oid: u32, target: &ColumnType) -> Result<Colum
         (Some(701), DType::Float64) => FieldCodec::Float64,
         (Some(16), DType::Bool) => FieldCodec::Bool,
         (Some(25 | 1043 | 1042), DType::String) => FieldCodec::Text,
+        // bytea: the same length-prefixed bytes, without text semantics.
+        (Some(17), DType::Binary) => FieldCodec::Text,
         (Some(2950), DType::Uuid) => FieldCodec::Uuid,
         (Some(1082), DType::Date) => FieldCodec::Date { date32: false },
         (Some(1082), DType::Date32) => FieldCodec::Date { date32: true },

@@ -1,0 +1,445 @@
+//! ClickHouse RowBinary (source column types) -> RowBinary under the
+//! target's canonical types, column by column, without building values.
+//!
+//! A [`RowCodec`] is chosen once per run. Conversions are exact widenings
+//! only (Int8 -> Int16, UInt64 -> Decimal(20, 0), Date -> Date32, DateTime
+//! -> DateTime64(6), DateTime64(p) -> DateTime64(6), FixedString -> Binary,
+//! LowCardinality(T) -> T); anything else is refused when the codec is
+//! chosen, naming the column. The stream is parsed incrementally
+//! ([`RowParser`]): only complete rows are converted, and each row's target
+//! size is computed from the source lengths before a byte is written.
+//! Each source row's own bytes are hashed too, so that the read can be
+//! compared with the server's digest of the same rows after EOF.
+
+use dpone_core::digest::{RowDigest, row_hash};
+use dpone_core::rowbinary::{leb128_len, write_leb128};
+use dpone_core::types::{ColumnType, DType, decimal_width};
+use ethnum::U256;
+
+/// How one source column becomes one target column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FieldCodec {
+    /// Same fixed-width representation.
+    Copy { width: usize },
+    /// Integer widening: `from` bytes (signed or not) to `to` bytes.
+    Widen { from: usize, signed: bool, to: usize },
+    /// DateTime (u32 seconds) -> DateTime64: seconds * `mult`.
+    Seconds { mult: i64 },
+    /// DateTime64 at a lower precision -> ticks * `mult`.
+    Ticks { mult: i64 },
+    /// String-like -> String or Binary (LEB128 length + bytes).
+    Bytes,
+    /// FixedString(n) -> Binary (LEB128 length + n bytes).
+    Fixed { n: usize },
+}
+
+#[derive(Debug, Clone)]
+pub struct ColumnCodec {
+    pub name: String,
+    pub source_nullable: bool,
+    pub target_nullable: bool,
+    /// Source encoding width when fixed (for parsing).
+    pub source_width: Option<usize>,
+    pub codec: FieldCodec,
+}
+
+fn int_width(t: &DType) -> Option<(usize, bool)> {
+    Some(match t {
+        DType::Int8 => (1, true),
+        DType::Int16 => (2, true),
+        DType::Int32 => (4, true),
+        DType::Int64 => (8, true),
+        DType::UInt8 => (1, false),
+        DType::UInt16 => (2, false),
+        DType::UInt32 => (4, false),
+        DType::UInt64 => (8, false),
+        _ => return None,
+    })
+}
+
+/// Chooses the exact conversion of source column `name` from `source` to `target`.
+pub fn codec_for(name: &str, source: &ColumnType, target: &ColumnType) -> Result<ColumnCodec, String> {
+    if source.nullable && !target.nullable {
+        return Err(format!("column `{name}` is Nullable in ClickHouse but the target column is NOT NULL"));
+    }
+    let s = &source.dtype;
+    let t = &target.dtype;
+    let codec = match (s, t) {
+        (DType::String, DType::String | DType::Binary) => FieldCodec::Bytes,
+        (DType::FixedString(n), DType::Binary) => FieldCodec::Fixed { n: *n as usize },
+        (DType::Date, DType::Date32) => FieldCodec::Widen { from: 2, signed: false, to: 4 },
+        (DType::DateTime { .. }, DType::DateTime64 { precision, .. }) if *precision <= 9 => {
+            FieldCodec::Seconds { mult: 10i64.pow(*precision as u32) }
+        }
+        (DType::DateTime64 { precision: p, tz: a }, DType::DateTime64 { precision: q, tz: b })
+            if p <= q && (a.is_some() == b.is_some()) =>
+        {
+            if p == q {
+                FieldCodec::Copy { width: 8 }
+            } else {
+                FieldCodec::Ticks { mult: 10i64.pow((q - p) as u32) }
+            }
+        }
+        (DType::UInt64, DType::Decimal { precision, scale: 0 }) if *precision >= 20 => {
+            FieldCodec::Widen { from: 8, signed: false, to: decimal_width(*precision) }
+        }
+        (a, b) if a == b => FieldCodec::Copy { width: a.fixed_width().ok_or_else(|| format!("column `{name}`: {a} is not fixed width"))? },
+        (a, b) => match (int_width(a), int_width(b)) {
+            (Some((from, signed)), Some((to, true))) if to > from || (to == from && signed) => FieldCodec::Widen { from, signed, to },
+            _ => return Err(format!("column `{name}`: no exact conversion from {a} to {b}")),
+        },
+    };
+    Ok(ColumnCodec {
+        name: name.to_string(),
+        source_nullable: source.nullable,
+        target_nullable: target.nullable,
+        source_width: s.fixed_width().filter(|_| !matches!(s, DType::String)),
+        codec,
+    })
+}
+
+/// A value that cannot be written exactly, or a malformed stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TranscodeError {
+    pub column: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for TranscodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "column `{}`: {}", self.column, self.reason)
+    }
+}
+
+/// Reads a LEB128 length at `data[pos..]`: (value, bytes used), or None if incomplete.
+fn leb128_at(data: &[u8], pos: usize) -> Option<(u64, usize)> {
+    let mut v = 0u64;
+    for (i, b) in data.get(pos..)?.iter().take(10).enumerate() {
+        v |= ((b & 0x7f) as u64) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some((v, i + 1));
+        }
+    }
+    None
+}
+
+/// A frame being filled (see `dpone-postgres`'s twin for the protocol).
+pub struct FrameBuf {
+    pub out: Vec<u8>,
+    pub digest: RowDigest,
+    pub rows: u64,
+    pub max_rows: u64,
+    pub max_row_bytes: usize,
+    pub flush_bytes: usize,
+    pub reserved: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parsed {
+    NeedMore,
+    FrameFull,
+    NeedBudget(usize),
+}
+
+/// Incremental parser of a ClickHouse RowBinary response.
+pub struct RowParser {
+    columns: Vec<ColumnCodec>,
+    pending: Vec<u8>,
+    row_nulls: Vec<usize>,
+    /// Digest of the source rows' own bytes (for the after-EOF re-read).
+    pub source_digest: RowDigest,
+}
+
+impl RowParser {
+    pub fn new(columns: Vec<ColumnCodec>) -> Self {
+        let n = columns.len();
+        RowParser { columns, pending: Vec::new(), row_nulls: Vec::new(), source_digest: RowDigest::new(n) }
+    }
+
+    pub fn push(&mut self, data: &[u8]) {
+        self.pending.extend_from_slice(data);
+    }
+
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Moves complete rows into `frame` until it is full or data runs out.
+    pub fn parse_into(&mut self, frame: &mut FrameBuf) -> Result<Parsed, TranscodeError> {
+        let data = std::mem::take(&mut self.pending);
+        let result = self.parse(&data, frame);
+        let mut data = data;
+        match result {
+            Ok((used, parsed)) => {
+                data.drain(..used);
+                self.pending = data;
+                Ok(parsed)
+            }
+            Err(e) => {
+                self.pending = data;
+                Err(e)
+            }
+        }
+    }
+
+    /// Size of column `c` at `pos`: (source bytes, target bytes, is NULL), None if incomplete.
+    fn measure(c: &ColumnCodec, data: &[u8], pos: usize) -> Result<Option<(usize, usize, bool)>, TranscodeError> {
+        let mut p = pos;
+        let mut src = 0;
+        if c.source_nullable {
+            let Some(&flag) = data.get(p) else { return Ok(None) };
+            p += 1;
+            src += 1;
+            match flag {
+                1 => return Ok(Some((src, 1, true))),
+                0 => {}
+                b => return Err(TranscodeError { column: c.name.clone(), reason: format!("invalid Nullable prefix {b}") }),
+            }
+        }
+        let prefix = usize::from(c.target_nullable);
+        let (value_src, value_dst) = match &c.codec {
+            FieldCodec::Bytes => {
+                let Some((len, used)) = leb128_at(data, p) else { return Ok(None) };
+                let len = len as usize;
+                (used + len, leb128_len(len as u64) + len)
+            }
+            FieldCodec::Fixed { n } => (*n, leb128_len(*n as u64) + n),
+            FieldCodec::Copy { width } => (*width, *width),
+            FieldCodec::Widen { from, to, .. } => (*from, *to),
+            FieldCodec::Seconds { .. } => (4, 8),
+            FieldCodec::Ticks { .. } => (8, 8),
+        };
+        if data.len() < p + value_src {
+            return Ok(None);
+        }
+        Ok(Some((src + value_src, prefix + value_dst, false)))
+    }
+
+    fn write(c: &ColumnCodec, v: &[u8], out: &mut Vec<u8>) -> Result<(), TranscodeError> {
+        if c.target_nullable {
+            out.push(0);
+        }
+        match &c.codec {
+            FieldCodec::Copy { .. } => out.extend_from_slice(v),
+            FieldCodec::Bytes => out.extend_from_slice(v),
+            FieldCodec::Fixed { n } => {
+                write_leb128(out, *n as u64);
+                out.extend_from_slice(v);
+            }
+            FieldCodec::Widen { from, signed, to } => {
+                let negative = *signed && v[from - 1] & 0x80 != 0;
+                out.extend_from_slice(v);
+                out.resize(out.len() + (to - from), if negative { 0xff } else { 0 });
+            }
+            FieldCodec::Seconds { mult } => {
+                let secs = u32::from_le_bytes(v.try_into().expect("4 bytes")) as i64;
+                out.extend_from_slice(&(secs * mult).to_le_bytes());
+            }
+            FieldCodec::Ticks { mult } => {
+                let t = i64::from_le_bytes(v.try_into().expect("8 bytes"));
+                let scaled = t.checked_mul(*mult).ok_or_else(|| TranscodeError {
+                    column: c.name.clone(),
+                    reason: format!("DateTime64 value {t} overflows when rescaled"),
+                })?;
+                out.extend_from_slice(&scaled.to_le_bytes());
+            }
+        }
+        Ok(())
+    }
+
+    fn parse(&mut self, data: &[u8], frame: &mut FrameBuf) -> Result<(usize, Parsed), TranscodeError> {
+        let mut pos = 0;
+        loop {
+            if frame.rows >= frame.max_rows {
+                return Ok((pos, Parsed::FrameFull));
+            }
+            if pos == data.len() {
+                return Ok((pos, Parsed::NeedMore));
+            }
+            // Measure the whole row first: complete? how large once converted?
+            let mut p = pos;
+            let mut predicted = 0usize;
+            let mut widest = (0usize, 0usize);
+            for (i, c) in self.columns.iter().enumerate() {
+                let Some((src, dst, _)) = Self::measure(c, data, p)? else { return Ok((pos, Parsed::NeedMore)) };
+                p += src;
+                predicted += dst;
+                if dst > widest.1 {
+                    widest = (i, dst);
+                }
+            }
+            if predicted > frame.max_row_bytes {
+                return Err(TranscodeError {
+                    column: self.columns[widest.0].name.clone(),
+                    reason: format!(
+                        "a row encodes to {predicted} bytes ({} of them in this column), more than max_row_bytes = {}",
+                        widest.1, frame.max_row_bytes
+                    ),
+                });
+            }
+            if frame.rows > 0 && frame.out.len() + predicted > frame.flush_bytes {
+                return Ok((pos, Parsed::FrameFull));
+            }
+            if frame.out.len() + predicted > frame.reserved {
+                return Ok((pos, Parsed::NeedBudget(frame.out.len() + predicted)));
+            }
+            let start = frame.out.len();
+            self.row_nulls.clear();
+            let mut q = pos;
+            for (i, c) in self.columns.iter().enumerate() {
+                let (src, _, null) = Self::measure(c, data, q)?.expect("measured above");
+                if null {
+                    self.row_nulls.push(i);
+                    frame.out.push(1);
+                } else {
+                    let value_start = q + usize::from(c.source_nullable);
+                    if let Err(e) = Self::write(c, &data[value_start..q + src], &mut frame.out) {
+                        frame.out.truncate(start);
+                        return Err(e);
+                    }
+                }
+                q += src;
+            }
+            if frame.out.len() - start != predicted {
+                let produced = frame.out.len() - start;
+                frame.out.truncate(start);
+                return Err(TranscodeError {
+                    column: "<row>".into(),
+                    reason: format!("internal error: the encoder produced {produced} bytes for a row sized {predicted}"),
+                });
+            }
+            for &i in &self.row_nulls {
+                frame.digest.add_null(i);
+                self.source_digest.add_null(i);
+            }
+            frame.digest.add_row(&frame.out[start..]);
+            self.source_digest.add_row(&data[pos..p]);
+            frame.rows += 1;
+            pos = p;
+        }
+    }
+}
+
+/// The server's digest of the same rows in their source encoding:
+/// `sum(reinterpretAsUInt256(SHA256(formatRowNoNewline('RowBinary', ...))))`.
+pub fn source_row_hash(bytes: &[u8]) -> U256 {
+    row_hash(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dpone_core::rowbinary::{encode_row, encode_value};
+    use dpone_core::types::parse_clickhouse_type;
+    use dpone_core::value::Value;
+    use ethnum::I256;
+
+    fn ct(s: &str) -> ColumnType {
+        if s == "Binary" {
+            return ColumnType::new(DType::Binary, false);
+        }
+        parse_clickhouse_type(s).unwrap()
+    }
+
+    /// Converting through the codec equals encoding the value directly under the target type.
+    fn check(source: &str, target: &str, v: Value, expect: Value) {
+        let (s, t) = (ct(source), ct(target));
+        let mut src = Vec::new();
+        encode_value(&mut src, &s, &v).unwrap();
+        let codec = codec_for("c", &s, &t).unwrap_or_else(|e| panic!("{e}"));
+        let mut parser = RowParser::new(vec![codec]);
+        parser.push(&src);
+        let mut frame = FrameBuf {
+            out: Vec::new(),
+            digest: RowDigest::new(1),
+            rows: 0,
+            max_rows: 10,
+            max_row_bytes: 1 << 20,
+            flush_bytes: 1 << 20,
+            reserved: 1 << 20,
+        };
+        assert_eq!(parser.parse_into(&mut frame).unwrap(), Parsed::NeedMore);
+        let mut want = Vec::new();
+        encode_value(&mut want, &t, &expect).unwrap();
+        assert_eq!(frame.out, want, "{source} -> {target}");
+        assert_eq!(parser.pending_len(), 0);
+    }
+
+    #[test]
+    fn exact_widenings() {
+        check("Int8", "Int16", Value::int(-128), Value::int(-128));
+        check("UInt8", "Int16", Value::int(255), Value::int(255));
+        check("UInt16", "Int32", Value::int(65535), Value::int(65535));
+        check("UInt32", "Int64", Value::int(u32::MAX), Value::int(u32::MAX));
+        check("UInt64", "Decimal(20, 0)", Value::int(u64::MAX), Value::Decimal { unscaled: I256::from(u64::MAX), scale: 0 });
+        check("Nullable(Int32)", "Nullable(Int32)", Value::Null, Value::Null);
+        check("Int32", "Nullable(Int32)", Value::int(7), Value::int(7));
+        check("Date", "Date32", Value::Date(65535), Value::Date(65535));
+        check("DateTime('UTC')", "DateTime64(6, 'UTC')", Value::Seconds(u32::MAX as i64), Value::Micros(u32::MAX as i64 * 1_000_000));
+        check("DateTime64(3, 'UTC')", "DateTime64(6, 'UTC')", Value::Micros(-5_000), Value::Micros(-5_000));
+        check("LowCardinality(Nullable(String))", "Nullable(String)", Value::str("ü"), Value::str("ü"));
+        check("FixedString(3)", "Binary", Value::Bytes(vec![0, 1, 255]), Value::Bytes(vec![0, 1, 255]));
+        check(
+            "Decimal(38, 4)",
+            "Decimal(38, 4)",
+            Value::Decimal { unscaled: I256::from(-1i64), scale: 4 },
+            Value::Decimal { unscaled: I256::from(-1i64), scale: 4 },
+        );
+    }
+
+    #[test]
+    fn refusals() {
+        assert!(codec_for("c", &ct("Int64"), &ct("Int32")).is_err(), "narrowing");
+        assert!(codec_for("c", &ct("UInt64"), &ct("Int64")).is_err(), "UInt64 does not fit Int64");
+        assert!(codec_for("c", &ct("Nullable(Int32)"), &ct("Int32")).is_err(), "NULL into NOT NULL");
+        assert!(codec_for("c", &ct("DateTime64(9)"), &ct("DateTime64(6)")).is_err(), "precision loss");
+        assert!(codec_for("c", &ct("Float64"), &ct("Float32")).is_err());
+    }
+
+    #[test]
+    fn rows_split_anywhere_and_source_digest() {
+        let types: Vec<ColumnType> = ["Int64", "Nullable(String)", "UInt16"].iter().map(|t| ct(t)).collect();
+        let targets: Vec<ColumnType> = ["Int64", "Nullable(String)", "Int32"].iter().map(|t| ct(t)).collect();
+        let rows: Vec<Vec<Value>> = (0..50)
+            .map(|i| vec![Value::int(i), if i % 3 == 0 { Value::Null } else { Value::str(&"x".repeat(i as usize)) }, Value::int(i as u16)])
+            .collect();
+        let mut src = Vec::new();
+        let mut src_digest = RowDigest::new(3);
+        for r in &rows {
+            let s = src.len();
+            encode_row(&mut src, &types, r).unwrap();
+            src_digest.add_row(&src[s..]);
+            if r[1].is_null() {
+                src_digest.add_null(1);
+            }
+        }
+        let codecs = types.iter().zip(&targets).enumerate().map(|(i, (s, t))| codec_for(&format!("c{i}"), s, t).unwrap()).collect();
+        let mut parser = RowParser::new(codecs);
+        let mut out = Vec::new();
+        for piece in src.chunks(7) {
+            parser.push(piece);
+            loop {
+                let mut frame = FrameBuf {
+                    out: Vec::new(),
+                    digest: RowDigest::new(3),
+                    rows: 0,
+                    max_rows: 4,
+                    max_row_bytes: 1 << 20,
+                    flush_bytes: 1 << 20,
+                    reserved: 1 << 20,
+                };
+                let r = parser.parse_into(&mut frame).unwrap();
+                out.extend_from_slice(&frame.out);
+                if r == Parsed::NeedMore {
+                    break;
+                }
+            }
+        }
+        let mut want = Vec::new();
+        for r in &rows {
+            encode_row(&mut want, &targets, r).unwrap();
+        }
+        assert_eq!(out, want);
+        assert_eq!(parser.source_digest, src_digest);
+    }
+}

@@ -1,0 +1,488 @@
+//! PostgreSQL target: binary COPY into owned staging, read-back
+//! verification, one SERIALIZABLE publication with a receipt.
+//!
+//! - Staging: one table per chunk attempt (`CREATE TABLE ... (LIKE
+//!   target)`); every frame is one `COPY ... FROM STDIN (FORMAT binary)`
+//!   whose row count the server confirms. A transient failure of a frame's
+//!   COPY is retried at most twice with the same sealed bytes, after
+//!   checking whether the rows landed.
+//! - Verification reads the staging table back with binary COPY and
+//!   computes the same canonical digest the stream carried.
+//! - Generation: the new rows only (the union of the verified stagings);
+//!   rows outside the window are never copied, because the publication
+//!   deletes exactly the frozen window and nothing else.
+//! - Publication: one `SERIALIZABLE` transaction: `TRUNCATE` (full refresh)
+//!   or `DELETE` of the frozen window, `INSERT` from the generation, and a
+//!   receipt row naming the generation. A lost commit acknowledgement is
+//!   resolved by probing for the receipt (`identity`).
+
+use crate::catalog::{DESCRIBE_SQL, map_target_type};
+use crate::encode::{COPY_HEADER, COPY_TRAILER, CopyEncoder};
+use crate::error::classify;
+use crate::source::quote_ident;
+use crate::transcode::{CopyParser, FrameBuf, Parsed, RowCodec, codec_for};
+use dpone_core::Diagnostic;
+use dpone_core::digest::RowDigest;
+use dpone_core::manifest::TableRef;
+use dpone_core::ports::{
+    AdapterError, Contents, EligibilityRequest, ErrorClass, FrameRx, GenerationBuild, PublicationOutcome, Result, RowFilter, TableRole,
+    Target, WindowStats,
+};
+use dpone_core::time::Timestamp;
+use dpone_core::types::{Column, DType};
+use futures_util::{SinkExt, StreamExt};
+use std::collections::HashMap;
+use std::sync::OnceLock;
+use tokio_postgres::{Client, NoTls};
+
+/// The table holding one receipt per publication, next to the staging.
+pub const RECEIPTS_TABLE: &str = "_dpone_receipts";
+/// Retries of one frame's COPY after a transient failure.
+pub const FRAME_RETRIES: u32 = 2;
+
+pub struct PostgresTarget {
+    config: tokio_postgres::Config,
+    table: TableRef,
+    staging_schema: String,
+    columns: OnceLock<Vec<Column>>,
+    oids: OnceLock<HashMap<String, u32>>,
+}
+
+fn ts_literal(t: Timestamp) -> String {
+    format!("'{}+00'::timestamptz", t.to_canonical())
+}
+
+fn filter_sql(f: &RowFilter) -> String {
+    let c = quote_ident(&f.column);
+    if f.inside {
+        format!("({c} >= {} AND {c} < {})", ts_literal(f.start), ts_literal(f.end))
+    } else {
+        format!("({c} IS NULL OR {c} < {} OR {c} >= {})", ts_literal(f.start), ts_literal(f.end))
+    }
+}
+
+impl PostgresTarget {
+    pub fn new(config: tokio_postgres::Config, table: TableRef, staging_schema: Option<String>) -> Self {
+        let staging_schema = staging_schema.or_else(|| table.schema.clone()).unwrap_or_else(|| "public".into());
+        PostgresTarget { config, table, staging_schema, columns: OnceLock::new(), oids: OnceLock::new() }
+    }
+
+    fn schema(&self) -> &str {
+        self.table.schema.as_deref().unwrap_or("public")
+    }
+
+    fn target_sql(&self) -> String {
+        format!("{}.{}", quote_ident(self.schema()), quote_ident(&self.table.name))
+    }
+
+    fn owned_sql(&self, name: &str) -> String {
+        format!("{}.{}", quote_ident(&self.staging_schema), quote_ident(name))
+    }
+
+    fn role_sql(&self, role: TableRole<'_>) -> String {
+        match role {
+            TableRole::Target => self.target_sql(),
+            TableRole::Owned(n) => self.owned_sql(n),
+        }
+    }
+
+    fn receipts_sql(&self) -> String {
+        self.owned_sql(RECEIPTS_TABLE)
+    }
+
+    async fn connect(&self) -> Result<Client> {
+        let (client, connection) = self.config.connect(NoTls).await.map_err(|e| {
+            let mut err = classify("connecting to the PostgreSQL target", e);
+            err.hint = Some("check sink.connection and that the server accepts connections".into());
+            err
+        })?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(client)
+    }
+
+    fn columns(&self) -> Result<&Vec<Column>> {
+        self.columns.get().ok_or_else(|| AdapterError::permanent("internal_error", "target used before describe"))
+    }
+
+    fn column_list(&self) -> Result<String> {
+        Ok(self.columns()?.iter().map(|c| quote_ident(&c.name)).collect::<Vec<_>>().join(", "))
+    }
+
+    /// Reads `SELECT cols FROM table [WHERE filter]` back through binary
+    /// COPY and digests it under the target's canonical types.
+    async fn read_back(&self, table_sql: &str, filter: Option<&RowFilter>) -> Result<Contents> {
+        let cols = self.columns()?;
+        let oids = self.oids.get().ok_or_else(|| AdapterError::permanent("internal_error", "target used before describe"))?;
+        let codecs = cols
+            .iter()
+            .map(|c| {
+                codec_for(c, oids.get(&c.name).copied().unwrap_or(0), &c.ty).map_err(|e| AdapterError::permanent("unsupported_type", e))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut sql = format!("COPY (SELECT {} FROM {table_sql}", self.column_list()?);
+        if let Some(f) = filter {
+            sql.push_str(&format!(" WHERE {}", filter_sql(f)));
+        }
+        sql.push_str(") TO STDOUT (FORMAT binary)");
+        let client = self.connect().await?;
+        let stream = client.copy_out(&sql).await.map_err(|e| classify("reading staged rows back", e))?;
+        futures_util::pin_mut!(stream);
+        let mut parser = CopyParser::new(RowCodec { columns: codecs });
+        let mut digest = RowDigest::new(cols.len());
+        let mut rows = 0u64;
+        loop {
+            let mut frame = FrameBuf {
+                out: Vec::new(),
+                digest: RowDigest::new(cols.len()),
+                rows: 0,
+                max_rows: 1 << 16,
+                max_row_bytes: usize::MAX,
+                flush_bytes: 1 << 20,
+                reserved: usize::MAX,
+            };
+            let parsed = parser.parse_into(&mut frame).map_err(|e| AdapterError::permanent("invalid_value", e.to_string()))?;
+            digest.merge(&frame.digest);
+            rows += frame.rows;
+            match parsed {
+                Parsed::Finished => break,
+                Parsed::FrameFull | Parsed::NeedBudget(_) => {}
+                Parsed::NeedMore => match stream.next().await {
+                    Some(Ok(b)) => parser.push(&b),
+                    Some(Err(e)) => return Err(classify("reading staged rows back", e)),
+                    None => return Err(AdapterError::transient("postgres_copy_truncated", "the read-back ended before its trailer")),
+                },
+            }
+        }
+        while let Some(item) = stream.next().await {
+            item.map_err(|e| classify("reading staged rows back", e))?;
+        }
+        Ok(Contents { rows, digest })
+    }
+
+    async fn execute(&self, sql: &str, what: &str) -> Result<()> {
+        self.connect().await?.batch_execute(sql).await.map_err(|e| classify(what, e))
+    }
+
+    /// One frame's COPY; returns the rows the server confirmed.
+    async fn copy_frame(&self, client: &Client, copy_sql: &str, payload: &[u8]) -> Result<u64> {
+        let sink = client.copy_in(copy_sql).await.map_err(|e| classify("starting a staging COPY", e))?;
+        futures_util::pin_mut!(sink);
+        sink.send(bytes::Bytes::copy_from_slice(payload)).await.map_err(|e| classify("sending a staging COPY", e))?;
+        sink.finish().await.map_err(|e| classify("finishing a staging COPY", e))
+    }
+}
+
+impl Target for PostgresTarget {
+    async fn describe(&self) -> Result<Option<Vec<Column>>> {
+        let client = self.connect().await?;
+        let rows = client.query(DESCRIBE_SQL, &[&self.target_sql()]).await.map_err(|e| classify("reading the target catalog", e))?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let mut cols = Vec::new();
+        let mut oids = HashMap::new();
+        for r in rows {
+            let name: String = r.get(0);
+            let oid = r.get::<_, i64>(1) as u32;
+            let typmod: i32 = r.get(2);
+            let formatted: String = r.get(3);
+            let not_null: bool = r.get(4);
+            let dtype = map_target_type(oid, typmod, &formatted).map_err(|reason| {
+                AdapterError::permanent("unsupported_type", format!("target column `{name}`: {reason}"))
+                    .hint("see `dpone schema type-matrix`")
+            })?;
+            oids.insert(name.clone(), oid);
+            cols.push(Column { name, ty: dpone_core::types::ColumnType::new(dtype, !not_null), native_type: formatted });
+        }
+        let _ = self.oids.set(oids);
+        let _ = self.columns.set(cols.clone());
+        Ok(Some(cols))
+    }
+
+    async fn eligibility(&self, request: &EligibilityRequest) -> Result<Vec<Diagnostic>> {
+        let mut out = Vec::new();
+        let client = self.connect().await?;
+        let generated: Vec<String> = client
+            .query(
+                "SELECT attname::text FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped AND attgenerated <> ''",
+                &[&self.target_sql()],
+            )
+            .await
+            .map_err(|e| classify("checking the target", e))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        for g in generated {
+            out.push(
+                Diagnostic::new("target_computed_columns", "sink.table", format!("target column `{g}` is GENERATED"))
+                    .hint("every target column must come from the source"),
+            );
+        }
+        let staging_ok: bool = client
+            .query_one("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", &[&self.staging_schema])
+            .await
+            .map_err(|e| classify("checking the staging schema", e))?
+            .get(0);
+        if !staging_ok {
+            out.push(
+                Diagnostic::new(
+                    "staging_schema_missing",
+                    "sink.staging.schema",
+                    format!("schema `{}` does not exist", self.staging_schema),
+                )
+                .hint("create it, or set sink.staging.schema to an existing schema"),
+            );
+        }
+        if let Some(col) = &request.window_column
+            && let Some(c) = self.columns()?.iter().find(|c| &c.name == col)
+            && !matches!(&c.ty.dtype, DType::DateTime64 { tz: Some(_), .. })
+        {
+            out.push(
+                Diagnostic::new(
+                    "window_column_type",
+                    "sink.strategy.window.column",
+                    format!("target window column `{col}` is {}; timestamptz is required", c.native_type),
+                )
+                .hint("declare the column timestamptz"),
+            );
+        }
+        Ok(out)
+    }
+
+    async fn create_staging(&self, name: &str) -> Result<()> {
+        self.execute(&format!("CREATE TABLE {} (LIKE {})", self.owned_sql(name), self.target_sql()), "creating a staging table").await
+    }
+
+    async fn load(&self, table: &str, mut frames: FrameRx) -> Result<u64> {
+        let cols = self.columns()?;
+        let encoder = CopyEncoder::new(cols.iter().map(|c| (c.name.clone(), c.ty.clone())).collect())
+            .map_err(|e| AdapterError::permanent("unsupported_type", e.to_string()))?;
+        let copy_sql = format!("COPY {} ({}) FROM STDIN (FORMAT binary)", self.owned_sql(table), self.column_list()?);
+        let mut client = self.connect().await?;
+        let mut written = 0u64;
+        let mut payload = Vec::new();
+        while let Some(frame) = frames.recv().await {
+            payload.clear();
+            payload.extend_from_slice(&COPY_HEADER);
+            encoder
+                .encode_rows(&frame.bytes, frame.rows, &mut payload)
+                .map_err(|e| AdapterError::permanent("invalid_value", e.to_string()).hint("dpone never alters a value to make it fit"))?;
+            payload.extend_from_slice(&COPY_TRAILER);
+            // The frame's budget slot is released once its rows are confirmed.
+            let mut tries = 0;
+            loop {
+                match self.copy_frame(&client, &copy_sql, &payload).await {
+                    Ok(n) if n == frame.rows => break,
+                    Ok(n) => {
+                        return Err(AdapterError::permanent(
+                            "staging_verification_failed",
+                            format!("the server confirmed {n} rows for a frame of {}", frame.rows),
+                        ));
+                    }
+                    Err(e) if e.class != ErrorClass::Permanent && tries < FRAME_RETRIES => {
+                        tries += 1;
+                        // Did the rows land before the failure was reported?
+                        client = self.connect().await?;
+                        let now: i64 = client
+                            .query_one(&format!("SELECT count(*) FROM {}", self.owned_sql(table)), &[])
+                            .await
+                            .map_err(|e| classify("checking a retried COPY", e))?
+                            .get(0);
+                        if now as u64 == written + frame.rows {
+                            break;
+                        }
+                        if now as u64 != written {
+                            return Err(AdapterError::indeterminate(
+                                "staging_write_unknown",
+                                format!("after a failed COPY the staging table holds {now} rows, expected {written}"),
+                            ));
+                        }
+                        tokio::time::sleep(std::time::Duration::from_millis(100 * tries as u64)).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            written += frame.rows;
+            drop(frame);
+        }
+        Ok(written)
+    }
+
+    async fn inspect(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<Contents> {
+        self.read_back(&self.role_sql(table), filter).await
+    }
+
+    async fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<u64> {
+        let mut sql = format!("SELECT count(*) FROM {}", self.role_sql(table));
+        if let Some(f) = filter {
+            sql.push_str(&format!(" WHERE {}", filter_sql(f)));
+        }
+        let n: i64 = self.connect().await?.query_one(&sql, &[]).await.map_err(|e| classify("counting rows", e))?.get(0);
+        Ok(n as u64)
+    }
+
+    fn keeps_rows_in_place(&self) -> bool {
+        true
+    }
+
+    async fn build_generation(&self, generation: &str, _keep: Option<&RowFilter>, stagings: &[String]) -> Result<GenerationBuild> {
+        let list = self.column_list()?;
+        let gen_sql = self.owned_sql(generation);
+        let mut sql = format!("BEGIN; DROP TABLE IF EXISTS {gen_sql}; CREATE TABLE {gen_sql} (LIKE {});", self.target_sql());
+        for s in stagings {
+            sql.push_str(&format!(" INSERT INTO {gen_sql} ({list}) SELECT {list} FROM {};", self.owned_sql(s)));
+        }
+        sql.push_str(" COMMIT;");
+        self.execute(&sql, "building the generation").await?;
+        Ok(GenerationBuild::WindowOnly)
+    }
+
+    async fn compare_kept(&self, _generation: &str, _keep: &RowFilter) -> Result<u64> {
+        // Rows outside the window are never copied or rewritten: the
+        // publication deletes exactly the frozen window.
+        Ok(0)
+    }
+
+    async fn publish(&self, generation: &str, keep: Option<&RowFilter>, _backup: &str) -> Result<PublicationOutcome> {
+        let list = self.column_list()?;
+        self.execute(
+            &format!(
+                "CREATE TABLE IF NOT EXISTS {} (id bigserial PRIMARY KEY, target text NOT NULL, generation text NOT NULL, \
+                 rows bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now())",
+                self.receipts_sql()
+            ),
+            "creating the receipts table",
+        )
+        .await?;
+        let remove = match keep {
+            Some(k) => format!("DELETE FROM {} WHERE {}", self.target_sql(), filter_sql(&RowFilter { inside: true, ..k.clone() })),
+            None => format!("TRUNCATE {}", self.target_sql()),
+        };
+        let sql = format!(
+            "BEGIN ISOLATION LEVEL SERIALIZABLE; {remove}; INSERT INTO {t} ({list}) SELECT {list} FROM {g}; \
+             INSERT INTO {r} (target, generation, rows) SELECT {target}, {gen}, count(*) FROM {g}; COMMIT;",
+            t = self.target_sql(),
+            g = self.owned_sql(generation),
+            r = self.receipts_sql(),
+            target = crate::source::quote_literal(&self.target_sql()),
+            gen = crate::source::quote_literal(generation),
+        );
+        let client = self.connect().await?;
+        let mut result = client.batch_execute(&sql).await.map_err(|e| classify("publishing", e));
+        if result.is_ok() && dpone_core::failpoint::fires("postgres.commit_ack_lost") {
+            result = Err(AdapterError::indeterminate("postgres_connection", "the COMMIT acknowledgement was lost (injected)"));
+        }
+        match result {
+            Ok(()) => Ok(PublicationOutcome::Published),
+            // Nothing was sent or the server refused: the transaction
+            // rolled back. Anything else is judged by the receipt.
+            Err(e) if e.class == ErrorClass::Permanent => Err(e),
+            Err(e) => Err(AdapterError::indeterminate(
+                "outcome_unknown",
+                format!("the publishing transaction's outcome is unknown: {}", e.message),
+            )),
+        }
+    }
+
+    fn publication_check(&self) -> dpone_core::evidence::PublicationCheck {
+        dpone_core::evidence::PublicationCheck::Receipt
+    }
+
+    fn scope(&self) -> String {
+        let host = self.config.get_hosts().first().map(|h| format!("{h:?}")).unwrap_or_default();
+        let port = self.config.get_ports().first().copied().unwrap_or(5432);
+        format!("postgres://{host}:{port}/{}#{}", self.config.get_dbname().unwrap_or(""), self.target_sql())
+    }
+
+    /// The generation named by the target's latest receipt: a publication
+    /// is visible exactly when its receipt is committed.
+    async fn identity(&self, table: TableRole<'_>) -> Result<Option<String>> {
+        let client = self.connect().await?;
+        match table {
+            TableRole::Owned(name) => {
+                let exists: bool = client
+                    .query_one("SELECT to_regclass($1) IS NOT NULL", &[&self.owned_sql(name)])
+                    .await
+                    .map_err(|e| classify("looking up a table", e))?
+                    .get(0);
+                Ok(exists.then(|| format!("receipt:{name}")))
+            }
+            TableRole::Target => {
+                let has_receipts: bool = client
+                    .query_one("SELECT to_regclass($1) IS NOT NULL", &[&self.receipts_sql()])
+                    .await
+                    .map_err(|e| classify("looking up receipts", e))?
+                    .get(0);
+                if !has_receipts {
+                    return Ok(Some("receipt:none".into()));
+                }
+                let row = client
+                    .query_opt(
+                        &format!("SELECT generation FROM {} WHERE target = $1 ORDER BY id DESC LIMIT 1", self.receipts_sql()),
+                        &[&self.target_sql()],
+                    )
+                    .await
+                    .map_err(|e| classify("probing the receipt", e))?;
+                Ok(Some(format!("receipt:{}", row.map(|r| r.get::<_, String>(0)).unwrap_or_else(|| "none".into()))))
+            }
+        }
+    }
+
+    async fn owned_tables(&self) -> Result<Vec<String>> {
+        let rows = self
+            .connect()
+            .await?
+            .query(
+                "SELECT tablename::text FROM pg_tables WHERE schemaname = $1 AND starts_with(tablename, '_dpone_') AND tablename <> $2 ORDER BY 1",
+                &[&self.staging_schema, &RECEIPTS_TABLE],
+            )
+            .await
+            .map_err(|e| classify("listing owned tables", e))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    async fn window_stats(&self, f: &RowFilter) -> Result<WindowStats> {
+        let c = quote_ident(&f.column);
+        let inside = filter_sql(&RowFilter { inside: true, ..f.clone() });
+        let t = self.target_sql();
+        let client = self.connect().await?;
+        let r = client
+            .query_one(
+                &format!(
+                    "SELECT count(*), count(*) FILTER (WHERE {inside}), count(*) FILTER (WHERE {c} IS NULL), \
+                     (extract(epoch FROM min({c}) FILTER (WHERE {inside})) * 1000000)::int8, \
+                     (extract(epoch FROM max({c}) FILTER (WHERE {inside})) * 1000000)::int8 FROM {t}"
+                ),
+                &[],
+            )
+            .await
+            .map_err(|e| classify("computing evidence", e))?;
+        let (total, window, nulls): (i64, i64, i64) = (r.get(0), r.get(1), r.get(2));
+        let per_day = client
+            .query(
+                &format!("SELECT to_char({c} AT TIME ZONE 'UTC', 'YYYY-MM-DD'), count(*) FROM {t} WHERE {inside} GROUP BY 1 ORDER BY 1"),
+                &[],
+            )
+            .await
+            .map_err(|e| classify("computing evidence", e))?;
+        Ok(WindowStats {
+            total_rows: total as u64,
+            window_rows: window as u64,
+            outside_rows: (total - window) as u64,
+            null_window_rows: nulls as u64,
+            rows_per_utc_day: per_day.iter().map(|row| (row.get::<_, String>(0), row.get::<_, i64>(1) as u64)).collect(),
+            min: r.get::<_, Option<i64>>(3).map(Timestamp),
+            max: r.get::<_, Option<i64>>(4).map(Timestamp),
+        })
+    }
+
+    async fn drop_tables(&self, names: &[String]) -> Result<()> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        let sql: String = names.iter().map(|n| format!("DROP TABLE IF EXISTS {};", self.owned_sql(n))).collect();
+        self.execute(&sql, "dropping owned tables").await
+    }
+}

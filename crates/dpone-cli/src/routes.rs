@@ -60,7 +60,12 @@ pub fn build(manifest: &Manifest, base: &Path) -> Result<Route, Diagnostic> {
             let client = ChClient::new(ch).map_err(|e| Diagnostic::new(e.code, "source.connection", e.message))?;
             Ok(Route::ClickhouseToPostgres(
                 Arc::new(ClickhouseSource::new(client, database, manifest.source.table.name.clone())),
-                Arc::new(PostgresTarget::new(pg, manifest.sink.table.clone(), manifest.sink.staging_schema.clone())),
+                Arc::new(PostgresTarget::new(
+                    pg,
+                    manifest.sink.table.clone(),
+                    manifest.sink.staging_schema.clone(),
+                    manifest.sink.postgres_publication == "partition_swap",
+                )),
             ))
         }
         (s, t) => Err(Diagnostic::new("unsupported_route", "sink.type", format!("the route {s} -> {t} is not supported"))

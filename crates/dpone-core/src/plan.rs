@@ -278,6 +278,35 @@ impl Plan {
                     .hint("write into a different table"),
             );
         }
+        let publication = if snk.postgres_publication == "partition_swap" {
+            if snk.system != System::Postgres {
+                refusals.push(
+                    Diagnostic::new(
+                        "unsupported_route_option:postgres.publication",
+                        "sink.options.postgres.publication",
+                        "partition_swap applies to PostgreSQL targets only",
+                    )
+                    .hint("remove sink.options.postgres"),
+                );
+            }
+            if !matches!(snk.strategy, Strategy::Replace { .. }) {
+                refusals.push(
+                    Diagnostic::new(
+                        "partition_swap_unsupported_layout",
+                        "sink.options.postgres.publication",
+                        "partition_swap replaces one window: it needs `mode: replace` with a window",
+                    )
+                    .hint("use delete_insert for full refreshes"),
+                );
+            }
+            PublicationPlan {
+                method: "partition_swap".into(),
+                atomic: true,
+                description: "one SERIALIZABLE transaction: DETACH the window's partition (kept as backup), ATTACH the verified generation in its place, and a receipt row".into(),
+            }
+        } else {
+            publication
+        };
         let strategy = match snk.strategy {
             Strategy::FullRefresh { .. } => "full_refresh",
             Strategy::Replace { .. } => "replace",

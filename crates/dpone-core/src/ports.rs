@@ -369,6 +369,8 @@ pub trait Source: Send + Sync + 'static {
 pub struct EligibilityRequest {
     pub source_columns: Vec<Column>,
     pub window_column: Option<String>,
+    /// The window `[start, end)` being replaced, if any.
+    pub window: Option<(Timestamp, Timestamp)>,
     /// Prefix of this run's owned objects (to detect other runs' leftovers).
     pub owned_prefix: String,
 }

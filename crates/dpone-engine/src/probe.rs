@@ -89,6 +89,7 @@ pub async fn probe<S: Source, T: Target>(manifest: &Manifest, plan: &Plan, sourc
         let request = EligibilityRequest {
             source_columns: p.source_columns.clone(),
             window_column,
+            window: plan.window.as_ref().map(|w| (w.start, w.end)),
             owned_prefix: dpone_core::identity::OWNED_PREFIX.to_string(),
         };
         match target.eligibility(&request).await {

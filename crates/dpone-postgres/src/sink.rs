@@ -35,6 +35,16 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 use tokio_postgres::{Client, NoTls};
 
+/// The partition a swap replaces.
+#[derive(Debug, Clone)]
+struct SwapPartition {
+    schema: String,
+    name: String,
+    column: String,
+    start: Timestamp,
+    end: Timestamp,
+}
+
 /// The table holding one receipt per publication, next to the staging.
 pub const RECEIPTS_TABLE: &str = "_dpone_receipts";
 /// Retries of one frame's COPY after a transient failure.
@@ -44,6 +54,10 @@ pub struct PostgresTarget {
     config: tokio_postgres::Config,
     table: TableRef,
     staging_schema: String,
+    /// Publish by swapping the window's partition instead of DELETE + INSERT.
+    partition_swap: bool,
+    /// The partition holding exactly the window (found by `eligibility`).
+    swap_partition: OnceLock<SwapPartition>,
     columns: OnceLock<Vec<Column>>,
     oids: OnceLock<HashMap<String, u32>>,
 }
@@ -62,9 +76,63 @@ fn filter_sql(f: &RowFilter) -> String {
 }
 
 impl PostgresTarget {
-    pub fn new(config: tokio_postgres::Config, table: TableRef, staging_schema: Option<String>) -> Self {
+    pub fn new(config: tokio_postgres::Config, table: TableRef, staging_schema: Option<String>, partition_swap: bool) -> Self {
         let staging_schema = staging_schema.or_else(|| table.schema.clone()).unwrap_or_else(|| "public".into());
-        PostgresTarget { config, table, staging_schema, columns: OnceLock::new(), oids: OnceLock::new() }
+        PostgresTarget {
+            config,
+            table,
+            staging_schema,
+            partition_swap,
+            swap_partition: OnceLock::new(),
+            columns: OnceLock::new(),
+            oids: OnceLock::new(),
+        }
+    }
+
+    /// Why the target cannot publish by partition swap, or the partition
+    /// that holds exactly `[start, end)`.
+    async fn find_swap_partition(
+        &self,
+        column: &str,
+        start: Timestamp,
+        end: Timestamp,
+    ) -> Result<std::result::Result<SwapPartition, String>> {
+        let client = self.connect().await?;
+        client.batch_execute("SET TimeZone = 'UTC'").await.map_err(|e| classify("checking partitions", e))?;
+        let key = client
+            .query_opt(
+                "SELECT p.partstrat::text, array_length(p.partattrs::int2[], 1), (SELECT attname::text FROM pg_attribute \
+                 WHERE attrelid = p.partrelid AND attnum = p.partattrs[0]) FROM pg_partitioned_table p WHERE p.partrelid = to_regclass($1)",
+                &[&self.target_sql()],
+            )
+            .await
+            .map_err(|e| classify("checking partitions", e))?;
+        let Some(key) = key else { return Ok(Err("the target is not a partitioned table".into())) };
+        let (strategy, nkeys, attname): (String, Option<i32>, Option<String>) = (key.get(0), key.get(1), key.get(2));
+        if strategy != "r" {
+            return Ok(Err("the target is not partitioned by RANGE".into()));
+        }
+        if nkeys != Some(1) || attname.as_deref() != Some(column) {
+            return Ok(Err(format!("the partition key is not exactly the window column `{column}`")));
+        }
+        let bound = client
+            .query_opt(
+                "SELECT n.nspname::text, c.relname::text, c.relkind::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+                 JOIN pg_namespace n ON n.oid = c.relnamespace WHERE i.inhparent = to_regclass($1) \
+                 AND pg_get_expr(c.relpartbound, c.oid) = format('FOR VALUES FROM (%L) TO (%L)', $2::text::timestamptz, $3::text::timestamptz)",
+                &[&self.target_sql(), &format!("{}+00", start.to_canonical()), &format!("{}+00", end.to_canonical())],
+            )
+            .await
+            .map_err(|e| classify("checking partitions", e))?;
+        let Some(b) = bound else {
+            return Ok(Err(format!(
+                "no partition covers exactly the window [{start}, {end}); partition swap replaces one whole partition"
+            )));
+        };
+        if b.get::<_, String>(2) != "r" {
+            return Ok(Err("the window's partition is itself partitioned".into()));
+        }
+        Ok(Ok(SwapPartition { schema: b.get(0), name: b.get(1), column: column.to_string(), start, end }))
     }
 
     fn schema(&self) -> &str {
@@ -235,6 +303,23 @@ impl Target for PostgresTarget {
                 .hint("create it, or set sink.staging.schema to an existing schema"),
             );
         }
+        if self.partition_swap {
+            match (&request.window_column, request.window) {
+                (Some(col), Some((start, end))) => match self.find_swap_partition(col, start, end).await? {
+                    Ok(p) => {
+                        let _ = self.swap_partition.set(p);
+                    }
+                    Err(reason) => out.push(
+                        Diagnostic::new("partition_swap_unsupported_layout", "sink.options.postgres.publication", reason)
+                            .hint("use `publication: delete_insert`, or partition the target by RANGE on the window column with one partition per window"),
+                    ),
+                },
+                _ => out.push(
+                    Diagnostic::new("partition_swap_unsupported_layout", "sink.options.postgres.publication", "partition swap needs a window")
+                        .hint("use delete_insert"),
+                ),
+            }
+        }
         if let Some(col) = &request.window_column
             && let Some(c) = self.columns()?.iter().find(|c| &c.name == col)
             && !matches!(&c.ty.dtype, DType::DateTime64 { tz: Some(_), .. })
@@ -334,6 +419,15 @@ impl Target for PostgresTarget {
         for s in stagings {
             sql.push_str(&format!(" INSERT INTO {gen_sql} ({list}) SELECT {list} FROM {};", self.owned_sql(s)));
         }
+        if let Some(p) = self.swap_partition.get() {
+            // The bound as a constraint lets ATTACH skip its validation scan.
+            let c = quote_ident(&p.column);
+            sql.push_str(&format!(
+                " ALTER TABLE {gen_sql} ADD CONSTRAINT _dpone_bound CHECK ({c} IS NOT NULL AND {c} >= {} AND {c} < {});",
+                ts_literal(p.start),
+                ts_literal(p.end)
+            ));
+        }
         sql.push_str(" COMMIT;");
         self.execute(&sql, "building the generation").await?;
         Ok(GenerationBuild::WindowOnly)
@@ -345,7 +439,7 @@ impl Target for PostgresTarget {
         Ok(0)
     }
 
-    async fn publish(&self, generation: &str, keep: Option<&RowFilter>, _backup: &str) -> Result<PublicationOutcome> {
+    async fn publish(&self, generation: &str, keep: Option<&RowFilter>, backup: &str) -> Result<PublicationOutcome> {
         let list = self.column_list()?;
         self.execute(
             &format!(
@@ -356,19 +450,46 @@ impl Target for PostgresTarget {
             "creating the receipts table",
         )
         .await?;
-        let remove = match keep {
-            Some(k) => format!("DELETE FROM {} WHERE {}", self.target_sql(), filter_sql(&RowFilter { inside: true, ..k.clone() })),
-            None => format!("TRUNCATE {}", self.target_sql()),
-        };
-        let sql = format!(
-            "BEGIN ISOLATION LEVEL SERIALIZABLE; {remove}; INSERT INTO {t} ({list}) SELECT {list} FROM {g}; \
-             INSERT INTO {r} (target, generation, rows) SELECT {target}, {gen}, count(*) FROM {g}; COMMIT;",
-            t = self.target_sql(),
-            g = self.owned_sql(generation),
-            r = self.receipts_sql(),
-            target = crate::source::quote_literal(&self.target_sql()),
-            gen = crate::source::quote_literal(generation),
+        let receipt = format!(
+            "INSERT INTO {} (target, generation, rows) SELECT {}, {}, count(*) FROM {}",
+            self.receipts_sql(),
+            crate::source::quote_literal(&self.target_sql()),
+            crate::source::quote_literal(generation),
+            self.owned_sql(generation)
         );
+        let sql = if let Some(p) = self.swap_partition.get() {
+            // The old partition leaves the target as this run's backup; the
+            // verified generation takes its name and its place.
+            let old = format!("{}.{}", quote_ident(&p.schema), quote_ident(&p.name));
+            let set_schema = if p.schema != self.staging_schema {
+                format!("ALTER TABLE {} SET SCHEMA {};", self.owned_sql(generation), quote_ident(&p.schema))
+            } else {
+                String::new()
+            };
+            format!(
+                "BEGIN ISOLATION LEVEL SERIALIZABLE; {receipt}; ALTER TABLE {t} DETACH PARTITION {old}; ALTER TABLE {old} RENAME TO {bak}; \
+                 COMMENT ON TABLE {sch}.{bak} IS {comment}; {set_schema} ALTER TABLE {sch}.{gen} RENAME TO {name}; \
+                 ALTER TABLE {t} ATTACH PARTITION {old} FOR VALUES FROM ({lo}) TO ({hi}); ALTER TABLE {old} DROP CONSTRAINT _dpone_bound; COMMIT;",
+                t = self.target_sql(),
+                bak = quote_ident(backup),
+                sch = quote_ident(&p.schema),
+                gen = quote_ident(generation),
+                comment = crate::source::quote_literal(&format!("dpone backup of {}", self.target_sql())),
+                name = quote_ident(&p.name),
+                lo = ts_literal(p.start),
+                hi = ts_literal(p.end),
+            )
+        } else {
+            let remove = match keep {
+                Some(k) => format!("DELETE FROM {} WHERE {}", self.target_sql(), filter_sql(&RowFilter { inside: true, ..k.clone() })),
+                None => format!("TRUNCATE {}", self.target_sql()),
+            };
+            format!(
+                "BEGIN ISOLATION LEVEL SERIALIZABLE; {remove}; INSERT INTO {t} ({list}) SELECT {list} FROM {g}; {receipt}; COMMIT;",
+                t = self.target_sql(),
+                g = self.owned_sql(generation),
+            )
+        };
         let client = self.connect().await?;
         let mut result = client.batch_execute(&sql).await.map_err(|e| classify("publishing", e));
         if result.is_ok() && dpone_core::failpoint::fires("postgres.commit_ack_lost") {
@@ -384,6 +505,29 @@ impl Target for PostgresTarget {
                 format!("the publishing transaction's outcome is unknown: {}", e.message),
             )),
         }
+    }
+
+    async fn after_publication(&self, _generation: &str, backup: &str) -> Result<()> {
+        // Partition swaps keep the replaced partition as `backup`; keep only
+        // the newest backup of this target.
+        let Some(p) = self.swap_partition.get() else { return Ok(()) };
+        let client = self.connect().await?;
+        let old = client
+            .query(
+                "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = $1 AND starts_with(c.relname, '_dpone_bak_') AND c.relname <> $2 AND obj_description(c.oid, 'pg_class') = $3",
+                &[&p.schema, &backup, &format!("dpone backup of {}", self.target_sql())],
+            )
+            .await
+            .map_err(|e| classify("listing backups", e))?;
+        for r in old {
+            let name: String = r.get(0);
+            client
+                .batch_execute(&format!("DROP TABLE IF EXISTS {}.{}", quote_ident(&p.schema), quote_ident(&name)))
+                .await
+                .map_err(|e| classify("dropping an old backup", e))?;
+        }
+        Ok(())
     }
 
     fn publication_check(&self) -> dpone_core::evidence::PublicationCheck {

@@ -204,14 +204,25 @@ fn sink() -> Shape {
         required("strategy", strategy(), "Load strategy"),
         field(
             "options",
-            obj(vec![field(
-                "clickhouse_bulk",
-                obj(vec![
-                    field("mode", Shape::Enum(CLICKHOUSE_BULK_MODES), "HTTP ingestion (default http)"),
-                    field("ingest_contract", Shape::Enum(INGEST_CONTRACTS), "Typed staging (default auto)"),
-                ]),
-                "ClickHouse bulk load",
-            )]),
+            obj(vec![
+                field(
+                    "clickhouse_bulk",
+                    obj(vec![
+                        field("mode", Shape::Enum(CLICKHOUSE_BULK_MODES), "HTTP ingestion (default http)"),
+                        field("ingest_contract", Shape::Enum(INGEST_CONTRACTS), "Typed staging (default auto)"),
+                    ]),
+                    "ClickHouse bulk load",
+                ),
+                field(
+                    "postgres",
+                    obj(vec![field(
+                        "publication",
+                        Shape::Enum(&["delete_insert", "partition_swap"]),
+                        "delete_insert (default): DELETE the window and INSERT; partition_swap: DETACH the window's partition and ATTACH the verified one",
+                    )]),
+                    "PostgreSQL target",
+                ),
+            ]),
             "Sink options",
         ),
     ])

@@ -5,6 +5,7 @@ use crate::routes::{self, with_route};
 use crate::{Format, IntervalArgs};
 use dpone_core::manifest::{self, Manifest};
 use dpone_core::plan::{Interval, Plan};
+use dpone_core::ports::Target;
 use dpone_core::state::StateStore;
 use dpone_core::{Diagnostic, Diagnostics};
 use dpone_engine::RunOptions;
@@ -121,8 +122,18 @@ pub fn plan(path: &Path, args: &IntervalArgs, format: Format, offline: bool) -> 
         }
     };
     if !offline && plan.refusals.is_empty() {
-        let probed = runtime()
-            .block_on(async { with_route!(route, |s, t| dpone_engine::probe(&manifest, &plan, Some(s.as_ref()), t.as_ref()).await) });
+        let probed = runtime().block_on(async {
+            with_route!(route, |s, t| {
+                // Tables recorded by this target's journal are not foreign.
+                let ours = match open_store(&work_dir(&manifest, path), false) {
+                    Ok(Some(store)) => {
+                        dpone_engine::read_journal(store.as_ref(), &t.scope()).ok().flatten().map(|(_, j)| j.owned).unwrap_or_default()
+                    }
+                    _ => Default::default(),
+                };
+                dpone_engine::probe(&manifest, &plan, Some(s.as_ref()), t.as_ref(), &ours).await
+            })
+        });
         match probed {
             Ok(mut p) => {
                 p.refusals.iter_mut().for_each(|d| manifest.locate(d));
@@ -214,15 +225,22 @@ pub fn execute(
                 cancel.trigger();
             }
         }
+        // A cooperative stop reports its run (exit 130 from its kind); a
+        // second signal, or a stop that takes longer than the grace period
+        // (a worker blocked in a driver call), exits at once.
         tokio::select! {
-            outcome = &mut work => match outcome {
-                RunOutcome::Failed(f) if f.kind == dpone_engine::FailureKind::Interrupted => RunOutcome::Interrupted,
-                other => other,
-            },
+            outcome = &mut work => outcome,
             _ = shutdown_signal() => RunOutcome::Interrupted,
+            _ = tokio::time::sleep(STOP_GRACE) => {
+                eprintln!("the run did not stop within {} s; exiting", STOP_GRACE.as_secs());
+                RunOutcome::Interrupted
+            }
         }
     })
 }
+
+/// How long a cooperative stop may take before the process exits anyway.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(15);
 
 async fn shutdown_signal() {
     #[cfg(unix)]

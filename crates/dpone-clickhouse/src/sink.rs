@@ -137,6 +137,16 @@ pub(crate) fn filter_sql(f: &RowFilter) -> String {
     }
 }
 
+/// An re2 pattern matching a reference to `database.table` in a query,
+/// quoted or not, and nothing longer (`db.t` must not match `db.t_archive`).
+fn table_reference_pattern(database: &str, table: &str) -> String {
+    let esc = |s: &str| {
+        s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c.to_string() } else { format!("\\{c}") }).collect::<String>()
+    };
+    let ident = |s: &str| format!("(?:`{0}`|\"{0}\"|{0})", esc(s));
+    format!("(?:^|[^A-Za-z0-9_`\"]){}\\s*\\.\\s*{}(?:$|[^A-Za-z0-9_`\"])", ident(database), ident(table))
+}
+
 fn major_version(version: &str) -> Option<u32> {
     version.split('.').next()?.parse().ok()
 }
@@ -263,9 +273,8 @@ impl Target for ClickhouseTarget {
             .client
             .query_rows(&format!(
                 "SELECT database, name FROM system.tables WHERE engine IN ('View', 'MaterializedView', 'LiveView', 'WindowView') \
-                 AND (position(create_table_query, {}) > 0 OR position(create_table_query, {}) > 0)",
-                quote_str(&format!("{}.{}", self.database, self.table)),
-                quote_str(&format!("`{}`.`{}`", self.database, self.table))
+                 AND match(create_table_query, {})",
+                quote_str(&table_reference_pattern(&self.database, &self.table))
             ))
             .await?;
         if deps > 0 || !views.is_empty() {
@@ -409,9 +418,9 @@ impl Target for ClickhouseTarget {
         let cols = self.columns()?;
         let list = self.column_list()?;
         let nulls: Vec<String> =
-            cols.iter().enumerate().map(|(i, c)| format!("countIf(isNull({})) AS n{i}", quote_ident(&c.name))).collect();
+            cols.iter().enumerate().map(|(i, c)| format!("countIf(isNull({})) AS _dpone_n{i}", quote_ident(&c.name))).collect();
         let mut sql = format!(
-            "SELECT count() AS rows, toString(sum(reinterpretAsUInt256(SHA256(formatRowNoNewline('RowBinary', {list}))))) AS digest, {} FROM {}",
+            "SELECT count() AS _dpone_rows, toString(sum(reinterpretAsUInt256(SHA256(formatRowNoNewline('RowBinary', {list}))))) AS _dpone_digest, {} FROM {}",
             nulls.join(", "),
             self.role_sql(table)
         );
@@ -421,10 +430,10 @@ impl Target for ClickhouseTarget {
         }
         let rows = self.client.query_rows(&sql).await?;
         let r = rows.first().ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "an aggregate returned no row"))?;
-        let sum = RowDigest::parse_sum(&text(r, "digest"))
+        let sum = RowDigest::parse_sum(&text(r, "_dpone_digest"))
             .ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "the digest is not a UInt256"))?;
-        let null_counts = (0..cols.len()).map(|i| num(r, &format!("n{i}"))).collect::<Result<Vec<_>>>()?;
-        let count = num(r, "rows")?;
+        let null_counts = (0..cols.len()).map(|i| num(r, &format!("_dpone_n{i}"))).collect::<Result<Vec<_>>>()?;
+        let count = num(r, "_dpone_rows")?;
         Ok(Contents { rows: count, digest: RowDigest { rows: count, sum, null_counts } })
     }
 
@@ -483,9 +492,9 @@ impl Target for ClickhouseTarget {
         let list = self.column_list()?;
         let w = filter_sql(keep);
         let sql = format!(
-            "SELECT count() FROM (SELECT {list}, sum(w) AS s FROM (\
-             SELECT {list}, toInt64(1) AS w FROM {} WHERE {w} \
-             UNION ALL SELECT {list}, toInt64(-1) AS w FROM {} WHERE {w}) GROUP BY {list} HAVING s != 0)",
+            "SELECT count() FROM (SELECT {list}, sum(_dpone_w) AS _dpone_s FROM (\
+             SELECT {list}, toInt64(1) AS _dpone_w FROM {} WHERE {w} \
+             UNION ALL SELECT {list}, toInt64(-1) AS _dpone_w FROM {} WHERE {w}) GROUP BY {list} HAVING _dpone_s != 0)",
             self.target_sql(),
             self.owned_sql(generation)
         );
@@ -593,18 +602,18 @@ impl Target for ClickhouseTarget {
         let rows = self
             .client
             .query_rows(&format!(
-                "SELECT count() AS total, countIf({inside}) AS window, countIf(isNull({c})) AS nulls, \
-                 toString(toUnixTimestamp64Micro(minIf({c}, {inside}))) AS min, toString(toUnixTimestamp64Micro(maxIf({c}, {inside}))) AS max \
+                "SELECT count() AS _dpone_total, countIf({inside}) AS _dpone_window, countIf(isNull({c})) AS _dpone_nulls, \
+                 toString(toUnixTimestamp64Micro(minIf({c}, {inside}))) AS _dpone_min, toString(toUnixTimestamp64Micro(maxIf({c}, {inside}))) AS _dpone_max \
                  FROM {target}"
             ))
             .await?;
         let r = rows.first().ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "an aggregate returned no row"))?;
-        let (total, window, nulls) = (num(r, "total")?, num(r, "window")?, num(r, "nulls")?);
-        let micros = |k: &str| text(r, k).parse::<i64>().ok().map(Timestamp);
+        let (total, window, nulls) = (num(r, "_dpone_total")?, num(r, "_dpone_window")?, num(r, "_dpone_nulls")?);
+        let micros = |k: &str| text(r, &format!("_dpone_{k}")).parse::<i64>().ok().map(Timestamp);
         let per_day = self
             .client
             .query_rows(&format!(
-                "SELECT toString(toDate(assumeNotNull({c}), 'UTC')) AS day, count() AS rows FROM {target} WHERE {inside} GROUP BY day ORDER BY day"
+                "SELECT toString(toDate(assumeNotNull({c}), 'UTC')) AS _dpone_day, count() AS _dpone_rows FROM {target} WHERE {inside} GROUP BY _dpone_day ORDER BY _dpone_day"
             ))
             .await?;
         Ok(WindowStats {
@@ -612,7 +621,7 @@ impl Target for ClickhouseTarget {
             window_rows: window,
             outside_rows: total - window,
             null_window_rows: nulls,
-            rows_per_utc_day: per_day.iter().map(|d| Ok((text(d, "day"), num(d, "rows")?))).collect::<Result<_>>()?,
+            rows_per_utc_day: per_day.iter().map(|d| Ok((text(d, "_dpone_day"), num(d, "_dpone_rows")?))).collect::<Result<_>>()?,
             min: if window > 0 { micros("min") } else { None },
             max: if window > 0 { micros("max") } else { None },
         })

@@ -89,18 +89,31 @@ impl Source for ClickhouseSource {
             return Err(AdapterError::permanent("source_table_missing", format!("source table {} does not exist", self.table_sql()))
                 .hint("check source.table (schema = ClickHouse database)"));
         }
+        // Map every column, but refuse only those the run reads: a column
+        // left out with source.options.columns may have any type.
         let mut all = Vec::new();
+        let mut refused = Vec::new();
         for r in &rows {
             let name = r.get("name").and_then(|v| v.as_str()).unwrap_or_default().to_string();
             let native = r.get("type").and_then(|v| v.as_str()).unwrap_or_default().to_string();
-            let ty = parse_clickhouse_type(&native).map_err(|e| {
-                AdapterError::permanent("unsupported_type", format!("source column `{name}`: {e}"))
-                    .hint("exclude it with source.options.columns, or cast it in a view; see `dpone schema type-matrix`")
-            })?;
-            if let Some(reason) = refuse_for_transactional_targets(&name, &ty.dtype) {
-                return Err(AdapterError::permanent("unsupported_type", reason).hint("exclude the column or cast it in a view"));
+            let mapped = parse_clickhouse_type(&native).map_err(|e| e.to_string()).and_then(|ty| {
+                match refuse_for_transactional_targets(&name, &ty.dtype) {
+                    Some(reason) => Err(reason),
+                    None => Ok(ty),
+                }
+            });
+            match mapped {
+                Ok(ty) => all.push(Column { name, ty, native_type: native }),
+                Err(reason) => refused.push((name, reason)),
             }
-            all.push(Column { name, ty, native_type: native });
+        }
+        let wanted_names: Vec<String> = match wanted {
+            Some(w) => w.to_vec(),
+            None => rows.iter().map(|r| r.get("name").and_then(|v| v.as_str()).unwrap_or_default().to_string()).collect(),
+        };
+        if let Some((name, reason)) = refused.iter().find(|(n, _)| wanted_names.contains(n)) {
+            return Err(AdapterError::permanent("unsupported_type", format!("source column `{name}`: {reason}"))
+                .hint("exclude it with source.options.columns, or cast it in a view; see `dpone schema type-matrix`"));
         }
         let _ = self.columns.set(all.clone());
         let Some(wanted) = wanted else { return Ok(all) };
@@ -195,10 +208,15 @@ impl Source for ClickhouseSource {
             }
             match parsed {
                 Parsed::FrameFull => {
-                    let mut next = out.buffer(flush_bytes as u64).await?;
-                    let full = std::mem::replace(&mut frame, new_frame(&mut next));
-                    let sealed = seal(full, std::mem::replace(&mut buffer, next), &mut stats);
+                    // Hand the full frame on *before* reserving the next
+                    // buffer: a reader waiting for budget must hold none, or
+                    // readers could wait on each other forever.
+                    let full = std::mem::replace(&mut frame, new_frame(&mut FrameBuffer::default()));
+                    let sealed = seal(full, std::mem::take(&mut buffer), &mut stats);
                     out.send(sealed).await?;
+                    buffer = out.buffer(flush_bytes as u64).await?;
+                    frame.out = std::mem::take(&mut buffer.bytes);
+                    frame.reserved = covered(&buffer);
                 }
                 Parsed::NeedBudget(bytes) => {
                     out.grow(&mut buffer, bytes as u64).await?;
@@ -225,13 +243,13 @@ impl Source for ClickhouseSource {
         let check = self
             .client
             .query_rows(&format!(
-                "SELECT count() AS n, toString(sum(reinterpretAsUInt256(SHA256(formatRowNoNewline('RowBinary', {list}))))) AS d FROM {}{where_sql}",
+                "SELECT count() AS _dpone_n, toString(sum(reinterpretAsUInt256(SHA256(formatRowNoNewline('RowBinary', {list}))))) AS _dpone_d FROM {}{where_sql}",
                 self.table_sql()
             ))
             .await?;
         let row = check.first().ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "an aggregate returned no row"))?;
-        let n: u64 = row.get("n").and_then(|v| v.as_str().and_then(|s| s.parse().ok()).or_else(|| v.as_u64())).unwrap_or(u64::MAX);
-        let d = row.get("d").and_then(|v| v.as_str()).and_then(RowDigest::parse_sum);
+        let n: u64 = row.get("_dpone_n").and_then(|v| v.as_str().and_then(|s| s.parse().ok()).or_else(|| v.as_u64())).unwrap_or(u64::MAX);
+        let d = row.get("_dpone_d").and_then(|v| v.as_str()).and_then(RowDigest::parse_sum);
         if n != parser.source_digest.rows || d != Some(parser.source_digest.sum) {
             return Err(AdapterError::transient(
                 "source_changed_during_read",

@@ -21,6 +21,9 @@ use ethnum::U256;
 pub enum FieldCodec {
     /// Same fixed-width representation.
     Copy { width: usize },
+    /// A float copied as is, refused when NaN or infinite (no transactional
+    /// target of dpone stores them exactly).
+    Float { width: usize },
     /// Integer widening: `from` bytes (signed or not) to `to` bytes.
     Widen { from: usize, signed: bool, to: usize },
     /// DateTime (u32 seconds) -> DateTime64: seconds * `mult`.
@@ -83,6 +86,8 @@ pub fn codec_for(name: &str, source: &ColumnType, target: &ColumnType) -> Result
         (DType::UInt64, DType::Decimal { precision, scale: 0 }) if *precision >= 20 => {
             FieldCodec::Widen { from: 8, signed: false, to: decimal_width(*precision) }
         }
+        (DType::Float32, DType::Float32) => FieldCodec::Float { width: 4 },
+        (DType::Float64, DType::Float64) => FieldCodec::Float { width: 8 },
         (a, b) if a == b => FieldCodec::Copy { width: a.fixed_width().ok_or_else(|| format!("column `{name}`: {a} is not fixed width"))? },
         (a, b) => match (int_width(a), int_width(b)) {
             (Some((from, signed)), Some((to, true))) if to > from || (to == from && signed) => FieldCodec::Widen { from, signed, to },
@@ -204,7 +209,7 @@ impl RowParser {
                 (used + len, leb128_len(len as u64) + len)
             }
             FieldCodec::Fixed { n } => (*n, leb128_len(*n as u64) + n),
-            FieldCodec::Copy { width } => (*width, *width),
+            FieldCodec::Copy { width } | FieldCodec::Float { width } => (*width, *width),
             FieldCodec::Widen { from, to, .. } => (*from, *to),
             FieldCodec::Seconds { .. } => (4, 8),
             FieldCodec::Ticks { .. } => (8, 8),
@@ -221,6 +226,17 @@ impl RowParser {
         }
         match &c.codec {
             FieldCodec::Copy { .. } => out.extend_from_slice(v),
+            FieldCodec::Float { width } => {
+                let finite = if *width == 4 {
+                    f32::from_le_bytes(v.try_into().expect("4 bytes")).is_finite()
+                } else {
+                    f64::from_le_bytes(v.try_into().expect("8 bytes")).is_finite()
+                };
+                if !finite {
+                    return Err(TranscodeError { column: c.name.clone(), reason: "NaN and infinities are refused".into() });
+                }
+                out.extend_from_slice(v);
+            }
             FieldCodec::Bytes => out.extend_from_slice(v),
             FieldCodec::Fixed { n } => {
                 write_leb128(out, *n as u64);
@@ -394,6 +410,20 @@ mod tests {
         assert!(codec_for("c", &ct("Nullable(Int32)"), &ct("Int32")).is_err(), "NULL into NOT NULL");
         assert!(codec_for("c", &ct("DateTime64(9)"), &ct("DateTime64(6)")).is_err(), "precision loss");
         assert!(codec_for("c", &ct("Float64"), &ct("Float32")).is_err());
+        let nan = f64::NAN.to_le_bytes();
+        let codec = codec_for("f", &ct("Float64"), &ct("Float64")).unwrap();
+        let mut parser = RowParser::new(vec![codec]);
+        parser.push(&nan);
+        let mut frame = FrameBuf {
+            out: Vec::new(),
+            digest: RowDigest::new(1),
+            rows: 0,
+            max_rows: 10,
+            max_row_bytes: 64,
+            flush_bytes: 64,
+            reserved: 64,
+        };
+        assert!(parser.parse_into(&mut frame).unwrap_err().reason.contains("NaN"));
     }
 
     #[test]

@@ -17,8 +17,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// Reservations are counted in KiB so that a u32 permit count covers 4 TiB.
-const UNIT: u64 = 1024;
+/// Reservations are counted in 16-byte units: fine enough not to inflate
+/// small frames, coarse enough that one u32 reservation covers 64 GiB.
+const UNIT: u64 = 16;
 
 fn units(bytes: u64) -> u64 {
     bytes.div_ceil(UNIT)
@@ -56,7 +57,13 @@ impl ByteBudget {
         }))
     }
 
-    /// The budget in bytes (rounded up to whole KiB).
+    /// Room for exactly `frames` frames of `frame_bytes` each, whatever the
+    /// rounding of reservations: `(C + 1) * max_bytes` as frames.
+    pub fn for_frames(frames: u64, frame_bytes: u64) -> Self {
+        Self::new(frames.saturating_mul(units(frame_bytes).max(1) * UNIT))
+    }
+
+    /// The budget in bytes (rounded up to whole units).
     pub fn total(&self) -> u64 {
         self.0.total_units * UNIT
     }
@@ -277,13 +284,13 @@ mod tests {
         r.grow_to(5 * 1024).await.unwrap();
         assert_eq!(budget.reserved(), 5 * 1024);
         r.shrink_to(2000);
-        assert_eq!(budget.reserved(), 2 * 1024);
+        assert_eq!(budget.reserved(), 2000);
         let mut buf = FrameBuffer::new(vec![7u8; 100], Some(r));
         buf.seal();
-        assert_eq!(budget.reserved(), 1024);
+        assert_eq!(budget.reserved(), 112, "sealing keeps what the bytes need, rounded to 16-byte units");
         let bytes = buf.into_bytes();
         assert_eq!(bytes.len(), 100);
-        assert_eq!(budget.reserved(), 1024, "the reservation lives as long as the bytes");
+        assert_eq!(budget.reserved(), 112, "the reservation lives as long as the bytes");
         drop(bytes);
         assert_eq!(budget.reserved(), 0);
     }

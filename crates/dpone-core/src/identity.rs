@@ -48,12 +48,18 @@ pub fn staging_table(run_id: &str, chunk_index: u32, attempt: u32) -> String {
     format!("{OWNED_PREFIX}stg_{}_{chunk_index}_{attempt}", &run_id[..12])
 }
 
-pub fn generation_table(run_id: &str) -> String {
-    format!("{OWNED_PREFIX}gen_{}", &run_id[..12])
+/// The generation of execution `execution` of a run. Unique per execution:
+/// a publication is identified by its generation (ClickHouse UUID,
+/// PostgreSQL receipt), so a re-execution must never reuse the name.
+pub fn generation_table(run_id: &str, execution: u32) -> String {
+    format!("{OWNED_PREFIX}gen_{}_{execution}", &run_id[..12])
 }
 
-pub fn backup_table(run_id: &str) -> String {
-    format!("{OWNED_PREFIX}bak_{}", &run_id[..12])
+/// The backup of the previous target kept by execution `execution` of a
+/// run: re-executions of one run (same id, e.g. an unchanged source) must
+/// not collide with the backup the previous one kept.
+pub fn backup_table(run_id: &str, execution: u32) -> String {
+    format!("{OWNED_PREFIX}bak_{}_{execution}", &run_id[..12])
 }
 
 /// Prefix shared by every object of one run.

@@ -28,8 +28,50 @@ fn refusal(path: &str, e: AdapterError) -> Diagnostic {
 ///
 /// With `source` None (a run past its staging, finishing from the target
 /// alone) the source is not contacted and the target's columns stand in.
-pub async fn probe<S: Source, T: Target>(manifest: &Manifest, plan: &Plan, source: Option<&S>, target: &T) -> Result<Probe, AdapterError> {
+///
+/// `ours` names the tables of this target's unfinished run (from its
+/// journal): a generation table of any other run is refused as a pending
+/// marker, in `plan` as in `run`.
+pub async fn probe<S: Source, T: Target>(
+    manifest: &Manifest,
+    plan: &Plan,
+    source: Option<&S>,
+    target: &T,
+    ours: &std::collections::BTreeSet<String>,
+) -> Result<Probe, AdapterError> {
+    let mut p = probe_inner(manifest, plan, source, target).await?;
+    if p.refusals.is_empty() {
+        p.refusals.extend(foreign_generations(target, ours).await?);
+    }
+    Ok(p)
+}
+
+/// Generation tables of other runs in the target's databases.
+pub async fn foreign_generations<T: Target>(
+    target: &T,
+    ours: &std::collections::BTreeSet<String>,
+) -> Result<Vec<Diagnostic>, AdapterError> {
+    let prefix = format!("{}gen_", dpone_core::identity::OWNED_PREFIX);
+    Ok(target
+        .owned_tables()
+        .await?
+        .iter()
+        .filter(|t| t.starts_with(&prefix) && !ours.contains(*t))
+        .map(|t| {
+            Diagnostic::new("pending_run_marker", "sink.table", format!("generation table `{t}` of another run is present"))
+                .hint("another run is in progress or ended with an unknown outcome (possibly from another work dir); see docs/recovery.md before removing it")
+        })
+        .collect())
+}
+
+async fn probe_inner<S: Source, T: Target>(
+    manifest: &Manifest,
+    plan: &Plan,
+    source: Option<&S>,
+    target: &T,
+) -> Result<Probe, AdapterError> {
     let mut p = Probe::default();
+    let window_column = plan.window.as_ref().map(|w| w.column.clone());
     let Some(source) = source else {
         match target.describe().await {
             Ok(Some(cols)) => {
@@ -43,6 +85,21 @@ pub async fn probe<S: Source, T: Target>(manifest: &Manifest, plan: &Plan, sourc
             ),
             Err(e) => return Err(e),
         }
+        // The target's checks also prepare how it publishes (e.g. which
+        // partition a swap replaces), so they run on this path too.
+        if p.refusals.is_empty() {
+            let request = EligibilityRequest {
+                source_columns: p.source_columns.clone(),
+                window_column,
+                window: plan.window.as_ref().map(|w| (w.start, w.end)),
+                owned_prefix: dpone_core::identity::OWNED_PREFIX.to_string(),
+            };
+            match target.eligibility(&request).await {
+                Ok(r) => p.refusals.extend(r),
+                Err(e) if e.class == ErrorClass::Permanent => p.refusals.push(refusal("sink.table", e)),
+                Err(e) => return Err(e),
+            }
+        }
         return Ok(p);
     };
     match source.describe(manifest.source.columns.as_deref()).await {
@@ -50,7 +107,6 @@ pub async fn probe<S: Source, T: Target>(manifest: &Manifest, plan: &Plan, sourc
         Err(e) if e.class == ErrorClass::Permanent => p.refusals.push(refusal("source.table", e)),
         Err(e) => return Err(e),
     }
-    let window_column = plan.window.as_ref().map(|w| w.column.clone());
     if let Some(col) = &window_column
         && !p.source_columns.is_empty()
     {

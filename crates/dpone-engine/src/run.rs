@@ -307,7 +307,10 @@ pub async fn execute<S: Source, T: Target>(
     // not even described (it may be down).
     let source_needed =
         !matches!(&peeked, Some((_, j)) if matches!(j.state, RunState::Publishing | RunState::Published | RunState::EvidenceComplete));
-    let probed = probe(manifest, plan, source_needed.then_some(source.as_ref()), target.as_ref())
+    // Tables recorded by this target's journal (an unfinished run's, or
+    // leftovers of a finished one that this run removes first) are ours.
+    let ours = peeked.as_ref().map(|(_, j)| j.owned.clone()).unwrap_or_default();
+    let probed = probe(manifest, plan, source_needed.then_some(source.as_ref()), target.as_ref(), &ours)
         .await
         .map_err(|e| RunFailure::from_adapter(e, None))?;
     let mut refusals = plan.refusals.clone();
@@ -345,7 +348,7 @@ pub async fn execute<S: Source, T: Target>(
         lease: lease.clone(),
         started,
         phases: std::sync::Mutex::new(PhaseTimers::default()),
-        budget: ByteBudget::new(plan.limits.payload_budget()),
+        budget: ByteBudget::for_frames(plan.limits.capacity() + 1, plan.limits.max_bytes),
         encoders: Arc::new(tokio::sync::Semaphore::new(plan.limits.encoding_parallelism.max(1) as usize)),
         importers: Arc::new(tokio::sync::Semaphore::new(plan.limits.import_parallelism.max(1) as usize)),
         encoded_total: Arc::new(std::sync::atomic::AtomicU64::new(0)),
@@ -432,15 +435,7 @@ async fn refuse_foreign_generations<S: Source, T: Target>(
     ctx: &Ctx<S, T>,
     ours: &std::collections::BTreeSet<String>,
 ) -> Result<(), RunFailure> {
-    let owned = ctx.target.owned_tables().await.map_err(|e| RunFailure::from_adapter(e, None))?;
-    let foreign: Vec<dpone_core::Diagnostic> = owned
-        .iter()
-        .filter(|t| t.starts_with(&format!("{OWNED_PREFIX}gen_")) && !ours.contains(*t))
-        .map(|t| {
-            dpone_core::Diagnostic::new("pending_run_marker", "sink.table", format!("generation table `{t}` of another run is present"))
-                .hint("another run is in progress or ended with an unknown outcome (possibly from another work dir); see docs/recovery.md before removing it")
-        })
-        .collect();
+    let foreign = crate::probe::foreign_generations(ctx.target.as_ref(), ours).await.map_err(|e| RunFailure::from_adapter(e, None))?;
     if foreign.is_empty() { Ok(()) } else { Err(RunFailure::refused(foreign)) }
 }
 
@@ -512,7 +507,7 @@ async fn start_fresh<S: Source, T: Target>(
     let journal = Journal::new(store, ctx.lease.clone(), key, revision, placeholder);
     journal.replace(fresh).await.map_err(|e| RunFailure::from_adapter(e, Some(&run_id)))?;
     failpoint::hit("plan.after_persist");
-    stage_and_publish(ctx, &journal, 0).await
+    stage_and_publish(ctx, &journal, 0, false).await
 }
 
 /// Continues an unfinished run.
@@ -565,7 +560,7 @@ async fn resume<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, j: Run
                 let fresh = new_journal(ctx, j.invocation.clone(), j.execution, &run_id, &version);
                 journal.replace(fresh).await.map_err(|e| RunFailure::from_adapter(e, Some(&run_id)))?;
                 failpoint::hit("plan.after_persist");
-                return stage_and_publish(ctx, journal, 0).await;
+                return stage_and_publish(ctx, journal, 0, true).await;
             }
             // Reuse verified chunks only if their staging still holds exactly
             // what was recorded.
@@ -602,7 +597,7 @@ async fn resume<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, j: Run
             if j.state == RunState::Planned {
                 journal.set_state(RunState::Staging).await.map_err(fail)?;
             }
-            stage_and_publish(ctx, journal, reused).await
+            stage_and_publish(ctx, journal, reused, true).await
         }
     }
 }
@@ -895,7 +890,12 @@ async fn stage_chunk<S: Source, T: Target>(
 }
 
 /// Stages the chunks that are not verified yet, then publishes.
-async fn stage_and_publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, reused: usize) -> Result<RunReport, RunFailure> {
+async fn stage_and_publish<S: Source, T: Target>(
+    ctx: &Ctx<S, T>,
+    journal: &Journal,
+    reused: usize,
+    resumed: bool,
+) -> Result<RunReport, RunFailure> {
     let run_id = journal.snapshot().await.run_id;
     let fail = |e: AdapterError| RunFailure::from_adapter(e, Some(&run_id));
     if journal.snapshot().await.state == RunState::Planned {
@@ -943,7 +943,7 @@ async fn stage_and_publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jour
     if let Some(e) = first_error {
         return Err(abandon_before_publication(ctx, journal, e).await);
     }
-    publish_generation(ctx, journal, reused > 0, reused).await
+    publish_generation(ctx, journal, resumed, reused).await
 }
 
 /// Ends a run that failed before publication. An interruption or a lost
@@ -990,8 +990,8 @@ async fn publish_generation<S: Source, T: Target>(
     let j = journal.snapshot().await;
     let run_id = j.run_id.clone();
     let fail = |e: AdapterError| RunFailure::from_adapter(e, Some(&run_id));
-    let generation = identity::generation_table(&run_id);
-    let backup = identity::backup_table(&run_id);
+    let generation = identity::generation_table(&run_id, j.execution);
+    let backup = identity::backup_table(&run_id, j.execution);
     let ncols = ctx.probe.target_columns.len();
     let keep = ctx.window_filter(false);
     let inside = ctx.window_filter(true);
@@ -1039,6 +1039,17 @@ async fn publish_generation<S: Source, T: Target>(
     // publishing step can be judged without guessing.
     let target_before = ctx.target.identity(TableRole::Target).await.map_err(fail)?.unwrap_or_default();
     let gen_identity = ctx.target.identity(TableRole::Owned(&generation)).await.map_err(fail)?.unwrap_or_default();
+    if target_before == gen_identity && ctx.target.publication_check() != PublicationCheck::Digest {
+        // An object or receipt identity shared by the target and the
+        // generation would make the outcome impossible to tell apart
+        // afterwards: refuse to publish. (A content identity that already
+        // matches just means the publication changes nothing.)
+        let e = AdapterError::permanent(
+            "publication_identity_ambiguous",
+            format!("the target's identity ({target_before}) already equals the generation's; the publication could not be judged"),
+        );
+        return Err(abandon_before_publication(ctx, journal, e).await);
+    }
     let intent =
         PublicationIntent { generation_table: generation.clone(), backup_table: backup.clone(), target_before, generation: gen_identity };
     journal

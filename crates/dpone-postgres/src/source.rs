@@ -120,20 +120,28 @@ impl Source for PostgresSource {
             return Err(AdapterError::permanent("source_table_missing", format!("source table {} does not exist", self.table))
                 .hint("check source.table (schema and name are case-sensitive)"));
         }
+        // Map every column, but refuse only those the run reads: a column
+        // left out with source.options.columns may have any type.
         let mut all = Vec::with_capacity(rows.len());
         let mut oids = HashMap::new();
+        let mut refused = Vec::new();
         for r in rows {
             let name: String = r.get(0);
             let oid = r.get::<_, i64>(1) as u32;
             let typmod: i32 = r.get(2);
             let formatted: String = r.get(3);
             let not_null: bool = r.get(4);
-            let dtype = map_type(oid, typmod, &formatted).map_err(|reason| {
-                AdapterError::permanent("unsupported_type", format!("source column `{name}`: {reason}"))
-                    .hint("see `dpone schema type-matrix`; exclude the column with source.options.columns or cast it in a view")
-            })?;
-            oids.insert(name.clone(), oid);
-            all.push(Column { name, ty: ColumnType::new(dtype, !not_null), native_type: formatted });
+            match map_type(oid, typmod, &formatted) {
+                Ok(dtype) => {
+                    oids.insert(name.clone(), oid);
+                    all.push(Column { name, ty: ColumnType::new(dtype, !not_null), native_type: formatted });
+                }
+                Err(reason) => refused.push((name, reason)),
+            }
+        }
+        if let Some((name, reason)) = refused.iter().find(|(n, _)| wanted.is_none_or(|w| w.contains(n))) {
+            return Err(AdapterError::permanent("unsupported_type", format!("source column `{name}`: {reason}"))
+                .hint("see `dpone schema type-matrix`; exclude the column with source.options.columns or cast it in a view"));
         }
         let _ = self.oids.set(oids);
         let Some(wanted) = wanted else { return Ok(all) };
@@ -257,10 +265,15 @@ impl Source for PostgresSource {
             }
             match parsed {
                 Parsed::FrameFull => {
-                    let mut next = out.buffer(flush_bytes as u64).await?;
-                    let full = std::mem::replace(&mut frame, new_frame(&mut next));
-                    let sealed = seal(full, std::mem::replace(&mut buffer, next), &mut stats);
+                    // Hand the full frame on *before* reserving the next
+                    // buffer: a reader waiting for budget must hold none, or
+                    // readers could wait on each other forever.
+                    let full = std::mem::replace(&mut frame, new_frame(&mut FrameBuffer::default()));
+                    let sealed = seal(full, std::mem::take(&mut buffer), &mut stats);
                     out.send(sealed).await?;
+                    buffer = out.buffer(flush_bytes as u64).await?;
+                    frame.out = std::mem::take(&mut buffer.bytes);
+                    frame.reserved = covered(&buffer);
                 }
                 Parsed::NeedBudget(bytes) => {
                     // A row larger than the frame's reservation: wait for

@@ -250,8 +250,11 @@ impl Source for SqliteSource {
                 }
                 let len = frame.bytes.len() as u64;
                 if frame.rows > 0 && (len + row_len > flush_bytes || frame.rows >= request.block_rows) {
-                    let full = std::mem::replace(&mut frame, new_frame()?);
+                    // Send before reserving the next buffer: a reader waiting
+                    // for budget must hold none.
+                    let full = std::mem::replace(&mut frame, Frame { bytes: Default::default(), rows: 0, digest: RowDigest::new(ncols) });
                     out.blocking_send(full)?;
+                    frame = new_frame()?;
                 }
                 let needed = frame.bytes.len() as u64 + row_len;
                 if frame.bytes.reserved() != 0 && needed > frame.bytes.reserved() {

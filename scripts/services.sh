@@ -285,6 +285,8 @@ export DPONE_TEST_CLICKHOUSE_OLD_URL=$(service_url ch18)
 export DPONE_TEST_POSTGRES_URL=$PG_URL
 export DPONE_TEST_REQUIRE_SERVERS=1
 export DPONE_SERVICES_DIR=$STATE_DIR
+export DPONE_TEST_CHDB_PYTHON=$VENV/bin/python
+export DPONE_TEST_CHDB_LAUNCHER=$SCRIPTS_DIR/services/chdb_server.py
 EOF
   mv "$tmp" "$STATE_DIR/env.sh"
 }

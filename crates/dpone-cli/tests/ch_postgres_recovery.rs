@@ -1,0 +1,410 @@
+//! Crash recovery of the ClickHouse -> PostgreSQL route, through the real
+//! `dpone` binary against real servers.
+//!
+//! A run is made to abort at a failpoint (`DPONE_FAILPOINT=<name>`: SIGABRT,
+//! no destructors, no cleanup), `dpone status` is checked, the same command
+//! is run again, and the PostgreSQL target must then be exactly the expected
+//! multiset (its rows outside the window, NULL window values included, plus
+//! the source's rows inside it), with exactly one new receipt per
+//! publication and no staging or generation table left.
+//!
+//! A ClickHouse source has no durable snapshot: a run interrupted before its
+//! publishing intent re-extracts the whole window. A run interrupted after it
+//! finishes from the target alone; the tests prove it by killing a private
+//! ClickHouse server (this test's own process) before the rerun.
+
+mod ch_postgres_common;
+
+use ch_postgres_common::{
+    CHUNK_BOUNDS, Fixture, Options, PrivateClickhouse, Row, Setup, TS, V, check_report, event_cols, expected_after_replace, in_window, int,
+    ping, row, sparse, standard_fixture, standard_fixture_on, standard_source, standard_target, state_of, ts,
+};
+
+/// Every abort failpoint (crates/dpone-core/src/failpoint.rs), the journal
+/// state `dpone status` reports after an abort there, and whether the
+/// publishing transaction had committed.
+const CRASH_POINTS: [(&str, &str, bool); 13] = [
+    ("plan.after_persist", "planned", false),
+    ("staging.before_write", "staging", false),
+    ("staging.mid_stream", "staging", false),
+    ("staging.after_ack", "staging", false),
+    ("chunk.after_verify", "staging", false),
+    ("checkpoint.after_write", "staging", false),
+    ("generation.after_build", "staging", false),
+    ("publish.before_intent", "staging", false),
+    ("publish.before_exchange", "publishing", false),
+    ("publish.after_exchange", "publishing", true),
+    ("evidence.before_write", "published", true),
+    ("evidence.after_write", "published", true),
+    ("state.after_succeeded", "succeeded", true),
+];
+
+fn crash_case(point: &str) -> (&'static str, bool) {
+    let (_, state, published) = CRASH_POINTS.iter().find(|(p, _, _)| *p == point).unwrap_or_else(|| panic!("unknown point {point}"));
+    (state, *published)
+}
+
+/// Rows of the window in `source`.
+fn window_rows(source: &[Row]) -> usize {
+    source.iter().filter(|r| in_window(&r[TS])).count()
+}
+
+/// After a success: target exact, report consistent, no staging or
+/// generation table, `dpone status` says succeeded. Returns the report.
+fn check_success(fx: &Fixture, run: &ch_postgres_common::Run, source: &[Row], expected: &[Row], what: &str) -> serde_json::Value {
+    let doc = run.assert_succeeded(what);
+    fx.assert_target(expected, &format!("{what}: target (its rows outside the window + the source rows inside)"));
+    check_report(&doc, source, expected, what);
+    assert_eq!(fx.leftovers(), Vec::<String>::new(), "{what}: expected no `_dpone_stg_` / `_dpone_gen_` table after success");
+    let status = fx.status();
+    assert_eq!(state_of(&status), "succeeded", "{what}: expected `dpone status` to say succeeded: {status:#}");
+    assert_eq!(status["run_id"], doc["run_id"], "{what}: expected `dpone status` to show the run that succeeded");
+    doc
+}
+
+/// The generation table the journal's publication intent names.
+fn intent_generation(status: &serde_json::Value) -> String {
+    status["journal"]["intent"]["generation_table"]
+        .as_str()
+        .unwrap_or_else(|| panic!("expected a publication intent in the journal: {status:#}"))
+        .to_string()
+}
+
+/// Asserts exactly one receipt, for `generation`, counting the window's rows.
+fn assert_one_receipt(fx: &Fixture, generation: &str, rows: usize, what: &str) {
+    let receipts = fx.receipts();
+    assert_eq!(receipts.len(), 1, "{what}: expected exactly one receipt (published exactly once): {receipts:?}");
+    assert_eq!(receipts[0].generation, generation, "{what}: expected the receipt to name the run's generation");
+    assert_eq!(receipts[0].rows, rows as i64, "{what}: expected the receipt to count the window's rows");
+    assert_eq!(receipts[0].target, fx.target_sql(), "{what}: expected the receipt to name the target");
+}
+
+// ---------------------------------------------------------------------------
+// (a) A failure before EOF: the rerun re-extracts
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_crash_mid_stream_is_re_extracted_from_the_current_source() {
+    let fx = standard_fixture("chpg_rec_mid");
+    // Frames of 2 rows: chunk 0 holds 7 rows, so it is still streaming when the second frame passes.
+    fx.write_manifest(&Options { block_rows: Some(2), ..Options::default() });
+    let before = standard_target();
+
+    let crashed = fx.run_with(&[("DPONE_FAILPOINT", "staging.mid_stream")]);
+    crashed.assert_aborted_at("staging.mid_stream");
+    let status = fx.status();
+    assert_eq!(state_of(&status), "staging", "after an abort mid-stream: {status:#}");
+    fx.assert_target(&before, "after an abort mid-stream: target unchanged");
+    assert_eq!(fx.receipts(), Vec::new(), "after an abort mid-stream: nothing published");
+
+    // The source changes before the rerun: a re-extraction must see it, a
+    // reuse of anything staged before the crash would not.
+    fx.ch_exec(&format!("DELETE FROM {} WHERE id IN (2, 9)", fx.source_sql()));
+    let added = vec![row(50, ts("2026-09-06 05:00:00")), sparse(row(51, ts("2026-09-07 05:00:00"))), row(52, ts("2026-09-08 05:00:00"))];
+    fx.insert_source(&added);
+    let mut source: Vec<Row> = standard_source().into_iter().filter(|r| r[0] != int(2) && r[0] != int(9)).collect();
+    source.extend(added);
+    let expected = expected_after_replace(&before, &source, TS);
+
+    let rerun = fx.run();
+    let doc = check_success(&fx, &rerun, &source, &expected, "rerun after an abort mid-stream");
+    assert_eq!(doc["reused_chunks"], 0, "a ClickHouse source has no durable snapshot: every chunk is re-extracted");
+    assert_one_receipt(&fx, &intent_generation(&fx.status()), window_rows(&source), "rerun after an abort mid-stream");
+    fx.finish();
+}
+
+// ---------------------------------------------------------------------------
+// One abort at every failpoint, then the same command again
+// ---------------------------------------------------------------------------
+
+/// The standard table, RANGE-partitioned on `ts`: one partition `t_window`
+/// that is exactly the window, and a DEFAULT partition for everything else.
+fn swap_setup(prefix: &'static str) -> Setup {
+    Setup {
+        pg_table_suffix: "PARTITION BY RANGE (ts)".into(),
+        pg_partitions: vec![
+            ("t_window".into(), format!("FOR VALUES FROM ('{}+00') TO ('{}+00')", CHUNK_BOUNDS[0], CHUNK_BOUNDS[3])),
+            ("t_rest".into(), "DEFAULT".into()),
+        ],
+        ..Setup::new(prefix, event_cols())
+    }
+}
+
+/// The oid of a table of the fixture's schema (a swapped partition is a new relation).
+fn oid(fx: &Fixture, name: &str) -> Option<String> {
+    fx.pg_scalar(&format!("SELECT to_regclass('{}')::oid::text", fx.pg_table(name)))
+}
+
+fn crash_then_rerun(point: &str, publication: Option<&'static str>) {
+    let (state, published) = crash_case(point);
+    let setup = match publication {
+        Some("partition_swap") => swap_setup("chpg_rec_swap"),
+        _ => Setup::new("chpg_rec_crash", event_cols()),
+    };
+    let fx = standard_fixture_on(setup);
+    // With a partition swap: the window's partition before the run.
+    let swap = publication == Some("partition_swap");
+    let window_oid = if swap { oid(&fx, "t_window") } else { None };
+    let old_window = if swap { fx.table_rows(&fx.pg_table("t_window")) } else { Vec::new() };
+    fx.write_manifest(&Options { publication, ..Options::default() });
+    let source = standard_source();
+    let before = standard_target();
+    let expected = expected_after_replace(&before, &source, TS);
+    let what = format!("abort at {point} ({})", publication.unwrap_or("delete_insert"));
+
+    let crashed = fx.run_with(&[("DPONE_FAILPOINT", point)]);
+    crashed.assert_aborted_at(point);
+    let status = fx.status();
+    assert_eq!(state_of(&status), state, "{what}: expected `dpone status` to say {state}: {status:#}");
+    if published {
+        fx.assert_target(&expected, &format!("{what}: target (the commit happened before the abort)"));
+        assert_eq!(fx.receipts().len(), 1, "{what}: the committed publication has its receipt");
+    } else {
+        fx.assert_target(&before, &format!("{what}: target unchanged (no publication yet)"));
+        assert_eq!(fx.receipts(), Vec::new(), "{what}: no receipt before the publication");
+    }
+
+    let rerun = fx.run();
+    let what = format!("rerun after an {what}");
+    let doc = check_success(&fx, &rerun, &source, &expected, &what);
+    match state {
+        // The rerun finishes the same run from the target alone.
+        "publishing" | "published" => {
+            assert_eq!(doc["run_id"], status["run_id"], "{what}: expected the interrupted run to be finished, not a new one");
+            assert_eq!(doc["resumed"], true, "{what}: expected `resumed: true`");
+            assert_eq!(doc["execution"], 1, "{what}: expected the first execution to be completed");
+        }
+        // The run had succeeded: the same command is a new execution, which publishes again.
+        "succeeded" => assert_eq!(doc["execution"], 2, "{what}: expected a second execution of a succeeded invocation"),
+        // No durable source snapshot: everything is re-extracted.
+        _ => assert_eq!(doc["reused_chunks"], 0, "{what}: expected no chunk reused from a ClickHouse source"),
+    }
+    let receipts = fx.receipts();
+    let publications = if state == "succeeded" { 2 } else { 1 };
+    assert_eq!(receipts.len(), publications, "{what}: expected exactly {publications} receipt(s): {receipts:?}");
+    assert_eq!(receipts.last().expect("a receipt").generation, intent_generation(&fx.status()), "{what}: receipt of this run");
+    if swap {
+        // Published by a swap: the window's partition is the generation (a
+        // new relation) and the old partition is kept, detached, as the backup.
+        assert_ne!(oid(&fx, "t_window"), window_oid, "{what}: expected the window partition to be swapped, not rewritten in place");
+        let backups = fx.backups();
+        assert_eq!(backups.len(), 1, "{what}: expected exactly one `_dpone_bak_` table (the old window partition): {backups:?}");
+        ch_postgres_common::assert_same_rows(&old_window, &fx.table_rows(&fx.pg_table(&backups[0])), &format!("{what}: backup"));
+    }
+    fx.finish();
+}
+
+macro_rules! crash_tests {
+    ($($name:ident: $point:literal, $publication:expr;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                crash_then_rerun($point, $publication);
+            }
+        )*
+    };
+}
+
+crash_tests! {
+    crash_at_plan_after_persist: "plan.after_persist", None;
+    crash_at_staging_before_write: "staging.before_write", None;
+    crash_at_staging_mid_stream: "staging.mid_stream", None;
+    crash_at_staging_after_ack: "staging.after_ack", None;
+    crash_at_chunk_after_verify: "chunk.after_verify", None;
+    crash_at_checkpoint_after_write: "checkpoint.after_write", None;
+    crash_at_generation_after_build: "generation.after_build", None;
+    crash_at_publish_before_intent: "publish.before_intent", None;
+    crash_at_publish_before_exchange: "publish.before_exchange", None;
+    crash_at_publish_after_exchange: "publish.after_exchange", None;
+    crash_at_evidence_before_write: "evidence.before_write", None;
+    crash_at_evidence_after_write: "evidence.after_write", None;
+    crash_at_state_after_succeeded: "state.after_succeeded", None;
+    swap_crash_at_generation_after_build: "generation.after_build", Some("partition_swap");
+    swap_crash_at_publish_before_exchange: "publish.before_exchange", Some("partition_swap");
+    swap_crash_at_publish_after_exchange: "publish.after_exchange", Some("partition_swap");
+    swap_crash_at_evidence_before_write: "evidence.before_write", Some("partition_swap");
+}
+
+#[test]
+fn every_abort_point_is_covered() {
+    let listed: Vec<&str> = CRASH_POINTS.iter().map(|(p, _, _)| *p).collect();
+    let source = include_str!("../../dpone-core/src/failpoint.rs");
+    let points_block = source.split("pub const POINTS").nth(1).and_then(|s| s.split("// Simulated faults").next()).expect("POINTS");
+    let declared: Vec<&str> = points_block.split('"').skip(1).step_by(2).collect();
+    assert_eq!(listed, declared, "CRASH_POINTS must list every abort failpoint of failpoint.rs, in order");
+}
+
+// ---------------------------------------------------------------------------
+// (b) After the publishing intent, recovery needs no source: kill it
+// ---------------------------------------------------------------------------
+
+fn finishes_without_the_source(point: &str) {
+    let (state, published) = crash_case(point);
+    let mut server = PrivateClickhouse::start();
+    let fx = standard_fixture_on(Setup { clickhouse_url: server.url.clone(), ..Setup::new("chpg_rec_nosrc", event_cols()) });
+    let source = standard_source();
+    let before = standard_target();
+    let expected = expected_after_replace(&before, &source, TS);
+    let what = format!("abort at {point}, then the source server killed");
+
+    let crashed = fx.run_with(&[("DPONE_FAILPOINT", point)]);
+    crashed.assert_aborted_at(point);
+    let status = fx.status();
+    assert_eq!(state_of(&status), state, "{what}: expected `dpone status` to say {state}: {status:#}");
+    let chunks = status["journal"]["chunks"].as_object().expect("journal chunks");
+    assert!(chunks.values().all(|c| c["state"] == "verified") && chunks.len() == 3, "{what}: every chunk verified: {status:#}");
+    if published {
+        fx.assert_target(&expected, &format!("{what}: target already published"));
+    } else {
+        fx.assert_target(&before, &format!("{what}: target unchanged"));
+    }
+
+    // The source is gone for good: no process, nothing listening.
+    server.kill();
+    assert_eq!(ping(server.port), None, "{what}: expected the private ClickHouse server to be gone");
+
+    let rerun = fx.run();
+    let doc = check_success(&fx, &rerun, &source, &expected, &format!("{what}: rerun"));
+    assert_eq!(doc["run_id"], status["run_id"], "{what}: expected the interrupted run to be finished");
+    assert_eq!(doc["resumed"], true, "{what}: expected `resumed: true`");
+    assert_one_receipt(&fx, &intent_generation(&fx.status()), window_rows(&source), &format!("{what}: rerun"));
+
+    // Control: a new run needs the source, and there is none.
+    let control = fx.run();
+    control.assert_no_panic();
+    assert_eq!(control.code, Some(1), "{what}: expected a new run to fail without its source:\n{}", control.describe());
+    fx.assert_target(&expected, &format!("{what}: target after the failed control run"));
+    fx.finish();
+}
+
+#[test]
+fn after_the_publishing_intent_recovery_needs_no_source() {
+    finishes_without_the_source("publish.before_exchange");
+}
+
+#[test]
+fn after_the_commit_recovery_needs_no_source() {
+    finishes_without_the_source("publish.after_exchange");
+}
+
+#[test]
+fn before_the_evidence_recovery_needs_no_source() {
+    finishes_without_the_source("evidence.before_write");
+}
+
+// ---------------------------------------------------------------------------
+// (c) A lost commit acknowledgement: resolved by the receipt
+// ---------------------------------------------------------------------------
+
+fn lost_commit_ack(publication: Option<&'static str>) {
+    let setup = match publication {
+        Some("partition_swap") => swap_setup("chpg_rec_ack_swap"),
+        _ => Setup::new("chpg_rec_ack", event_cols()),
+    };
+    let fx = standard_fixture_on(setup);
+    fx.write_manifest(&Options { publication, ..Options::default() });
+    let source = standard_source();
+    let before = standard_target();
+    let expected = expected_after_replace(&before, &source, TS);
+    let what = format!("lost COMMIT acknowledgement ({})", publication.unwrap_or("delete_insert"));
+
+    let run = fx.run_with(&[("DPONE_FAILPOINT", "postgres.commit_ack_lost")]);
+    assert!(
+        run.stderr.contains("failpoint postgres.commit_ack_lost fired"),
+        "{what}: expected the fault to be injected:\n{}",
+        run.describe()
+    );
+    let doc = check_success(&fx, &run, &source, &expected, &what);
+    assert_eq!(doc["publication_check"], "receipt", "{what}: the outcome is judged by the receipt");
+    assert_one_receipt(&fx, &intent_generation(&fx.status()), window_rows(&source), &what);
+
+    // A second run on top: one more receipt, for its own generation.
+    fx.insert_source(&[row(60, ts("2026-09-07 06:00:00"))]);
+    let mut source2 = source.clone();
+    source2.push(row(60, ts("2026-09-07 06:00:00")));
+    let expected2 = expected_after_replace(&expected, &source2, TS);
+    let run2 = fx.run_with(&[("DPONE_FAILPOINT", "postgres.commit_ack_lost")]);
+    check_success(&fx, &run2, &source2, &expected2, &format!("{what}, second run"));
+    let receipts = fx.receipts();
+    assert_eq!(receipts.len(), 2, "{what}, second run: exactly one new receipt: {receipts:?}");
+    assert_eq!(receipts[1].generation, intent_generation(&fx.status()), "{what}, second run: receipt of the second run");
+    assert_eq!(receipts[1].rows, window_rows(&source2) as i64);
+    fx.finish();
+}
+
+#[test]
+fn a_lost_commit_acknowledgement_publishes_exactly_once() {
+    lost_commit_ack(None);
+}
+
+#[test]
+fn a_lost_commit_acknowledgement_of_a_partition_swap_publishes_exactly_once() {
+    lost_commit_ack(Some("partition_swap"));
+}
+
+/// A partition swap finished by a rerun (the swap committed, then the
+/// process died) still keeps only the newest backup of the target.
+#[test]
+fn a_resumed_partition_swap_keeps_only_the_newest_backup() {
+    let fx = standard_fixture_on(swap_setup("chpg_rec_swap_bak"));
+    fx.write_manifest(&Options { publication: Some("partition_swap"), ..Options::default() });
+    let source = standard_source();
+    let expected = expected_after_replace(&standard_target(), &source, TS);
+    check_success(&fx, &fx.run(), &source, &expected, "first swap");
+    let first_window = fx.table_rows(&fx.pg_table("t_window"));
+    assert_eq!(fx.backups().len(), 1, "one backup after the first swap");
+
+    fx.insert_source(&[row(70, ts("2026-09-08 07:00:00"))]);
+    let mut source2 = source.clone();
+    source2.push(row(70, ts("2026-09-08 07:00:00")));
+    let expected2 = expected_after_replace(&expected, &source2, TS);
+    fx.run_with(&[("DPONE_FAILPOINT", "publish.after_exchange")]).assert_aborted_at("publish.after_exchange");
+    check_success(&fx, &fx.run(), &source2, &expected2, "rerun after the second swap committed");
+    let backups = fx.backups();
+    assert_eq!(backups.len(), 1, "expected only the newest backup to be kept after the next success: {backups:?}");
+    ch_postgres_common::assert_same_rows(&first_window, &fx.table_rows(&fx.pg_table(&backups[0])), "backup = the first swap's window");
+    fx.finish();
+}
+
+// ---------------------------------------------------------------------------
+// Reconciliation must not mistake an earlier publication for this one
+// ---------------------------------------------------------------------------
+
+/// The same window is published twice with an unchanged source (same run
+/// identity). Between the two, someone damaged the target's window. The
+/// second run aborts after its publishing intent; the rerun must publish it
+/// (repairing the window), not conclude from the first run's receipt that
+/// the publication already happened.
+#[test]
+fn a_repeated_run_is_not_mistaken_for_the_previous_publication() {
+    let fx = standard_fixture("chpg_rec_repeat");
+    let source = standard_source();
+    let before = standard_target();
+    let expected = expected_after_replace(&before, &source, TS);
+    check_success(&fx, &fx.run(), &source, &expected, "first run");
+
+    // Damage: the window's rows are deleted behind dpone's back.
+    fx.pg_exec(&format!("DELETE FROM {} WHERE ts >= '{}+00' AND ts < '{}+00'", fx.target_sql(), CHUNK_BOUNDS[0], CHUNK_BOUNDS[3]));
+    let damaged: Vec<Row> = expected.iter().filter(|r| !in_window(&r[TS])).cloned().collect();
+    fx.assert_target(&damaged, "target after the damage");
+
+    let crashed = fx.run_with(&[("DPONE_FAILPOINT", "publish.before_exchange")]);
+    crashed.assert_aborted_at("publish.before_exchange");
+    assert_eq!(state_of(&fx.status()), "publishing");
+    fx.assert_target(&damaged, "after an abort before the second publication: target unchanged");
+
+    let rerun = fx.run();
+    let doc = check_success(&fx, &rerun, &source, &expected, "rerun of the second publication");
+    assert_eq!(doc["execution"], 2, "the second execution was finished");
+    let receipts = fx.receipts();
+    assert_eq!(receipts.len(), 2, "the second publication has its own receipt: {receipts:?}");
+    fx.finish();
+}
+
+/// The helpers this file relies on.
+#[test]
+fn standard_data_spans_every_chunk_with_several_frames() {
+    let per_chunk = ch_postgres_common::rows_per_chunk(&standard_source(), TS);
+    assert_eq!(per_chunk, [7, 6, 4], "every chunk holds more than one 2-row frame");
+    assert!(standard_target().iter().any(|r| r[TS] == V::Null), "the target holds NULL window values");
+}

@@ -1,0 +1,672 @@
+//! Helpers shared by the PostgreSQL -> ClickHouse tests (`pg_clickhouse_*.rs`).
+//!
+//! Every test gets its own PostgreSQL schema and ClickHouse database (named
+//! by `dpone_testkit::unique_name`), writes a manifest into a temp dir and
+//! runs the real `dpone` binary against the real servers. Tables are compared
+//! as exact multisets of typed values: the target is read back as RowBinary
+//! and decoded under its own column types; nothing is merely counted.
+//!
+//! Both tables are called `t`. The window is `[2026-09-06, 2026-09-09)` in
+//! chunks of one day (`BOUNDS`).
+#![allow(dead_code)]
+
+use dpone_clickhouse::{ChClient, ClickhouseConfig, Idempotence};
+use dpone_core::rowbinary::{decode_row, encode_row};
+use dpone_core::time::Timestamp;
+use dpone_core::types::{ColumnType, DType, parse_clickhouse_type};
+use dpone_core::value::{Value, format_date, format_decimal, format_uuid, parse_date, parse_decimal, parse_uuid, rescale};
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub const DPONE: &str = env!("CARGO_BIN_EXE_dpone");
+
+/// The window anchor every test passes explicitly.
+pub const INTERVAL_END: &str = "2026-09-09T00:00:00Z";
+
+/// Chunk bounds: lookback P3D, chunk_interval P1D, end = `INTERVAL_END`.
+pub const BOUNDS: [&str; 4] = ["2026-09-06T00:00:00Z", "2026-09-07T00:00:00Z", "2026-09-08T00:00:00Z", "2026-09-09T00:00:00Z"];
+
+/// The table name on both sides.
+pub const TABLE: &str = "t";
+
+/// Longest a single `dpone` invocation may take (they take about a second).
+pub const DPONE_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub type Row = Vec<Value>;
+
+// ---------------------------------------------------------------------------
+// Values
+// ---------------------------------------------------------------------------
+
+/// Microseconds since the epoch of an RFC 3339 instant.
+pub fn micros(rfc3339: &str) -> i64 {
+    Timestamp::parse_rfc3339(rfc3339).unwrap_or_else(|e| panic!("bad instant in a test: {e}")).0
+}
+
+/// A `DateTime64(6)` value `offset` microseconds after the instant `rfc3339`.
+pub fn at(rfc3339: &str, offset: i64) -> Value {
+    Value::Micros(micros(rfc3339) + offset)
+}
+
+pub fn window_start() -> i64 {
+    micros(BOUNDS[0])
+}
+
+pub fn window_end() -> i64 {
+    micros(BOUNDS[3])
+}
+
+pub fn int(v: impl Into<i128>) -> Value {
+    Value::int(v)
+}
+
+pub fn text(s: &str) -> Value {
+    Value::str(s)
+}
+
+/// A decimal literal as a `Decimal(_, scale)` column returns it.
+pub fn dec(literal: &str, scale: u8) -> Value {
+    let (unscaled, from) = parse_decimal(literal).unwrap_or_else(|| panic!("bad decimal literal `{literal}` in a test"));
+    let unscaled = rescale(unscaled, from, scale).unwrap_or_else(|| panic!("`{literal}` has more than {scale} fractional digits"));
+    Value::Decimal { unscaled, scale }
+}
+
+pub fn date(iso: &str) -> Value {
+    Value::Date(parse_date(iso).unwrap_or_else(|| panic!("bad date `{iso}` in a test")))
+}
+
+pub fn uuid(s: &str) -> Value {
+    Value::Uuid(parse_uuid(s).unwrap_or_else(|| panic!("bad uuid `{s}` in a test")))
+}
+
+/// Whether a window value lies in `[start, end)`; NULL never does.
+pub fn in_window(v: &Value) -> bool {
+    in_range(v, window_start(), window_end())
+}
+
+/// Whether a window value lies in `[start, end)` (microseconds).
+pub fn in_range(v: &Value, start: i64, end: i64) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Micros(m) => (start..end).contains(m),
+        other => panic!("window values are DateTime64(6) or NULL, got {other:?}"),
+    }
+}
+
+/// A quoted PostgreSQL identifier.
+pub fn pg_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// A quoted ClickHouse identifier.
+pub fn ch_ident(name: &str) -> String {
+    dpone_clickhouse::quote_ident(name)
+}
+
+/// A PostgreSQL literal for `v`. Instants carry `+00`, which `timestamptz`
+/// honours and `timestamp` ignores, so one literal serves both.
+pub fn pg_literal(v: &Value) -> String {
+    let quote = |s: &str| format!("'{}'", s.replace('\'', "''"));
+    let float = |f: f64, debug: String| {
+        if f.is_nan() {
+            "'NaN'".to_string()
+        } else if f.is_infinite() {
+            if f > 0.0 { "'Infinity'".to_string() } else { "'-Infinity'".to_string() }
+        } else {
+            quote(&debug)
+        }
+    };
+    match v {
+        Value::Null => "NULL".into(),
+        Value::Int(i) => i.to_string(),
+        Value::Float32(f) => float(*f as f64, format!("{f:?}")),
+        Value::Float64(f) => float(*f, format!("{f:?}")),
+        Value::Decimal { unscaled, scale } => quote(&format_decimal(*unscaled, *scale)),
+        Value::Bool(b) => b.to_string(),
+        Value::Bytes(b) => quote(std::str::from_utf8(b).expect("PostgreSQL text is UTF-8")),
+        Value::Uuid(u) => quote(&format_uuid(*u)),
+        Value::Date(d) => quote(&format_date(*d)),
+        Value::Micros(m) => quote(&format!("{}+00", Timestamp(*m).to_canonical())),
+        other => panic!("no PostgreSQL literal for {other:?} in these tests"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Multisets
+// ---------------------------------------------------------------------------
+
+/// Rows rendered exactly (`Debug` keeps `-0.0` apart from `0.0` and every
+/// float digit), sorted: a multiset.
+pub fn rendered(rows: &[Row]) -> Vec<String> {
+    let mut out: Vec<String> = rows.iter().map(|r| format!("{r:?}")).collect();
+    out.sort();
+    out
+}
+
+/// Panics with a readable difference unless `actual` is exactly the multiset `expected`.
+pub fn assert_same_rows(expected: &[Row], actual: &[Row], what: &str) {
+    let (e, a) = (rendered(expected), rendered(actual));
+    if e == a {
+        return;
+    }
+    let mut count: BTreeMap<&String, i64> = BTreeMap::new();
+    for r in &e {
+        *count.entry(r).or_default() += 1;
+    }
+    for r in &a {
+        *count.entry(r).or_default() -= 1;
+    }
+    let lines: Vec<String> = count
+        .iter()
+        .filter(|(_, n)| **n != 0)
+        .take(30)
+        .map(|(r, n)| if *n > 0 { format!("  missing x{n}: {r}") } else { format!("  unexpected x{}: {r}", -n) })
+        .collect();
+    panic!("{what}: expected exactly {} rows, found {}\n{}", e.len(), a.len(), lines.join("\n"));
+}
+
+/// The target after a window replace: its rows whose window value is NULL
+/// or outside `[start, end)`, plus the source rows inside, with multiplicity.
+pub fn expected_after_replace(target_before: &[Row], source: &[Row], window_col: usize) -> Vec<Row> {
+    expected_after_replace_in(target_before, source, window_col, window_start(), window_end())
+}
+
+/// `expected_after_replace` for the window `[start, end)` (microseconds).
+pub fn expected_after_replace_in(target_before: &[Row], source: &[Row], window_col: usize, start: i64, end: i64) -> Vec<Row> {
+    let mut out: Vec<Row> = target_before.iter().filter(|r| !in_range(&r[window_col], start, end)).cloned().collect();
+    out.extend(source.iter().filter(|r| in_range(&r[window_col], start, end)).cloned());
+    out
+}
+
+/// Source rows inside each chunk, in chunk order.
+pub fn rows_per_chunk(source: &[Row], window_col: usize) -> Vec<u64> {
+    BOUNDS.windows(2).map(|b| source.iter().filter(|r| in_range(&r[window_col], micros(b[0]), micros(b[1]))).count() as u64).collect()
+}
+
+// ---------------------------------------------------------------------------
+// Running dpone
+// ---------------------------------------------------------------------------
+
+/// What one invocation of `dpone` produced.
+#[derive(Debug)]
+pub struct Run {
+    pub args: Vec<String>,
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// The command and its output, for assertion messages.
+    pub fn describe(&self) -> String {
+        format!("`dpone {}` (exit {:?})\n--- stdout ---\n{}\n--- stderr ---\n{}", self.args.join(" "), self.code, self.stdout, self.stderr)
+    }
+
+    /// The single JSON document on stdout.
+    pub fn json(&self) -> serde_json::Value {
+        let docs: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&self.stdout)
+            .into_iter::<serde_json::Value>()
+            .collect::<Result<_, _>>()
+            .unwrap_or_else(|e| panic!("expected JSON on stdout ({e}):\n{}", self.describe()));
+        assert_eq!(docs.len(), 1, "expected exactly one JSON document on stdout:\n{}", self.describe());
+        docs.into_iter().next().expect("one document")
+    }
+
+    /// Panics if the process panicked instead of reporting an error.
+    pub fn assert_no_panic(&self) {
+        let all = format!("{}\n{}", self.stdout, self.stderr);
+        for needle in ["panicked", "stack backtrace"] {
+            assert!(!all.contains(needle), "expected no panic, found `{needle}`:\n{}", self.describe());
+        }
+    }
+}
+
+/// Codes of the diagnostics in a JSON list (`errors` of a run, `refusals` of a plan).
+pub fn codes(list: &serde_json::Value) -> Vec<String> {
+    list.as_array().map(|a| a.iter().filter_map(|d| d["code"].as_str().map(str::to_string)).collect()).unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------
+// Fixture
+// ---------------------------------------------------------------------------
+
+/// One column on both sides: PostgreSQL type, ClickHouse type and an
+/// optional ClickHouse column suffix (`DEFAULT 1`, `TTL ...`).
+#[derive(Debug, Clone)]
+pub struct Col {
+    pub name: String,
+    pub pg: String,
+    pub ch: String,
+    pub ch_suffix: String,
+}
+
+pub fn col(name: &str, pg: &str, ch: &str) -> Col {
+    Col { name: name.into(), pg: pg.into(), ch: ch.into(), ch_suffix: String::new() }
+}
+
+impl Col {
+    /// Whether the target stores the column (it can be inserted and selected).
+    pub fn stored(&self) -> bool {
+        !["MATERIALIZED", "ALIAS", "EPHEMERAL"].iter().any(|k| self.ch_suffix.trim_start().starts_with(k))
+    }
+
+    pub fn ch_type(&self) -> ColumnType {
+        parse_clickhouse_type(&self.ch).unwrap_or_else(|e| panic!("column `{}`: {e}", self.name))
+    }
+}
+
+/// How a fixture's databases and tables are created.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// Prefix of the unique schema / database names.
+    pub prefix: &'static str,
+    pub source: Vec<Col>,
+    pub target: Vec<Col>,
+    /// `CREATE DATABASE ... ENGINE = <this>`; None: the server's default engine.
+    pub database_engine: Option<String>,
+    /// Settings sent with `CREATE DATABASE` (as URL parameters).
+    pub database_settings: Vec<(&'static str, &'static str)>,
+    pub create_database: bool,
+    /// Everything after the column list of `CREATE TABLE`; None: no target table.
+    pub table_engine: Option<String>,
+    /// Extra definitions inside the column list (`PROJECTION ...`).
+    pub table_extra: String,
+    pub clickhouse_url: String,
+    /// Whether `DROP DATABASE` takes `SYNC` (not on ClickHouse 18.16).
+    pub drop_sync: bool,
+}
+
+impl Setup {
+    /// Same columns on both sides, an Atomic database and a MergeTree target.
+    pub fn new(prefix: &'static str, cols: Vec<Col>) -> Setup {
+        Setup {
+            prefix,
+            source: cols.clone(),
+            target: cols,
+            database_engine: Some("Atomic".into()),
+            database_settings: Vec::new(),
+            create_database: true,
+            table_engine: Some("MergeTree ORDER BY tuple()".into()),
+            table_extra: String::new(),
+            clickhouse_url: dpone_testkit::clickhouse_url(),
+            drop_sync: true,
+        }
+    }
+}
+
+/// Manifest knobs the tests vary.
+#[derive(Debug, Clone)]
+pub struct ManifestOptions {
+    pub window_column: String,
+    pub parallelism: u32,
+    /// Frame size in rows; small values make chunks span several frames.
+    pub block_rows: Option<u64>,
+    /// Frame size in bytes; an INSERT request carries at most 64 frames.
+    pub block_bytes: Option<u64>,
+    pub staging_schema: Option<String>,
+    /// `source.options.columns`: move only these columns.
+    pub columns: Option<Vec<String>>,
+    /// Source relation name (default `t`), e.g. a view.
+    pub source_table: Option<String>,
+}
+
+impl Default for ManifestOptions {
+    fn default() -> Self {
+        ManifestOptions {
+            window_column: "ts".into(),
+            parallelism: 2,
+            block_rows: Some(3),
+            block_bytes: None,
+            staging_schema: None,
+            columns: None,
+            source_table: None,
+        }
+    }
+}
+
+/// A PostgreSQL schema and a ClickHouse database owned by one test.
+pub struct Fixture {
+    rt: tokio::runtime::Runtime,
+    pg: tokio_postgres::Client,
+    pub ch: ChClient,
+    pub clickhouse_url: String,
+    /// PostgreSQL schema of the source table.
+    pub schema: String,
+    /// ClickHouse database of the target table.
+    pub db: String,
+    pub setup: Setup,
+    tmp: tempfile::TempDir,
+    pub manifest: PathBuf,
+}
+
+impl Fixture {
+    /// The common case: same columns on both sides, Atomic + MergeTree.
+    pub fn new(prefix: &'static str, cols: Vec<Col>) -> Fixture {
+        Fixture::create(Setup::new(prefix, cols))
+    }
+
+    pub fn create(setup: Setup) -> Fixture {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a tokio runtime");
+        let (pg, connection) = rt
+            .block_on(tokio_postgres::connect(&dpone_testkit::postgres_url(), tokio_postgres::NoTls))
+            .expect("connect to the PostgreSQL test server");
+        rt.spawn(connection);
+        let ch = ChClient::new(ClickhouseConfig::from_url(&setup.clickhouse_url).expect("a ClickHouse URL")).expect("a ClickHouse client");
+        let name = dpone_testkit::unique_name(setup.prefix);
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        let manifest = tmp.path().join("manifest.yaml");
+        let fx = Fixture { rt, pg, ch, clickhouse_url: setup.clickhouse_url.clone(), schema: name.clone(), db: name, setup, tmp, manifest };
+        let s = &fx.setup;
+        fx.pg_exec(&format!("CREATE SCHEMA {}", fx.schema));
+        let pg_cols: Vec<String> = s.source.iter().map(|c| format!("{} {}", pg_ident(&c.name), c.pg)).collect();
+        fx.pg_exec(&format!("CREATE TABLE {}.{TABLE} ({})", fx.schema, pg_cols.join(", ")));
+        if s.create_database {
+            let engine = s.database_engine.as_ref().map(|e| format!(" ENGINE = {e}")).unwrap_or_default();
+            fx.ch_exec_with_settings(&format!("CREATE DATABASE {}{engine}", fx.db), &s.database_settings);
+        }
+        if let Some(engine) = &s.table_engine {
+            let mut defs: Vec<String> =
+                s.target.iter().map(|c| format!("{} {} {}", ch_ident(&c.name), c.ch, c.ch_suffix).trim_end().to_string()).collect();
+            if !s.table_extra.is_empty() {
+                defs.push(s.table_extra.clone());
+            }
+            fx.ch_exec(&format!("CREATE TABLE {}.{TABLE} ({}) ENGINE = {engine}", fx.db, defs.join(", ")));
+        }
+        fx.write_manifest(&ManifestOptions::default());
+        fx
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    pub fn pg_exec(&self, sql: &str) {
+        self.block_on(self.pg.batch_execute(sql)).unwrap_or_else(|e| panic!("PostgreSQL refused `{sql}`: {e:?}"));
+    }
+
+    pub fn ch_exec(&self, sql: &str) {
+        self.block_on(self.ch.execute(sql, Idempotence::Safe)).unwrap_or_else(|e| panic!("ClickHouse refused `{sql}`: {e}"));
+    }
+
+    /// A statement with settings passed as URL parameters (where a `SETTINGS`
+    /// clause is not accepted, e.g. `CREATE DATABASE`).
+    pub fn ch_exec_with_settings(&self, sql: &str, settings: &[(&str, &str)]) {
+        if settings.is_empty() {
+            return self.ch_exec(sql);
+        }
+        let mut url = reqwest::Url::parse(&self.clickhouse_url).expect("a ClickHouse URL");
+        url.query_pairs_mut().extend_pairs(settings);
+        let response = self.block_on(async {
+            let r = reqwest::Client::new().post(url).body(sql.to_string()).send().await?;
+            let status = r.status();
+            Ok::<_, reqwest::Error>((status, r.text().await?))
+        });
+        match response {
+            Ok((status, _)) if status.is_success() => {}
+            other => panic!("ClickHouse refused `{sql}` with {settings:?}: {other:?}"),
+        }
+    }
+
+    pub fn ch_scalar(&self, sql: &str) -> String {
+        self.block_on(self.ch.scalar(sql)).unwrap_or_else(|e| panic!("ClickHouse refused `{sql}`: {e}"))
+    }
+
+    /// One text column of a query, in order.
+    pub fn ch_strings(&self, sql: &str) -> Vec<String> {
+        let out = self
+            .block_on(self.ch.query_text(&format!("{sql} FORMAT TabSeparatedRaw"), Idempotence::Safe))
+            .unwrap_or_else(|e| panic!("ClickHouse refused `{sql}`: {e}"));
+        out.lines().map(str::to_string).collect()
+    }
+
+    /// Inserts rows (in source column order) into the PostgreSQL table.
+    pub fn insert_source(&self, rows: &[Row]) {
+        let names: Vec<&str> = self.setup.source.iter().map(|c| c.name.as_str()).collect();
+        self.insert_source_columns(&names, rows);
+    }
+
+    /// Inserts rows holding only `columns` into the PostgreSQL table.
+    pub fn insert_source_columns(&self, columns: &[&str], rows: &[Row]) {
+        if rows.is_empty() {
+            return;
+        }
+        let values: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                assert_eq!(r.len(), columns.len(), "a source row must have one value per column {columns:?}");
+                format!("({})", r.iter().map(pg_literal).collect::<Vec<_>>().join(", "))
+            })
+            .collect();
+        let columns: Vec<String> = columns.iter().map(|c| pg_ident(c)).collect();
+        self.pg_exec(&format!("INSERT INTO {}.{TABLE} ({}) VALUES {}", self.schema, columns.join(", "), values.join(",\n")));
+    }
+
+    /// Target columns the table stores (MATERIALIZED / ALIAS / EPHEMERAL left out).
+    pub fn stored_target_columns(&self) -> Vec<&Col> {
+        self.setup.target.iter().filter(|c| c.stored()).collect()
+    }
+
+    /// Types of the stored target columns, as the rows read back are decoded.
+    pub fn target_types(&self) -> Vec<ColumnType> {
+        self.stored_target_columns().iter().map(|c| c.ch_type()).collect()
+    }
+
+    fn target_column_list(&self) -> String {
+        self.stored_target_columns().iter().map(|c| ch_ident(&c.name)).collect::<Vec<_>>().join(", ")
+    }
+
+    /// Inserts rows (one value per stored target column) into the ClickHouse
+    /// target as RowBinary encoded by `dpone_core::rowbinary::encode_row`.
+    pub fn insert_target(&self, rows: &[Row]) {
+        if rows.is_empty() {
+            return;
+        }
+        let types = self.target_types();
+        let mut body = Vec::new();
+        for r in rows {
+            encode_row(&mut body, &types, r).unwrap_or_else(|(i, e)| panic!("target test row {r:?}: column {i}: {e}"));
+        }
+        let table = format!("{}.{TABLE} ({})", self.db, self.target_column_list());
+        self.block_on(self.ch.insert_rowbinary(&table, reqwest::Body::from(body), &dpone_testkit::unique_name("pgch_insert")))
+            .unwrap_or_else(|e| panic!("inserting target rows failed: {e}"));
+    }
+
+    /// Every row of the target (stored columns), decoded from RowBinary.
+    pub fn target_rows(&self) -> Vec<Row> {
+        self.table_rows(TABLE)
+    }
+
+    /// Every row of `table` in the target's database, decoded under the
+    /// target's stored column types.
+    pub fn table_rows(&self, table: &str) -> Vec<Row> {
+        let types = self.target_types();
+        let sql = format!("SELECT {} FROM {}.{table} FORMAT RowBinary", self.target_column_list(), self.db);
+        let bytes = self.block_on(self.ch.query_bytes(&sql)).unwrap_or_else(|e| panic!("reading {table} failed: {e}"));
+        let mut input = &bytes[..];
+        let mut rows = Vec::new();
+        while !input.is_empty() {
+            rows.push(decode_row(&mut input, &types).unwrap_or_else(|e| panic!("decoding a row of {table}: {e}")));
+        }
+        rows
+    }
+
+    /// Every table in the target's database, sorted.
+    pub fn tables(&self) -> Vec<String> {
+        let mut t = self.ch_strings(&format!("SELECT name FROM system.tables WHERE database = '{}'", self.db));
+        t.sort();
+        t
+    }
+
+    /// Tables dpone owns (`_dpone_*`) in the target's database, sorted.
+    pub fn owned_tables(&self) -> Vec<String> {
+        self.tables().into_iter().filter(|t| t.starts_with("_dpone_")).collect()
+    }
+
+    /// Writes the manifest for this fixture's tables.
+    pub fn write_manifest(&self, o: &ManifestOptions) {
+        let q = |s: &str| serde_json::to_string(s).expect("a JSON string");
+        let limits: Vec<String> = [("block_rows", o.block_rows), ("block_bytes", o.block_bytes)]
+            .iter()
+            .filter_map(|(k, v)| v.map(|v| format!("{k}: {v}")))
+            .collect();
+        let wire = if limits.is_empty() { String::new() } else { format!("\n      wire: {{{}}}", limits.join(", ")) };
+        let staging = o.staging_schema.as_ref().map(|s| format!("\n  staging: {{schema: {}}}", q(s))).unwrap_or_default();
+        let columns = o
+            .columns
+            .as_ref()
+            .map(|c| format!("\n    columns: [{}]", c.iter().map(|n| q(n)).collect::<Vec<_>>().join(", ")))
+            .unwrap_or_default();
+        let source_table = q(o.source_table.as_deref().unwrap_or(TABLE));
+        let yaml = format!(
+            r#"kind: dpone.batch.v1
+source:
+  type: postgres
+  connection: {{connection_type: env, connection_id: PG}}
+  table: {{schema: {schema}, name: {source_table}}}
+  options:{columns}
+    native_transfer:{wire}
+      execution:
+        chunking: {{mode: bounded_window, parallelism: {parallelism}}}
+sink:
+  type: clickhouse
+  connection: {{connection_type: env, connection_id: CH}}
+  table: {{schema: {db}, name: {TABLE}}}{staging}
+  strategy:
+    mode: replace
+    atomicity: target_atomic
+    window: {{column: {column}, anchor: data_interval_end, lookback: P3D, chunk_interval: P1D}}
+runtime:
+  storage: {{work_dir: {work}}}
+"#,
+            schema = self.schema,
+            db = self.db,
+            parallelism = o.parallelism,
+            column = q(&o.window_column),
+            work = self.work_dir().display(),
+        );
+        std::fs::write(&self.manifest, yaml).expect("write the manifest");
+    }
+
+    pub fn work_dir(&self) -> PathBuf {
+        self.dir().join("work")
+    }
+
+    /// Runs `dpone` with the fixture's connections and no other `DPONE_*`
+    /// variable; `RUST_BACKTRACE=1` makes a panic visible. A run that takes
+    /// longer than `DPONE_TIMEOUT` is killed and reported, so a stalled run
+    /// fails its test instead of hanging the suite.
+    pub fn dpone(&self, args: &[&str]) -> Run {
+        self.dpone_within(args, DPONE_TIMEOUT)
+    }
+
+    /// `dpone` with an explicit time limit.
+    pub fn dpone_within(&self, args: &[&str], limit: Duration) -> Run {
+        let mut cmd = Command::new(DPONE);
+        cmd.args(args).current_dir(self.dir()).env("RUST_BACKTRACE", "1");
+        for (k, _) in std::env::vars() {
+            if k.starts_with("DPONE_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env("DPONE_CONN_PG", dpone_testkit::postgres_url()).env("DPONE_CONN_CH", &self.clickhouse_url);
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("the dpone binary starts");
+        let drain = |mut pipe: Box<dyn Read + Send>| {
+            std::thread::spawn(move || {
+                let mut out = Vec::new();
+                let _ = pipe.read_to_end(&mut out);
+                String::from_utf8_lossy(&out).into_owned()
+            })
+        };
+        let stdout = drain(Box::new(child.stdout.take().expect("piped stdout")));
+        let stderr = drain(Box::new(child.stderr.take().expect("piped stderr")));
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait for dpone") {
+                break Some(status);
+            }
+            if started.elapsed() > limit {
+                // Our own child, by its handle.
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let run = Run {
+            args: args.iter().map(|s| s.to_string()).collect(),
+            code: status.and_then(|s| s.code()),
+            stdout: stdout.join().expect("stdout reader"),
+            stderr: stderr.join().expect("stderr reader"),
+        };
+        assert!(status.is_some(), "expected dpone to finish within {limit:?}; it was killed:\n{}", run.describe());
+        run
+    }
+
+    /// `dpone run <manifest> --interval-end <END> --format json`.
+    pub fn run(&self) -> Run {
+        let m = self.manifest.display().to_string();
+        self.dpone(&["run", &m, "--interval-end", INTERVAL_END, "--format", "json"])
+    }
+
+    /// `dpone plan <manifest> --interval-end <END> --format json`.
+    pub fn plan(&self) -> Run {
+        let m = self.manifest.display().to_string();
+        self.dpone(&["plan", &m, "--interval-end", INTERVAL_END, "--format", "json"])
+    }
+
+    /// Drops the schema and the database; called at the end of a passing
+    /// test (a failing test leaves them for inspection).
+    pub fn finish(self) {
+        self.pg_exec(&format!("DROP SCHEMA {} CASCADE", self.schema));
+        if self.setup.create_database {
+            let sync = if self.setup.drop_sync { " SYNC" } else { "" };
+            self.ch_exec(&format!("DROP DATABASE IF EXISTS {}{sync}", self.db));
+        }
+    }
+}
+
+/// A plausible value of type `ty` for row `id`; the window column takes the
+/// instant `ts` (NULL when None) in whatever temporal type it has.
+pub fn sample_value(ty: &ColumnType, id: i64, ts: Option<i64>, window: bool) -> Value {
+    if window {
+        let Some(m) = ts else {
+            assert!(ty.nullable, "a NULL window value needs a nullable column");
+            return Value::Null;
+        };
+        return match &ty.dtype {
+            DType::DateTime64 { precision, .. } if *precision <= 6 => Value::Micros(m),
+            DType::DateTime64 { precision, .. } => Value::Ticks { ticks: m * 10i64.pow(*precision as u32 - 6), precision: *precision },
+            DType::DateTime { .. } => Value::Seconds(m.div_euclid(1_000_000)),
+            DType::Date | DType::Date32 => Value::Date(m.div_euclid(86_400_000_000) as i32),
+            DType::String => Value::str(&Timestamp(m).to_canonical()),
+            other => panic!("no window value for {other}"),
+        };
+    }
+    match &ty.dtype {
+        DType::Int8 | DType::Int16 | DType::Int32 | DType::Int64 | DType::UInt8 | DType::UInt16 | DType::UInt32 | DType::UInt64 => {
+            Value::int(id)
+        }
+        DType::Float32 => Value::Float32(id as f32 + 0.5),
+        DType::Float64 => Value::Float64(id as f64 + 0.25),
+        DType::Decimal { scale, .. } => Value::Decimal { unscaled: ethnum::I256::from(id * 101), scale: *scale },
+        DType::Bool => Value::Bool(id % 2 == 0),
+        DType::String => Value::str(&format!("row {id} ✓")),
+        DType::Uuid => Value::Uuid(id as u128),
+        DType::Date | DType::Date32 => Value::Date(20_000 + id as i32),
+        DType::DateTime { .. } => Value::Seconds(1_700_000_000 + id),
+        DType::DateTime64 { precision, .. } if *precision <= 6 => Value::Micros((1_700_000_000 + id) * 1_000_000),
+        DType::DateTime64 { precision, .. } => {
+            Value::Ticks { ticks: (1_700_000_000 + id) * 10i64.pow(*precision as u32), precision: *precision }
+        }
+        other => panic!("no sample value for {other}"),
+    }
+}

@@ -1,0 +1,1105 @@
+//! Window replace from PostgreSQL into ClickHouse through the real `dpone`
+//! binary, checked by exact typed multiset equality.
+//!
+//! Every test builds the expected target in Rust: the target rows it
+//! pre-inserted whose window value is NULL or outside `[start, end)`, plus
+//! the source rows it inserted inside the window, duplicates kept. The actual
+//! target is read back as RowBinary and decoded under the target's column
+//! types, so a single changed bit, a lost duplicate or a rounded digit fails.
+//!
+//! Window: `[2026-09-06, 2026-09-09)` in three chunks of one day, two chunks
+//! at a time, frames of at most 3 rows (chunks span several frames).
+
+mod pg_clickhouse_common;
+
+use dpone_core::value::Value;
+use pg_clickhouse_common::{
+    BOUNDS, Col, Fixture, ManifestOptions, Row, Setup, assert_same_rows, at, codes, col, date, dec, expected_after_replace,
+    expected_after_replace_in, in_window, int, micros, rendered, rows_per_chunk, text, uuid,
+};
+
+// ---------------------------------------------------------------------------
+// A plain table: id, window column, a decimal and a string
+// ---------------------------------------------------------------------------
+
+fn basic_cols() -> Vec<Col> {
+    vec![
+        col("id", "bigint NOT NULL", "Int64"),
+        col("ts", "timestamptz", "Nullable(DateTime64(6, 'UTC'))"),
+        col("amount", "numeric(18,4)", "Nullable(Decimal(18, 4))"),
+        col("name", "text", "Nullable(String)"),
+    ]
+}
+
+/// Index of the window column in `basic_cols` and in every table below.
+const TS: usize = 1;
+
+/// A row of `basic_cols`; `ts` is `at(..)` or `Value::Null`.
+fn row(id: i64, ts: Value) -> Row {
+    vec![int(id), ts, dec(&format!("{}.{:04}", id * 7, id % 10_000), 4), text(&format!("name {id} ✓"))]
+}
+
+fn with(mut r: Row, col: usize, v: Value) -> Row {
+    r[col] = v;
+    r
+}
+
+/// Pre-inserts `source` and `target`, runs, and checks the target against
+/// the expected multiset and the JSON report's counts. Returns the report.
+fn replace_and_check(fx: &Fixture, source: &[Row], target: &[Row]) -> serde_json::Value {
+    fx.insert_source(source);
+    fx.insert_target(target);
+    assert_same_rows(target, &fx.target_rows(), "target before the run (as pre-inserted)");
+    run_and_check(fx, source)
+}
+
+/// Runs and checks against the current target; `source` is the whole source table.
+fn run_and_check(fx: &Fixture, source: &[Row]) -> serde_json::Value {
+    let before = fx.target_rows();
+    let expected = expected_after_replace(&before, source, TS);
+    let run = fx.run();
+    run.assert_no_panic();
+    assert_eq!(run.code, Some(0), "expected the run to succeed:\n{}", run.describe());
+    let doc = run.json();
+    assert_eq!(doc["passed"], true, "expected `passed: true`:\n{}", run.describe());
+    assert_eq!(doc["publication"], "published", "expected the window to be published");
+    assert_same_rows(&expected, &fx.target_rows(), "target after the run (its rows outside the window + the source rows inside)");
+
+    let inside = source.iter().filter(|r| in_window(&r[TS])).count();
+    let nulls = before.iter().filter(|r| r[TS].is_null()).count();
+    assert_eq!(doc["inserted_rows"], inside, "expected inserted_rows = source rows inside the window");
+    assert_eq!(doc["kept_rows"], expected.len() - inside, "expected kept_rows = target rows outside the window (NULLs included)");
+    assert_eq!(doc["kept_null_window_rows"], nulls, "expected kept_null_window_rows = target rows with a NULL window value");
+    assert_eq!(doc["final_rows"], expected.len(), "expected final_rows = rows of the expected target");
+    let reported: Vec<u64> = doc["chunks"].as_array().expect("chunks").iter().map(|c| c["rows"].as_u64().expect("rows")).collect();
+    assert_eq!(reported, rows_per_chunk(source, TS), "expected each chunk to carry exactly the source rows of its half-open bounds");
+
+    let owned = fx.owned_tables();
+    let backups = owned.iter().filter(|t| t.starts_with("_dpone_bak_")).count();
+    assert!(backups == 1 && owned.len() == 1, "expected exactly one `_dpone_bak_` table and no other `_dpone_` table, found {owned:?}");
+    doc
+}
+
+// ---------------------------------------------------------------------------
+// Which rows are replaced
+// ---------------------------------------------------------------------------
+
+#[test]
+fn an_empty_source_window_removes_the_targets_window_rows_and_keeps_the_rest() {
+    let target = vec![
+        row(10, at(BOUNDS[0], 0)),
+        row(11, at("2026-09-07T12:34:56.789012Z", 0)),
+        row(12, at(BOUNDS[3], -1)),
+        row(13, at("2026-08-01T00:00:00Z", 0)),
+        row(14, at(BOUNDS[3], 0)),
+        row(15, at(BOUNDS[0], -1)),
+        row(16, Value::Null),
+    ];
+    // (case, source rows): an empty table, and rows that all miss the window.
+    let cases = [
+        ("empty source table", vec![]),
+        (
+            "source rows only outside the window",
+            vec![row(1, at(BOUNDS[0], -1)), row(2, at(BOUNDS[3], 0)), row(3, at("2026-09-12T00:00:00Z", 0)), row(4, Value::Null)],
+        ),
+    ];
+    for (case, source) in cases {
+        let fx = Fixture::new("pgch_empty", basic_cols());
+        let doc = replace_and_check(&fx, &source, &target);
+        assert_eq!(doc["inserted_rows"], 0, "{case}: expected nothing inserted");
+        assert_eq!(doc["replaced_rows"], 3, "{case}: expected the 3 target rows inside the window to be replaced");
+        assert_eq!(fx.target_rows().len(), 4, "{case}: expected the 4 rows outside the window (one NULL) to remain");
+        fx.finish();
+    }
+}
+
+#[test]
+fn null_window_values_stay_in_the_target_and_are_not_copied_from_the_source() {
+    let fx = Fixture::new("pgch_nulls", basic_cols());
+    let source = vec![
+        row(1, Value::Null),
+        row(1, Value::Null),
+        with(row(2, Value::Null), 3, Value::Null),
+        row(3, at("2026-09-07T00:00:00Z", 0)),
+        with(with(row(4, at("2026-09-08T01:00:00Z", 0)), 2, Value::Null), 3, Value::Null),
+    ];
+    let target = vec![
+        row(10, Value::Null),
+        row(10, Value::Null),
+        with(with(row(11, Value::Null), 2, Value::Null), 3, Value::Null),
+        row(12, at("2026-09-07T00:00:00Z", 0)),
+        row(13, at("2026-09-10T00:00:00Z", 0)),
+    ];
+    let doc = replace_and_check(&fx, &source, &target);
+    assert_eq!(doc["kept_null_window_rows"], 3, "expected the 3 target rows with a NULL ts to be kept");
+    let nulls: Vec<Row> = fx.target_rows().into_iter().filter(|r| r[TS].is_null()).collect();
+    assert_same_rows(&target[..3], &nulls, "rows with a NULL ts after the run (exactly the target's, none from the source)");
+    fx.finish();
+}
+
+#[test]
+fn duplicate_rows_keep_their_multiplicity_within_and_across_chunks() {
+    let fx = Fixture::new("pgch_dups", basic_cols());
+    let a = row(1, at("2026-09-06T01:00:00Z", 0)); // chunk 0
+    let b = row(2, at("2026-09-07T09:00:00Z", 0)); // chunk 1
+    let c = row(3, at(BOUNDS[3], -1)); // chunk 2, on its edge
+    let a_later = with(a.clone(), TS, at("2026-09-08T17:00:00Z", 0)); // a's values in chunk 2
+    let mut source = vec![a.clone(); 7]; // more rows than a frame holds
+    source.extend(vec![b.clone(); 2]);
+    source.extend(vec![c.clone(); 4]);
+    source.extend(vec![a_later.clone(); 2]);
+    let kept = row(9, at("2026-09-01T00:00:00Z", 0));
+    let mut target = vec![kept.clone(); 2];
+    target.extend(vec![b.clone(); 5]); // stale copies inside the window
+    replace_and_check(&fx, &source, &target);
+    let after = fx.target_rows();
+    let count = |r: &Row| after.iter().filter(|x| *x == r).count();
+    assert_eq!(count(&a), 7, "expected the row repeated 7 times in chunk 0 to appear 7 times");
+    assert_eq!(count(&b), 2, "expected the source's 2 copies of b, not the target's 5 stale ones");
+    assert_eq!(count(&c), 4, "expected 4 copies of the row 1us before the end");
+    assert_eq!(count(&a_later), 2, "expected 2 copies of a's values in chunk 2");
+    assert_eq!(count(&kept), 2, "expected the duplicated kept row twice");
+    fx.finish();
+}
+
+#[test]
+fn rows_on_every_chunk_bound_and_their_microsecond_neighbours_land_in_exactly_one_chunk() {
+    let fx = Fixture::new("pgch_bounds", basic_cols());
+    let mut source = Vec::new();
+    for (i, bound) in BOUNDS.iter().enumerate() {
+        for (j, offset) in [-1, 0, 1].into_iter().enumerate() {
+            source.push(row((i * 3 + j) as i64 + 1, at(bound, offset)));
+        }
+    }
+    // Start is included, end excluded.
+    let target = vec![
+        row(100, at(BOUNDS[0], -1)),
+        row(101, at(BOUNDS[0], 0)),
+        row(102, at(BOUNDS[1], 0)),
+        row(103, at(BOUNDS[2], -1)),
+        row(104, at(BOUNDS[3], -1)),
+        row(105, at(BOUNDS[3], 0)),
+        row(106, at(BOUNDS[3], 1)),
+    ];
+    let doc = replace_and_check(&fx, &source, &target);
+    assert_eq!(doc["inserted_rows"], 9, "expected 9 of the 12 source rows inside [start, end): not start - 1us, end, end + 1us");
+    let per_chunk: Vec<u64> = doc["chunks"].as_array().expect("chunks").iter().map(|c| c["rows"].as_u64().expect("rows")).collect();
+    assert_eq!(per_chunk, vec![3, 3, 3], "expected each chunk to hold its lower bound, lower bound + 1us and upper bound - 1us");
+    assert_eq!(doc["kept_rows"], 3, "expected the target rows at start - 1us, end and end + 1us to be kept");
+    fx.finish();
+}
+
+#[test]
+fn target_rows_outside_the_window_are_untouched() {
+    let fx = Fixture::new("pgch_outside", basic_cols());
+    // Source rows outside the window must not be copied either.
+    let source = vec![
+        row(1, at("2026-09-06T08:00:00Z", 0)),
+        row(2, at("2026-09-08T23:00:00Z", 0)),
+        row(3, at("2026-09-05T23:59:59.999999Z", 0)),
+        row(4, at("2026-09-20T00:00:00Z", 0)),
+    ];
+    // Values that exist nowhere in the source.
+    let outside = vec![
+        vec![int(-900), at("1970-01-01T00:00:00Z", 0), dec("-0.0001", 4), text("")],
+        vec![int(901), at("2026-09-05T23:59:59.999999Z", 0), dec("99999999999999.9999", 4), text("kept 🦀 \u{0}")],
+        vec![int(902), at(BOUNDS[3], 0), Value::Null, Value::Null],
+        vec![int(903), at("2299-12-31T23:59:59.999999Z", 0), dec("-99999999999999.9999", 4), text("ünïcödé")],
+        vec![int(i64::MIN), Value::Null, dec("0", 4), text("null window")],
+    ];
+    let mut target = outside.clone();
+    target.push(row(5, at("2026-09-07T00:00:00Z", 0)));
+    replace_and_check(&fx, &source, &target);
+    let after_outside: Vec<Row> = fx.target_rows().into_iter().filter(|r| !in_window(&r[TS])).collect();
+    assert_same_rows(&outside, &after_outside, "target rows outside the window after the run (exactly the pre-existing ones)");
+    fx.finish();
+}
+
+// ---------------------------------------------------------------------------
+// Reruns, evidence and the backup
+// ---------------------------------------------------------------------------
+
+fn some_rows() -> (Vec<Row>, Vec<Row>) {
+    let source = vec![
+        row(1, at("2026-09-06T10:00:00Z", 0)),
+        row(2, at("2026-09-07T10:00:00Z", 0)),
+        row(2, at("2026-09-07T10:00:00Z", 0)),
+        row(3, at("2026-09-08T10:00:00Z", 0)),
+        row(4, at("2026-09-01T10:00:00Z", 0)),
+        row(5, Value::Null),
+    ];
+    let target = vec![
+        row(20, at("2026-09-06T10:00:00Z", 0)),
+        row(21, at("2026-08-30T10:00:00Z", 0)),
+        row(22, Value::Null),
+        row(23, at("2026-09-10T00:00:00Z", 0)),
+    ];
+    (source, target)
+}
+
+#[test]
+fn rerunning_the_same_command_gives_the_same_target_and_reports_it_unchanged() {
+    let fx = Fixture::new("pgch_rerun", basic_cols());
+    let (source, target) = some_rows();
+    let first = replace_and_check(&fx, &source, &target);
+    assert_eq!(first["target_unchanged"], false, "expected the first run to change the window");
+    let after_first = fx.target_rows();
+
+    let second = run_and_check(&fx, &source);
+    assert_same_rows(&after_first, &fx.target_rows(), "target after the rerun (identical to after the first run)");
+    assert_eq!(second["target_unchanged"], true, "expected the rerun to report `target_unchanged: true`");
+    assert_eq!(second["replaced_rows"], second["inserted_rows"], "expected the rerun to replace the window with as many rows");
+    fx.finish();
+}
+
+#[test]
+fn a_target_whose_window_already_holds_the_source_rows_is_reported_unchanged_on_the_first_run() {
+    let fx = Fixture::new("pgch_same", basic_cols());
+    let (source, outside) = some_rows();
+    let mut target: Vec<Row> = source.iter().filter(|r| in_window(&r[TS])).cloned().collect();
+    target.extend(outside.into_iter().filter(|r| !in_window(&r[TS])));
+    let doc = replace_and_check(&fx, &source, &target);
+    assert_same_rows(&target, &fx.target_rows(), "target after the run (unchanged)");
+    assert_eq!(doc["target_unchanged"], true, "expected `target_unchanged: true` when the window already held exactly the source rows");
+    fx.finish();
+}
+
+/// A window anchored off the day grid, to the microsecond: the bounds are
+/// rendered into PostgreSQL and ClickHouse SQL without losing a digit.
+#[test]
+fn a_window_anchored_at_an_arbitrary_microsecond_has_exact_bounds() {
+    let fx = Fixture::new("pgch_anchor", basic_cols());
+    let end_text = "2026-09-09T13:14:15.123457Z";
+    let end = micros(end_text);
+    let day = 86_400_000_000;
+    let bounds = [end - 3 * day, end - 2 * day, end - day, end];
+    let mut source = Vec::new();
+    for (i, b) in bounds.iter().enumerate() {
+        for (j, offset) in [-1, 0, 1].into_iter().enumerate() {
+            source.push(row((i * 3 + j) as i64 + 1, Value::Micros(b + offset)));
+        }
+    }
+    let target = vec![
+        row(100, Value::Micros(bounds[0] - 1)),
+        row(101, Value::Micros(bounds[0])),
+        row(102, Value::Micros(end - 1)),
+        row(103, Value::Micros(end)),
+    ];
+    fx.insert_source(&source);
+    fx.insert_target(&target);
+    let m = fx.manifest.display().to_string();
+    let run = fx.dpone(&["run", &m, "--interval-end", end_text, "--format", "json"]);
+    assert_eq!(run.code, Some(0), "expected the run to succeed:\n{}", run.describe());
+    let expected = expected_after_replace_in(&target, &source, TS, bounds[0], end);
+    assert_same_rows(&expected, &fx.target_rows(), "target after a run anchored at an arbitrary microsecond");
+    let doc = run.json();
+    let per_chunk: Vec<u64> = doc["chunks"].as_array().expect("chunks").iter().map(|c| c["rows"].as_u64().expect("rows")).collect();
+    assert_eq!(per_chunk, vec![3, 3, 3], "expected each chunk to hold its lower bound, lower bound + 1us and upper bound - 1us");
+    fx.finish();
+}
+
+/// A rerun against the same source version has the same run id, hence the
+/// same backup name as the run before it. The backup must still be the
+/// target that this run replaced (here: with a row someone added to the
+/// window in between), not the one the earlier run replaced.
+///
+/// Two runs get the same source version only when no PostgreSQL
+/// transaction took an xid in between (the snapshot is part of the run
+/// id); concurrent tests can prevent that, so the pair is retried until
+/// the ids match. If they never do, only the ordinary path was checked.
+#[test]
+fn a_rerun_with_the_same_run_id_keeps_the_target_it_replaced_as_the_backup() {
+    let fx = Fixture::new("pgch_samerun", basic_cols());
+    let (source, target) = some_rows();
+    fx.insert_source(&source);
+    fx.insert_target(&target);
+    for attempt in 0..20 {
+        let first = run_and_check(&fx, &source);
+        // Someone writes into the target's window; PostgreSQL is untouched.
+        fx.insert_target(&[row(1000 + attempt, at("2026-09-07T12:00:00Z", attempt))]);
+        let before_second = fx.target_rows();
+        let second = run_and_check(&fx, &source);
+        if second["run_id"] != first["run_id"] {
+            continue;
+        }
+        let backups = fx.owned_tables();
+        assert_eq!(backups.len(), 1, "expected one backup table, found {backups:?}");
+        assert_same_rows(&before_second, &fx.table_rows(&backups[0]), "backup after a rerun with the same run id (the target it replaced)");
+        fx.finish();
+        return;
+    }
+    eprintln!(
+        "note: no two consecutive runs shared a source version (concurrent PostgreSQL writes); the same-run-id path was not exercised"
+    );
+    fx.finish();
+}
+
+fn read_evidence(doc: &serde_json::Value) -> serde_json::Value {
+    let path = doc["evidence_path"].as_str().expect("the report names its evidence file");
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("expected the evidence file {path} to exist: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("expected {path} to be JSON: {e}"))
+}
+
+/// Checks one run's evidence against what the test knows, and returns the backup table's name.
+fn check_evidence(fx: &Fixture, doc: &serde_json::Value, source: &[Row], target_before: &[Row]) -> String {
+    let ev = read_evidence(doc);
+    assert_eq!(ev["run_id"], doc["run_id"], "expected the evidence to belong to the reported run");
+    assert_eq!(ev["publication"]["outcome"], "published", "expected `publication.outcome: published` in the evidence");
+    let inside = source.iter().filter(|r| in_window(&r[TS])).count() as u64;
+    let chunks: Vec<u64> = ev["chunks"].as_array().expect("evidence chunks").iter().map(|c| c["rows"].as_u64().expect("rows")).collect();
+    assert_eq!(chunks.iter().sum::<u64>(), inside, "expected the evidence's chunk rows to sum to the source rows inside the window");
+    assert_eq!(chunks, rows_per_chunk(source, TS), "expected the evidence's per-chunk rows");
+    assert_eq!(ev["source_rows"], inside, "expected source_rows = source rows inside the window");
+    let kept = target_before.iter().filter(|r| !in_window(&r[TS])).count() as u64;
+    assert_eq!(ev["generation"]["kept_rows"], kept, "expected generation.kept_rows = target rows outside the window");
+    assert_eq!(ev["generation"]["rows"], kept + inside, "expected generation.rows = kept + window rows");
+    let backup = ev["publication"]["backup_table"].as_str().expect("the evidence names the backup table").to_string();
+    assert_eq!(fx.owned_tables(), vec![backup.clone()], "expected the evidence's backup table to be the only `_dpone_` table");
+    assert_same_rows(target_before, &fx.table_rows(&backup), "backup table (the target as it was before the run)");
+    backup
+}
+
+#[test]
+fn evidence_records_the_publication_and_exactly_one_backup_of_the_previous_target_is_kept() {
+    let fx = Fixture::new("pgch_evidence", basic_cols());
+    let (mut source, target) = some_rows();
+    fx.insert_source(&source);
+    fx.insert_target(&target);
+    let first = run_and_check(&fx, &source);
+    let backup1 = check_evidence(&fx, &first, &source, &target);
+
+    // A new source row gives a new source version, hence a new run.
+    let extra = row(6, at("2026-09-08T20:00:00Z", 0));
+    fx.insert_source(std::slice::from_ref(&extra));
+    source.push(extra);
+    let after_first = fx.target_rows();
+    let second = run_and_check(&fx, &source);
+    assert_ne!(first["run_id"], second["run_id"], "expected a changed source to give a new run id");
+    let backup2 = check_evidence(&fx, &second, &source, &after_first);
+    assert_ne!(backup1, backup2, "expected the second run to keep its own backup");
+    fx.finish();
+}
+
+// ---------------------------------------------------------------------------
+// Types: every value moved exactly, or the run fails naming the column
+// ---------------------------------------------------------------------------
+
+/// `int_digits` nines, a point and `frac_digits` nines.
+fn nines(int_digits: usize, frac_digits: usize) -> String {
+    let int = if int_digits == 0 { "0".to_string() } else { "9".repeat(int_digits) };
+    if frac_digits == 0 { int } else { format!("{int}.{}", "9".repeat(frac_digits)) }
+}
+
+/// `10^-scale`.
+fn unit(scale: usize) -> String {
+    if scale == 0 { "1".into() } else { format!("0.{}1", "0".repeat(scale - 1)) }
+}
+
+#[test]
+fn decimal_extremes_move_exactly() {
+    // (name, PostgreSQL type, ClickHouse type, integer digits, scale)
+    let decimals = [
+        ("d76", "numeric(76,20)", "Nullable(Decimal(76, 20))", 56, 20),
+        ("d76i", "numeric(76,0) NOT NULL", "Decimal(76, 0)", 76, 0),
+        ("d76f", "numeric(76,76)", "Nullable(Decimal(76, 76))", 0, 76),
+        ("d38", "numeric(38,10)", "Nullable(Decimal(38, 10))", 28, 10),
+        ("d38i", "numeric(38,0)", "Nullable(Decimal(38, 0))", 38, 0),
+        ("d18", "numeric(18,4)", "Nullable(Decimal(18, 4))", 14, 4),
+        ("d9", "numeric(9,2)", "Nullable(Decimal(9, 2))", 7, 2),
+    ];
+    let mut cols = vec![col("id", "bigint NOT NULL", "Int64"), col("ts", "timestamptz NOT NULL", "DateTime64(6, 'UTC')")];
+    cols.extend(decimals.iter().map(|(n, pg, ch, _, _)| col(n, pg, ch)));
+    let fx = Fixture::new("pgch_decimal", cols);
+
+    let scale = |i: usize| decimals[i].4 as u8;
+    let each = |id: i64, ts: Value, f: &dyn Fn(usize) -> String| -> Row {
+        let mut r = vec![int(id), ts];
+        r.extend((0..decimals.len()).map(|i| dec(&f(i), scale(i))));
+        r
+    };
+    let inside = at("2026-09-07T12:00:00Z", 0);
+    let mut source = vec![
+        each(1, inside.clone(), &|i| nines(decimals[i].3, decimals[i].4)),
+        each(2, inside.clone(), &|i| format!("-{}", nines(decimals[i].3, decimals[i].4))),
+        each(3, inside.clone(), &|_| "0".into()),
+        each(4, inside.clone(), &|i| unit(decimals[i].4)),
+        each(5, inside.clone(), &|i| format!("-{}", unit(decimals[i].4))),
+        // Trailing zeros and a digit pattern that spans PostgreSQL's base-10000 groups.
+        each(6, inside.clone(), &|i| match decimals[i] {
+            (_, _, _, _, 0) => "1500".into(),
+            (_, _, _, 0, _) => "0.5".into(),
+            _ => "1.5".into(),
+        }),
+        each(7, at(BOUNDS[3], -1), &|i| {
+            let (int_digits, frac) = (decimals[i].3, decimals[i].4);
+            let digits = "1234567890".repeat(8);
+            let whole = if int_digits == 0 { "0".to_string() } else { digits[..int_digits].to_string() };
+            if frac == 0 { whole } else { format!("{whole}.{}", &digits[3..3 + frac]) }
+        }),
+    ];
+    // Around 10^36 and the i128 limits, in the 76-digit integer column.
+    for (id, v) in [
+        (8, "999999999999999999999999999999999999"),
+        (9, "1000000000000000000000000000000000000"),
+        (10, "170141183460469231731687303715884105727"),
+        (11, "-170141183460469231731687303715884105729"),
+    ] {
+        let mut r = each(id, inside.clone(), &|_| "0".into());
+        r[3] = dec(v, 0);
+        source.push(r);
+    }
+    // Nullable columns NULL (the NOT NULL one zero).
+    let mut nulls = each(13, at(BOUNDS[0], 0), &|_| "0".into());
+    for (i, d) in decimals.iter().enumerate() {
+        if d.2.starts_with("Nullable") {
+            nulls[2 + i] = Value::Null;
+        }
+    }
+    source.push(nulls);
+    let target = vec![
+        each(20, inside.clone(), &|i| unit(decimals[i].4)),
+        each(21, at("2026-09-01T00:00:00Z", 0), &|i| format!("-{}", nines(decimals[i].3, decimals[i].4))),
+        each(22, at("2026-09-09T00:00:00Z", 0), &|i| nines(decimals[i].3, decimals[i].4)),
+    ];
+    replace_and_check(&fx, &source, &target);
+    fx.finish();
+}
+
+#[test]
+fn integer_limits_float_extremes_and_booleans_move_exactly() {
+    let cols = vec![
+        col("id", "bigint NOT NULL", "Int64"),
+        col("ts", "timestamptz NOT NULL", "DateTime64(6, 'UTC')"),
+        col("i16", "smallint", "Nullable(Int16)"),
+        col("i32", "integer", "Nullable(Int32)"),
+        col("i64", "bigint", "Nullable(Int64)"),
+        col("i16n", "smallint NOT NULL", "Int16"),
+        col("f32", "real", "Nullable(Float32)"),
+        col("f64", "double precision", "Nullable(Float64)"),
+        col("b", "boolean", "Nullable(Bool)"),
+        // A NOT NULL source column may feed a nullable target column.
+        col("i64_into_nullable", "bigint NOT NULL", "Nullable(Int64)"),
+    ];
+    let fx = Fixture::new("pgch_numbers", cols);
+    let r = |id: i64, ts: Value, i16v: Value, i32v: Value, i64v: Value, n: i16, f: Value, d: Value, b: Value| {
+        vec![int(id), ts, i16v, i32v, i64v, int(n), f, d, b, int(id * 1_000_000_007)]
+    };
+    let inside = |h: u32| at(&format!("2026-09-0{}T{:02}:00:00Z", 6 + h / 24, h % 24), 0);
+    let f32v = Value::Float32;
+    let f64v = Value::Float64;
+    let mut source = vec![
+        r(1, inside(1), int(i16::MIN), int(i32::MIN), int(i64::MIN), i16::MIN, f32v(f32::MIN), f64v(f64::MIN), Value::Bool(false)),
+        r(2, inside(30), int(i16::MAX), int(i32::MAX), int(i64::MAX), i16::MAX, f32v(f32::MAX), f64v(f64::MAX), Value::Bool(true)),
+        r(3, inside(50), int(0), int(0), int(0), 0, f32v(f32::MIN_POSITIVE), f64v(f64::MIN_POSITIVE), Value::Bool(true)),
+        // Smallest subnormals and negative zero keep their exact bits.
+        r(4, inside(60), int(-1), int(-1), int(-1), -1, f32v(f32::from_bits(1)), f64v(f64::from_bits(1)), Value::Bool(false)),
+        r(5, inside(70), int(1), int(1), int(1), 1, f32v(-0.0), f64v(-0.0), Value::Null),
+        r(6, inside(71), int(-2), int(-2), int(-2), 2, f32v(0.1), f64v(0.1 + 0.2), Value::Bool(true)),
+        r(7, inside(2), Value::Null, Value::Null, Value::Null, 7, Value::Null, Value::Null, Value::Null),
+        r(
+            8,
+            inside(3),
+            int(i16::MIN + 1),
+            int(i32::MAX - 1),
+            int(i64::MIN + 1),
+            8,
+            f32v(-f32::MAX),
+            f64v(f64::EPSILON),
+            Value::Bool(false),
+        ),
+    ];
+    // A NaN outside the window is never read, so it cannot fail the run.
+    source.push(r(9, at(BOUNDS[0], -1), int(9), int(9), int(9), 9, f32v(f32::NAN), f64v(f64::NAN), Value::Null));
+    let target = vec![
+        r(20, inside(1), int(1), int(2), int(3), 4, f32v(1.5), f64v(2.5), Value::Bool(true)),
+        r(
+            21,
+            at("2026-08-01T00:00:00Z", 0),
+            int(i16::MAX),
+            int(i32::MIN),
+            int(i64::MAX),
+            i16::MIN,
+            f32v(-0.0),
+            f64v(f64::MAX),
+            Value::Null,
+        ),
+    ];
+    replace_and_check(&fx, &source, &target);
+    fx.finish();
+}
+
+/// dpone refuses to write NaN and infinities, but a target may already hold
+/// them outside the window: they are the target's rows and stay as they are.
+#[test]
+fn non_finite_floats_already_in_the_target_outside_the_window_are_kept() {
+    let cols = vec![
+        col("id", "bigint NOT NULL", "Int64"),
+        col("ts", "timestamptz", "Nullable(DateTime64(6, 'UTC'))"),
+        col("f32", "real", "Nullable(Float32)"),
+        col("f64", "double precision NOT NULL", "Float64"),
+    ];
+    let fx = Fixture::new("pgch_kept_nan", cols);
+    let source = vec![vec![int(1), at("2026-09-07T00:00:00Z", 0), Value::Float32(1.5), Value::Float64(2.5)]];
+    fx.insert_source(&source);
+    fx.ch_exec(&format!(
+        "INSERT INTO {}.t VALUES (10, NULL, nan, nan), (11, '2026-09-01 00:00:00', inf, -inf), (12, '2026-09-10 00:00:00', -inf, inf), \
+         (13, '2026-09-07 00:00:00', nan, nan)",
+        fx.db
+    ));
+    let kept = vec![
+        vec![int(10), Value::Null, Value::Float32(f32::NAN), Value::Float64(f64::NAN)],
+        vec![int(11), at("2026-09-01T00:00:00Z", 0), Value::Float32(f32::INFINITY), Value::Float64(f64::NEG_INFINITY)],
+        vec![int(12), at("2026-09-10T00:00:00Z", 0), Value::Float32(f32::NEG_INFINITY), Value::Float64(f64::INFINITY)],
+    ];
+    let mut before = kept.clone();
+    before.push(vec![int(13), at("2026-09-07T00:00:00Z", 0), Value::Float32(f32::NAN), Value::Float64(f64::NAN)]);
+    assert_same_rows(&before, &fx.target_rows(), "target before the run (as inserted)");
+    run_and_check(&fx, &source);
+    fx.finish();
+}
+
+#[test]
+fn uuids_and_strings_move_exactly_and_empty_strings_stay_distinct_from_null() {
+    let cols = vec![
+        col("id", "bigint NOT NULL", "Int64"),
+        col("ts", "timestamptz", "Nullable(DateTime64(6, 'UTC'))"),
+        col("u", "uuid", "Nullable(UUID)"),
+        col("un", "uuid NOT NULL", "UUID"),
+        col("txt", "text", "Nullable(String)"),
+        col("txt_nn", "text NOT NULL", "String"),
+        col("vc", "varchar(40)", "Nullable(String)"),
+        col("fixed", "char(5)", "Nullable(String)"),
+    ];
+    let fx = Fixture::new("pgch_strings", cols);
+    let nil = uuid("00000000-0000-0000-0000-000000000000");
+    let max = uuid("ffffffff-ffff-ffff-ffff-ffffffffffff");
+    let some = uuid("0b5e7a9c-1f2d-4c3b-8a9e-0123456789ab");
+    let inside = at("2026-09-07T08:00:00Z", 0);
+    let r = |id: i64, u: Value, un: Value, txt: Value, txt_nn: &str, vc: Value, fixed: Value| {
+        vec![int(id), inside.clone(), u, un, txt, text(txt_nn), vc, fixed]
+    };
+    let long = "ж".repeat(70_000); // 140,000 bytes: a three-byte length prefix
+    let source = vec![
+        r(1, nil.clone(), nil.clone(), text(""), "", text(""), text("     ")),
+        r(2, max.clone(), max.clone(), Value::Null, "", Value::Null, Value::Null),
+        r(3, some.clone(), nil.clone(), text("naïve café ß Ω"), "日本語テキスト", text("🦀🚀"), text("ab   ")),
+        r(4, Value::Null, max.clone(), text("👍🏽 👨‍👩‍👧‍👦 🇺🇦"), "\u{10FFFF}", text("é🦀   "), text("é🦀   ")),
+        r(
+            5,
+            nil.clone(),
+            some.clone(),
+            text("quote ' double \" backslash \\ tab\t newline\n cr\r"),
+            " leading and trailing ",
+            text("x"),
+            text("x    "),
+        ),
+        r(6, some.clone(), some.clone(), text(&long), &long, text(&"9".repeat(40)), text("12345")),
+    ];
+    let target = vec![
+        r(20, max.clone(), nil.clone(), text("stale"), "stale", text(""), Value::Null),
+        vec![int(21), Value::Null, nil.clone(), max.clone(), text(""), text(""), Value::Null, text("")],
+        vec![int(22), at("2026-09-05T00:00:00Z", 0), Value::Null, some.clone(), Value::Null, text("kept ✓"), text("ü"), text("kept")],
+    ];
+    replace_and_check(&fx, &source, &target);
+    let after = fx.target_rows();
+    let txt_of = |id: i64| after.iter().filter(|r| r[0] == int(id)).map(|r| r[4].clone()).collect::<Vec<_>>();
+    assert_eq!(txt_of(1), vec![text("")], "expected an empty string, not NULL, for id 1");
+    assert_eq!(txt_of(2), vec![Value::Null], "expected NULL, not an empty string, for id 2");
+    fx.finish();
+}
+
+#[test]
+fn microsecond_timestamps_and_dates_move_exactly() {
+    let cols = vec![
+        col("id", "bigint NOT NULL", "Int64"),
+        col("ts", "timestamptz", "Nullable(DateTime64(6, 'UTC'))"),
+        col("at", "timestamptz", "Nullable(DateTime64(6, 'UTC'))"),
+        col("local", "timestamp", "Nullable(DateTime64(6))"),
+        col("d", "date", "Nullable(Date)"),
+        col("d32", "date", "Nullable(Date32)"),
+        col("dn", "date NOT NULL", "Date32"),
+    ];
+    let fx = Fixture::new("pgch_temporal", cols);
+    let r = |id: i64, ts: Value, at_: Value, local: Value, d: Value, d32: Value, dn: &str| vec![int(id), ts, at_, local, d, d32, date(dn)];
+    let source = vec![
+        r(
+            1,
+            at("2026-09-06T00:00:00.000001Z", 0),
+            at("1970-01-01T00:00:00.000001Z", 0),
+            at("1969-12-31T23:59:59.999999Z", 0),
+            date("1970-01-01"),
+            date("1900-01-01"),
+            "1900-01-01",
+        ),
+        r(
+            2,
+            at("2026-09-07T23:59:59.999999Z", 0),
+            at("2299-12-31T23:59:59.999999Z", 0),
+            at("1900-01-01T00:00:00.000001Z", 0),
+            date("2149-06-06"),
+            date("2299-12-31"),
+            "2299-12-31",
+        ),
+        r(
+            3,
+            at("2026-09-08T12:00:00.5Z", 0),
+            at("2026-09-08T12:00:00.999999Z", 0),
+            at("2026-09-08T12:00:00.000001Z", 0),
+            date("2026-09-08"),
+            date("1969-12-31"),
+            "1969-12-31",
+        ),
+        r(4, at(BOUNDS[1], 0), Value::Null, Value::Null, Value::Null, Value::Null, "2026-09-07"),
+        r(
+            5,
+            at("2026-09-07T00:00:00.000001Z", 0),
+            at("0001-01-01T00:00:00Z", 0),
+            at("9000-12-31T23:59:59.999999Z", 0),
+            date("2000-02-29"),
+            date("2000-02-29"),
+            "2000-02-29",
+        ),
+    ];
+    let target = vec![
+        r(
+            20,
+            at("2026-09-07T00:00:00.000001Z", 0),
+            at("2026-09-07T00:00:00Z", 0),
+            Value::Null,
+            date("2026-09-07"),
+            Value::Null,
+            "2026-09-07",
+        ),
+        r(
+            21,
+            at("2026-09-05T23:59:59.999999Z", 0),
+            at("1970-01-01T00:00:00Z", 0),
+            at("2026-09-05T23:59:59.999999Z", 0),
+            date("2149-06-06"),
+            date("1900-01-01"),
+            "1970-01-01",
+        ),
+    ];
+    replace_and_check(&fx, &source, &target);
+    fx.finish();
+}
+
+/// Column names the ClickHouse target's own queries use as aliases
+/// (`s`, `w`, `h`, `rows`, `digest`, `n0`, `min`, `max`, `day`, ...) are
+/// ordinary names and must move like any other column.
+#[test]
+fn columns_named_like_the_targets_query_aliases_move_exactly() {
+    let names = ["s", "w", "h", "rows", "digest", "n0", "n1", "i0", "o0", "total", "window", "nulls", "min", "max", "day", "in_rows"];
+    let mut cols = vec![col("id", "bigint NOT NULL", "Int64"), col("ts", "timestamptz", "Nullable(DateTime64(6, 'UTC'))")];
+    cols.extend(names.iter().map(|n| col(n, "bigint", "Nullable(Int64)")));
+    let fx = Fixture::new("pgch_aliases", cols);
+    let r = |id: i64, ts: Value| {
+        let mut r = vec![int(id), ts];
+        r.extend((0..names.len() as i64).map(|i| if (id + i) % 4 == 0 { Value::Null } else { int(id * 100 + i) }));
+        r
+    };
+    let source = vec![r(1, at("2026-09-06T01:00:00Z", 0)), r(2, at("2026-09-08T01:00:00Z", 0)), r(3, Value::Null)];
+    let target = vec![r(10, at("2026-09-07T01:00:00Z", 0)), r(11, at("2026-09-01T01:00:00Z", 0)), r(12, Value::Null)];
+    replace_and_check(&fx, &source, &target);
+    fx.finish();
+}
+
+// ---------------------------------------------------------------------------
+// Values without an exact target value: the run fails, nothing changes
+// ---------------------------------------------------------------------------
+
+/// One value that cannot be written exactly: a PostgreSQL column `v` of
+/// `pg` type into a ClickHouse column of `ch` type.
+struct BadValue {
+    case: &'static str,
+    pg: &'static str,
+    ch: &'static str,
+    /// A value that fits, for the other rows.
+    good: Value,
+    /// The offending value as a PostgreSQL literal.
+    bad: &'static str,
+    /// Text the error message must contain besides the column name.
+    reason: &'static str,
+}
+
+/// Runs each case in its own fixture: every chunk has good rows, the bad
+/// row sits in the last chunk. Expects exit 1, `invalid_value` naming
+/// column `v`, the target exactly as before and no `_dpone_` table.
+fn expect_value_failures(cases: &[BadValue]) {
+    let mut problems = Vec::new();
+    for c in cases {
+        let cols = vec![
+            col("id", "bigint NOT NULL", "Int64"),
+            col("ts", "timestamptz NOT NULL", "DateTime64(6, 'UTC')"),
+            col("v", &format!("{} NOT NULL", c.pg), c.ch),
+        ];
+        let fx = Fixture::new("pgch_badvalue", cols);
+        let source: Vec<Row> = (0..6).map(|i| vec![int(i), at(BOUNDS[(i % 3) as usize], i * 1_000_000), c.good.clone()]).collect();
+        fx.insert_source(&source);
+        fx.pg_exec(&format!("INSERT INTO {}.t VALUES (99, '2026-09-08 20:00:00+00', {})", fx.schema, c.bad));
+        let target = vec![
+            vec![int(10), at("2026-09-07T00:00:00Z", 0), c.good.clone()],
+            vec![int(11), at("2026-09-01T00:00:00Z", 0), c.good.clone()],
+        ];
+        fx.insert_target(&target);
+        let before = fx.target_rows();
+
+        let run = fx.run();
+        run.assert_no_panic();
+        let doc = run.json();
+        let message = doc["errors"][0]["message"].as_str().unwrap_or_default().to_string();
+        let mut p = Vec::new();
+        if run.code != Some(1) {
+            p.push(format!("expected exit 1, got {:?}", run.code));
+        }
+        if doc["status"] != "failed" || doc["error_code"] != "invalid_value" {
+            p.push(format!("expected status `failed` and error_code `invalid_value`, got {} / {}", doc["status"], doc["error_code"]));
+        }
+        if !message.contains("`v`") || !message.contains(c.reason) {
+            p.push(format!("expected the message to name column `v` and say `{}`, got `{message}`", c.reason));
+        }
+        let after = fx.target_rows();
+        if rendered(&after) != rendered(&before) {
+            p.push(format!("expected the target unchanged: before {before:?}, after {after:?}"));
+        }
+        let owned = fx.owned_tables();
+        if !owned.is_empty() {
+            p.push(format!("expected no `_dpone_` tables, found {owned:?}"));
+        }
+        if p.is_empty() {
+            fx.finish();
+        } else {
+            problems.push(format!("{}: {}\n{}", c.case, p.join("; "), run.describe()));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n\n"));
+}
+
+#[test]
+fn dates_outside_the_target_date_type_fail_the_run_and_leave_the_target_unchanged() {
+    let good = date("2000-01-01");
+    expect_value_failures(&[
+        BadValue { case: "before 1970 into Date", pg: "date", ch: "Date", good: good.clone(), bad: "'1969-12-31'", reason: "1969-12-31" },
+        BadValue {
+            case: "after 2149-06-06 into Date",
+            pg: "date",
+            ch: "Date",
+            good: good.clone(),
+            bad: "'2149-06-07'",
+            reason: "2149-06-07",
+        },
+        BadValue { case: "2200 into Date", pg: "date", ch: "Date", good: good.clone(), bad: "'2200-01-01'", reason: "2200-01-01" },
+        BadValue {
+            case: "before 1900 into Date32",
+            pg: "date",
+            ch: "Date32",
+            good: good.clone(),
+            bad: "'1899-12-31'",
+            reason: "1899-12-31",
+        },
+        BadValue {
+            case: "after 2299 into Date32",
+            pg: "date",
+            ch: "Date32",
+            good: good.clone(),
+            bad: "'2300-01-01'",
+            reason: "2300-01-01",
+        },
+        BadValue { case: "infinite date into Date32", pg: "date", ch: "Date32", good, bad: "'infinity'", reason: "Date32" },
+    ]);
+}
+
+#[test]
+fn nan_and_infinite_floats_inside_the_window_fail_the_run_and_leave_the_target_unchanged() {
+    expect_value_failures(&[
+        BadValue { case: "NaN double", pg: "double precision", ch: "Float64", good: Value::Float64(1.5), bad: "'NaN'", reason: "NaN" },
+        BadValue {
+            case: "infinite double",
+            pg: "double precision",
+            ch: "Float64",
+            good: Value::Float64(1.5),
+            bad: "'Infinity'",
+            reason: "not finite",
+        },
+        BadValue { case: "NaN real", pg: "real", ch: "Float32", good: Value::Float32(1.5), bad: "'NaN'", reason: "NaN" },
+        BadValue {
+            case: "negative infinite real",
+            pg: "real",
+            ch: "Float32",
+            good: Value::Float32(1.5),
+            bad: "'-Infinity'",
+            reason: "not finite",
+        },
+    ]);
+}
+
+#[test]
+fn numeric_nan_and_infinite_timestamps_fail_the_run_and_leave_the_target_unchanged() {
+    expect_value_failures(&[
+        BadValue { case: "numeric NaN", pg: "numeric(10,2)", ch: "Decimal(10, 2)", good: dec("1.50", 2), bad: "'NaN'", reason: "NaN" },
+        BadValue {
+            case: "infinite timestamp",
+            pg: "timestamp",
+            ch: "DateTime64(6)",
+            good: at("2000-01-01T00:00:00Z", 0),
+            bad: "'infinity'",
+            reason: "infinite",
+        },
+        BadValue {
+            case: "minus infinite timestamptz",
+            pg: "timestamptz",
+            ch: "DateTime64(6, 'UTC')",
+            good: at("2000-01-01T00:00:00Z", 0),
+            bad: "'-infinity'",
+            reason: "infinite",
+        },
+    ]);
+}
+
+#[test]
+fn plan_lists_no_refusals_for_a_runnable_window() {
+    let fx = Fixture::new("pgch_plan", basic_cols());
+    let plan = fx.plan();
+    assert_eq!(plan.code, Some(0), "expected a runnable plan to exit 0:\n{}", plan.describe());
+    let doc = plan.json();
+    assert_eq!(codes(&doc["refusals"]), Vec::<String>::new(), "expected no refusals");
+    assert_eq!(doc["route"]["name"], "postgres->clickhouse", "route");
+    assert_eq!(doc["publication"]["method"], "exchange_tables", "publication method");
+    assert_eq!(doc["window"]["chunk_count"], 3, "expected 3 chunks of one day");
+    let names: Vec<&str> = doc["columns"].as_array().expect("probed columns").iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, vec!["id", "ts", "amount", "name"], "expected the probed columns in target order");
+    assert_eq!(fx.owned_tables(), Vec::<String>::new(), "expected `plan` to create nothing");
+    assert!(!fx.work_dir().exists(), "expected `plan` to write no work dir");
+    fx.finish();
+}
+
+// ---------------------------------------------------------------------------
+// Target layouts that are admitted
+// ---------------------------------------------------------------------------
+
+/// A partitioned, sorted target with LowCardinality and compressed columns
+/// is a plain MergeTree: every chunk's parts and the kept rows must land in
+/// the right partitions, exactly.
+#[test]
+fn a_partitioned_sorted_target_with_low_cardinality_and_codecs_is_replaced_exactly() {
+    let cols = vec![
+        col("id", "bigint NOT NULL", "Int64"),
+        col("ts", "timestamptz NOT NULL", "DateTime64(6, 'UTC')"),
+        col("amount", "numeric(18,4)", "Nullable(Decimal(18, 4))"),
+        col("name", "text", "LowCardinality(Nullable(String))"),
+    ];
+    let mut setup = Setup::new("pgch_partitioned", cols);
+    setup.target[2].ch_suffix = "CODEC(ZSTD(3))".into();
+    setup.table_engine = Some("MergeTree PARTITION BY toYYYYMMDD(ts) ORDER BY (id, ts) SETTINGS index_granularity = 2".into());
+    let fx = Fixture::create(setup);
+    let r = |id: i64, ts: &str| vec![int(id), at(ts, 0), dec(&format!("{id}.5"), 4), text(&format!("group {}", id % 3))];
+    let source: Vec<Row> =
+        (1..=12).map(|i| r(i, &format!("2026-09-0{}T{:02}:00:00Z", 6 + i % 3, i))).chain([r(13, "2026-09-05T23:00:00Z")]).collect();
+    let target = vec![
+        r(20, "2026-09-06T05:00:00Z"),
+        r(21, "2026-09-08T23:59:59Z"),
+        r(22, "2026-09-05T12:00:00Z"), // same partition as a kept row, outside
+        r(23, "2026-09-09T00:00:00Z"),
+        r(24, "2026-08-01T00:00:00Z"),
+    ];
+    replace_and_check(&fx, &source, &target);
+    fx.finish();
+}
+
+/// Staging tables may live in another database (`sink.staging.schema`);
+/// none is left there afterwards.
+#[test]
+fn a_separate_staging_database_is_used_and_left_clean() {
+    let fx = Fixture::new("pgch_staging", basic_cols());
+    let staging = format!("{}_stg", fx.db);
+    fx.ch_exec(&format!("CREATE DATABASE {staging} ENGINE = Atomic"));
+    fx.write_manifest(&ManifestOptions { staging_schema: Some(staging.clone()), ..Default::default() });
+    let (source, target) = some_rows();
+    let doc = replace_and_check(&fx, &source, &target);
+    let ev = read_evidence(&doc);
+    let staged_in: Vec<&str> = ev["chunks"].as_array().expect("chunks").iter().filter_map(|c| c["staging_table"].as_str()).collect();
+    assert_eq!(staged_in.len(), 3, "expected one staging table per chunk in the evidence");
+    let left = fx.ch_strings(&format!("SELECT name FROM system.tables WHERE database = '{staging}'"));
+    assert_eq!(left, Vec::<String>::new(), "expected no table left in the staging database");
+    fx.ch_exec(&format!("DROP DATABASE {staging} SYNC"));
+    fx.finish();
+}
+
+/// A view reading another table whose name merely starts with the target's
+/// name does not depend on the target and must not block the run.
+#[test]
+fn a_view_on_a_table_whose_name_extends_the_targets_does_not_block_the_run() {
+    let fx = Fixture::new("pgch_viewprefix", basic_cols());
+    fx.ch_exec(&format!("CREATE TABLE {}.t_archive (id Int64) ENGINE = MergeTree ORDER BY id", fx.db));
+    fx.ch_exec(&format!("CREATE VIEW {0}.archive_view AS SELECT id FROM {0}.t_archive", fx.db));
+    let (source, target) = some_rows();
+    fx.insert_source(&source);
+    fx.insert_target(&target);
+    let plan = fx.plan();
+    assert_eq!(plan.code, Some(0), "expected no refusal: the view reads {}.t_archive, not {}.t\n{}", fx.db, fx.db, plan.describe());
+    let before = fx.target_rows();
+    let run = fx.run();
+    assert_eq!(run.code, Some(0), "expected the run to succeed:\n{}", run.describe());
+    assert_same_rows(&expected_after_replace(&before, &source, TS), &fx.target_rows(), "target after the run");
+    fx.finish();
+}
+
+/// Columns are matched by name, whatever their order on each side.
+#[test]
+fn columns_in_a_different_order_on_each_side_are_matched_by_name() {
+    let source_cols = basic_cols();
+    // Target order: name, ts, id, amount (the window column stays at index 1).
+    let order = [3, 1, 0, 2];
+    let mut setup = Setup::new("pgch_order", source_cols.clone());
+    setup.target = order.iter().map(|&i| source_cols[i].clone()).collect();
+    let fx = Fixture::create(setup);
+    let reorder = |r: &Row| -> Row { order.iter().map(|&i| r[i].clone()).collect() };
+    let (source, target) = some_rows();
+    fx.insert_source(&source);
+    fx.insert_target(&target.iter().map(reorder).collect::<Vec<_>>());
+    run_and_check(&fx, &source.iter().map(reorder).collect::<Vec<_>>());
+    fx.finish();
+}
+
+/// Names that need quoting on both sides: spaces, mixed case, a reserved
+/// word, a double quote, a non-ASCII character; the window column among them.
+#[test]
+fn column_names_that_need_quoting_are_moved_exactly() {
+    let cols = vec![
+        col("id", "bigint NOT NULL", "Int64"),
+        col("Event Time", "timestamptz", "Nullable(DateTime64(6, 'UTC'))"),
+        col("Amount €", "numeric(18,4)", "Nullable(Decimal(18, 4))"),
+        col("weird\"name", "text", "Nullable(String)"),
+        col("select", "integer", "Nullable(Int32)"),
+        col("MiXeD", "boolean", "Nullable(Bool)"),
+    ];
+    let fx = Fixture::new("pgch_quoting", cols);
+    fx.write_manifest(&ManifestOptions { window_column: "Event Time".into(), ..Default::default() });
+    let r = |id: i64, ts: Value| {
+        vec![int(id), ts, dec(&format!("{id}.25"), 4), text(&format!("n{id}")), int(id as i32), Value::Bool(id % 2 == 0)]
+    };
+    let source = vec![
+        r(1, at("2026-09-06T01:00:00Z", 0)),
+        r(2, at("2026-09-08T01:00:00Z", 0)),
+        r(3, Value::Null),
+        r(4, at("2026-09-01T00:00:00Z", 0)),
+    ];
+    let target = vec![r(10, at("2026-09-07T01:00:00Z", 0)), r(11, at("2026-08-01T00:00:00Z", 0)), r(12, Value::Null)];
+    replace_and_check(&fx, &source, &target);
+    fx.finish();
+}
+
+/// Thousands of rows per chunk in frames of at most 1 KiB: every chunk is
+/// sent as several INSERT requests (at most 64 frames each) into its
+/// staging table, and still arrives exactly once.
+#[test]
+fn many_rows_per_chunk_across_several_insert_requests_arrive_exactly_once() {
+    volume("pgch_volume", 1024, 20, 3);
+}
+
+/// Frames smaller than a KiB are allowed (`block_bytes` >= 1); a run with
+/// them must finish (or refuse), never stall.
+#[test]
+fn frames_smaller_than_a_kibibyte_do_not_stall_the_run() {
+    volume("pgch_small_frames", 512, 50, 3);
+}
+
+/// One row every 30 s from 2026-09-05T12:00Z for four days (every 97th name
+/// NULL, every 1000th row twice), moved in frames of `block_bytes`.
+fn volume(prefix: &'static str, block_bytes: u64, block_rows: u64, parallelism: u32) {
+    let fx = Fixture::new(prefix, basic_cols());
+    fx.write_manifest(&ManifestOptions { parallelism, block_rows: Some(block_rows), block_bytes: Some(block_bytes), ..Default::default() });
+    let first = micros("2026-09-05T12:00:00Z");
+    let n: i64 = 4 * 2880;
+    let gen_row = |i: i64| -> Row {
+        let name = if i % 97 == 0 { Value::Null } else { text(&format!("row {i}")) };
+        vec![int(i), Value::Micros(first + i * 30_000_000), Value::Decimal { unscaled: ethnum::I256::from(i), scale: 4 }, name]
+    };
+    let select = "SELECT i, timestamptz '2026-09-05 12:00:00+00' + i * interval '30 seconds', i * 0.0001, \
+                  CASE WHEN i % 97 = 0 THEN NULL ELSE 'row ' || i END";
+    fx.pg_exec(&format!("INSERT INTO {}.t {select} FROM generate_series(0, {}) AS i", fx.schema, n - 1));
+    fx.pg_exec(&format!("INSERT INTO {}.t {select} FROM generate_series(0, {}, 1000) AS i", fx.schema, n - 1));
+    let mut source: Vec<Row> = (0..n).map(gen_row).collect();
+    source.extend((0..n).step_by(1000).map(gen_row));
+    let target: Vec<Row> = (0..3000).map(|i| row(100_000 + i, Value::Micros(first + i * 123_456_789))).collect();
+    fx.insert_target(&target);
+    let doc = run_and_check(&fx, &source);
+    assert!(doc["inserted_rows"].as_u64().unwrap_or(0) > 8_000, "expected thousands of rows inside the window");
+    fx.finish();
+}
+
+/// `source.options.columns` moves only the listed columns, in whatever
+/// order they are listed; `extra` (a type the target lacks) is not read.
+fn column_subset(prefix: &'static str, extra_type: &str, extra_value: &str) {
+    let mut setup = Setup::new(prefix, basic_cols());
+    setup.source.push(col("extra", extra_type, ""));
+    let fx = Fixture::create(setup);
+    fx.write_manifest(&ManifestOptions { columns: Some(["name", "ts", "id", "amount"].map(String::from).to_vec()), ..Default::default() });
+    let (source, target) = some_rows();
+    fx.insert_source_columns(&["id", "ts", "amount", "name"], &source);
+    fx.pg_exec(&format!("UPDATE {}.t SET extra = {extra_value}", fx.schema));
+    fx.insert_target(&target);
+    run_and_check(&fx, &source);
+    fx.finish();
+}
+
+#[test]
+fn a_column_subset_moves_only_the_listed_columns() {
+    column_subset("pgch_subset", "bigint", "7");
+}
+
+/// The remedy the `unsupported_type` refusal suggests ("exclude the column
+/// with source.options.columns") must work: an unlisted column of an
+/// unsupported type is never read, so it cannot be refused.
+#[test]
+fn an_unsupported_column_left_out_of_the_column_list_does_not_block_the_run() {
+    column_subset("pgch_subset_unsupported", "jsonb", "'{\"k\": 1}'");
+}
+
+/// A PostgreSQL view is a source like a table (the refusals' hint says
+/// "cast it in a view"): here it casts a json column to text. View columns
+/// carry no NOT NULL, so every target column is nullable.
+#[test]
+fn a_postgresql_view_that_casts_an_unsupported_column_is_a_valid_source() {
+    let cols = vec![
+        col("id", "bigint", "Nullable(Int64)"),
+        col("ts", "timestamptz", "Nullable(DateTime64(6, 'UTC'))"),
+        col("payload", "json", "Nullable(String)"),
+    ];
+    let mut setup = Setup::new("pgch_view", cols);
+    setup.target[2].ch = "Nullable(String)".into();
+    let fx = Fixture::create(setup);
+    fx.pg_exec(&format!("CREATE VIEW {0}.v AS SELECT id, ts, payload::text AS payload FROM {0}.t", fx.schema));
+    fx.write_manifest(&ManifestOptions { source_table: Some("v".into()), ..Default::default() });
+    let r = |id: i64, ts: Value, payload: &str| vec![int(id), ts, text(payload)];
+    let source = vec![r(1, at("2026-09-07T01:00:00Z", 0), r#"{"a": [1, 2.5, "x"]}"#), r(2, at("2026-09-01T00:00:00Z", 0), "null")];
+    fx.insert_source(&source);
+    let target = vec![r(10, at("2026-09-08T00:00:00Z", 0), "{}"), r(11, Value::Null, "[]")];
+    fx.insert_target(&target);
+    run_and_check(&fx, &source);
+    fx.finish();
+}
+
+/// A range-partitioned PostgreSQL table is read through its parent, across
+/// partitions that cut through the chunks.
+#[test]
+fn a_partitioned_postgresql_table_is_read_across_its_partitions() {
+    let mut setup = Setup::new("pgch_pgpart", basic_cols());
+    setup.source[0].pg = "bigint NOT NULL".into();
+    let fx = Fixture::create(setup);
+    fx.pg_exec(&format!(
+        "DROP TABLE {0}.t; \
+         CREATE TABLE {0}.t (id bigint NOT NULL, ts timestamptz, amount numeric(18,4), name text) PARTITION BY RANGE (ts); \
+         CREATE TABLE {0}.t_a PARTITION OF {0}.t FOR VALUES FROM (MINVALUE) TO ('2026-09-06 12:00:00+00'); \
+         CREATE TABLE {0}.t_b PARTITION OF {0}.t FOR VALUES FROM ('2026-09-06 12:00:00+00') TO ('2026-09-08 06:00:00+00'); \
+         CREATE TABLE {0}.t_c PARTITION OF {0}.t FOR VALUES FROM ('2026-09-08 06:00:00+00') TO (MAXVALUE); \
+         CREATE TABLE {0}.t_null PARTITION OF {0}.t DEFAULT",
+        fx.schema
+    ));
+    let source: Vec<Row> = (0..40)
+        .map(|i| row(i, if i % 9 == 0 { Value::Null } else { Value::Micros(micros("2026-09-05T20:00:00Z") + i * 7_200_000_000) }))
+        .collect();
+    let (_, target) = some_rows();
+    replace_and_check(&fx, &source, &target);
+    fx.finish();
+}

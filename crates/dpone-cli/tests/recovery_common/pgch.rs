@@ -1,0 +1,495 @@
+//! A PostgreSQL source and a ClickHouse target per test (copied and
+//! trimmed from `pg_clickhouse_common`, plus environment-driven runs).
+//!
+//! Both tables are called `t` with the columns of [`COLUMNS`]; the window
+//! is `[2026-09-06, 2026-09-09)` in three chunks of one day, two at a time,
+//! frames of at most 3 rows (every chunk spans several frames). The target
+//! is read back as RowBinary and decoded under its column types, so rows
+//! are compared as exact multisets of typed values.
+
+use super::{Background, Run};
+use dpone_clickhouse::{ChClient, ClickhouseConfig, Idempotence};
+use dpone_core::rowbinary::{decode_row, encode_row};
+use dpone_core::time::Timestamp;
+use dpone_core::types::{ColumnType, parse_clickhouse_type};
+use dpone_core::value::{Value, format_date, format_decimal, format_uuid, parse_date, parse_decimal, parse_uuid, rescale};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{RwLock, RwLockWriteGuard};
+
+/// The window anchor every test passes explicitly.
+pub const INTERVAL_END: &str = "2026-09-09T00:00:00Z";
+
+/// Chunk bounds: lookback P3D, chunk_interval P1D, end = `INTERVAL_END`.
+pub const BOUNDS: [&str; 4] = ["2026-09-06T00:00:00Z", "2026-09-07T00:00:00Z", "2026-09-08T00:00:00Z", "2026-09-09T00:00:00Z"];
+
+/// The table name on both sides.
+pub const TABLE: &str = "t";
+
+/// `(name, PostgreSQL type, ClickHouse type)` of the test table.
+pub const COLUMNS: [(&str, &str, &str); 8] = [
+    ("id", "bigint NOT NULL", "Int64"),
+    ("ts", "timestamptz", "Nullable(DateTime64(6, 'UTC'))"),
+    ("amount", "numeric(18,4)", "Nullable(Decimal(18, 4))"),
+    ("name", "text", "Nullable(String)"),
+    ("u", "uuid", "Nullable(UUID)"),
+    ("d", "date", "Nullable(Date32)"),
+    ("f", "double precision", "Nullable(Float64)"),
+    ("ok", "boolean", "Nullable(Bool)"),
+];
+
+/// Index of the window column `ts`.
+pub const TS: usize = 1;
+
+pub type Row = Vec<Value>;
+
+// ---------------------------------------------------------------------------
+// Values
+// ---------------------------------------------------------------------------
+
+/// Microseconds since the epoch of an RFC 3339 instant.
+pub fn micros(rfc3339: &str) -> i64 {
+    Timestamp::parse_rfc3339(rfc3339).unwrap_or_else(|e| panic!("bad instant in a test: {e}")).0
+}
+
+/// A `DateTime64(6)` value `offset` microseconds after the instant `rfc3339`.
+pub fn at(rfc3339: &str, offset: i64) -> Value {
+    Value::Micros(micros(rfc3339) + offset)
+}
+
+pub fn int(v: impl Into<i128>) -> Value {
+    Value::int(v)
+}
+
+pub fn text(s: &str) -> Value {
+    Value::str(s)
+}
+
+/// A decimal literal as a `Decimal(_, scale)` column returns it.
+pub fn dec(literal: &str, scale: u8) -> Value {
+    let (unscaled, from) = parse_decimal(literal).unwrap_or_else(|| panic!("bad decimal literal `{literal}` in a test"));
+    let unscaled = rescale(unscaled, from, scale).unwrap_or_else(|| panic!("`{literal}` has more than {scale} fractional digits"));
+    Value::Decimal { unscaled, scale }
+}
+
+pub fn date(iso: &str) -> Value {
+    Value::Date(parse_date(iso).unwrap_or_else(|| panic!("bad date `{iso}` in a test")))
+}
+
+pub fn uuid(s: &str) -> Value {
+    Value::Uuid(parse_uuid(s).unwrap_or_else(|| panic!("bad uuid `{s}` in a test")))
+}
+
+/// A row of [`COLUMNS`] whose values derive from `id`; `ts` is `at(..)` or NULL.
+pub fn row(id: i64, ts: Value) -> Row {
+    vec![
+        int(id),
+        ts,
+        dec(&format!("{}.{:04}", id * 7, id.rem_euclid(10_000)), 4),
+        text(&format!("name {id} ✓")),
+        uuid(&format!("0c8f1e7a-1f4b-4c55-9b7e-{:012x}", id.unsigned_abs())),
+        date(&format!("2026-{:02}-{:02}", 1 + id.rem_euclid(12), 1 + id.rem_euclid(28))),
+        Value::Float64(id as f64 + 0.25),
+        Value::Bool(id % 2 == 0),
+    ]
+}
+
+/// `r` with column `col` replaced.
+pub fn with(mut r: Row, col: usize, v: Value) -> Row {
+    r[col] = v;
+    r
+}
+
+/// `r` with every nullable column except the window column NULL.
+pub fn sparse(r: Row) -> Row {
+    r.into_iter().enumerate().map(|(i, v)| if i == 0 || i == TS { v } else { Value::Null }).collect()
+}
+
+/// Whether a window value lies in `[start, end)`; NULL never does.
+pub fn in_window(v: &Value) -> bool {
+    in_range(v, micros(BOUNDS[0]), micros(BOUNDS[3]))
+}
+
+pub fn in_range(v: &Value, start: i64, end: i64) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Micros(m) => (start..end).contains(m),
+        other => panic!("window values are DateTime64(6) or NULL, got {other:?}"),
+    }
+}
+
+/// A quoted PostgreSQL identifier.
+pub fn pg_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// A PostgreSQL literal for `v`.
+pub fn pg_literal(v: &Value) -> String {
+    let quote = |s: &str| format!("'{}'", s.replace('\'', "''"));
+    match v {
+        Value::Null => "NULL".into(),
+        Value::Int(i) => i.to_string(),
+        Value::Float64(f) => quote(&format!("{f:?}")),
+        Value::Decimal { unscaled, scale } => quote(&format_decimal(*unscaled, *scale)),
+        Value::Bool(b) => b.to_string(),
+        Value::Bytes(b) => quote(std::str::from_utf8(b).expect("PostgreSQL text is UTF-8")),
+        Value::Uuid(u) => quote(&format_uuid(*u)),
+        Value::Date(d) => quote(&format_date(*d)),
+        Value::Micros(m) => quote(&format!("{}+00", Timestamp(*m).to_canonical())),
+        other => panic!("no PostgreSQL literal for {other:?} in these tests"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Multisets
+// ---------------------------------------------------------------------------
+
+/// Rows rendered exactly (`Debug` keeps every float digit), sorted: a multiset.
+pub fn rendered(rows: &[Row]) -> Vec<String> {
+    let mut out: Vec<String> = rows.iter().map(|r| format!("{r:?}")).collect();
+    out.sort();
+    out
+}
+
+/// Panics with a readable difference unless `actual` is exactly the multiset `expected`.
+pub fn assert_same_rows(expected: &[Row], actual: &[Row], what: &str) {
+    let (e, a) = (rendered(expected), rendered(actual));
+    if e == a {
+        return;
+    }
+    let mut count: BTreeMap<&String, i64> = BTreeMap::new();
+    for r in &e {
+        *count.entry(r).or_default() += 1;
+    }
+    for r in &a {
+        *count.entry(r).or_default() -= 1;
+    }
+    let lines: Vec<String> = count
+        .iter()
+        .filter(|(_, n)| **n != 0)
+        .take(30)
+        .map(|(r, n)| if *n > 0 { format!("  missing x{n}: {r}") } else { format!("  unexpected x{}: {r}", -n) })
+        .collect();
+    panic!("{what}: expected exactly {} rows, found {}\n{}", e.len(), a.len(), lines.join("\n"));
+}
+
+/// The target after a window replace: its rows whose window value is NULL
+/// or outside the window, plus the source rows inside, with multiplicity.
+pub fn expected_after_replace(target_before: &[Row], source: &[Row]) -> Vec<Row> {
+    let mut out: Vec<Row> = target_before.iter().filter(|r| !in_window(&r[TS])).cloned().collect();
+    out.extend(source.iter().filter(|r| in_window(&r[TS])).cloned());
+    out
+}
+
+/// Source rows inside each chunk, in chunk order.
+pub fn rows_per_chunk(source: &[Row]) -> Vec<u64> {
+    BOUNDS.windows(2).map(|b| source.iter().filter(|r| in_range(&r[TS], micros(b[0]), micros(b[1]))).count() as u64).collect()
+}
+
+// ---------------------------------------------------------------------------
+// The standard data set
+// ---------------------------------------------------------------------------
+
+/// About three chunks of source rows: every chunk spans several 3-row
+/// frames, with duplicates (within and across chunks), rows on the chunk
+/// bounds, sparse rows (NULL values) and source rows outside the window or
+/// with a NULL window value (never copied).
+pub fn standard_source() -> Vec<Row> {
+    let mut s = Vec::new();
+    // Chunk 0: [09-06, 09-07), 7 rows.
+    s.push(row(1, at(BOUNDS[0], 0)));
+    s.push(row(2, at("2026-09-06T03:00:00Z", 0)));
+    s.extend(vec![row(3, at("2026-09-06T09:30:00.123456Z", 0)); 3]);
+    s.push(sparse(row(4, at("2026-09-06T12:00:00Z", 0))));
+    s.push(row(5, at(BOUNDS[1], -1)));
+    // Chunk 1: [09-07, 09-08), 8 rows.
+    s.push(row(6, at(BOUNDS[1], 0)));
+    s.extend(vec![row(7, at("2026-09-07T07:07:07Z", 0)); 2]);
+    s.push(with(row(3, at("2026-09-06T09:30:00.123456Z", 0)), TS, at("2026-09-07T09:30:00Z", 0)));
+    s.push(sparse(row(8, at("2026-09-07T15:00:00Z", 0))));
+    s.push(row(9, at("2026-09-07T18:00:00Z", 0)));
+    s.push(row(10, at("2026-09-07T21:00:00Z", 0)));
+    s.push(row(11, at(BOUNDS[2], -1)));
+    // Chunk 2: [09-08, 09-09), 6 rows.
+    s.push(row(12, at(BOUNDS[2], 0)));
+    s.extend(vec![row(13, at("2026-09-08T13:00:00Z", 0)); 2]);
+    s.push(row(14, at("2026-09-08T14:00:00Z", 0)));
+    s.push(sparse(row(15, at("2026-09-08T20:00:00Z", 0))));
+    s.push(row(16, at(BOUNDS[3], -1)));
+    // Never copied: outside the window or NULL window values.
+    s.push(row(90, at(BOUNDS[0], -1)));
+    s.push(row(91, at(BOUNDS[3], 0)));
+    s.push(row(92, Value::Null));
+    s.push(row(92, Value::Null));
+    s
+}
+
+/// Pre-existing target rows inside the window (stale, replaced) and
+/// outside it (kept), NULL window values and duplicates included.
+pub fn standard_target() -> Vec<Row> {
+    let mut t = Vec::new();
+    // Inside the window: replaced.
+    t.push(row(200, at("2026-09-06T05:00:00Z", 0)));
+    t.extend(vec![row(7, at("2026-09-07T07:07:07Z", 0)); 4]); // stale copies of a source row
+    t.push(row(201, at(BOUNDS[3], -1)));
+    // Outside the window: kept.
+    t.extend(vec![row(300, at("2026-08-30T10:00:00Z", 0)); 2]);
+    t.push(row(301, at(BOUNDS[0], -1)));
+    t.push(row(302, at(BOUNDS[3], 0)));
+    t.push(sparse(row(303, at("2027-01-01T00:00:00Z", 0))));
+    // NULL window values: kept.
+    t.extend(vec![row(400, Value::Null); 2]);
+    t.push(sparse(row(401, Value::Null)));
+    t
+}
+
+// ---------------------------------------------------------------------------
+// Fixture
+// ---------------------------------------------------------------------------
+
+/// Every PostgreSQL write of this test binary holds this lock shared.
+///
+/// dpone's run id derives from the source version, which for PostgreSQL is
+/// the exported snapshot (`pg_current_snapshot()`): it only changes when a
+/// transaction id is assigned somewhere in the cluster. A test that needs
+/// two runs to see the same snapshot (as two runs of a quiet production
+/// source do) holds the lock exclusively (`quiet_source`), so that the
+/// other tests of this binary do not advance it meanwhile.
+static PG_WRITES: RwLock<()> = RwLock::new(());
+
+/// A PostgreSQL schema and a ClickHouse Atomic database owned by one test.
+pub struct Fixture {
+    rt: tokio::runtime::Runtime,
+    pg: tokio_postgres::Client,
+    pub ch: ChClient,
+    pub clickhouse_url: String,
+    /// PostgreSQL schema of the source table.
+    pub schema: String,
+    /// ClickHouse database of the target table.
+    pub db: String,
+    tmp: tempfile::TempDir,
+    pub manifest: PathBuf,
+}
+
+impl Fixture {
+    /// Creates the schema, the database, both tables `t` and the manifest.
+    pub fn new(prefix: &str) -> Fixture {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a tokio runtime");
+        let (pg, connection) = rt
+            .block_on(tokio_postgres::connect(&dpone_testkit::postgres_url(), tokio_postgres::NoTls))
+            .expect("connect to the PostgreSQL test server");
+        rt.spawn(connection);
+        let clickhouse_url = dpone_testkit::clickhouse_url();
+        let ch = ChClient::new(ClickhouseConfig::from_url(&clickhouse_url).expect("a ClickHouse URL")).expect("a ClickHouse client");
+        let name = dpone_testkit::unique_name(prefix);
+        let tmp = tempfile::tempdir().expect("a temp dir");
+        let manifest = tmp.path().join("manifest.yaml");
+        let fx = Fixture { rt, pg, ch, clickhouse_url, schema: name.clone(), db: name, tmp, manifest };
+        let pg_cols: Vec<String> = COLUMNS.iter().map(|(n, pg, _)| format!("{} {pg}", pg_ident(n))).collect();
+        fx.pg_exec(&format!("CREATE SCHEMA {}; CREATE TABLE {}.{TABLE} ({})", fx.schema, fx.schema, pg_cols.join(", ")));
+        fx.ch_exec(&format!("CREATE DATABASE {} ENGINE = Atomic", fx.db));
+        let ch_cols: Vec<String> = COLUMNS.iter().map(|(n, _, ch)| format!("{} {ch}", dpone_clickhouse::quote_ident(n))).collect();
+        fx.ch_exec(&format!("CREATE TABLE {}.{TABLE} ({}) ENGINE = MergeTree ORDER BY tuple()", fx.db, ch_cols.join(", ")));
+        fx.write_manifest();
+        fx
+    }
+
+    /// A fixture holding [`standard_source`] and [`standard_target`].
+    pub fn standard(prefix: &str) -> Fixture {
+        let fx = Fixture::new(prefix);
+        fx.insert_source(&standard_source());
+        fx.insert_target(&standard_target());
+        fx
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    pub fn work_dir(&self) -> PathBuf {
+        self.dir().join("work")
+    }
+
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    pub fn pg_exec(&self, sql: &str) {
+        let _shared = PG_WRITES.read().unwrap_or_else(|e| e.into_inner());
+        self.block_on(self.pg.batch_execute(sql)).unwrap_or_else(|e| panic!("PostgreSQL refused `{sql}`: {e:?}"));
+    }
+
+    /// Keeps the other tests of this binary from writing to PostgreSQL
+    /// while the guard lives (see [`PG_WRITES`]).
+    pub fn quiet_source() -> RwLockWriteGuard<'static, ()> {
+        PG_WRITES.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn ch_exec(&self, sql: &str) {
+        self.block_on(self.ch.execute(sql, Idempotence::Safe)).unwrap_or_else(|e| panic!("ClickHouse refused `{sql}`: {e}"));
+    }
+
+    /// One text column of a query, in order.
+    pub fn ch_strings(&self, sql: &str) -> Vec<String> {
+        let out = self
+            .block_on(self.ch.query_text(&format!("{sql} FORMAT TabSeparatedRaw"), Idempotence::Safe))
+            .unwrap_or_else(|e| panic!("ClickHouse refused `{sql}`: {e}"));
+        out.lines().map(str::to_string).collect()
+    }
+
+    /// Inserts rows (in [`COLUMNS`] order) into the PostgreSQL table.
+    pub fn insert_source(&self, rows: &[Row]) {
+        if rows.is_empty() {
+            return;
+        }
+        let values: Vec<String> = rows.iter().map(|r| format!("({})", r.iter().map(pg_literal).collect::<Vec<_>>().join(", "))).collect();
+        self.pg_exec(&format!("INSERT INTO {}.{TABLE} VALUES {}", self.schema, values.join(",\n")));
+    }
+
+    /// The target's column types, as rows are encoded and decoded.
+    fn target_types() -> Vec<ColumnType> {
+        COLUMNS.iter().map(|(n, _, ch)| parse_clickhouse_type(ch).unwrap_or_else(|e| panic!("column `{n}`: {e}"))).collect()
+    }
+
+    fn column_list() -> String {
+        COLUMNS.iter().map(|(n, _, _)| dpone_clickhouse::quote_ident(n)).collect::<Vec<_>>().join(", ")
+    }
+
+    /// Inserts rows into the ClickHouse target as RowBinary.
+    pub fn insert_target(&self, rows: &[Row]) {
+        if rows.is_empty() {
+            return;
+        }
+        let types = Self::target_types();
+        let mut body = Vec::new();
+        for r in rows {
+            encode_row(&mut body, &types, r).unwrap_or_else(|(i, e)| panic!("target test row {r:?}: column {i}: {e}"));
+        }
+        let table = format!("{}.{TABLE} ({})", self.db, Self::column_list());
+        self.block_on(self.ch.insert_rowbinary(&table, reqwest::Body::from(body), &dpone_testkit::unique_name("recovery_insert")))
+            .unwrap_or_else(|e| panic!("inserting target rows failed: {e}"));
+    }
+
+    /// Every row of the target, decoded from RowBinary.
+    pub fn target_rows(&self) -> Vec<Row> {
+        self.table_rows(TABLE)
+    }
+
+    /// Every row of `table` in the target's database.
+    pub fn table_rows(&self, table: &str) -> Vec<Row> {
+        let types = Self::target_types();
+        let sql = format!("SELECT {} FROM {}.{} FORMAT RowBinary", Self::column_list(), self.db, dpone_clickhouse::quote_ident(table));
+        let bytes = self.block_on(self.ch.query_bytes(&sql)).unwrap_or_else(|e| panic!("reading {table} failed: {e}"));
+        let mut input = &bytes[..];
+        let mut rows = Vec::new();
+        while !input.is_empty() {
+            rows.push(decode_row(&mut input, &types).unwrap_or_else(|e| panic!("decoding a row of {table}: {e}")));
+        }
+        rows
+    }
+
+    /// The target table's UUID.
+    pub fn target_uuid(&self) -> String {
+        self.ch_strings(&format!("SELECT toString(uuid) FROM system.tables WHERE database = '{}' AND name = '{TABLE}'", self.db))
+            .pop()
+            .expect("the target table exists")
+    }
+
+    /// Tables dpone owns (`_dpone_*`) in the target's database, sorted.
+    pub fn owned_tables(&self) -> Vec<String> {
+        let mut t =
+            self.ch_strings(&format!("SELECT name FROM system.tables WHERE database = '{}' AND startsWith(name, '_dpone_')", self.db));
+        t.sort();
+        t
+    }
+
+    /// After a success: no staging or generation table is left, and at most
+    /// one backup (`_dpone_bak_`). Returns the backup's name, if any.
+    pub fn assert_clean_after_success(&self, what: &str) -> Option<String> {
+        let owned = self.owned_tables();
+        let leftovers: Vec<&String> = owned.iter().filter(|t| !t.starts_with("_dpone_bak_")).collect();
+        assert!(leftovers.is_empty(), "{what}: expected no `_dpone_stg_` / `_dpone_gen_` table after success, found {owned:?}");
+        assert!(owned.len() <= 1, "{what}: expected at most one `_dpone_bak_` backup, found {owned:?}");
+        owned.into_iter().next()
+    }
+
+    fn write_manifest(&self) {
+        let yaml = format!(
+            r#"kind: dpone.batch.v1
+source:
+  type: postgres
+  connection: {{connection_type: env, connection_id: PG}}
+  table: {{schema: {schema}, name: {TABLE}}}
+  options:
+    native_transfer:
+      wire: {{block_rows: 3}}
+      execution:
+        chunking: {{mode: bounded_window, parallelism: 2}}
+sink:
+  type: clickhouse
+  connection: {{connection_type: env, connection_id: CH}}
+  table: {{schema: {db}, name: {TABLE}}}
+  strategy:
+    mode: replace
+    atomicity: target_atomic
+    window: {{column: ts, anchor: data_interval_end, lookback: P3D, chunk_interval: P1D}}
+runtime:
+  storage: {{work_dir: {work}}}
+"#,
+            schema = self.schema,
+            db = self.db,
+            work = self.work_dir().display(),
+        );
+        std::fs::write(&self.manifest, yaml).expect("write the manifest");
+    }
+
+    fn env<'a>(&'a self, pg: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        let mut env = vec![("DPONE_CONN_PG", pg), ("DPONE_CONN_CH", self.clickhouse_url.as_str())];
+        env.extend_from_slice(extra);
+        env
+    }
+
+    /// Runs `dpone <args>` with the fixture's connections plus `extra` variables.
+    pub fn dpone(&self, args: &[&str], extra: &[(&str, &str)]) -> Run {
+        let pg = dpone_testkit::postgres_url();
+        super::run(self.dir(), args, &self.env(&pg, extra))
+    }
+
+    fn run_args(&self) -> Vec<String> {
+        ["run", &self.manifest.display().to_string(), "--interval-end", INTERVAL_END, "--format", "json"].map(String::from).to_vec()
+    }
+
+    /// `dpone run <manifest> --interval-end <END> --format json` with `extra` variables.
+    pub fn run_with(&self, extra: &[(&str, &str)]) -> Run {
+        let args = self.run_args();
+        self.dpone(&args.iter().map(String::as_str).collect::<Vec<_>>(), extra)
+    }
+
+    /// The same run without any test variable.
+    pub fn run(&self) -> Run {
+        self.run_with(&[])
+    }
+
+    /// The same run, started in the background.
+    pub fn spawn_run(&self, extra: &[(&str, &str)]) -> Background {
+        let pg = dpone_testkit::postgres_url();
+        let args = self.run_args();
+        super::spawn(self.dir(), &args.iter().map(String::as_str).collect::<Vec<_>>(), &self.env(&pg, extra))
+    }
+
+    /// `dpone status <manifest> --format json`, parsed.
+    pub fn status(&self) -> serde_json::Value {
+        let m = self.manifest.display().to_string();
+        let run = self.dpone(&["status", &m, "--format", "json"], &[]);
+        run.assert_no_panic();
+        assert_eq!(run.code, Some(0), "expected `dpone status` to exit 0:\n{}", run.describe());
+        run.json()
+    }
+
+    /// Drops the schema and the database; called at the end of a passing
+    /// test (a failing test leaves them for inspection).
+    pub fn finish(self) {
+        self.pg_exec(&format!("DROP SCHEMA {} CASCADE", self.schema));
+        self.ch_exec(&format!("DROP DATABASE IF EXISTS {} SYNC", self.db));
+    }
+}

@@ -1,0 +1,310 @@
+//! SQLite source and target files per test (copied and trimmed from
+//! `common` and `sqlite_window.rs`, plus environment-driven runs).
+//!
+//! The window is `[2026-09-06, 2026-09-09)` in chunks of 16 hours (five
+//! chunks, the last one 8 hours), three at a time, frames of at most 2 rows.
+//! Tables are dumped as exact multisets of rendered values (with their
+//! SQLite storage classes).
+
+use super::Run;
+use rusqlite::types::{Value as Sql, ValueRef};
+use rusqlite::{Connection, OpenFlags};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+pub const INTERVAL_END: &str = "2026-09-09T00:00:00Z";
+
+pub const DDL: &str =
+    "CREATE TABLE t (id INTEGER NOT NULL, ts TIMESTAMP, amount DECIMAL(12,2), name TEXT, u UUID, d DATE, flag BOOLEAN, f REAL)";
+
+/// Index of the window column `ts`.
+pub const TS: usize = 1;
+
+/// Window bounds in SQLite's canonical timestamp text.
+pub const START: &str = "2026-09-06 00:00:00.000000";
+pub const END: &str = "2026-09-09 00:00:00.000000";
+
+/// Chunks of the window (16 hours each, the last one 8 hours).
+pub const CHUNKS: usize = 5;
+
+const MANIFEST: &str = r#"kind: dpone.batch.v1
+source:
+  type: sqlite
+  connection: {connection_type: params, params: {path: source.db}}
+  table: {name: t}
+  options:
+    native_transfer:
+      wire: {block_rows: 2}
+      execution:
+        chunking: {mode: bounded_window, parallelism: 3}
+sink:
+  type: sqlite
+  connection: {connection_type: params, params: {path: target.db}}
+  table: {name: t}
+  strategy:
+    mode: replace
+    window: {column: ts, anchor: data_interval_end, lookback: P3D, chunk_interval: PT16H}
+runtime:
+  storage: {work_dir: work}
+"#;
+
+// ---------------------------------------------------------------------------
+// Rows
+// ---------------------------------------------------------------------------
+
+/// A row as rendered values, in column order.
+pub type Row = Vec<String>;
+
+fn text(s: &str) -> Sql {
+    Sql::Text(s.to_string())
+}
+
+/// A row with every column set; `ts` is canonical text or NULL.
+pub fn row(id: i64, ts: Option<&str>) -> Vec<Sql> {
+    vec![
+        Sql::Integer(id),
+        ts.map(text).unwrap_or(Sql::Null),
+        text(&format!("{}.{:02}", id * 7, id % 100)),
+        text(&format!("name {id} ✓")),
+        text(&format!("0c8f1e7a-1f4b-4c55-9b7e-{id:012x}")),
+        text("2026-09-07"),
+        Sql::Integer(id % 2),
+        Sql::Real(id as f64 + 0.25),
+    ]
+}
+
+/// `r` with every nullable column except `ts` NULL.
+pub fn sparse(r: Vec<Sql>) -> Vec<Sql> {
+    r.into_iter().enumerate().map(|(i, v)| if i == 0 || i == TS { v } else { Sql::Null }).collect()
+}
+
+/// Source rows: every chunk spans several frames, with duplicates, rows on
+/// the chunk bounds, sparse rows, and rows outside the window or with a
+/// NULL `ts` (never copied).
+pub fn standard_source() -> Vec<Vec<Sql>> {
+    let mut s = vec![
+        // [09-06 00:00, 09-06 16:00)
+        row(1, Some("2026-09-06 00:00:00.000000")),
+        row(2, Some("2026-09-06 05:00:00.000000")),
+        row(2, Some("2026-09-06 05:00:00.000000")),
+        row(3, Some("2026-09-06 15:59:59.999999")),
+        // [09-06 16:00, 09-07 08:00)
+        row(4, Some("2026-09-06 16:00:00.000000")),
+        sparse(row(5, Some("2026-09-07 01:00:00.000000"))),
+        row(6, Some("2026-09-07 07:00:00.000000")),
+        // [09-07 08:00, 09-08 00:00)
+        row(7, Some("2026-09-07 08:00:00.000000")),
+        row(8, Some("2026-09-07 12:00:00.000000")),
+        row(8, Some("2026-09-07 12:00:00.000000")),
+        row(8, Some("2026-09-07 12:00:00.000000")),
+        // [09-08 00:00, 09-08 16:00)
+        row(9, Some("2026-09-08 00:00:00.000000")),
+        row(10, Some("2026-09-08 10:00:00.000000")),
+        sparse(row(11, Some("2026-09-08 15:00:00.000000"))),
+        // [09-08 16:00, 09-09 00:00)
+        row(12, Some("2026-09-08 16:00:00.000000")),
+        row(13, Some("2026-09-08 23:59:59.999999")),
+        row(13, Some("2026-09-08 23:59:59.999999")),
+    ];
+    // Never copied.
+    s.push(row(90, Some("2026-09-05 23:59:59.999999")));
+    s.push(row(91, Some("2026-09-09 00:00:00.000000")));
+    s.push(row(92, None));
+    s
+}
+
+/// Target rows inside the window (replaced), outside it and with a NULL
+/// `ts` (kept), duplicates included.
+pub fn standard_target() -> Vec<Vec<Sql>> {
+    vec![
+        row(200, Some("2026-09-06 01:00:00.000000")),
+        row(8, Some("2026-09-07 12:00:00.000000")),
+        row(8, Some("2026-09-07 12:00:00.000000")),
+        row(201, Some("2026-09-08 23:59:59.999999")),
+        row(300, Some("2026-08-30 10:00:00.000000")),
+        row(300, Some("2026-08-30 10:00:00.000000")),
+        row(301, Some("2026-09-05 23:59:59.999999")),
+        row(302, Some("2026-09-09 00:00:00.000000")),
+        row(400, None),
+        row(400, None),
+        sparse(row(401, None)),
+    ]
+}
+
+/// One SQLite value rendered with its storage class, so that `1`, `1.0`,
+/// `'1'` and NULL stay distinct.
+pub fn render(v: ValueRef<'_>) -> String {
+    match v {
+        ValueRef::Null => "null".to_string(),
+        ValueRef::Integer(i) => format!("int:{i}"),
+        ValueRef::Real(f) => format!("real:{f:?}"),
+        ValueRef::Text(t) => format!("text:{:?}", String::from_utf8_lossy(t)),
+        ValueRef::Blob(b) => format!("blob:{}", b.iter().map(|x| format!("{x:02x}")).collect::<String>()),
+    }
+}
+
+/// Every row of `table` (all columns), sorted: an exact multiset.
+///
+/// The connection is read-write on purpose: a process aborted in a write
+/// transaction leaves a hot journal that only a writable connection rolls
+/// back (a read-only one fails with SQLITE_READONLY_ROLLBACK).
+pub fn dump(db: &Path, table: &str) -> Vec<Row> {
+    let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_WRITE).expect("open database");
+    let mut stmt = conn.prepare(&format!("SELECT * FROM \"{table}\"")).expect("select all rows");
+    let n = stmt.column_count();
+    let mut rows: Vec<Row> = stmt
+        .query_map([], |r| (0..n).map(|i| r.get_ref(i).map(render)).collect::<rusqlite::Result<Row>>())
+        .expect("query rows")
+        .collect::<rusqlite::Result<_>>()
+        .expect("read rows");
+    rows.sort();
+    rows
+}
+
+/// Whether a rendered window value lies in `[START, END)`; NULL never does.
+pub fn rendered_in_window(v: &str) -> bool {
+    match v.strip_prefix("text:") {
+        Some(quoted) => {
+            let text: String = serde_json::from_str(quoted).expect("rendered text is a quoted string");
+            text.as_str() >= START && text.as_str() < END
+        }
+        None => {
+            assert_eq!(v, "null", "window values are canonical text or NULL");
+            false
+        }
+    }
+}
+
+/// The target after a window replace: target rows outside the window
+/// (NULL `ts` included) plus source rows inside it, with multiplicity, sorted.
+pub fn expected_after_replace(target_before: &[Row], source: &[Row]) -> Vec<Row> {
+    let mut out: Vec<Row> = target_before.iter().filter(|r| !rendered_in_window(&r[TS])).cloned().collect();
+    out.extend(source.iter().filter(|r| rendered_in_window(&r[TS])).cloned());
+    out.sort();
+    out
+}
+
+/// Panics with a readable difference unless `actual` is exactly the sorted multiset `expected`.
+pub fn assert_same_rows(expected: &[Row], actual: &[Row], what: &str) {
+    if expected == actual {
+        return;
+    }
+    let mut count: BTreeMap<&Row, i64> = BTreeMap::new();
+    for r in expected {
+        *count.entry(r).or_default() += 1;
+    }
+    for r in actual {
+        *count.entry(r).or_default() -= 1;
+    }
+    let lines: Vec<String> = count
+        .iter()
+        .filter(|(_, n)| **n != 0)
+        .take(20)
+        .map(|(r, n)| if *n > 0 { format!("  missing x{n}: {r:?}") } else { format!("  unexpected x{}: {r:?}", -n) })
+        .collect();
+    panic!("{what}: expected exactly {} rows, found {}\n{}", expected.len(), actual.len(), lines.join("\n"));
+}
+
+// ---------------------------------------------------------------------------
+// Fixture
+// ---------------------------------------------------------------------------
+
+fn create_db(path: &Path, rows: &[Vec<Sql>]) {
+    let conn = Connection::open(path).expect("create database");
+    conn.execute_batch(DDL).expect("create table");
+    insert(&conn, rows);
+}
+
+fn insert(conn: &Connection, rows: &[Vec<Sql>]) {
+    for r in rows {
+        let sql = format!("INSERT INTO t VALUES ({})", (1..=r.len()).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", "));
+        conn.execute(&sql, rusqlite::params_from_iter(r.iter())).expect("insert row");
+    }
+}
+
+/// A source and a target database and the manifest, in a temp dir.
+pub struct Fixture {
+    _tmp: tempfile::TempDir,
+    pub dir: PathBuf,
+    pub source: PathBuf,
+    pub target: PathBuf,
+    pub manifest: String,
+}
+
+impl Fixture {
+    pub fn new(source_rows: &[Vec<Sql>], target_rows: &[Vec<Sql>]) -> Fixture {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let dir = tmp.path().to_path_buf();
+        let (source, target) = (dir.join("source.db"), dir.join("target.db"));
+        create_db(&source, source_rows);
+        create_db(&target, target_rows);
+        let manifest = dir.join("manifest.yaml");
+        std::fs::write(&manifest, MANIFEST).expect("write manifest");
+        Fixture { _tmp: tmp, manifest: manifest.display().to_string(), dir, source, target }
+    }
+
+    pub fn standard() -> Fixture {
+        Fixture::new(&standard_source(), &standard_target())
+    }
+
+    /// `dpone run <manifest> --interval-end <end> --format json` with `extra` variables.
+    pub fn run_until(&self, interval_end: &str, extra: &[(&str, &str)]) -> Run {
+        super::run(&self.dir, &["run", &self.manifest, "--interval-end", interval_end, "--format", "json"], extra)
+    }
+
+    pub fn run_with(&self, extra: &[(&str, &str)]) -> Run {
+        self.run_until(INTERVAL_END, extra)
+    }
+
+    pub fn run(&self) -> Run {
+        self.run_with(&[])
+    }
+
+    /// `dpone <args...> <manifest>`-style commands without test variables.
+    pub fn dpone(&self, args: &[&str]) -> Run {
+        super::run(&self.dir, args, &[])
+    }
+
+    /// `dpone status <manifest> --format json`, parsed.
+    pub fn status(&self) -> serde_json::Value {
+        let run = self.dpone(&["status", &self.manifest, "--format", "json"]);
+        run.assert_no_panic();
+        assert_eq!(run.code, Some(0), "expected `dpone status` to exit 0:\n{}", run.describe());
+        run.json()
+    }
+
+    pub fn source_rows(&self) -> Vec<Row> {
+        dump(&self.source, "t")
+    }
+
+    pub fn target_rows(&self) -> Vec<Row> {
+        dump(&self.target, "t")
+    }
+
+    /// Rows of any table of the target database.
+    pub fn target_table_rows(&self, table: &str) -> Vec<Row> {
+        dump(&self.target, table)
+    }
+
+    /// Runs SQL against the target database (as another writer would).
+    pub fn target_exec(&self, sql: &str) {
+        let conn = Connection::open(&self.target).expect("open the target");
+        conn.execute_batch(sql).unwrap_or_else(|e| panic!("SQLite refused `{sql}`: {e}"));
+    }
+
+    /// Inserts rows into the target table (as another writer would).
+    pub fn target_insert(&self, rows: &[Vec<Sql>]) {
+        insert(&Connection::open(&self.target).expect("open the target"), rows);
+    }
+
+    /// Tables dpone owns (`_dpone_*`) in the target database.
+    pub fn owned_tables(&self) -> Vec<String> {
+        let conn = Connection::open_with_flags(&self.target, OpenFlags::SQLITE_OPEN_READ_WRITE).expect("open the target");
+        conn.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '\\_dpone\\_%' ESCAPE '\\' ORDER BY name")
+            .expect("list tables")
+            .query_map([], |r| r.get(0))
+            .expect("query tables")
+            .collect::<rusqlite::Result<_>>()
+            .expect("read tables")
+    }
+}

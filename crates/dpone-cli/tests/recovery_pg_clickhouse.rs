@@ -1,0 +1,565 @@
+//! Crash recovery of the PostgreSQL -> ClickHouse route, through the real
+//! `dpone` binary against real servers.
+//!
+//! Every abort failpoint gets its own test: run with
+//! `DPONE_FAILPOINT=<point>` (the process aborts there, no cleanup), check
+//! what `dpone status` and the target say, run the same command again, and
+//! require the published target to be exactly the expected multiset (the
+//! target's rows outside the window, NULL window values included, plus the
+//! source's rows inside it), no staging or generation table left and at most
+//! one backup. Then the simulated faults (lost INSERT / EXCHANGE
+//! acknowledgements), a lease held by a live run, a lease that expires, a
+//! source that changes between attempts, SIGINT, and a crash while recovering.
+//!
+//! PostgreSQL snapshots do not survive a process, so a run resumed before
+//! publication re-extracts the whole window; after the EXCHANGE it only
+//! finishes (no source access).
+
+mod recovery_common;
+
+use dpone_core::value::Value;
+use recovery_common::pgch::{
+    BOUNDS, Fixture, Row, TS, assert_same_rows, at, expected_after_replace, in_window, row, rows_per_chunk, sparse, standard_source,
+    standard_target, with,
+};
+use recovery_common::{ABORT_POINTS, Run, crash_point, state_of, wait_until};
+use std::time::Duration;
+
+/// Checks a successful run's report against the expected target.
+fn check_report(doc: &serde_json::Value, source: &[Row], expected: &[Row], what: &str) {
+    let inside = source.iter().filter(|r| in_window(&r[TS])).count();
+    assert_eq!(doc["inserted_rows"], inside, "{what}: expected inserted_rows = source rows inside the window");
+    assert_eq!(doc["final_rows"], expected.len(), "{what}: expected final_rows = rows of the expected target");
+    assert_eq!(doc["kept_rows"], expected.len() - inside, "{what}: expected kept_rows = target rows outside the window");
+    let per_chunk: Vec<u64> = doc["chunks"].as_array().expect("chunks").iter().map(|c| c["rows"].as_u64().expect("rows")).collect();
+    assert_eq!(per_chunk, rows_per_chunk(source), "{what}: expected each chunk to carry exactly the source rows of its bounds");
+    let evidence = doc["evidence_path"].as_str().expect("an evidence path");
+    assert!(std::path::Path::new(evidence).is_file(), "{what}: expected the evidence file {evidence} to exist");
+}
+
+/// After a success: target exact, report consistent, no leftovers, status
+/// `succeeded`. Returns the backup table's name, if any.
+fn check_success(fx: &Fixture, run: &Run, source: &[Row], expected: &[Row], what: &str) -> (serde_json::Value, Option<String>) {
+    let doc = run.assert_succeeded(what);
+    assert_same_rows(expected, &fx.target_rows(), &format!("{what}: target (its rows outside the window + the source rows inside)"));
+    check_report(&doc, source, expected, what);
+    let backup = fx.assert_clean_after_success(what);
+    let status = fx.status();
+    assert_eq!(state_of(&status), "succeeded", "{what}: expected `dpone status` to say succeeded: {status:#}");
+    assert_eq!(status["run_id"], doc["run_id"], "{what}: expected `dpone status` to show the run that succeeded");
+    (doc, backup)
+}
+
+/// Asserts that the target is still exactly what it was (rows and table).
+fn assert_target_untouched(fx: &Fixture, before: &[Row], uuid_before: &str, what: &str) {
+    assert_same_rows(before, &fx.target_rows(), &format!("{what}: target (expected exactly the previous contents)"));
+    assert_eq!(fx.target_uuid(), uuid_before, "{what}: expected the target to be the same table (no EXCHANGE)");
+}
+
+// ---------------------------------------------------------------------------
+// One abort at every failpoint, then the same command again
+// ---------------------------------------------------------------------------
+
+fn crash_then_rerun(point: &str) {
+    let case = crash_point(point);
+    let fx = Fixture::standard("rec_pgch_crash");
+    let source = standard_source();
+    let before = fx.target_rows();
+    assert_same_rows(&standard_target(), &before, "target as inserted by the test");
+    let expected = expected_after_replace(&before, &source);
+    let uuid_before = fx.target_uuid();
+
+    // A succeeded run is run again as a new execution: keep the source's
+    // snapshot unchanged across both runs, as a quiet source would.
+    let quiet = (case.state == "succeeded").then(Fixture::quiet_source);
+    let crashed = fx.run_with(&[("DPONE_FAILPOINT", point)]);
+    crashed.assert_aborted_at(point);
+    let status = fx.status();
+    assert_eq!(state_of(&status), case.state, "after an abort at {point}: expected `dpone status` to say {}: {status:#}", case.state);
+    if case.published {
+        assert_same_rows(&expected, &fx.target_rows(), &format!("after an abort at {point} (after the EXCHANGE): target"));
+    } else {
+        assert_target_untouched(&fx, &before, &uuid_before, &format!("after an abort at {point} (before publication)"));
+    }
+
+    let rerun = fx.run();
+    drop(quiet);
+    let what = format!("rerun after an abort at {point}");
+    let (doc, backup) = check_success(&fx, &rerun, &source, &expected, &what);
+    match case.state {
+        // The rerun finishes the same run from the target alone.
+        "publishing" | "published" => {
+            assert_eq!(doc["run_id"], status["run_id"], "{what}: expected the interrupted run to be finished, not a new one");
+            assert_eq!(doc["resumed"], true, "{what}: expected `resumed: true`");
+            assert_eq!(doc["execution"], 1, "{what}: expected the first execution to be completed");
+        }
+        // The run had succeeded: the same command is a new execution.
+        "succeeded" => assert_eq!(doc["execution"], 2, "{what}: expected a second execution of a succeeded invocation"),
+        // A PostgreSQL snapshot does not survive: everything is re-extracted.
+        _ => assert_eq!(doc["reused_chunks"], 0, "{what}: expected no chunk reused from a PostgreSQL snapshot that is gone"),
+    }
+    // The backup is the target as the last publication found it.
+    let backup = backup.unwrap_or_else(|| panic!("{what}: expected a `_dpone_bak_` backup of the previous target"));
+    let previous = if case.state == "succeeded" { &expected } else { &before };
+    assert_same_rows(previous, &fx.table_rows(&backup), &format!("{what}: backup {backup} (the target before the last publication)"));
+    fx.finish();
+}
+
+/// The abort points covered below (one test each).
+const COVERED: [&str; 13] = [
+    "plan.after_persist",
+    "staging.before_write",
+    "staging.mid_stream",
+    "staging.after_ack",
+    "chunk.after_verify",
+    "checkpoint.after_write",
+    "generation.after_build",
+    "publish.before_intent",
+    "publish.before_exchange",
+    "publish.after_exchange",
+    "evidence.before_write",
+    "evidence.after_write",
+    "state.after_succeeded",
+];
+
+/// Simulated faults (no abort): lost acknowledgements and a stopped lease renewal.
+fn is_simulated(point: &str) -> bool {
+    point.ends_with("_ack_lost") || point.starts_with("lease.")
+}
+
+#[test]
+fn every_abort_failpoint_has_a_crash_test() {
+    let aborts: Vec<&str> = dpone_core::failpoint::POINTS.iter().copied().filter(|p| !is_simulated(p)).collect();
+    assert_eq!(
+        aborts,
+        COVERED.to_vec(),
+        "expected a crash test for every abort failpoint of dpone_core::failpoint::POINTS (a new simulated fault must be \
+         recognised by `is_simulated`)"
+    );
+    assert_eq!(ABORT_POINTS.to_vec(), COVERED.to_vec(), "expected recovery_common::ABORT_POINTS to list the same points");
+}
+
+macro_rules! crash_tests {
+    ($($name:ident => $point:literal,)*) => {
+        $(
+            #[test]
+            fn $name() {
+                crash_then_rerun($point);
+            }
+        )*
+    };
+}
+
+crash_tests! {
+    abort_after_the_plan_is_persisted_then_rerun => "plan.after_persist",
+    abort_before_the_first_staging_write_then_rerun => "staging.before_write",
+    abort_in_the_middle_of_a_chunk_stream_then_rerun => "staging.mid_stream",
+    abort_after_a_staging_write_is_acknowledged_then_rerun => "staging.after_ack",
+    abort_after_a_chunk_is_verified_then_rerun => "chunk.after_verify",
+    abort_after_a_chunk_checkpoint_then_rerun => "checkpoint.after_write",
+    abort_after_the_generation_is_built_then_rerun => "generation.after_build",
+    abort_before_the_publication_intent_then_rerun => "publish.before_intent",
+    abort_before_the_exchange_then_rerun => "publish.before_exchange",
+    abort_after_the_exchange_then_rerun => "publish.after_exchange",
+    abort_before_the_evidence_is_written_then_rerun => "evidence.before_write",
+    abort_after_the_evidence_is_written_then_rerun => "evidence.after_write",
+    abort_after_success_is_recorded_then_rerun => "state.after_succeeded",
+}
+
+#[test]
+fn the_same_command_run_twice_on_an_unchanged_source_succeeds_both_times() {
+    let fx = Fixture::standard("rec_pgch_twice");
+    let source = standard_source();
+    let before = fx.target_rows();
+    let expected = expected_after_replace(&before, &source);
+
+    // Nothing writes to PostgreSQL between the two runs, so both see the
+    // same snapshot (and compute the same run id).
+    let quiet = Fixture::quiet_source();
+    let (doc1, _) = check_success(&fx, &fx.run(), &source, &expected, "the first run");
+    let second = fx.run();
+    drop(quiet);
+    let (doc2, backup) = check_success(&fx, &second, &source, &expected, "the same command again");
+    assert_eq!(doc2["target_unchanged"], true, "expected the second run to report `target_unchanged: true`");
+    assert_eq!(doc2["execution"], doc1["execution"].as_u64().unwrap_or(0) + 1, "expected a new execution of the invocation");
+    let backup = backup.unwrap_or_else(|| panic!("expected a `_dpone_bak_` backup"));
+    assert_same_rows(&expected, &fx.table_rows(&backup), "backup after the second run (the first run's publication)");
+    fx.finish();
+}
+
+// ---------------------------------------------------------------------------
+// Simulated faults
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_lost_exchange_acknowledgement_is_judged_by_identity_and_published_exactly_once() {
+    let point = "clickhouse.exchange_ack_lost";
+    let fx = Fixture::standard("rec_pgch_xack");
+    let source = standard_source();
+    let before = fx.target_rows();
+    let expected = expected_after_replace(&before, &source);
+
+    let run = fx.run_with(&[("DPONE_FAILPOINT", point)]);
+    assert!(
+        run.stderr.contains(&format!("failpoint {point} fired")),
+        "expected the lost acknowledgement to be injected:\n{}",
+        run.describe()
+    );
+    let what = "run whose EXCHANGE acknowledgement was lost";
+    let (doc, backup) = check_success(&fx, &run, &source, &expected, what);
+    assert_eq!(doc["resumed"], false, "{what}: expected a single run, not a resumed one");
+    // An EXCHANGE repeated an even number of times would have put the old
+    // table back: the target is new and the backup old, so it ran once.
+    let backup = backup.unwrap_or_else(|| panic!("{what}: expected a `_dpone_bak_` backup"));
+    assert_same_rows(&before, &fx.table_rows(&backup), &format!("{what}: backup {backup} (the previous target)"));
+    fx.finish();
+}
+
+#[test]
+fn a_lost_insert_acknowledgement_is_reconciled_by_inspecting_the_staging_table() {
+    let point = "clickhouse.insert_ack_lost";
+    let fx = Fixture::standard("rec_pgch_iack");
+    let source = standard_source();
+    let before = fx.target_rows();
+    let expected = expected_after_replace(&before, &source);
+
+    let run = fx.run_with(&[("DPONE_FAILPOINT", point)]);
+    assert!(
+        run.stderr.contains(&format!("failpoint {point} fired")),
+        "expected the lost acknowledgement to be injected:\n{}",
+        run.describe()
+    );
+    let what = "run with a lost INSERT acknowledgement";
+    let (doc, _) = check_success(&fx, &run, &source, &expected, what);
+    // The INSERT had landed: inspection accepts the attempt, nothing is re-staged.
+    let attempts: Vec<u64> = doc["chunks"].as_array().expect("chunks").iter().map(|c| c["attempt"].as_u64().expect("attempt")).collect();
+    assert_eq!(
+        attempts,
+        vec![1, 1, 1],
+        "{what}: expected every chunk verified at its first attempt (the landed INSERT is inspected, not redone)"
+    );
+    fx.finish();
+}
+
+// ---------------------------------------------------------------------------
+// Leases
+// ---------------------------------------------------------------------------
+
+/// Waits until the background run's journal records its generation (the
+/// run is then in its pause before the publication intent).
+fn wait_for_generation(fx: &Fixture, a: &mut recovery_common::Background) {
+    wait_until(Duration::from_secs(60), "the background run has built its generation", || {
+        assert!(a.is_running(), "expected the background run to be pausing before its publication intent");
+        fx.work_dir().join("state.db").exists() && fx.status()["journal"]["generation"].is_object()
+    });
+}
+
+#[test]
+fn a_run_refuses_while_another_live_run_holds_the_lease() {
+    let fx = Fixture::standard("rec_pgch_held");
+    let source = standard_source();
+    let before = fx.target_rows();
+    let expected = expected_after_replace(&before, &source);
+    let uuid_before = fx.target_uuid();
+
+    let mut a = fx.spawn_run(&[("DPONE_FAILPOINT_SLEEP", "publish.before_intent:4000")]);
+    wait_for_generation(&fx, &mut a);
+    let b = fx.run();
+    b.assert_failed("a second run while the first holds the lease", 1, "lease_held");
+    assert!(
+        b.stderr.contains(&format!("pid {}", a.pid())),
+        "expected the refusal to name the lease holder (pid {}):\n{}",
+        a.pid(),
+        b.describe()
+    );
+    assert!(a.is_running(), "expected the refused run to leave the first one alone");
+    assert_target_untouched(&fx, &before, &uuid_before, "after the refused second run");
+
+    let a = a.wait();
+    check_success(&fx, &a, &source, &expected, "the first run, after the refused second one");
+    fx.finish();
+}
+
+#[test]
+fn a_run_whose_lease_expires_stops_before_publication_and_the_next_run_succeeds() {
+    let fx = Fixture::standard("rec_pgch_expiry");
+    let source = standard_source();
+    let before = fx.target_rows();
+    let expected = expected_after_replace(&before, &source);
+    let uuid_before = fx.target_uuid();
+
+    let lost = fx.run_with(&[
+        ("DPONE_TEST_LEASE_TTL_MS", "1500"),
+        ("DPONE_FAILPOINT", "lease.stop_renewal"),
+        ("DPONE_FAILPOINT_SLEEP", "publish.before_intent:3000"),
+    ]);
+    let doc = lost.assert_failed("a run whose lease renewal stopped", 1, "lease_lost");
+    assert_eq!(doc["publication"], "absent", "expected the run to report that nothing was published:\n{}", lost.describe());
+    assert_target_untouched(&fx, &before, &uuid_before, "after the run that lost its lease");
+    let status = fx.status();
+    assert_eq!(state_of(&status), "staging", "expected the journal to be kept for the next run: {status:#}");
+
+    let next = fx.run();
+    check_success(&fx, &next, &source, &expected, "the run after the lease expired");
+    fx.finish();
+}
+
+#[test]
+fn a_run_that_lost_its_lease_to_another_run_never_publishes() {
+    let fx = Fixture::standard("rec_pgch_stolen");
+    let source = standard_source();
+    let before = fx.target_rows();
+    let expected = expected_after_replace(&before, &source);
+
+    // A stops renewing a 1.5 s lease and pauses before its publication intent.
+    let mut a = fx.spawn_run(&[
+        ("DPONE_TEST_LEASE_TTL_MS", "1500"),
+        ("DPONE_FAILPOINT", "lease.stop_renewal"),
+        ("DPONE_FAILPOINT_SLEEP", "publish.before_intent:8000"),
+    ]);
+    wait_for_generation(&fx, &mut a);
+    std::thread::sleep(Duration::from_millis(1600));
+    // B takes the expired lease over and runs the window to the end while A sleeps.
+    let b = fx.run();
+    let (doc, _) = check_success(&fx, &b, &source, &expected, "the run that took over the expired lease");
+    assert!(a.is_running(), "expected the first run to be still pausing while the second one finished");
+
+    let a = a.wait();
+    a.assert_failed("the run whose lease was taken over", 1, "lease_lost");
+    assert_same_rows(&expected, &fx.target_rows(), "target after the first run woke up (expected the second run's publication)");
+    fx.assert_clean_after_success("after the first run woke up");
+    let status = fx.status();
+    assert_eq!(state_of(&status), "succeeded", "expected the journal to keep the second run's success: {status:#}");
+    assert_eq!(status["run_id"], doc["run_id"], "expected the journal to keep the second run");
+    fx.finish();
+}
+
+// ---------------------------------------------------------------------------
+// The source changes between attempts
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_source_changed_between_attempts_is_re_extracted_whole() {
+    let fx = Fixture::standard("rec_pgch_changed");
+    let mut source = standard_source();
+    let before = fx.target_rows();
+
+    let crashed = fx.run_with(&[("DPONE_FAILPOINT", "checkpoint.after_write:2")]);
+    crashed.assert_aborted_at("checkpoint.after_write");
+    let status = fx.status();
+    assert_eq!(state_of(&status), "staging", "expected the crashed run to be staging: {status:#}");
+    assert_eq!(status["chunks_verified"], 2, "expected 2 verified chunks at the second checkpoint: {status:#}");
+
+    // Inside the window: delete, update, insert; move rows across its edges.
+    let s = &fx.schema;
+    fx.pg_exec(&format!(
+        "DELETE FROM {s}.t WHERE id = 2;
+         UPDATE {s}.t SET name = 'changed', amount = 1.5 WHERE id = 9;
+         UPDATE {s}.t SET ts = '2026-09-01 00:00:00+00' WHERE id = 14;
+         UPDATE {s}.t SET ts = '2026-09-07 12:00:00+00' WHERE id = 90;"
+    ));
+    source.retain(|r| r[0] != Value::int(2));
+    for r in source.iter_mut() {
+        if r[0] == Value::int(9) {
+            r[2] = recovery_common::pgch::dec("1.5", 4);
+            r[3] = Value::str("changed");
+        } else if r[0] == Value::int(14) {
+            r[TS] = at("2026-09-01T00:00:00Z", 0);
+        } else if r[0] == Value::int(90) {
+            r[TS] = at("2026-09-07T12:00:00Z", 0);
+        }
+    }
+    let added = vec![
+        row(500, at("2026-09-06T06:00:00Z", 0)),
+        sparse(row(501, at("2026-09-08T08:00:00Z", 0))),
+        row(13, at("2026-09-08T13:00:00Z", 0)),
+    ];
+    fx.insert_source(&added);
+    source.extend(added);
+    let expected = expected_after_replace(&before, &source);
+
+    let rerun = fx.run();
+    let what = "rerun after the source changed";
+    let (doc, _) = check_success(&fx, &rerun, &source, &expected, what);
+    assert_eq!(doc["reused_chunks"], 0, "{what}: expected no chunk of the old snapshot to be reused");
+    assert_ne!(doc["run_id"], status["run_id"], "{what}: expected a new run id for the new source version");
+    fx.finish();
+}
+
+// ---------------------------------------------------------------------------
+// SIGINT
+// ---------------------------------------------------------------------------
+
+#[test]
+fn sigint_stops_the_run_before_publication_and_the_next_run_resumes() {
+    let fx = Fixture::standard("rec_pgch_sigint");
+    let source = standard_source();
+    let before = fx.target_rows();
+    let expected = expected_after_replace(&before, &source);
+    let uuid_before = fx.target_uuid();
+
+    let mut a = fx.spawn_run(&[("DPONE_FAILPOINT_SLEEP", "publish.before_intent:3000")]);
+    wait_for_generation(&fx, &mut a);
+    a.signal("INT");
+    let interrupted = a.wait();
+    interrupted.assert_no_panic();
+    assert_eq!(interrupted.code, Some(130), "expected exit 130 after SIGINT:\n{}", interrupted.describe());
+    assert_eq!(interrupted.json()["status"], "interrupted", "expected `status: interrupted`:\n{}", interrupted.describe());
+    let status = fx.status();
+    assert_eq!(state_of(&status), "staging", "expected the interrupted run to stay in staging: {status:#}");
+    assert_eq!(status["chunks_verified"], 3, "expected the verified chunks to be kept: {status:#}");
+    assert_target_untouched(&fx, &before, &uuid_before, "after SIGINT");
+
+    let rerun = fx.run();
+    check_success(&fx, &rerun, &source, &expected, "rerun after SIGINT");
+    fx.finish();
+}
+
+#[test]
+fn a_second_sigint_exits_at_once_and_the_next_run_resumes() {
+    let fx = Fixture::standard("rec_pgch_sigint2");
+    let source = standard_source();
+    let before = fx.target_rows();
+    let expected = expected_after_replace(&before, &source);
+    let uuid_before = fx.target_uuid();
+
+    let mut a = fx.spawn_run(&[("DPONE_FAILPOINT_SLEEP", "publish.before_intent:20000")]);
+    wait_for_generation(&fx, &mut a);
+    let started = std::time::Instant::now();
+    a.signal("INT");
+    std::thread::sleep(Duration::from_millis(300));
+    a.signal("INT");
+    let interrupted = a.wait();
+    interrupted.assert_no_panic();
+    assert_eq!(interrupted.code, Some(130), "expected exit 130 after a second SIGINT:\n{}", interrupted.describe());
+    assert!(started.elapsed() < Duration::from_secs(10), "expected the second SIGINT to exit at once, not after the 20 s pause");
+    assert_target_untouched(&fx, &before, &uuid_before, "after two SIGINTs");
+
+    let rerun = fx.run();
+    check_success(&fx, &rerun, &source, &expected, "rerun after two SIGINTs");
+    fx.finish();
+}
+
+#[test]
+fn sigint_while_chunks_stream_stops_the_run_and_the_next_run_resumes() {
+    let fx = Fixture::new("rec_pgch_sigint_stream");
+    // 300 000 rows inside the window: staging takes seconds.
+    let n = 300_000i64;
+    fx.pg_exec(&format!(
+        "INSERT INTO {}.t (id, ts, name) SELECT g, timestamptz '2026-09-06 00:00:00+00' + g * interval '800 milliseconds', 'bulk' \
+         FROM generate_series(1, {n}) g",
+        fx.schema
+    ));
+    let source: Vec<Row> = (1..=n)
+        .map(|g| {
+            let mut r = vec![Value::Null; 8];
+            r[0] = Value::int(g);
+            r[TS] = at(BOUNDS[0], g * 800_000);
+            r[3] = Value::str("bulk");
+            r
+        })
+        .collect();
+    let target = standard_target();
+    fx.insert_target(&target);
+    let expected = expected_after_replace(&target, &source);
+
+    let mut a = fx.spawn_run(&[]);
+    wait_until(Duration::from_secs(60), "the run is staging chunks", || {
+        assert!(a.is_running(), "expected the run to be still staging");
+        fx.work_dir().join("state.db").exists() && {
+            let s = fx.status();
+            state_of(&s) == "staging" && s["journal"]["chunks"].as_object().is_some_and(|c| !c.is_empty())
+        }
+    });
+    a.signal("INT");
+    let interrupted = a.wait();
+    interrupted.assert_no_panic();
+    assert_eq!(interrupted.code, Some(130), "expected exit 130 after SIGINT while staging:\n{}", interrupted.describe());
+    let status = fx.status();
+    assert_eq!(state_of(&status), "staging", "expected the interrupted run to stay in staging: {status:#}");
+    assert_same_rows(&target, &fx.target_rows(), "target after SIGINT while staging (expected unchanged)");
+
+    let rerun = fx.run();
+    check_success(&fx, &rerun, &source, &expected, "rerun after SIGINT while staging");
+    fx.finish();
+}
+
+#[test]
+fn kept_rows_written_between_a_crash_and_the_rerun_stop_the_publication() {
+    let fx = Fixture::standard("rec_pgch_writer");
+    let source = standard_source();
+    fx.run_with(&[("DPONE_FAILPOINT", "publish.before_exchange")]).assert_aborted_at("publish.before_exchange");
+    // Another writer adds a row outside the window after the generation was
+    // built: publishing that generation would lose the row.
+    let late = row(800, at("2026-08-15T00:00:00Z", 0));
+    fx.insert_target(std::slice::from_ref(&late));
+    let before = fx.target_rows();
+    let uuid_before = fx.target_uuid();
+
+    let rerun = fx.run();
+    let doc = rerun.assert_failed("rerun after another writer changed the kept rows", 1, "kept_rows_changed");
+    assert_eq!(doc["publication"], "absent", "expected nothing published:\n{}", rerun.describe());
+    assert_target_untouched(&fx, &before, &uuid_before, "after the refused publication");
+    assert_eq!(state_of(&fx.status()), "failed", "expected the run to be recorded as failed");
+
+    let expected = expected_after_replace(&before, &source);
+    let again = fx.run();
+    check_success(&fx, &again, &source, &expected, "the run after the refused publication");
+    assert!(fx.target_rows().contains(&late), "expected the other writer's row to be kept");
+    fx.finish();
+}
+
+// ---------------------------------------------------------------------------
+// Crashes while recovering
+// ---------------------------------------------------------------------------
+
+#[test]
+fn crashes_during_recovery_are_recovered_too() {
+    let fx = Fixture::standard("rec_pgch_again");
+    let source = standard_source();
+    let before = fx.target_rows();
+    let expected = expected_after_replace(&before, &source);
+    let uuid_before = fx.target_uuid();
+
+    // Staging crash, then a crash of the re-extracting run right before its
+    // EXCHANGE, then a crash of the publishing run before its evidence.
+    for (point, spec, state) in [
+        ("checkpoint.after_write", "checkpoint.after_write:2", "staging"),
+        ("publish.before_exchange", "publish.before_exchange", "publishing"),
+        ("evidence.before_write", "evidence.before_write", "published"),
+    ] {
+        fx.run_with(&[("DPONE_FAILPOINT", spec)]).assert_aborted_at(point);
+        let status = fx.status();
+        assert_eq!(state_of(&status), state, "after an abort at {spec}: expected `dpone status` to say {state}: {status:#}");
+        if state == "published" {
+            assert_same_rows(&expected, &fx.target_rows(), "after the abort at evidence.before_write: target");
+        } else {
+            assert_target_untouched(&fx, &before, &uuid_before, &format!("after an abort at {spec}"));
+        }
+    }
+    let last = fx.run();
+    let (_, backup) = check_success(&fx, &last, &source, &expected, "run after three crashes");
+    let backup = backup.expect("a backup of the previous target");
+    assert_same_rows(&before, &fx.table_rows(&backup), "backup after three crashes (the original target)");
+    fx.finish();
+}
+
+/// Rows that touch both bounds of every chunk keep their chunk after a crash.
+#[test]
+fn rows_on_chunk_bounds_survive_a_crash_exactly() {
+    let fx = recovery_common::pgch::Fixture::new("rec_pgch_bounds");
+    let mut source = Vec::new();
+    for (i, b) in BOUNDS.iter().enumerate() {
+        for (j, offset) in [-1, 0, 1].into_iter().enumerate() {
+            source.extend(vec![with(row((i * 3 + j) as i64, at(b, offset)), 3, Value::str("edge")); 2]);
+        }
+    }
+    fx.insert_source(&source);
+    let target = vec![row(700, at(BOUNDS[0], -1)), row(701, at(BOUNDS[3], 0)), row(702, Value::Null), row(703, at(BOUNDS[1], 0))];
+    fx.insert_target(&target);
+    let expected = expected_after_replace(&target, &source);
+    fx.run_with(&[("DPONE_FAILPOINT", "staging.mid_stream:3")]).assert_aborted_at("staging.mid_stream");
+    let rerun = fx.run();
+    check_success(&fx, &rerun, &source, &expected, "rerun after a mid-stream abort (rows on chunk bounds)");
+    fx.finish();
+}

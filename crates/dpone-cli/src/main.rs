@@ -5,6 +5,7 @@
 //! run executed and failed, 2 configuration error (before any I/O),
 //! 130 interrupted.
 
+mod ci;
 mod commands;
 mod output;
 mod progress;
@@ -87,6 +88,11 @@ enum Command {
         #[command(subcommand)]
         command: SchemaCommand,
     },
+    /// Impact-aware acceptance: which checks a change needs, and whether they passed.
+    Ci {
+        #[command(subcommand)]
+        command: ci::CiCommand,
+    },
     /// Seed two SQLite databases and run the example window replace (no server needed).
     Quickstart {
         /// Folder for the example manifest, databases and evidence.
@@ -145,6 +151,7 @@ fn main() -> ExitCode {
         Command::Status { manifest, run_id, format } => status::status(&manifest, run_id.as_deref(), format),
         Command::Resolve { manifest, outcome } => status::resolve(&manifest, Some(&outcome)),
         Command::Abandon { manifest } => status::resolve(&manifest, None),
+        Command::Ci { command } => ci::run(command),
     };
     ExitCode::from(code)
 }

@@ -1,0 +1,560 @@
+//! Binding a plan to real test results: the receipt.
+//!
+//! A check is `PASS` only when every suite that proves it (see
+//! [`crate::catalog`]) is present in the JUnit files read, executed at least
+//! one matching case, and none of its matching cases failed, errored or was
+//! skipped, with no failure or skip left unattributed in the suite. Any
+//! failure or error makes it `FAIL`; a skip makes it `SKIP`; missing results
+//! or zero executed cases leave it `UNVERIFIED`. If any JUnit file could
+//! not be read, no check passes (the file might have held a failure).
+
+use crate::catalog::{self, Group, SuiteProof};
+use crate::junit::{self, Outcome, Suite};
+use crate::report::{self, Classification, Plan, UNVERIFIED};
+use crate::{CLASSIFIER_VERSION, PLAN_SCHEMA_VERSION, RECEIPT_SCHEMA_VERSION, git, sha256_hex};
+use dpone_core::Diagnostic;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Largest JUnit file read.
+pub const MAX_JUNIT_BYTES: usize = 256 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Status {
+    #[serde(rename = "PASS")]
+    Pass,
+    #[serde(rename = "UNVERIFIED")]
+    Unverified,
+    #[serde(rename = "SKIP")]
+    Skip,
+    #[serde(rename = "FAIL")]
+    Fail,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pass => "PASS",
+            Status::Unverified => "UNVERIFIED",
+            Status::Skip => "SKIP",
+            Status::Fail => "FAIL",
+        }
+    }
+}
+
+/// A JUnit file given to verify, as read by the caller.
+#[derive(Debug, Clone)]
+pub struct ArtifactInput {
+    pub path: String,
+    /// `--junit-suite NAME=PATH`: every suite of the file counts as NAME.
+    pub suite_override: Option<String>,
+    /// The bytes, or why they could not be read.
+    pub content: Result<Vec<u8>, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactRecord {
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suite_override: Option<String>,
+    /// `read`, `unreadable` or `malformed`.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Suite names found (after the override).
+    pub suites: Vec<String>,
+    pub cases: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SuiteResult {
+    pub suite: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cases: Vec<String>,
+    pub status: Status,
+    pub found: bool,
+    pub executed: u64,
+    pub passed: u64,
+    pub failed: u64,
+    pub errored: u64,
+    pub skipped: u64,
+    /// Failures, errors and skips counted by the suite but not by a case.
+    pub unattributed: u64,
+    pub artifacts: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckResult {
+    pub id: String,
+    pub group: Group,
+    pub status: Status,
+    pub reason: String,
+    pub command: String,
+    pub suites: Vec<SuiteResult>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanRef {
+    pub path: String,
+    pub sha256: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Receipt {
+    pub schema_version: String,
+    pub classifier_version: String,
+    pub base_sha: String,
+    pub head_sha: String,
+    pub classification: Classification,
+    pub preserve_existing_required_checks: bool,
+    pub plan: PlanRef,
+    pub artifacts: Vec<ArtifactRecord>,
+    pub checks: Vec<CheckResult>,
+    /// Checks per status.
+    pub summary: BTreeMap<String, u64>,
+    /// True only when every required check is `PASS`.
+    pub all_passed: bool,
+}
+
+fn invalid(message: impl Into<String>) -> Diagnostic {
+    Diagnostic::new("invalid_plan", "--plan", message).hint("pass the plan.json written by `dpone ci plan`, unedited")
+}
+
+/// Reads and checks a plan: its versions, its commit ids, and that its
+/// checks are exactly what the classifier derives from its file records.
+pub fn read_plan(bytes: &[u8]) -> Result<Plan, Diagnostic> {
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| invalid(format!("the plan is not JSON: {e}")))?;
+    let version = value.get("schema_version").and_then(|v| v.as_str()).unwrap_or("");
+    if version != PLAN_SCHEMA_VERSION {
+        return Err(Diagnostic::new(
+            "unsupported_plan_version",
+            "--plan",
+            format!("the plan's schema_version is `{version}`; this dpone reads `{PLAN_SCHEMA_VERSION}`"),
+        )
+        .hint("make the plan with the same dpone version that verifies it"));
+    }
+    let plan: Plan = serde_json::from_value(value).map_err(|e| invalid(format!("the plan does not have the plan shape: {e}")))?;
+    if plan.classifier_version != CLASSIFIER_VERSION {
+        return Err(Diagnostic::new(
+            "classifier_version_mismatch",
+            "--plan",
+            format!("the plan was made by classifier `{}`; this dpone is `{CLASSIFIER_VERSION}`", plan.classifier_version),
+        )
+        .hint("make the plan with the same dpone version that verifies it"));
+    }
+    if !git::is_full_sha(&plan.base_sha) || !git::is_full_sha(&plan.head_sha) {
+        return Err(invalid("base_sha and head_sha must be full commit ids"));
+    }
+    if !plan.preserve_existing_required_checks {
+        return Err(invalid("preserve_existing_required_checks must be true"));
+    }
+    if let Some(c) = plan.required_checks.iter().find(|c| c.status != UNVERIFIED) {
+        return Err(invalid(format!("check `{}` has status `{}`; a plan's checks are UNVERIFIED", c.id, c.status)));
+    }
+    for c in &plan.required_checks {
+        let Some(def) = catalog::by_id(&c.id) else {
+            return Err(invalid(format!("check `{}` is not a check of classifier {CLASSIFIER_VERSION}", c.id)));
+        };
+        if c.junit != def.proofs() || c.command != def.command {
+            return Err(Diagnostic::new(
+                "plan_check_mismatch",
+                "--plan",
+                format!("check `{}` does not have the command and JUnit suites of classifier {CLASSIFIER_VERSION}", c.id),
+            )
+            .hint("pass the plan.json written by `dpone ci plan`, unedited"));
+        }
+    }
+    let rebuilt = report::build(&plan.base_sha, &plan.head_sha, plan.files.clone());
+    let ids = |p: &Plan| p.required_checks.iter().map(|c| c.id.clone()).collect::<Vec<_>>();
+    if rebuilt.classification != plan.classification || ids(&rebuilt) != ids(&plan) {
+        return Err(invalid(format!(
+            "the plan's classification and checks ({}: {}) are not what its file records require ({}: {})",
+            plan.classification.as_str(),
+            ids(&plan).join(", "),
+            rebuilt.classification.as_str(),
+            ids(&rebuilt).join(", ")
+        )));
+    }
+    Ok(plan)
+}
+
+/// Verifies `plan` against the JUnit files.
+pub fn verify(plan: &Plan, plan_ref: PlanRef, inputs: Vec<ArtifactInput>) -> Receipt {
+    let mut artifacts = Vec::new();
+    let mut by_suite: BTreeMap<String, Vec<(String, Suite)>> = BTreeMap::new();
+    for input in inputs {
+        let mut rec = ArtifactRecord {
+            path: input.path.clone(),
+            suite_override: input.suite_override.clone(),
+            status: "read".into(),
+            sha256: None,
+            bytes: None,
+            error: None,
+            suites: vec![],
+            cases: 0,
+        };
+        match input.content {
+            Err(e) => {
+                rec.status = "unreadable".into();
+                rec.error = Some(e);
+            }
+            Ok(bytes) => {
+                rec.sha256 = Some(sha256_hex(&bytes));
+                rec.bytes = Some(bytes.len() as u64);
+                let parsed = if bytes.len() > MAX_JUNIT_BYTES {
+                    Err(format!("the file is larger than {MAX_JUNIT_BYTES} bytes"))
+                } else {
+                    std::str::from_utf8(&bytes).map_err(|_| "the file is not UTF-8".to_string()).and_then(junit::parse)
+                };
+                match parsed {
+                    Err(e) => {
+                        rec.status = "malformed".into();
+                        rec.error = Some(e);
+                    }
+                    Ok(suites) => {
+                        for mut s in suites {
+                            if let Some(name) = &input.suite_override {
+                                s.name = name.clone();
+                            }
+                            rec.cases += s.cases.len() as u64;
+                            if !rec.suites.contains(&s.name) {
+                                rec.suites.push(s.name.clone());
+                            }
+                            by_suite.entry(s.name.clone()).or_default().push((input.path.clone(), s));
+                        }
+                    }
+                }
+            }
+        }
+        artifacts.push(rec);
+    }
+    let bad_artifacts: Vec<&str> = artifacts.iter().filter(|a| a.status != "read").map(|a| a.path.as_str()).collect();
+    let mut checks = Vec::new();
+    for c in &plan.required_checks {
+        let proofs = catalog::by_id(&c.id).map(|d| d.proofs()).unwrap_or_else(|| c.junit.clone());
+        let suites: Vec<SuiteResult> = proofs.iter().map(|p| judge(p, by_suite.get(&p.suite))).collect();
+        let mut status = suites.iter().map(|s| s.status).max().unwrap_or(Status::Unverified);
+        let mut reason = reason(&suites, &c.infrastructure);
+        if status == Status::Pass && !bad_artifacts.is_empty() {
+            status = Status::Unverified;
+            reason = format!(
+                "the results would pass, but {} could not be read and may hold failures of this check",
+                bad_artifacts.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ")
+            );
+        }
+        checks.push(CheckResult { id: c.id.clone(), group: c.group, status, reason, command: c.command.clone(), suites });
+    }
+    let mut summary: BTreeMap<String, u64> = ["PASS", "FAIL", "SKIP", "UNVERIFIED"].iter().map(|s| (s.to_string(), 0)).collect();
+    for c in &checks {
+        *summary.entry(c.status.as_str().to_string()).or_default() += 1;
+    }
+    let all_passed = !checks.is_empty() && checks.iter().all(|c| c.status == Status::Pass);
+    Receipt {
+        schema_version: RECEIPT_SCHEMA_VERSION.into(),
+        classifier_version: plan.classifier_version.clone(),
+        base_sha: plan.base_sha.clone(),
+        head_sha: plan.head_sha.clone(),
+        classification: plan.classification,
+        preserve_existing_required_checks: plan.preserve_existing_required_checks,
+        plan: plan_ref,
+        artifacts,
+        checks,
+        summary,
+        all_passed,
+    }
+}
+
+fn judge(proof: &SuiteProof, found: Option<&Vec<(String, Suite)>>) -> SuiteResult {
+    let mut r = SuiteResult {
+        suite: proof.suite.clone(),
+        cases: proof.cases.clone(),
+        status: Status::Unverified,
+        found: found.is_some(),
+        executed: 0,
+        passed: 0,
+        failed: 0,
+        errored: 0,
+        skipped: 0,
+        unattributed: 0,
+        artifacts: vec![],
+    };
+    let Some(found) = found else { return r };
+    let mut case_failures = 0;
+    for (path, suite) in found {
+        if !r.artifacts.contains(path) {
+            r.artifacts.push(path.clone());
+        }
+        r.unattributed += suite.unattributed_failures + suite.unattributed_skips;
+        r.failed += suite.unattributed_failures;
+        r.skipped += suite.unattributed_skips;
+        for case in suite.cases.iter().filter(|c| proof.cases.is_empty() || proof.cases.iter().any(|p| c.path.starts_with(p.as_str()))) {
+            match case.outcome {
+                Outcome::Passed => r.passed += 1,
+                Outcome::Failed => case_failures += 1,
+                Outcome::Errored => r.errored += 1,
+                Outcome::Skipped => r.skipped += 1,
+            }
+        }
+    }
+    r.failed += case_failures;
+    r.executed = r.passed + case_failures + r.errored;
+    r.status = if r.failed + r.errored > 0 {
+        Status::Fail
+    } else if r.skipped > 0 {
+        Status::Skip
+    } else if r.passed == 0 {
+        Status::Unverified
+    } else {
+        Status::Pass
+    };
+    r
+}
+
+fn reason(suites: &[SuiteResult], infrastructure: &[String]) -> String {
+    let mut parts = Vec::new();
+    for s in suites {
+        let name = if s.cases.is_empty() { format!("`{}`", s.suite) } else { format!("`{}` ({})", s.suite, s.cases.join(", ")) };
+        match s.status {
+            Status::Pass => {}
+            Status::Fail => parts.push(format!("{name}: {} failed, {} errored", s.failed, s.errored)),
+            Status::Skip => parts.push(format!("{name}: {} skipped; a skipped case is not a pass", s.skipped)),
+            Status::Unverified if !s.found => {
+                let needs = if infrastructure.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (the check needs {}; without them it cannot run)", infrastructure.join(", "))
+                };
+                parts.push(format!("{name}: no results in the JUnit files read{needs}"))
+            }
+            Status::Unverified => parts.push(format!("{name}: no matching test case was executed")),
+        }
+    }
+    if parts.is_empty() {
+        let executed: u64 = suites.iter().map(|s| s.executed).sum();
+        format!(
+            "{executed} cases executed in {}; none failed, errored or was skipped",
+            suites.iter().map(|s| format!("`{}`", s.suite)).collect::<Vec<_>>().join(", ")
+        )
+    } else {
+        parts.join("; ")
+    }
+}
+
+/// The receipt as Markdown.
+pub fn markdown(r: &Receipt) -> String {
+    let mut s = String::new();
+    let verdict = if r.all_passed { "every required check passed" } else { "not every required check passed" };
+    s.push_str(&format!("# dpone ci verify: {verdict}\n\n"));
+    s.push_str(&format!(
+        "Plan `{}` (sha256 `{}`), classification `{}`, base `{}` -> head `{}`, classifier `{}`.\n\n",
+        report::cell(&r.plan.path),
+        &r.plan.sha256[..r.plan.sha256.len().min(12)],
+        r.classification.as_str(),
+        r.base_sha,
+        r.head_sha,
+        r.classifier_version
+    ));
+    s.push_str("| check | status | reason |\n|---|---|---|\n");
+    for c in &r.checks {
+        s.push_str(&format!("| `{}` | {} | {} |\n", c.id, c.status.as_str(), report::cell(&c.reason)));
+    }
+    s.push_str("\n## Artifacts read\n\n| file | status | sha256 | suites |\n|---|---|---|---|\n");
+    for a in &r.artifacts {
+        s.push_str(&format!(
+            "| `{}` | {}{} | `{}` | {} |\n",
+            report::cell(&a.path),
+            a.status,
+            a.error.as_deref().map(|e| format!(": {}", report::cell(e))).unwrap_or_default(),
+            a.sha256.as_deref().unwrap_or("-"),
+            report::cell(&a.suites.join(", "))
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::{ChangeKind, FileClass, FileKind, FileRecord};
+
+    fn plan(class: FileClass) -> Plan {
+        let f = FileRecord {
+            path: "m.yaml".into(),
+            previous_path: None,
+            change: ChangeKind::Modified,
+            old_mode: "100644".into(),
+            new_mode: "100644".into(),
+            file_kind: FileKind::Manifest,
+            class,
+            reason_code: "schedule_changed".into(),
+            reason: "r".into(),
+            changed_fields: vec![],
+            routes: if class == FileClass::RouteScoped { vec!["sqlite->sqlite".into()] } else { vec![] },
+            aspects: vec![],
+        };
+        report::build(&"a".repeat(40), &"b".repeat(40), vec![f])
+    }
+
+    fn suite_xml(name: &str, cases: &[(&str, &str)]) -> String {
+        let body: String =
+            cases.iter().map(|(n, inner)| format!(r#"<testcase name="{n}" classname="{name}">{inner}</testcase>"#)).collect();
+        format!(r#"<testsuite name="{name}" tests="{}">{body}</testsuite>"#, cases.len())
+    }
+
+    /// JUnit files that pass every check of `plan`.
+    fn passing(plan: &Plan) -> Vec<(String, String)> {
+        let mut by_suite: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for c in &plan.required_checks {
+            for p in &c.junit {
+                let e = by_suite.entry(p.suite.clone()).or_default();
+                if p.cases.is_empty() {
+                    e.push("any::tests::case".into());
+                }
+                e.extend(p.cases.iter().map(|c| format!("{c}tests::case")));
+            }
+        }
+        by_suite
+            .into_iter()
+            .map(|(s, cases)| {
+                let cases: Vec<(&str, &str)> = cases.iter().map(|c| (c.as_str(), "")).collect();
+                (format!("{s}.xml"), format!("<testsuites>{}</testsuites>", suite_xml(&s, &cases)))
+            })
+            .collect()
+    }
+
+    fn input(path: &str, xml: &str) -> ArtifactInput {
+        ArtifactInput { path: path.into(), suite_override: None, content: Ok(xml.as_bytes().to_vec()) }
+    }
+
+    fn run(plan: &Plan, files: Vec<ArtifactInput>) -> Receipt {
+        verify(plan, PlanRef { path: "plan.json".into(), sha256: "0".repeat(64) }, files)
+    }
+
+    fn status<'a>(r: &'a Receipt, id: &str) -> (&'a str, &'a str) {
+        let c = r.checks.iter().find(|c| c.id == id).unwrap();
+        (c.status.as_str(), c.reason.as_str())
+    }
+
+    #[test]
+    fn every_check_passes_with_clean_results() {
+        let p = plan(FileClass::ScheduleOnly);
+        let files = passing(&p).iter().map(|(n, x)| input(n, x)).collect();
+        let r = run(&p, files);
+        assert!(r.all_passed, "{:#?}", r.checks);
+        assert_eq!(r.summary["PASS"], 7);
+        assert_eq!(r.artifacts.len(), 7, "gate.fmt, gate.clippy and five libraries");
+        assert!(r.artifacts.iter().all(|a| a.sha256.as_ref().is_some_and(|s| s.len() == 64)));
+    }
+
+    #[test]
+    fn skip_failure_error_zero_and_missing_never_pass() {
+        let p = plan(FileClass::ScheduleOnly);
+        let mut files: Vec<ArtifactInput> =
+            passing(&p).iter().filter(|(n, _)| n != "dpone-core.xml" && n != "gate.fmt.xml").map(|(n, x)| input(n, x)).collect();
+        files.push(input(
+            "core.xml",
+            &suite_xml(
+                "dpone-core",
+                &[
+                    ("yaml::tests::a", ""),
+                    ("manifest::tests::fingerprint_x", "<skipped/>"),
+                    ("cron::tests::c", "<failure message='boom'/>"),
+                    ("time::tests::t", "<error/>"),
+                    ("identity::tests::i", ""),
+                ],
+            ),
+        ));
+        let r = run(&p, files);
+        assert_eq!(status(&r, "contract.parser").0, "SKIP");
+        assert_eq!(status(&r, "contract.scheduling").0, "FAIL");
+        assert!(status(&r, "contract.scheduling").1.contains("1 failed"));
+        assert_eq!(status(&r, "contract.interval").0, "FAIL");
+        assert_eq!(status(&r, "contract.serialization").0, "SKIP");
+        assert_eq!(status(&r, "gate.unit").0, "FAIL");
+        assert_eq!(status(&r, "gate.fmt"), ("UNVERIFIED", "`gate.fmt`: no results in the JUnit files read"));
+        assert!(!r.all_passed);
+        let zero = vec![input("fmt.xml", &suite_xml("gate.fmt", &[]))];
+        assert_eq!(status(&run(&p, zero), "gate.fmt"), ("UNVERIFIED", "`gate.fmt`: no matching test case was executed"));
+        assert_eq!(run(&p, vec![]).summary["UNVERIFIED"], 7);
+    }
+
+    #[test]
+    fn route_checks_name_their_infrastructure_when_missing() {
+        let p = plan(FileClass::Broad);
+        let r = run(&p, vec![]);
+        let (s, why) = status(&r, "smoke.postgres-clickhouse");
+        assert_eq!(s, "UNVERIFIED");
+        assert!(why.contains("needs postgresql, clickhouse"), "{why}");
+    }
+
+    #[test]
+    fn case_prefixes_select_cases_and_unreadable_files_block_passes() {
+        let p = plan(FileClass::ScheduleOnly);
+        let mut files: Vec<ArtifactInput> = passing(&p).iter().map(|(n, x)| input(n, x)).collect();
+        // A failure outside the check's cases does not fail the check, but does fail the suite-wide gate.
+        files.push(input("more.xml", &suite_xml("dpone-core", &[("rowbinary::tests::x", "<failure/>")])));
+        let r = run(&p, files.clone());
+        assert_eq!(status(&r, "contract.parser").0, "PASS");
+        assert_eq!(status(&r, "gate.unit").0, "FAIL");
+        files.push(ArtifactInput { path: "lost.xml".into(), suite_override: None, content: Err("No such file".into()) });
+        files.push(input("cut.xml", "<testsuite name='x'><testcase name='a'>"));
+        let r = run(&p, files);
+        assert_eq!(status(&r, "contract.parser").0, "UNVERIFIED");
+        assert!(status(&r, "contract.parser").1.contains("`lost.xml`, `cut.xml` could not be read"));
+        assert_eq!(r.artifacts[r.artifacts.len() - 1].status, "malformed");
+        assert_eq!(r.artifacts[r.artifacts.len() - 2].status, "unreadable");
+    }
+
+    #[test]
+    fn suite_override_names_libtest_output() {
+        let p = plan(FileClass::ScheduleOnly);
+        let mut files: Vec<ArtifactInput> = passing(&p).iter().filter(|(n, _)| n != "gate.fmt.xml").map(|(n, x)| input(n, x)).collect();
+        let libtest = r#"<testsuites><testsuite name="test" tests="1"><testcase classname="crate" name="fmt"/></testsuite></testsuites>"#;
+        files.push(ArtifactInput { path: "fmt.xml".into(), suite_override: Some("gate.fmt".into()), content: Ok(libtest.into()) });
+        let r = run(&p, files);
+        assert!(r.all_passed, "{:#?}", r.checks);
+        assert_eq!(r.artifacts.last().unwrap().suites, vec!["gate.fmt"]);
+    }
+
+    #[test]
+    fn unattributed_suite_failures_fail_the_check() {
+        let p = plan(FileClass::ScheduleOnly);
+        let mut files: Vec<ArtifactInput> = passing(&p).iter().map(|(n, x)| input(n, x)).collect();
+        files.push(input("crash.xml", r#"<testsuite name="gate.clippy" failures="1"><testcase name="clippy"/></testsuite>"#));
+        let r = run(&p, files);
+        assert_eq!(status(&r, "gate.clippy").0, "FAIL");
+    }
+
+    #[test]
+    fn plans_are_checked_before_use() {
+        let p = plan(FileClass::RouteScoped);
+        let good = serde_json::to_vec(&p).unwrap();
+        assert_eq!(read_plan(&good).unwrap(), p);
+        let code = |v: serde_json::Value| read_plan(&serde_json::to_vec(&v).unwrap()).unwrap_err().code;
+        let base = serde_json::to_value(&p).unwrap();
+        let edit = |f: &dyn Fn(&mut serde_json::Value)| {
+            let mut v = base.clone();
+            f(&mut v);
+            code(v)
+        };
+        assert_eq!(read_plan(b"{").unwrap_err().code, "invalid_plan");
+        assert_eq!(edit(&|v| v["schema_version"] = "dpone.ci.plan.v0".into()), "unsupported_plan_version");
+        assert_eq!(edit(&|v| v["classifier_version"] = "x".into()), "classifier_version_mismatch");
+        assert_eq!(edit(&|v| v["head_sha"] = "abc".into()), "invalid_plan");
+        assert_eq!(edit(&|v| v["preserve_existing_required_checks"] = false.into()), "invalid_plan");
+        assert_eq!(edit(&|v| v["required_checks"][0]["status"] = "PASS".into()), "invalid_plan");
+        assert_eq!(edit(&|v| v["required_checks"][7]["junit"][0]["suite"] = "other".into()), "plan_check_mismatch");
+        assert_eq!(edit(&|v| v["required_checks"][0]["id"] = "gate.none".into()), "invalid_plan");
+        assert_eq!(
+            edit(&|v| {
+                v["required_checks"].as_array_mut().unwrap().pop();
+            }),
+            "invalid_plan"
+        );
+        assert_eq!(edit(&|v| v["classification"] = "schedule_only".into()), "invalid_plan");
+    }
+}

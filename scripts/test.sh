@@ -67,5 +67,6 @@ cd "$ROOT"
 if [ -n "${DPONE_TEST_CMD:-}" ]; then
   bash -c "$DPONE_TEST_CMD"
 else
-  cargo test --workspace --all-targets "$@"
+  # A hung test must fail CI, not stall it: the whole suite gets 50 minutes.
+  timeout --foreground 3000 cargo test --workspace --all-targets "$@"
 fi

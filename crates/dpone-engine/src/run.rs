@@ -912,9 +912,11 @@ async fn stage_and_publish<S: Source, T: Target>(
             p.chunk_done();
         }
     }
-    // Chunks in flight: enough for every encoder and every importer; the
-    // semaphores inside each chunk enforce E and I separately.
-    let parallelism = ctx.plan.limits.encoding_parallelism.max(ctx.plan.limits.import_parallelism).max(1) as usize;
+    // Chunks in flight: twice what the encoders and importers can serve, so
+    // that while a chunk is being verified by the target (no encoder or
+    // importer slot held) the next one already streams. The semaphores
+    // inside each chunk enforce E and I.
+    let parallelism = 2 * ctx.plan.limits.encoding_parallelism.max(ctx.plan.limits.import_parallelism).max(1) as usize;
     // After a failure no new chunk starts, but chunks in flight are joined
     // (not dropped): adapters may be writing on threads that cannot be
     // cancelled, and cleanup must come after their last write.

@@ -157,7 +157,12 @@ impl RowCodec {
         match &col.codec {
             FieldCodec::Int { width } => {
                 expect_len(*width)?;
-                out.extend(b.iter().rev());
+                match width {
+                    2 => out.extend_from_slice(&u16::from_be_bytes([b[0], b[1]]).to_le_bytes()),
+                    4 => out.extend_from_slice(&u32::from_be_bytes(b.try_into().expect("checked")).to_le_bytes()),
+                    8 => out.extend_from_slice(&u64::from_be_bytes(b.try_into().expect("checked")).to_le_bytes()),
+                    _ => out.extend(b.iter().rev()),
+                }
             }
             FieldCodec::Float32 => {
                 expect_len(4)?;
@@ -213,8 +218,23 @@ impl RowCodec {
                 out.extend_from_slice(&micros.to_le_bytes());
             }
             FieldCodec::Numeric { precision, scale, width } => {
-                let v = numeric_to_scaled(b, *precision, *scale).map_err(err)?;
-                out.extend_from_slice(&v.to_le_bytes()[..*width]);
+                // Most numerics fit 128-bit arithmetic; the exact 256-bit
+                // path handles the rest (and every error message).
+                match numeric_to_scaled_i128(b, *precision, *scale) {
+                    Some(v) => {
+                        let bytes = v.to_le_bytes();
+                        if *width <= 16 {
+                            out.extend_from_slice(&bytes[..*width]);
+                        } else {
+                            out.extend_from_slice(&bytes);
+                            out.resize(out.len() + (*width - 16), if v < 0 { 0xff } else { 0 });
+                        }
+                    }
+                    None => {
+                        let v = numeric_to_scaled(b, *precision, *scale).map_err(err)?;
+                        out.extend_from_slice(&v.to_le_bytes()[..*width]);
+                    }
+                }
             }
         }
         Ok(())
@@ -226,6 +246,57 @@ fn fmt_days(days: i64) -> String {
         Ok(d) if (-719_162..=2_932_896).contains(&d) => dpone_core::value::format_date(d),
         _ => format!("{days} days from 1970-01-01"),
     }
+}
+
+/// Powers of ten that fit an i128.
+const POW10_I128: [i128; 39] = {
+    let mut t = [1i128; 39];
+    let mut i = 1;
+    while i < 39 {
+        t[i] = t[i - 1] * 10;
+        i += 1;
+    }
+    t
+};
+
+/// [`numeric_to_scaled`] in 128-bit arithmetic: `Some` only when every
+/// step fits and the value is valid; None sends the value to the exact
+/// 256-bit path, which also produces the error messages.
+#[inline]
+pub fn numeric_to_scaled_i128(b: &[u8], precision: u8, scale: u8) -> Option<i128> {
+    if b.len() < 8 || precision > 38 {
+        return None;
+    }
+    let ndigits = u16::from_be_bytes([b[0], b[1]]) as usize;
+    let weight = i16::from_be_bytes([b[2], b[3]]) as i32;
+    let sign = u16::from_be_bytes([b[4], b[5]]);
+    if ndigits > 9 || b.len() != 8 + 2 * ndigits || (sign != 0 && sign != 0x4000) {
+        return None;
+    }
+    let mut acc: i128 = 0;
+    for i in 0..ndigits {
+        let d = u16::from_be_bytes([b[8 + 2 * i], b[9 + 2 * i]]);
+        if d >= 10_000 {
+            return None;
+        }
+        acc = acc * 10_000 + d as i128;
+    }
+    let shift = scale as i32 - 4 * (ndigits as i32 - 1 - weight);
+    let scaled = if acc == 0 {
+        0
+    } else if shift >= 0 {
+        acc.checked_mul(*POW10_I128.get(shift as usize)?)?
+    } else {
+        let f = *POW10_I128.get((-shift) as usize)?;
+        if acc % f != 0 {
+            return None;
+        }
+        acc / f
+    };
+    if scaled >= POW10_I128[precision as usize] {
+        return None;
+    }
+    Some(if sign == 0x4000 { -scaled } else { scaled })
 }
 
 /// Converts a binary PostgreSQL numeric to `value * 10^scale` as an exact
@@ -447,6 +518,7 @@ impl CopyParser {
                 return Ok((pos, Parsed::NeedBudget(frame.out.len() + predicted)));
             }
             let out_start = frame.out.len();
+            frame.out.reserve(predicted);
             self.row_nulls.clear();
             let mut p = pos + 2;
             for i in 0..ncols {

@@ -150,9 +150,9 @@ pub const ROUTES: &[CheckDef] = &[
     CheckDef {
         id: "recovery.sqlite-sqlite",
         group: Group::RouteRecovery,
-        title: "run journal conformance and resume with stored limits, sqlite -> sqlite",
-        command: "cargo test -p dpone-sqlite --test state_store && cargo test -p dpone-cli --test limits -- a_resumed_run",
-        junit: &[("dpone-sqlite::state_store", &[]), ("dpone-cli::limits", &["a_resumed_run"])],
+        title: "state store conformance, crash recovery and resume, sqlite -> sqlite",
+        command: "cargo test -p dpone-sqlite --test state_store && cargo test -p dpone-cli --test recovery_sqlite",
+        junit: &[("dpone-sqlite::state_store", &[]), ("dpone-cli::recovery_sqlite", &[])],
         infrastructure: &[],
         route: Some("sqlite->sqlite"),
     },
@@ -173,6 +173,24 @@ pub const ROUTES: &[CheckDef] = &[
         junit: &[("dpone-cli::recovery_pg_clickhouse", &[])],
         infrastructure: SERVERS,
         route: Some("postgres->clickhouse"),
+    },
+    CheckDef {
+        id: "smoke.clickhouse-postgres",
+        group: Group::RouteSmoke,
+        title: "synthetic full refresh, window replace and partition swap clickhouse -> postgres",
+        command: "cargo test -p dpone-cli --test ch_postgres_route",
+        junit: &[("dpone-cli::ch_postgres_route", &[])],
+        infrastructure: SERVERS,
+        route: Some("clickhouse->postgres"),
+    },
+    CheckDef {
+        id: "recovery.clickhouse-postgres",
+        group: Group::RouteRecovery,
+        title: "crash recovery, receipt probe and source-free finish clickhouse -> postgres",
+        command: "cargo test -p dpone-cli --test ch_postgres_recovery",
+        junit: &[("dpone-cli::ch_postgres_recovery", &[])],
+        infrastructure: SERVERS,
+        route: Some("clickhouse->postgres"),
     },
 ];
 
@@ -197,6 +215,9 @@ pub const BROAD: CheckDef = CheckDef {
         ("dpone-cli::pg_clickhouse_window", &[]),
         ("dpone-cli::pg_clickhouse_refusals", &[]),
         ("dpone-cli::recovery_pg_clickhouse", &[]),
+        ("dpone-cli::recovery_sqlite", &[]),
+        ("dpone-cli::ch_postgres_route", &[]),
+        ("dpone-cli::ch_postgres_recovery", &[]),
         ("dpone-cli::ci_plan", &[]),
         ("dpone-cli::ci_verify", &[]),
     ],
@@ -293,7 +314,7 @@ mod tests {
     fn routes_have_smokes() {
         assert!(has_route("sqlite->sqlite"));
         assert!(has_route("postgres->clickhouse"));
-        assert!(!has_route("clickhouse->postgres"));
+        assert!(has_route("clickhouse->postgres"));
         assert_eq!(route_checks("postgres->clickhouse").count(), 2);
     }
 }

@@ -417,6 +417,9 @@ pub fn aspect_of(path: &[String]) -> Result<Aspect, &'static str> {
         | ["source", "options", "native_transfer", "execution", "transport" | "chunking" | "native_chunks", _]
         | ["source", "options", "batch_size"]
         | ["sink", "options", "clickhouse_bulk", _] => Ok(Aspect::Transport),
+        // How a PostgreSQL target publishes (delete_insert / partition_swap):
+        // covered by that route's smoke and recovery suites.
+        ["sink", "options", "postgres", "publication"] => Ok(Aspect::Recovery),
         ["source", "options", "columns"] => Ok(Aspect::Types),
         ["sink", "staging", "schema"] => Ok(Aspect::Staging),
         ["vars", ..] => Err("vars are substituted anywhere in the manifest"),
@@ -538,6 +541,7 @@ mod tests {
         assert_eq!(aspect_of(&path("source.options.native_transfer.execution.native_chunks.max_rows")), Ok(Aspect::Transport));
         assert_eq!(aspect_of(&path("source.options.native_transfer.execution.chunking.checkpointing")), Ok(Aspect::Recovery));
         assert_eq!(aspect_of(&path("sink.options.clickhouse_bulk.mode")), Ok(Aspect::Transport));
+        assert_eq!(aspect_of(&path("sink.options.postgres.publication")), Ok(Aspect::Recovery));
         assert!(aspect_of(&path("sink.options.some_new_block.mode")).is_err(), "unknown settings are broad");
         assert!(aspect_of(&path("source.options.native_transfer.new_knob")).is_err());
         assert!(aspect_of(&path("kind")).is_err());
@@ -552,6 +556,9 @@ mod tests {
         assert_eq!((v.class, v.routes.as_slice()), (FileClass::RouteScoped, &["postgres->clickhouse".to_string()][..]));
         let ch_pg = pg.replacen("type: postgres", "type: clickhouse", 1).replace("sink:\n  type: clickhouse", "sink:\n  type: postgres");
         let v = verdict(&ch_pg, &ch_pg.replace("  strategy:", "  staging: {schema: s}\n  strategy:"));
+        assert_eq!((v.class, v.routes.as_slice()), (FileClass::RouteScoped, &["clickhouse->postgres".to_string()][..]));
+        let to_mssql = pg.replace("sink:\n  type: clickhouse", "sink:\n  type: mssql");
+        let v = verdict(&to_mssql, &to_mssql.replace("  strategy:", "  staging: {schema: s}\n  strategy:"));
         assert_eq!((v.class, v.reason_code.as_str()), (FileClass::Broad, "no_route_smoke"));
     }
 

@@ -19,6 +19,10 @@ pub fn explain(state: RunState) -> (&'static str, &'static str) {
             "the previous target; some chunks are staged",
             "run the same command again: verified chunks are reused if the source version is unchanged, else the window is re-extracted",
         ),
+        RunState::Verified => (
+            "the previous target; every chunk is staged and verified (stage complete)",
+            "run the same command again: it publishes from the verified staging without reading the source",
+        ),
         RunState::Publishing => (
             "unknown until reconciled: the publication may or may not have happened",
             "run the same command again: dpone compares the target's identity with the recorded intent and finishes or publishes once",

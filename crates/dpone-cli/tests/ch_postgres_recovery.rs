@@ -30,8 +30,8 @@ const CRASH_POINTS: [(&str, &str, bool); 13] = [
     ("staging.after_ack", "staging", false),
     ("chunk.after_verify", "staging", false),
     ("checkpoint.after_write", "staging", false),
-    ("generation.after_build", "staging", false),
-    ("publish.before_intent", "staging", false),
+    ("generation.after_build", "verified", false),
+    ("publish.before_intent", "verified", false),
     ("publish.before_exchange", "publishing", false),
     ("publish.after_exchange", "publishing", true),
     ("evidence.before_write", "published", true),
@@ -176,6 +176,15 @@ fn crash_then_rerun(point: &str, publication: Option<&'static str>) {
         }
         // The run had succeeded: the same command is a new execution, which publishes again.
         "succeeded" => assert_eq!(doc["execution"], 2, "{what}: expected a second execution of a succeeded invocation"),
+        // Stage complete: the same run publishes from its verified staging.
+        "verified" => {
+            assert_eq!(doc["run_id"], status["run_id"], "{what}: expected the verified run to be finished, not a new one");
+            assert_eq!(doc["resumed"], true, "{what}: expected `resumed: true`");
+            assert!(
+                doc["reused_chunks"].as_u64().unwrap_or(0) > 0,
+                "{what}: expected the verified chunks reused without reading the source"
+            );
+        }
         // No durable source snapshot: everything is re-extracted.
         _ => assert_eq!(doc["reused_chunks"], 0, "{what}: expected no chunk reused from a ClickHouse source"),
     }

@@ -95,6 +95,12 @@ fn crash_then_rerun(point: &str) {
         }
         // The run had succeeded: the same command is a new execution.
         "succeeded" => assert_eq!(doc["execution"], 2, "{what}: expected a second execution of a succeeded invocation"),
+        // Stage complete: the same run publishes from its verified staging.
+        "verified" => {
+            assert_eq!(doc["run_id"], status["run_id"], "{what}: expected the verified run to be finished, not a new one");
+            assert_eq!(doc["resumed"], true, "{what}: expected `resumed: true`");
+            assert_eq!(doc["reused_chunks"], 3, "{what}: expected every verified chunk reused without reading the source");
+        }
         // A PostgreSQL snapshot does not survive: everything is re-extracted.
         _ => assert_eq!(doc["reused_chunks"], 0, "{what}: expected no chunk reused from a PostgreSQL snapshot that is gone"),
     }
@@ -297,7 +303,7 @@ fn a_run_whose_lease_expires_stops_before_publication_and_the_next_run_succeeds(
     assert_eq!(doc["publication"], "absent", "expected the run to report that nothing was published:\n{}", lost.describe());
     assert_target_untouched(&fx, &before, &uuid_before, "after the run that lost its lease");
     let status = fx.status();
-    assert_eq!(state_of(&status), "staging", "expected the journal to be kept for the next run: {status:#}");
+    assert_eq!(state_of(&status), "verified", "expected the journal (stage complete) to be kept for the next run: {status:#}");
 
     let next = fx.run();
     check_success(&fx, &next, &source, &expected, "the run after the lease expired");
@@ -406,7 +412,7 @@ fn sigint_stops_the_run_before_publication_and_the_next_run_resumes() {
     assert_eq!(interrupted.code, Some(130), "expected exit 130 after SIGINT:\n{}", interrupted.describe());
     assert_eq!(interrupted.json()["status"], "interrupted", "expected `status: interrupted`:\n{}", interrupted.describe());
     let status = fx.status();
-    assert_eq!(state_of(&status), "staging", "expected the interrupted run to stay in staging: {status:#}");
+    assert_eq!(state_of(&status), "verified", "expected the interrupted run to stay verified (stage complete): {status:#}");
     assert_eq!(status["chunks_verified"], 3, "expected the verified chunks to be kept: {status:#}");
     assert_target_untouched(&fx, &before, &uuid_before, "after SIGINT");
 

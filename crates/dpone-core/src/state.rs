@@ -86,6 +86,9 @@ pub trait StateStore: Send + Sync {
 pub enum RunState {
     Planned,
     Staging,
+    /// Every chunk is staged and verified (stage complete): from here on the
+    /// run finishes from the target alone, without reading the source.
+    Verified,
     Publishing,
     Published,
     EvidenceComplete,
@@ -99,6 +102,7 @@ impl RunState {
         match self {
             RunState::Planned => "planned",
             RunState::Staging => "staging",
+            RunState::Verified => "verified",
             RunState::Publishing => "publishing",
             RunState::Published => "published",
             RunState::EvidenceComplete => "evidence-complete",
@@ -110,7 +114,15 @@ impl RunState {
 
     /// Whether the next invocation may continue this run.
     pub fn is_resumable(self) -> bool {
-        matches!(self, RunState::Planned | RunState::Staging | RunState::Publishing | RunState::Published | RunState::EvidenceComplete)
+        matches!(
+            self,
+            RunState::Planned
+                | RunState::Staging
+                | RunState::Verified
+                | RunState::Publishing
+                | RunState::Published
+                | RunState::EvidenceComplete
+        )
     }
 
     /// Whether the new data is (or may be) visible.
@@ -125,12 +137,12 @@ impl RunState {
             (self, next),
             (Planned, Staging)
                 | (Staging, Staging)
-                | (Staging, Publishing)
+                | (Staging, Verified)
+                | (Verified, Publishing)
                 | (Publishing, Published)
-                | (Publishing, Staging)
                 | (Published, EvidenceComplete)
                 | (EvidenceComplete, Succeeded)
-                | (Planned | Staging | Publishing, Failed)
+                | (Planned | Staging | Verified | Publishing, Failed)
                 | (Publishing, OutcomeUnknown)
         )
     }
@@ -273,6 +285,8 @@ mod tests {
         use RunState::*;
         assert!(Planned.can_become(Staging));
         assert!(Publishing.can_become(OutcomeUnknown));
+        assert!(Staging.can_become(Verified) && Verified.can_become(Publishing));
+        assert!(!Staging.can_become(Publishing), "publishing needs every chunk verified first");
         assert!(!Published.can_become(Failed), "after publication a run can only complete");
         assert!(!Succeeded.can_become(Staging));
         assert!(!OutcomeUnknown.can_become(Published), "unknown is resolved by an operator, not by the run");

@@ -305,8 +305,8 @@ pub async fn execute<S: Source, T: Target>(
     };
     // A run past its staging finishes from the target alone: the source is
     // not even described (it may be down).
-    let source_needed =
-        !matches!(&peeked, Some((_, j)) if matches!(j.state, RunState::Publishing | RunState::Published | RunState::EvidenceComplete));
+    let source_needed = !matches!(&peeked, Some((_, j))
+        if matches!(j.state, RunState::Verified | RunState::Publishing | RunState::Published | RunState::EvidenceComplete));
     // Tables recorded by this target's journal (an unfinished run's, or
     // leftovers of a finished one that this run removes first) are ours.
     let ours = peeked.as_ref().map(|(_, j)| j.owned.clone()).unwrap_or_default();
@@ -542,6 +542,12 @@ async fn resume<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, j: Run
                 }
             }
         }
+        RunState::Verified => {
+            // Stage complete: every chunk is verified; finish from the
+            // target alone (the source is not read, it may be gone).
+            let reused = recheck_verified_chunks(ctx, &j).await?;
+            publish_generation(ctx, journal, true, reused).await
+        }
         RunState::Published | RunState::EvidenceComplete => finish(ctx, journal, true, 0).await,
         _ => {
             ctx.options.cancel.check().map_err(fail)?;
@@ -564,42 +570,51 @@ async fn resume<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, j: Run
             }
             // Reuse verified chunks only if their staging still holds exactly
             // what was recorded.
-            let mut reused = 0;
-            for c in j.chunks.values().filter(|c| c.state == ChunkState::Verified) {
-                let recorded =
-                    c.digest().ok_or_else(|| RunFailure::failed("journal_invalid", "unreadable chunk digest".into(), &run_id))?;
-                if ctx.target.identity(TableRole::Owned(&c.staging_table)).await.map_err(fail)?.is_none() {
-                    return Err(RunFailure {
-                        hint: Some("someone removed dpone's staging table; see docs/recovery.md (abandon the run and rerun)".into()),
-                        ..RunFailure::failed(
-                            "staging_lost",
-                            format!("chunk {} is recorded as verified in `{}`, but that table no longer exists", c.index, c.staging_table),
-                            &run_id,
-                        )
-                    });
-                }
-                let now = ctx.target.inspect(TableRole::Owned(&c.staging_table), None).await.map_err(fail)?;
-                if now.rows != recorded.rows || now.digest != recorded {
-                    return Err(RunFailure {
-                        hint: Some("someone modified dpone's staging table; see docs/recovery.md (abandon the run and rerun)".into()),
-                        ..RunFailure::failed(
-                            "staging_changed",
-                            format!(
-                                "chunk {} staging `{}` no longer holds the recorded rows ({} vs {})",
-                                c.index, c.staging_table, now.digest, recorded
-                            ),
-                            &run_id,
-                        )
-                    });
-                }
-                reused += 1;
-            }
+            let reused = recheck_verified_chunks(ctx, &j).await?;
             if j.state == RunState::Planned {
                 journal.set_state(RunState::Staging).await.map_err(fail)?;
             }
             stage_and_publish(ctx, journal, reused, true).await
         }
     }
+}
+
+/// Re-inspects the staging table of every chunk the journal records as
+/// verified: it must still hold exactly the recorded rows (a missing or
+/// changed table is terminal: dpone never publishes unverified data).
+async fn recheck_verified_chunks<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal) -> Result<usize, RunFailure> {
+    let run_id = j.run_id.clone();
+    let fail = |e: AdapterError| RunFailure::from_adapter(e, Some(&run_id));
+    let mut reused = 0;
+    for c in j.chunks.values().filter(|c| c.state == ChunkState::Verified) {
+        let recorded = c.digest().ok_or_else(|| RunFailure::failed("journal_invalid", "unreadable chunk digest".into(), &run_id))?;
+        if ctx.target.identity(TableRole::Owned(&c.staging_table)).await.map_err(fail)?.is_none() {
+            return Err(RunFailure {
+                hint: Some("someone removed dpone's staging table; see docs/recovery.md (abandon the run and rerun)".into()),
+                ..RunFailure::failed(
+                    "staging_lost",
+                    format!("chunk {} is recorded as verified in `{}`, but that table no longer exists", c.index, c.staging_table),
+                    &run_id,
+                )
+            });
+        }
+        let now = ctx.target.inspect(TableRole::Owned(&c.staging_table), None).await.map_err(fail)?;
+        if now.rows != recorded.rows || now.digest != recorded {
+            return Err(RunFailure {
+                hint: Some("someone modified dpone's staging table; see docs/recovery.md (abandon the run and rerun)".into()),
+                ..RunFailure::failed(
+                    "staging_changed",
+                    format!(
+                        "chunk {} staging `{}` no longer holds the recorded rows ({} vs {})",
+                        c.index, c.staging_table, now.digest, recorded
+                    ),
+                    &run_id,
+                )
+            });
+        }
+        reused += 1;
+    }
+    Ok(reused)
 }
 
 fn unknown_failure(run_id: &str, intent: &PublicationIntent) -> RunFailure {
@@ -945,6 +960,9 @@ async fn stage_and_publish<S: Source, T: Target>(
     if let Some(e) = first_error {
         return Err(abandon_before_publication(ctx, journal, e).await);
     }
+    // Stage complete: one compare-and-swap records that every chunk is
+    // verified; recovery from here on never needs the source.
+    journal.set_state(RunState::Verified).await.map_err(fail)?;
     publish_generation(ctx, journal, resumed, reused).await
 }
 
@@ -1002,7 +1020,7 @@ async fn publish_generation<S: Source, T: Target>(
     if let Some(p) = &ctx.options.progress {
         p.phase("verifying the generation", ctx.chunks().len() as u64);
     }
-    if j.state == RunState::Staging {
+    if j.state == RunState::Verified {
         let mut window_digest = RowDigest::new(ncols);
         for c in j.chunks.values() {
             window_digest
@@ -1431,18 +1449,18 @@ pub async fn resolve_unknown(store: Arc<dyn StateStore>, scope: &str, holder: &s
     result
 }
 
-/// Abandons an unfinished run that never reached publication (`planned` or
-/// `staging`): it is marked failed, and the next run drops its tables before
+/// Abandons an unfinished run that never reached publication (`planned`,
+/// `staging` or `verified`): it is marked failed, and the next run drops its tables before
 /// starting over. Runs at or past the publishing step cannot be abandoned.
 pub async fn abandon_unfinished(store: Arc<dyn StateStore>, scope: &str, holder: &str) -> Result<RunJournal, AdapterError> {
     let lease = LeaseKeeper::acquire(store.clone(), scope, holder).await.map_err(store_error)?;
     let result = async {
         let (rev, j) = read_journal(store.as_ref(), scope)?
             .ok_or_else(|| AdapterError::permanent("no_journal", "no run is recorded for this target"))?;
-        if !matches!(j.state, RunState::Planned | RunState::Staging) {
+        if !matches!(j.state, RunState::Planned | RunState::Staging | RunState::Verified) {
             return Err(AdapterError::permanent(
                 "not_abandonable",
-                format!("run {} is {}; only planned or staging runs can be abandoned", j.run_id, j.state.as_str()),
+                format!("run {} is {}; only planned, staging or verified runs can be abandoned", j.run_id, j.state.as_str()),
             )
             .hint("a publishing run is finished by rerunning; an outcome-unknown one is resolved with `dpone resolve`"));
         }

@@ -57,13 +57,11 @@ pub struct CrashPoint {
 pub fn crash_point(point: &str) -> CrashPoint {
     let (state, published) = match point {
         "plan.after_persist" => ("planned", false),
-        "staging.before_write"
-        | "staging.mid_stream"
-        | "staging.after_ack"
-        | "chunk.after_verify"
-        | "checkpoint.after_write"
-        | "generation.after_build"
-        | "publish.before_intent" => ("staging", false),
+        "staging.before_write" | "staging.mid_stream" | "staging.after_ack" | "chunk.after_verify" | "checkpoint.after_write" => {
+            ("staging", false)
+        }
+        // Every chunk verified: stage complete.
+        "generation.after_build" | "publish.before_intent" => ("verified", false),
         "publish.before_exchange" => ("publishing", false),
         "publish.after_exchange" => ("publishing", true),
         "evidence.before_write" | "evidence.after_write" => ("published", true),

@@ -717,13 +717,18 @@ async fn stage_attempt<S: Source, T: Target>(
         })
     };
     let (tx, rx) = guarded_frame_channel(limits.max_pending.max(1) as usize, guard, ctx.budget.clone());
-    let encoders = ctx.encoders.clone();
-    let importers = ctx.importers.clone();
+    // Both slots are taken before either side starts, always importer
+    // first: a chunk that holds an encoder slot therefore also holds an
+    // importer slot, so a reader can never wait for a loader that waits for
+    // a slot held by a reader that waits for this one (a source may also
+    // serialize its reads, as the SQLite snapshot connection does).
+    let import_slot = ctx.importers.clone().acquire_owned().await.expect("never closed");
+    let encode_slot = ctx.encoders.clone().acquire_owned().await.expect("never closed");
     let mut reader = AbortOnDrop(tokio::spawn({
         let source = ctx.source.clone();
         async move {
-            // An encoder slot for as long as this chunk is being read.
-            let _slot = encoders.acquire_owned().await.expect("never closed");
+            // The encoder slot is held for as long as this chunk is read.
+            let _slot = encode_slot;
             let t = Instant::now();
             let r = source.read(request, tx).await;
             (r, t.elapsed().as_secs_f64())
@@ -733,9 +738,8 @@ async fn stage_attempt<S: Source, T: Target>(
         let target = ctx.target.clone();
         let staging = staging.to_string();
         async move {
-            // An importer slot: while none is free the reader's frames wait
-            // in the channel (max_pending) and then the reader pauses.
-            let _slot = importers.acquire_owned().await.expect("never closed");
+            // The importer slot is held for as long as this chunk loads.
+            let _slot = import_slot;
             let t = Instant::now();
             let r = target.load(&staging, rx).await;
             (r, t.elapsed().as_secs_f64())

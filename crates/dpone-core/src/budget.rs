@@ -9,6 +9,11 @@
 //! inserted. Modelled on DataFusion's `MemoryPool::try_grow` /
 //! `MemoryReservation`.
 //!
+//! Released buffers (up to 8, of at most 2 MiB each) are kept idle for the
+//! next reservation instead of being freed: reusing them keeps resident
+//! memory flat however many frames a run moves. Idle buffers are not
+//! reserved, so they may add at most 16 MiB to what the budget bounds.
+//!
 //! The budget bounds dpone's own payload buffers only. Driver, HTTP client
 //! and server allocations are outside it; evidence reports the budget and
 //! the observed peak RSS separately.
@@ -32,6 +37,12 @@ pub struct OverBudget {
     pub total: u64,
 }
 
+/// Idle frame buffers kept for reuse: at most this many ...
+const POOL_MAX_BUFFERS: usize = 8;
+/// ... each of at most this capacity (a buffer grown for one huge row is
+/// freed, not kept).
+const POOL_MAX_BUFFER_BYTES: usize = 2 << 20;
+
 #[derive(Debug)]
 struct Inner {
     sem: Arc<Semaphore>,
@@ -39,6 +50,11 @@ struct Inner {
     reserved_units: AtomicU64,
     peak_units: AtomicU64,
     waits: AtomicU64,
+    /// Buffers of released frames. Reusing them, rather than freeing and
+    /// allocating a megabyte per frame on different threads, keeps the
+    /// allocator from fragmenting, so resident memory does not drift with
+    /// the number of frames a run moves.
+    pool: std::sync::Mutex<Vec<Vec<u8>>>,
 }
 
 /// A shared byte budget.
@@ -54,7 +70,29 @@ impl ByteBudget {
             reserved_units: AtomicU64::new(0),
             peak_units: AtomicU64::new(0),
             waits: AtomicU64::new(0),
+            pool: std::sync::Mutex::new(Vec::new()),
         }))
+    }
+
+    /// An empty buffer of at least `capacity` bytes, reused when one is idle.
+    pub fn vec(&self, capacity: usize) -> Vec<u8> {
+        let reused = {
+            let mut pool = self.0.pool.lock().expect("buffer pool lock");
+            pool.iter().position(|v| v.capacity() >= capacity).map(|i| pool.swap_remove(i))
+        };
+        reused.unwrap_or_else(|| Vec::with_capacity(capacity))
+    }
+
+    /// Keeps a released buffer for reuse, if it is of reusable size.
+    fn recycle(&self, mut bytes: Vec<u8>) {
+        if bytes.capacity() == 0 || bytes.capacity() > POOL_MAX_BUFFER_BYTES {
+            return;
+        }
+        bytes.clear();
+        let mut pool = self.0.pool.lock().expect("buffer pool lock");
+        if pool.len() < POOL_MAX_BUFFERS {
+            pool.push(bytes);
+        }
     }
 
     /// Room for exactly `frames` frames of `frame_bytes` each, whatever the
@@ -226,6 +264,16 @@ impl FrameBuffer {
     }
 }
 
+impl Drop for FrameBuffer {
+    /// Returns the buffer to its budget's pool, then (field drop order)
+    /// releases the reservation.
+    fn drop(&mut self) {
+        if let Some(r) = &self.reservation {
+            r.budget.recycle(std::mem::take(&mut self.bytes));
+        }
+    }
+}
+
 impl AsRef<[u8]> for FrameBuffer {
     fn as_ref(&self) -> &[u8] {
         &self.bytes
@@ -293,5 +341,29 @@ mod tests {
         assert_eq!(budget.reserved(), 112, "the reservation lives as long as the bytes");
         drop(bytes);
         assert_eq!(budget.reserved(), 0);
+    }
+
+    #[tokio::test]
+    async fn released_buffers_are_reused_within_bounds() {
+        let budget = ByteBudget::new(64 << 20);
+        let r = budget.reserve(4096).await.unwrap();
+        let mut buf = FrameBuffer::new(budget.vec(4096), Some(r));
+        buf.bytes.extend_from_slice(b"frame");
+        let ptr = buf.bytes.as_ptr();
+        drop(buf.into_bytes());
+        assert_eq!(budget.reserved(), 0);
+        let again = budget.vec(1024);
+        assert_eq!(again.as_ptr(), ptr, "the released buffer is handed out again");
+        assert!(again.is_empty() && again.capacity() >= 4096);
+        // A buffer grown for one huge row is freed, not kept.
+        let r = budget.reserve(POOL_MAX_BUFFER_BYTES as u64 + 1).await.unwrap();
+        drop(FrameBuffer::new(Vec::with_capacity(POOL_MAX_BUFFER_BYTES + 1), Some(r)));
+        assert!(budget.vec(POOL_MAX_BUFFER_BYTES + 1).capacity() > POOL_MAX_BUFFER_BYTES);
+        assert!(budget.0.pool.lock().unwrap().is_empty());
+        // At most POOL_MAX_BUFFERS idle buffers are kept.
+        for _ in 0..POOL_MAX_BUFFERS + 3 {
+            budget.recycle(Vec::with_capacity(16));
+        }
+        assert_eq!(budget.0.pool.lock().unwrap().len(), POOL_MAX_BUFFERS);
     }
 }

@@ -172,20 +172,24 @@ impl FrameTx {
     /// A new frame buffer with `bytes` reserved from the run's budget;
     /// waits while the budget is exhausted (backpressure).
     pub async fn buffer(&self, bytes: u64) -> Result<FrameBuffer> {
-        let reservation = match &self.budget {
-            Some(b) => Some(b.reserve(bytes).await.map_err(over_budget)?),
-            None => None,
-        };
-        Ok(FrameBuffer::new(Vec::with_capacity(bytes as usize), reservation))
+        Ok(match &self.budget {
+            Some(b) => {
+                let reservation = b.reserve(bytes).await.map_err(over_budget)?;
+                FrameBuffer::new(b.vec(bytes as usize), Some(reservation))
+            }
+            None => FrameBuffer::new(Vec::with_capacity(bytes as usize), None),
+        })
     }
 
     /// [`FrameTx::buffer`] for adapters that read on a blocking thread.
     pub fn blocking_buffer(&self, bytes: u64) -> Result<FrameBuffer> {
-        let reservation = match &self.budget {
-            Some(b) => Some(b.blocking_reserve(bytes).map_err(over_budget)?),
-            None => None,
-        };
-        Ok(FrameBuffer::new(Vec::with_capacity(bytes as usize), reservation))
+        Ok(match &self.budget {
+            Some(b) => {
+                let reservation = b.blocking_reserve(bytes).map_err(over_budget)?;
+                FrameBuffer::new(b.vec(bytes as usize), Some(reservation))
+            }
+            None => FrameBuffer::new(Vec::with_capacity(bytes as usize), None),
+        })
     }
 
     /// Grows `buffer`'s reservation to `bytes` (a row larger than planned).

@@ -20,6 +20,14 @@ use ch_postgres_common::{
     standard_target, state_of, text, ts, uuid, with,
 };
 
+/// How the evidence says the generation was verified.
+fn generation_check(doc: &serde_json::Value) -> String {
+    let path = doc["evidence_path"].as_str().expect("an evidence path");
+    let evidence: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("the evidence file")).expect("JSON evidence");
+    evidence["generation"]["verified_by"].as_str().expect("generation.verified_by").to_string()
+}
+
 /// Runs, expects success, and checks the target, the report, the receipt and
 /// that no staging or generation table is left. Returns the report.
 fn run_and_check(fx: &Fixture, source: &[Row], before: &[Row], what: &str) -> serde_json::Value {
@@ -93,6 +101,11 @@ fn window_replace_keeps_rows_outside_the_window_and_null_window_rows() {
     let source = standard_source();
     let before = standard_target();
     let doc = run_and_check(&fx, &source, &before, "window replace");
+    assert_eq!(
+        generation_check(&doc),
+        "counts_view_of_verified_chunks",
+        "a plain window replace publishes through a view over the verified staging tables"
+    );
     assert_eq!(doc["replaced_rows"], before.iter().filter(|r| in_window(&r[TS])).count(), "replaced_rows = stale window rows");
     assert_eq!(fx.backups(), Vec::<String>::new(), "a DELETE + INSERT publication keeps no backup");
 
@@ -197,6 +210,7 @@ fn partition_swap_replaces_exactly_the_window_partition() {
     assert_eq!(plan.json()["publication"]["method"], "partition_swap", "{}", plan.describe());
 
     let doc = run_and_check(&fx, &source, &before, "partition swap");
+    assert_eq!(generation_check(&doc), "digest", "a swapped-in partition is a real table, verified by digest");
     // The window's partition holds exactly the source's window rows, under its own name and bound.
     let new_window: Vec<Row> = source.iter().filter(|r| in_window(&r[TS])).cloned().collect();
     ch_postgres_common::assert_same_rows(&fx.expected(&new_window), &fx.table_rows(&fx.pg_table("t_window")), "t_window after the swap");

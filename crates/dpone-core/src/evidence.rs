@@ -79,6 +79,26 @@ pub enum GenerationCheck {
     /// Row counts match; the copied kept rows' digest matches; the chunk rows
     /// are the digest-verified staging storage attached by hard link.
     CountsKeptDigestLinkedChunks,
+    /// The generation is a view over the digest-verified staging tables (no
+    /// row was copied); its row count matches.
+    CountsViewOfVerifiedChunks,
+}
+
+impl GenerationCheck {
+    /// The name stored in the run journal (the serialized form).
+    pub fn name(self) -> &'static str {
+        match self {
+            GenerationCheck::Digest => "digest",
+            GenerationCheck::CountsKeptDigestLinkedChunks => "counts_kept_digest_linked_chunks",
+            GenerationCheck::CountsViewOfVerifiedChunks => "counts_view_of_verified_chunks",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        [GenerationCheck::Digest, GenerationCheck::CountsKeptDigestLinkedChunks, GenerationCheck::CountsViewOfVerifiedChunks]
+            .into_iter()
+            .find(|c| c.name() == name)
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -151,4 +171,18 @@ pub struct MemoryEvidence {
     /// Observed peak RSS of the whole process (not bounded by the budget).
     pub process_peak_rss_bytes: Option<u64>,
     pub note: &'static str,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GenerationCheck;
+
+    #[test]
+    fn generation_check_names_are_their_serialized_form() {
+        for c in [GenerationCheck::Digest, GenerationCheck::CountsKeptDigestLinkedChunks, GenerationCheck::CountsViewOfVerifiedChunks] {
+            assert_eq!(serde_json::to_value(c).unwrap(), c.name());
+            assert_eq!(GenerationCheck::from_name(c.name()), Some(c));
+        }
+        assert_eq!(GenerationCheck::from_name("something else"), None);
+    }
 }

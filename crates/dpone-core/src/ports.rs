@@ -308,6 +308,10 @@ pub enum GenerationBuild {
     /// window in place and never touches rows outside it (see
     /// [`Target::keeps_rows_in_place`]).
     WindowOnly,
+    /// Like [`GenerationBuild::WindowOnly`], but the generation is a view
+    /// over the verified staging tables themselves: nothing was copied, so
+    /// it is counted, not re-digested.
+    WindowOnlyView,
 }
 
 /// Outcome of an atomic publication, judged from the target's state.

@@ -252,7 +252,8 @@ pub struct GenerationRecord {
     pub kept_null_counts: Vec<u64>,
     pub replaced_rows: u64,
     pub unchanged: bool,
-    /// `digest` or `counts_kept_digest_linked_chunks`.
+    /// `digest`, `counts_kept_digest_linked_chunks` or
+    /// `counts_view_of_verified_chunks` ([`crate::evidence::GenerationCheck::name`]).
     pub check: String,
     /// The generation holds only the window's rows; the kept rows stay in
     /// the target (`rows` and the digest then cover the window only).

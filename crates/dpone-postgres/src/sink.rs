@@ -49,6 +49,9 @@ struct SwapPartition {
 pub const RECEIPTS_TABLE: &str = "_dpone_receipts";
 /// Retries of one frame's COPY after a transient failure.
 pub const FRAME_RETRIES: u32 = 2;
+/// Up to this many chunks the generation is a `UNION ALL` view over the
+/// staging tables; beyond it (a view that wide plans slowly) a table.
+const MAX_VIEW_ARMS: usize = 1000;
 
 pub struct PostgresTarget {
     config: tokio_postgres::Config,
@@ -233,6 +236,27 @@ impl PostgresTarget {
         self.connect().await?.batch_execute(sql).await.map_err(|e| classify(what, e))
     }
 
+    /// Statements that drop the named owned relations: views first (a
+    /// generation view depends on the staging tables), then tables.
+    async fn drop_sql(&self, client: &Client, names: &[String]) -> Result<String> {
+        let views: Vec<String> = client
+            .query(
+                "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = $1 AND c.relkind = 'v' AND c.relname::text = ANY($2)",
+                &[&self.staging_schema, &names],
+            )
+            .await
+            .map_err(|e| classify("listing owned views", e))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut sql: String = views.iter().map(|v| format!("DROP VIEW IF EXISTS {};", self.owned_sql(v))).collect();
+        for n in names.iter().filter(|n| !views.contains(n)) {
+            sql.push_str(&format!("DROP TABLE IF EXISTS {};", self.owned_sql(n)));
+        }
+        Ok(sql)
+    }
+
     /// One frame's COPY; returns the rows the server confirmed.
     async fn copy_frame(&self, client: &Client, copy_sql: &str, payload: &[u8]) -> Result<u64> {
         let sink = client.copy_in(copy_sql).await.map_err(|e| classify("starting a staging COPY", e))?;
@@ -415,22 +439,40 @@ impl Target for PostgresTarget {
     async fn build_generation(&self, generation: &str, _keep: Option<&RowFilter>, stagings: &[String]) -> Result<GenerationBuild> {
         let list = self.column_list()?;
         let gen_sql = self.owned_sql(generation);
-        let mut sql = format!("BEGIN; DROP TABLE IF EXISTS {gen_sql}; CREATE TABLE {gen_sql} (LIKE {});", self.target_sql());
-        for s in stagings {
-            sql.push_str(&format!(" INSERT INTO {gen_sql} ({list}) SELECT {list} FROM {};", self.owned_sql(s)));
-        }
-        if let Some(p) = self.swap_partition.get() {
-            // The bound as a constraint lets ATTACH skip its validation scan.
-            let c = quote_ident(&p.column);
-            sql.push_str(&format!(
-                " ALTER TABLE {gen_sql} ADD CONSTRAINT _dpone_bound CHECK ({c} IS NOT NULL AND {c} >= {} AND {c} < {});",
-                ts_literal(p.start),
-                ts_literal(p.end)
-            ));
-        }
+        let client = self.connect().await?;
+        // A rebuild after a crash replaces whatever the last attempt left.
+        let mut sql = format!("BEGIN; {}", self.drop_sql(&client, &[generation.to_string()]).await?);
+        let swap = self.swap_partition.get();
+        let build = if swap.is_none() && stagings.len() <= MAX_VIEW_ARMS {
+            // The publication inserts from the verified staging tables
+            // through a view: no row is copied twice.
+            let arms: Vec<String> = if stagings.is_empty() {
+                vec![format!("SELECT {list} FROM {} WHERE false", self.target_sql())]
+            } else {
+                stagings.iter().map(|s| format!("SELECT {list} FROM {}", self.owned_sql(s))).collect()
+            };
+            sql.push_str(&format!(" CREATE VIEW {gen_sql} AS {};", arms.join(" UNION ALL ")));
+            GenerationBuild::WindowOnlyView
+        } else {
+            // A partition swap attaches the generation itself: a real table.
+            sql.push_str(&format!(" CREATE TABLE {gen_sql} (LIKE {});", self.target_sql()));
+            for s in stagings {
+                sql.push_str(&format!(" INSERT INTO {gen_sql} ({list}) SELECT {list} FROM {};", self.owned_sql(s)));
+            }
+            if let Some(p) = swap {
+                // The bound as a constraint lets ATTACH skip its validation scan.
+                let c = quote_ident(&p.column);
+                sql.push_str(&format!(
+                    " ALTER TABLE {gen_sql} ADD CONSTRAINT _dpone_bound CHECK ({c} IS NOT NULL AND {c} >= {} AND {c} < {});",
+                    ts_literal(p.start),
+                    ts_literal(p.end)
+                ));
+            }
+            GenerationBuild::WindowOnly
+        };
         sql.push_str(" COMMIT;");
-        self.execute(&sql, "building the generation").await?;
-        Ok(GenerationBuild::WindowOnly)
+        client.batch_execute(&sql).await.map_err(|e| classify("building the generation", e))?;
+        Ok(build)
     }
 
     async fn compare_kept(&self, _generation: &str, _keep: &RowFilter) -> Result<u64> {
@@ -579,7 +621,8 @@ impl Target for PostgresTarget {
             .connect()
             .await?
             .query(
-                "SELECT tablename::text FROM pg_tables WHERE schemaname = $1 AND starts_with(tablename, '_dpone_') AND tablename <> $2 ORDER BY 1",
+                "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 \
+                 AND c.relkind IN ('r', 'p', 'v') AND starts_with(c.relname, '_dpone_') AND c.relname <> $2 ORDER BY 1",
                 &[&self.staging_schema, &RECEIPTS_TABLE],
             )
             .await
@@ -626,7 +669,8 @@ impl Target for PostgresTarget {
         if names.is_empty() {
             return Ok(());
         }
-        let sql: String = names.iter().map(|n| format!("DROP TABLE IF EXISTS {};", self.owned_sql(n))).collect();
-        self.execute(&sql, "dropping owned tables").await
+        let client = self.connect().await?;
+        let sql = self.drop_sql(&client, names).await?;
+        client.batch_execute(&sql).await.map_err(|e| classify("dropping owned tables", e))
     }
 }

@@ -653,16 +653,16 @@ impl Fixture {
         out
     }
 
-    /// Tables dpone owns (`_dpone_*`, the receipts included) in the target's schema, sorted.
+    /// Tables and views dpone owns (`_dpone_*`, the receipts included) in the target's schema, sorted.
     pub fn owned_tables(&self) -> Vec<String> {
         self.relations()
             .into_iter()
-            .filter_map(|r| r.split_once(':').filter(|(_, kind)| matches!(*kind, "r" | "p")).map(|(n, _)| n.to_string()))
+            .filter_map(|r| r.split_once(':').filter(|(_, kind)| matches!(*kind, "r" | "p" | "v")).map(|(n, _)| n.to_string()))
             .filter(|n| n.starts_with("_dpone_"))
             .collect()
     }
 
-    /// Staging and generation tables (`_dpone_stg_*`, `_dpone_gen_*`) left in the schema.
+    /// Staging tables and generation views or tables (`_dpone_stg_*`, `_dpone_gen_*`) left in the schema.
     pub fn leftovers(&self) -> Vec<String> {
         self.owned_tables().into_iter().filter(|n| n.starts_with("_dpone_stg_") || n.starts_with("_dpone_gen_")).collect()
     }

@@ -20,12 +20,15 @@ use ch_postgres_common::{
     standard_target, state_of, text, ts, uuid, with,
 };
 
+/// The evidence file a run report names.
+fn evidence(doc: &serde_json::Value) -> serde_json::Value {
+    let path = doc["evidence_path"].as_str().expect("an evidence path");
+    serde_json::from_str(&std::fs::read_to_string(path).expect("the evidence file")).expect("JSON evidence")
+}
+
 /// How the evidence says the generation was verified.
 fn generation_check(doc: &serde_json::Value) -> String {
-    let path = doc["evidence_path"].as_str().expect("an evidence path");
-    let evidence: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).expect("the evidence file")).expect("JSON evidence");
-    evidence["generation"]["verified_by"].as_str().expect("generation.verified_by").to_string()
+    evidence(doc)["generation"]["verified_by"].as_str().expect("generation.verified_by").to_string()
 }
 
 /// Runs, expects success, and checks the target, the report, the receipt and
@@ -40,6 +43,16 @@ fn run_and_check(fx: &Fixture, source: &[Row], before: &[Row], what: &str) -> se
     let nulls = before.iter().filter(|r| r[TS] == V::Null).count();
     assert_eq!(doc["kept_null_window_rows"], nulls, "{what}: expected kept_null_window_rows = target rows with a NULL window value");
     assert_eq!(fx.leftovers(), Vec::<String>::new(), "{what}: expected no `_dpone_stg_` / `_dpone_gen_` table after success");
+    let stats = &evidence(&doc)["target"];
+    let inside = source.iter().filter(|r| in_window(&r[TS])).count() as u64;
+    let expected_nulls = expected.iter().filter(|r| r[TS] == V::Null).count() as u64;
+    assert_eq!(stats["total_rows"], expected.len() as u64, "{what}: evidence target.total_rows");
+    assert_eq!(stats["window_rows"], inside, "{what}: evidence target.window_rows");
+    assert_eq!(stats["outside_rows"], expected.len() as u64 - inside, "{what}: evidence target.outside_rows");
+    assert_eq!(stats["null_window_rows"], expected_nulls, "{what}: evidence target.null_window_rows");
+    let per_day: u64 = stats["rows_per_utc_day"].as_object().expect("rows_per_utc_day").values().map(|v| v.as_u64().unwrap()).sum();
+    assert_eq!(per_day, inside, "{what}: evidence target.rows_per_utc_day adds up to the window's rows");
+    assert_eq!(stats["min"].is_null(), inside == 0, "{what}: evidence target.min is set exactly when the window has rows");
     let receipts = fx.receipts();
     assert_eq!(receipts.len(), receipts_before.len() + 1, "{what}: expected exactly one new receipt: {receipts:?}");
     let inside = source.iter().filter(|r| in_window(&r[TS])).count();

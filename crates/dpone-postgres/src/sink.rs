@@ -633,36 +633,36 @@ impl Target for PostgresTarget {
     async fn window_stats(&self, f: &RowFilter) -> Result<WindowStats> {
         let c = quote_ident(&f.column);
         let inside = filter_sql(&RowFilter { inside: true, ..f.clone() });
-        let t = self.target_sql();
-        let client = self.connect().await?;
-        let r = client
-            .query_one(
+        // One scan: a group per UTC day of the window, one (day NULL) for
+        // every row outside it.
+        let rows = self
+            .connect()
+            .await?
+            .query(
                 &format!(
-                    "SELECT count(*), count(*) FILTER (WHERE {inside}), count(*) FILTER (WHERE {c} IS NULL), \
-                     (extract(epoch FROM min({c}) FILTER (WHERE {inside})) * 1000000)::int8, \
-                     (extract(epoch FROM max({c}) FILTER (WHERE {inside})) * 1000000)::int8 FROM {t}"
+                    "SELECT CASE WHEN {inside} THEN to_char({c} AT TIME ZONE 'UTC', 'YYYY-MM-DD') END, count(*), \
+                     count(*) FILTER (WHERE {c} IS NULL), (extract(epoch FROM min({c})) * 1000000)::int8, \
+                     (extract(epoch FROM max({c})) * 1000000)::int8 FROM {} GROUP BY 1",
+                    self.target_sql()
                 ),
                 &[],
             )
             .await
             .map_err(|e| classify("computing evidence", e))?;
-        let (total, window, nulls): (i64, i64, i64) = (r.get(0), r.get(1), r.get(2));
-        let per_day = client
-            .query(
-                &format!("SELECT to_char({c} AT TIME ZONE 'UTC', 'YYYY-MM-DD'), count(*) FROM {t} WHERE {inside} GROUP BY 1 ORDER BY 1"),
-                &[],
-            )
-            .await
-            .map_err(|e| classify("computing evidence", e))?;
-        Ok(WindowStats {
-            total_rows: total as u64,
-            window_rows: window as u64,
-            outside_rows: (total - window) as u64,
-            null_window_rows: nulls as u64,
-            rows_per_utc_day: per_day.iter().map(|row| (row.get::<_, String>(0), row.get::<_, i64>(1) as u64)).collect(),
-            min: r.get::<_, Option<i64>>(3).map(Timestamp),
-            max: r.get::<_, Option<i64>>(4).map(Timestamp),
-        })
+        let mut stats = WindowStats::default();
+        for r in &rows {
+            let (day, n, nulls): (Option<String>, i64, i64) = (r.get(0), r.get(1), r.get(2));
+            stats.total_rows += n as u64;
+            stats.null_window_rows += nulls as u64;
+            let Some(day) = day else { continue };
+            stats.window_rows += n as u64;
+            let (lo, hi) = (r.get::<_, Option<i64>>(3).map(Timestamp), r.get::<_, Option<i64>>(4).map(Timestamp));
+            stats.min = stats.min.into_iter().chain(lo).min();
+            stats.max = stats.max.into_iter().chain(hi).max();
+            stats.rows_per_utc_day.insert(day, n as u64);
+        }
+        stats.outside_rows = stats.total_rows - stats.window_rows;
+        Ok(stats)
     }
 
     async fn drop_tables(&self, names: &[String]) -> Result<()> {

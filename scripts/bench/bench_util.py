@@ -6,9 +6,20 @@
                                       output file and the evidence file it points to
   bench_util.py cpu-busy SECONDS      percent of all CPUs busy over SECONDS (from /proc/stat)
   bench_util.py report META JSONL OUT writes the results JSON to OUT and prints Markdown
+  bench_util.py meta KEY=JSON...       machine description plus the given keys, as JSON
+  bench_util.py report-memory META JSONL CHECKS OUT
+                                      the same for scripts/bench/memory.sh
+  bench_util.py run-error OUT          "<error_code> <messages>" of a `dpone run --format json` output
+  bench_util.py rss-sample EXE STOP OUT
+                                      until the file STOP exists, samples /proc/<pid>/status
+                                      of every process running EXE every 50 ms; writes the
+                                      maxima of VmRSS, RssAnon, RssFile as JSON to OUT
+  bench_util.py report-ch2pg META JSONL OUT
+                                      the same for scripts/bench/ch_to_postgres.sh
 """
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -56,8 +67,10 @@ def dpone_result(path):
         "evidence_path": run.get("evidence_path"),
         "error_code": run.get("error_code"),
     }
+    if run.get("errors"):
+        out["errors"] = [{"code": e.get("code"), "message": e.get("message")} for e in run["errors"]]
     ev_path = run.get("evidence_path")
-    if ev_path:
+    if ev_path and os.path.exists(ev_path):
         with open(ev_path, encoding="utf-8") as f:
             ev = json.load(f)
         out["phases"] = ev.get("phases")
@@ -65,7 +78,10 @@ def dpone_result(path):
         out["chunks"] = len(chunks)
         out["encoded_bytes"] = sum(c.get("encoded_bytes", 0) for c in chunks)
         out["chunk_seconds"] = [round(c.get("seconds", 0.0), 3) for c in chunks]
-        out["parallelism"] = (ev.get("limits") or {}).get("parallelism")
+        limits = ev.get("limits") or {}
+        out["parallelism"] = limits.get("parallelism", limits.get("encoding_parallelism"))
+        out["limits"] = ev.get("limits")
+        out["memory"] = ev.get("memory")
     print(json.dumps(out, separators=(",", ":")))
 
 
@@ -246,6 +262,347 @@ def report(meta_path, jsonl_path, out_path):
             print("- the machine was busy with other work during part of this run: timings are disturbed")
 
 
+# ------------------------------------------------------- memory.sh, ch_to_postgres.sh --
+
+
+def meta(pairs):
+    def read(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    cpu = next((l.split(":", 1)[1].strip() for l in read("/proc/cpuinfo").splitlines() if l.startswith("model name")), "unknown")
+    mem = next((int(l.split()[1]) // 1024 for l in read("/proc/meminfo").splitlines() if l.startswith("MemTotal")), None)
+    import platform
+
+    out = {"machine": {"nproc": os.cpu_count(), "cpu_model": cpu, "mem_total_mib": mem, "kernel": platform.release()}}
+    versions = {}
+    git = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        v = json.loads(value)
+        if key in ("psql", "postgres_server", "clickhouse", "dpone"):
+            versions[key] = v
+        elif key in ("commit", "dirty", "built_from", "changed_paths", "diff_sha256_16"):
+            git[key] = v
+        else:
+            out[key] = v
+    out["versions"] = versions
+    out["git"] = git
+    print(json.dumps(out, indent=2))
+
+
+def run_error(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            o = json.load(f)
+    except (OSError, ValueError):
+        print("unparsable -")
+        return
+    msgs = [e.get("message", "") for e in o.get("errors") or []]
+    print(o.get("error_code"), " | ".join(msgs).replace("\n", " "))
+
+
+def rss_sample(exe, stop, out_path):
+    exe = os.path.realpath(exe)
+    pids = set()
+    seen = set()
+    peak = {"samples": 0, "max_vmrss_kib": 0, "max_rss_anon_kib": 0, "max_rss_file_kib": 0,
+            "rss_anon_kib_at_max_vmrss": None, "rss_file_kib_at_max_vmrss": None, "max_threads": 0}
+    last_scan = 0.0
+    while not os.path.exists(stop):
+        now = time.monotonic()
+        if not pids and now - last_scan > 0.05:
+            last_scan = now
+            for d in os.listdir("/proc"):
+                if d.isdigit() and d not in seen:
+                    try:
+                        if os.readlink(f"/proc/{d}/exe") == exe:
+                            pids.add(d)
+                        else:
+                            seen.add(d)
+                    except OSError:
+                        seen.add(d)
+        for pid in list(pids):
+            try:
+                with open(f"/proc/{pid}/status", encoding="ascii") as f:
+                    st = {l.split(":")[0]: l.split()[1] for l in f if ":" in l and len(l.split()) > 1}
+            except OSError:
+                pids.discard(pid)
+                seen.add(pid)
+                continue
+            rss, anon, file_ = int(st.get("VmRSS", 0)), int(st.get("RssAnon", 0)), int(st.get("RssFile", 0))
+            peak["samples"] += 1
+            peak["max_threads"] = max(peak["max_threads"], int(st.get("Threads", 0)))
+            peak["max_rss_anon_kib"] = max(peak["max_rss_anon_kib"], anon)
+            peak["max_rss_file_kib"] = max(peak["max_rss_file_kib"], file_)
+            if rss > peak["max_vmrss_kib"]:
+                peak.update(max_vmrss_kib=rss, rss_anon_kib_at_max_vmrss=anon, rss_file_kib_at_max_vmrss=file_)
+        time.sleep(0.05)
+    with open(out_path, "w", encoding="utf-8") as f:
+        json.dump(peak, f)
+
+
+def load_samples(jsonl_path):
+    samples = []
+    with open(jsonl_path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                samples.append(json.loads(line))
+    return samples
+
+
+def header(m, title, out_path):
+    print(f"## {title} ({m['started_utc']})")
+    print()
+    print(
+        f"- machine: {m['machine']['nproc']} CPUs ({m['machine']['cpu_model']}), "
+        f"{m['machine']['mem_total_mib']} MiB RAM"
+    )
+    print(
+        f"- PostgreSQL {m['versions']['postgres_server']} ({m['versions']['psql']}), "
+        f"ClickHouse {m['versions']['clickhouse']}"
+    )
+    dirty = "dirty working tree" if m["git"]["dirty"] else "clean"
+    print(f"- dpone commit {m['git']['commit']} ({m['git']['built_from']}, {dirty}), repeat {m.get('repeat')}")
+    print(f"- results: {out_path}")
+    print()
+
+
+def load_note(samples, meta):
+    loads = [s.get("load1") for s in samples if s.get("load1") is not None]
+    busy = [s.get("cpu_busy_pct") for s in samples if s.get("cpu_busy_pct") is not None]
+    if not loads:
+        return
+    limit = meta.get("idle_wait", {}).get("busy_below_pct", 30)
+    n_busy = sum(1 for b in busy if b >= limit)
+    print(
+        f"- load average (1 min) before measurements: min {min(loads):.2f}, max {max(loads):.2f}; "
+        f"CPU busy in the second before each measurement (bench idle): "
+        f"min {min(busy):.0f}%, median {statistics.median(busy):.0f}%, max {max(busy):.0f}%; "
+        f"{n_busy} of {len(busy)} measurements started with the CPUs >= {limit}% busy"
+    )
+    if n_busy:
+        print("- the machine was busy with other work during part of this run: timings are disturbed")
+
+
+MIB = 1024.0 * 1024.0
+
+
+def mem_field(samples, key):
+    vals = [((s.get("dpone") or {}).get("memory") or {}).get(key) for s in samples]
+    return [v for v in vals if v is not None]
+
+
+def report_memory(meta_path, jsonl_path, checks_path, out_path):
+    with open(meta_path, encoding="utf-8") as f:
+        m = json.load(f)
+    with open(checks_path, encoding="utf-8") as f:
+        checks = json.load(f)
+    samples = load_samples(jsonl_path)
+    target_mib = m["targets"]["rss_max_mib"]
+    flat_pct = m["targets"]["rss_flat_pct"]
+
+    sizes = []
+    for size in m["sizes"]:
+        ss = [s for s in samples if s["dataset"] == size["table"] and s["case"] == "dpone_empty"]
+        ok = [s for s in ss if s.get("ok")]
+        row = {"table": size["table"], "rows": size["rows"], "runs": len(ss), "failed_runs": len(ss) - len(ok)}
+        if ok:
+            walls = [s["wall_s"] for s in ok]
+            rss = [s["rss_kib"] / 1024.0 for s in ok]
+            row.update({
+                "median_wall_s": statistics.median(walls), "min_wall_s": min(walls), "max_wall_s": max(walls),
+                "peak_rss_mib_max": max(rss), "peak_rss_mib_median": statistics.median(rss),
+                "peak_rss_mib_all": rss,
+                "evidence_process_peak_rss_mib_max": max((v / MIB for v in mem_field(ok, "process_peak_rss_bytes")), default=None),
+                "payload_budget_bytes": max(mem_field(ok, "payload_budget_bytes"), default=None),
+                "payload_budget_peak_reserved_bytes_max": max(mem_field(ok, "payload_budget_peak_reserved_bytes"), default=None),
+                "budget_waits_max": max(mem_field(ok, "budget_waits"), default=None),
+                "budget_waits_all": mem_field(ok, "budget_waits"),
+                "sampled_max_rss_anon_mib": max((s["rss_sampled"]["max_rss_anon_kib"] / 1024.0 for s in ok if s.get("rss_sampled")), default=None),
+                "sampled_max_rss_file_mib": max((s["rss_sampled"]["max_rss_file_kib"] / 1024.0 for s in ok if s.get("rss_sampled")), default=None),
+                "median_phases_s": {p: statistics.median(s["dpone"]["phases"][p] for s in ok) for p in PHASES}
+                if all((s.get("dpone") or {}).get("phases") for s in ok) else None,
+            })
+        sizes.append(row)
+
+    measured = [r for r in sizes if "peak_rss_mib_max" in r]
+    verdict = {"rss_max_mib_target": target_mib, "rss_flat_pct_target": flat_pct}
+    if measured and len(measured) == len(sizes):
+        lo = min(r["peak_rss_mib_max"] for r in measured)
+        hi = max(r["peak_rss_mib_max"] for r in measured)
+        spread = 100.0 * (hi - lo) / lo
+        verdict.update({
+            "rss_min_mib": lo, "rss_max_mib": hi, "rss_spread_pct": spread,
+            "flat_met": spread <= flat_pct, "bound_met": hi <= target_mib,
+        })
+        verdict["met"] = verdict["flat_met"] and verdict["bound_met"]
+    else:
+        verdict["met"] = False
+        verdict["note"] = "a size has no successful run"
+
+    big = {}
+    for case in ("dpone_bigvalue_default", "dpone_bigvalue_raised"):
+        ss = [s for s in samples if s["case"] == case]
+        if ss:
+            big[case] = {
+                "runs": len(ss),
+                "exit_codes": [s.get("exit_code") for s in ss],
+                "error_codes": [(s.get("dpone") or {}).get("error_code") for s in ss],
+                "messages": [[e.get("message") for e in (s.get("dpone") or {}).get("errors", [])] for s in ss],
+                "median_wall_s": statistics.median(s["wall_s"] for s in ss),
+                "peak_rss_mib_max": max(s["rss_kib"] / 1024.0 for s in ss),
+                "peak_rss_mib_all": [s["rss_kib"] / 1024.0 for s in ss],
+                "memory": [(s.get("dpone") or {}).get("memory") for s in ss],
+                "limits": ((ss[0].get("dpone") or {}).get("limits")),
+            }
+    big_ok = bool(checks) and all(c["ok"] for c in checks)
+
+    result = {"meta": m, "sizes": sizes, "verdict": verdict, "bigvalue": big, "bigvalue_checks": checks,
+              "bigvalue_checks_all_ok": big_ok, "samples": samples}
+    with open(out_path, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+
+    header(m, "dpone memory benchmark: PostgreSQL -> ClickHouse, default budget", out_path)
+    print(f"- window P7D, chunk_interval {m['window']['chunk_interval']}, parallelism {m['parallelism']}, "
+          f"native_chunks `{m['native_chunks_default']}`")
+    print()
+    print("| rows | table | runs | median wall s | min-max s | peak RSS MiB (max / median) | evidence process_peak_rss MiB | payload_budget MiB | budget peak reserved MiB | budget_waits | sampled max anon / file MiB |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in sizes:
+        if "peak_rss_mib_max" not in r:
+            print(f"| {r['rows']:,} | {r['table']} | {r['runs']} | failed | | | | | | | |")
+            continue
+        pb = r["payload_budget_bytes"]
+        pr = r["payload_budget_peak_reserved_bytes_max"]
+        print(
+            f"| {r['rows']:,} | {r['table']} | {r['runs']} | {fmt(r['median_wall_s'])} | "
+            f"{fmt(r['min_wall_s'])}-{fmt(r['max_wall_s'])} | {fmt(r['peak_rss_mib_max'], 1)} / {fmt(r['peak_rss_mib_median'], 1)} | "
+            f"{fmt(r['evidence_process_peak_rss_mib_max'], 1)} | {fmt(pb / MIB if pb is not None else None, 0)} | "
+            f"{fmt(pr / MIB if pr is not None else None, 1)} | {r['budget_waits_max']} | "
+            f"{fmt(r['sampled_max_rss_anon_mib'], 1)} / {fmt(r['sampled_max_rss_file_mib'], 1)} |"
+        )
+    print()
+    print("peak RSS = /usr/bin/time %M of the dpone process (its VmHWM); sampled anon / file = the largest "
+          "RssAnon (heap, stacks) and RssFile (mapped binary and libraries) seen by polling /proc every 50 ms "
+          "(polling misses short peaks).")
+    print()
+    if "rss_spread_pct" in verdict:
+        print(
+            f"- peak RSS (max per size) {fmt(verdict['rss_min_mib'], 1)}-{fmt(verdict['rss_max_mib'], 1)} MiB: "
+            f"spread {fmt(verdict['rss_spread_pct'], 1)}% (target <= {flat_pct}%: {'MET' if verdict['flat_met'] else 'NOT MET'}); "
+            f"max {fmt(verdict['rss_max_mib'], 1)} MiB (target <= {target_mib} MiB: {'MET' if verdict['bound_met'] else 'NOT MET'})"
+        )
+    else:
+        print(f"- memory target: NOT MET ({verdict.get('note')})")
+    print()
+    if not big and not checks:
+        print("Big value: not run (BIGVALUE=0).")
+        print()
+        load_note(samples, m)
+        return
+    print("Big value (one ~10 MiB text value in the window):")
+    print()
+    print("| run | native_chunks | exit | error_code | median wall s | peak RSS MiB (max) | evidence process_peak_rss MiB | budget peak reserved MiB |")
+    print("|---|---|---:|---|---:|---:|---:|---:|")
+    labels = {"dpone_bigvalue_default": ("A: default budget", m.get("bigvalue_native_chunks", {}).get("default")),
+              "dpone_bigvalue_raised": ("B: raised budget", m.get("bigvalue_native_chunks", {}).get("raised"))}
+    for case, v in big.items():
+        label, nc = labels[case]
+        mems = [x for x in v["memory"] if x]
+        ev_rss = max((x["process_peak_rss_bytes"] / MIB for x in mems if x.get("process_peak_rss_bytes")), default=None)
+        ev_res = max((x["payload_budget_peak_reserved_bytes"] / MIB for x in mems), default=None)
+        print(
+            f"| {label} | `{nc}` | {','.join(str(x) for x in sorted(set(v['exit_codes'])))} | "
+            f"{','.join(sorted({str(x) if x else '-' for x in v['error_codes']}))} | {fmt(v['median_wall_s'])} | {fmt(v['peak_rss_mib_max'], 1)} | "
+            f"{fmt(ev_rss, 1)} | {fmt(ev_res, 1)} |"
+        )
+    print()
+    for c in checks:
+        print(f"- {'ok' if c['ok'] else 'FAILED'}: {c['check']}" + (f" ({c['detail']})" if c.get("detail") else ""))
+    print()
+    load_note(samples, m)
+
+
+CH2PG_RAW = ("raw_ch_select", "raw_pg_copy_in")
+CH2PG_LABELS = {
+    "raw_ch_select": "raw: curl SELECT ... FORMAT RowBinary > /dev/null",
+    "raw_pg_copy_in": "raw: psql \\copy FROM file (FORMAT binary)",
+    "dpone_empty": "dpone run, empty target",
+    "dpone_rerun": "dpone run, re-run replacing the window",
+}
+
+
+def report_ch2pg(meta_path, jsonl_path, out_path):
+    with open(meta_path, encoding="utf-8") as f:
+        m = json.load(f)
+    samples = load_samples(jsonl_path)
+    datasets = {}
+    for ds in m["datasets"]:
+        name = ds["name"]
+        by_case = {}
+        for s in samples:
+            if s["dataset"] == name and s.get("ok", True):
+                by_case.setdefault(s["case"], []).append(s)
+        cases = {c: summarize(v) for c, v in by_case.items()}
+        failed = {s["case"]: s.get("error", "") for s in samples if s["dataset"] == name and not s.get("ok", True)}
+        raw = [cases[c]["median_wall_s"] for c in CH2PG_RAW if c in cases]
+        slower = max(raw) if len(raw) == len(CH2PG_RAW) else None
+        slower_case = max(CH2PG_RAW, key=lambda c: cases[c]["median_wall_s"]) if slower else None
+        for v in cases.values():
+            v["ratio_to_slower_raw"] = (v["median_wall_s"] / slower) if slower else None
+            v["ratio_to_sum_of_raw"] = (v["median_wall_s"] / sum(raw)) if slower else None
+        datasets[name] = {"rows": ds["rows"], "slower_raw_reference": slower_case, "slower_raw_median_s": slower,
+                          "sum_raw_median_s": sum(raw) if slower else None, "cases": cases, "failed": failed}
+    result = {"meta": m, "datasets": datasets, "samples": samples}
+    with open(out_path, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+
+    header(m, "dpone ClickHouse -> PostgreSQL benchmark", out_path)
+    print("| dataset | case | median wall s | min-max s | peak RSS MiB | ratio to slower raw | ratio to sum of raw |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for name, d in datasets.items():
+        label = f"{name} ({d['rows']:,} rows)"
+        for c in ("raw_ch_select", "raw_pg_copy_in", "dpone_empty", "dpone_rerun"):
+            if c in d["cases"]:
+                v = d["cases"][c]
+                print(
+                    f"| {label} | {CH2PG_LABELS[c]} | {fmt(v['median_wall_s'])} | {fmt(v['min_wall_s'])}-{fmt(v['max_wall_s'])} | "
+                    f"{fmt(v['peak_rss_mib_max'], 0)} | {fmt(v['ratio_to_slower_raw'])}x | {fmt(v['ratio_to_sum_of_raw'])}x |"
+                )
+            elif c in d["failed"]:
+                print(f"| {label} | {CH2PG_LABELS[c]} | failed | | | | |")
+    print()
+    print("dpone phases (median seconds; extract, load and verify are summed over chunks and overlap):")
+    print()
+    print("| dataset | case | " + " | ".join(PHASES) + " | rest of wall | process wall | dpone CPU s |")
+    print("|---|---|" + "---:|" * (len(PHASES) + 3))
+    for name, d in datasets.items():
+        for c in ("dpone_empty", "dpone_rerun"):
+            v = d["cases"].get(c)
+            if v and "median_phases_s" in v:
+                ph = v["median_phases_s"]
+                print(
+                    f"| {name} | {c} | " + " | ".join(fmt(ph.get(p)) for p in PHASES)
+                    + f" | {fmt(v['median_derived_s']['rest'])} | {fmt(v['median_wall_s'])} | {fmt(v['median_client_cpu_s'])} |"
+                )
+    print()
+    for name, d in datasets.items():
+        for c in ("dpone_empty", "dpone_rerun"):
+            v = d["cases"].get(c)
+            if v and d["slower_raw_median_s"]:
+                print(
+                    f"- {name}, {CH2PG_LABELS[c]}: {fmt(v['ratio_to_slower_raw'])}x the slower raw reference "
+                    f"({d['slower_raw_reference']}, {fmt(d['slower_raw_median_s'])} s); no target ratio is set for this route"
+                )
+    load_note(samples, m)
+
+
 def main(argv):
     if len(argv) < 2:
         sys.exit(__doc__)
@@ -258,6 +615,16 @@ def main(argv):
         cpu_busy(float(args[0]))
     elif cmd == "report" and len(args) == 3:
         report(*args)
+    elif cmd == "meta":
+        meta(args)
+    elif cmd == "report-memory" and len(args) == 4:
+        report_memory(*args)
+    elif cmd == "run-error" and len(args) == 1:
+        run_error(*args)
+    elif cmd == "rss-sample" and len(args) == 3:
+        rss_sample(*args)
+    elif cmd == "report-ch2pg" and len(args) == 3:
+        report_ch2pg(*args)
     else:
         sys.exit(__doc__)
 

@@ -1,13 +1,21 @@
 -- dpone benchmark data, PostgreSQL side. Run by scripts/bench/pg_to_clickhouse.sh
--- with psql variables:
---   table  'narrow' or 'wide'
+-- and scripts/bench/memory.sh with psql variables:
+--   table  the table to (re)create in schema dpone_bench
+--   shape  optional: 'narrow', 'wide' or 'bigvalue' (default: the table name,
+--          so table=narrow / table=wide keep their shapes)
 --   rows   number of rows
 --   marker the table comment written last (a half-seeded table has none)
+--
+-- Shape 'bigvalue' (memory.sh): id, ts, n, label text, payload text; every
+-- payload is short (0 to 160 characters) except the one of row
+-- id = rows / 2 + 1, which is 10 MiB (327680 md5 hex strings, concatenated).
 --
 -- Deterministic: every value is arithmetic (or md5) on the row number g;
 -- there is no random() anywhere. ts increases with id across exactly the
 -- 7 days [2026-09-02, 2026-09-09) UTC, with a jitter of under one second
 -- (events appended over time), clamped so that every row stays inside.
+-- div() on numeric is exact integer division, the same values as bigint
+-- division, without its overflow above ~15 million rows.
 
 \set ON_ERROR_STOP on
 SET client_min_messages = warning;
@@ -20,12 +28,23 @@ SET search_path = dpone_bench;
   \quit
 \endif
 
-SELECT :'table' = 'narrow' AS is_narrow \gset
+\if :{?shape}
+\else
+  \set shape :table
+\endif
+SELECT :'shape' = 'narrow' AS is_narrow, :'shape' = 'wide' AS is_wide,
+       :'shape' = 'bigvalue' AS is_bigvalue \gset
+\if :is_narrow
+\elif :is_wide
+\elif :is_bigvalue
+\else
+  DO $$ BEGIN RAISE EXCEPTION 'psql variable shape (or table) must be narrow, wide or bigvalue'; END $$;
+\endif
 
 DROP TABLE IF EXISTS dpone_bench.:"table";
 
 \if :is_narrow
-CREATE TABLE dpone_bench.narrow (
+CREATE TABLE dpone_bench.:"table" (
   id     bigint        NOT NULL,
   ts     timestamptz   NOT NULL,
   n      int           NOT NULL,
@@ -33,19 +52,19 @@ CREATE TABLE dpone_bench.narrow (
   s1     text          NOT NULL,
   s2     text          NOT NULL
 );
-INSERT INTO dpone_bench.narrow
+INSERT INTO dpone_bench.:"table"
 SELECT
   g,
   timestamptz '2026-09-02 00:00:00+00' + interval '1 microsecond' *
     LEAST(604800000000 - 1,
-          (g - 1) * 604800000000 / :rows + (g * 7919) % 1000000),
+          div((g - 1)::numeric * 604800000000, :rows)::bigint + (g * 7919) % 1000000),
   (g % 100000)::int,
   ((g * 7919) % 100000000)::numeric / 10000,
   'customer-' || (g % 50000),
   md5(g::text)
 FROM generate_series(1::bigint, :rows::bigint) AS g;
-\else
-CREATE TABLE dpone_bench.wide (
+\elif :is_wide
+CREATE TABLE dpone_bench.:"table" (
   id       bigint         NOT NULL,
   ts       timestamptz    NOT NULL,
   i1       int            NOT NULL,
@@ -77,7 +96,7 @@ CREATE TABLE dpone_bench.wide (
   ts3      timestamp,
   ts4      timestamptz
 );
-INSERT INTO dpone_bench.wide
+INSERT INTO dpone_bench.:"table"
 SELECT
   g,
   ts,
@@ -113,9 +132,30 @@ FROM (
   SELECT g,
          timestamptz '2026-09-02 00:00:00+00' + interval '1 microsecond' *
            LEAST(604800000000 - 1,
-                 (g - 1) * 604800000000 / :rows + (g * 7919) % 1000000) AS ts
+                 div((g - 1)::numeric * 604800000000, :rows)::bigint + (g * 7919) % 1000000) AS ts
   FROM generate_series(1::bigint, :rows::bigint) AS g
 ) AS s;
+\else
+CREATE TABLE dpone_bench.:"table" (
+  id      bigint      NOT NULL,
+  ts      timestamptz NOT NULL,
+  n       int         NOT NULL,
+  label   text        NOT NULL,
+  payload text        NOT NULL
+);
+INSERT INTO dpone_bench.:"table"
+SELECT
+  g,
+  timestamptz '2026-09-02 00:00:00+00' + interval '1 microsecond' *
+    LEAST(604800000000 - 1,
+          div((g - 1)::numeric * 604800000000, :rows)::bigint + (g * 7919) % 1000000),
+  (g % 100000)::int,
+  'row-' || g,
+  CASE WHEN g = :rows / 2 + 1
+       THEN (SELECT string_agg(md5(i::text), '' ORDER BY i) FROM generate_series(1, 327680) AS i)
+       ELSE left(repeat(md5(g::text), 5), (g % 161)::int)
+  END
+FROM generate_series(1::bigint, :rows::bigint) AS g;
 \endif
 
 CREATE INDEX ON dpone_bench.:"table" (ts);

@@ -1,0 +1,307 @@
+# shellcheck shell=bash disable=SC2034
+# (SC2034: the variables set here are used by the scripts that source it.)
+# Shared helpers of scripts/bench/memory.sh and scripts/bench/ch_to_postgres.sh
+# (the same server, build, idle-wait and measuring logic as
+# scripts/bench/pg_to_clickhouse.sh). Source it after `set -euo pipefail`
+# with BENCH_NAME set; it reads the environment variables documented in
+# docs/benchmarks.md (PG_URL, CH_URL, IDLE_WAIT_MAX, IDLE_BUSY_PCT,
+# DPONE_SOURCE, SKIP_BUILD, OUT_DIR, KEEP_TMP, BUMP_SOURCE_XID).
+#
+# After `bench_init`:
+#   ROOT BENCH_DIR UTIL OUT_DIR TMP STAMP STARTED_UTC START_EPOCH
+#   PG_URL CH  (ClickHouse base URL without query or trailing slash)
+#   DPONE      (a private copy of the binary)
+#   BENCH_COMMIT BENCH_DIRTY BENCH_CHANGED BENCH_DIFF_SHA BENCH_SOURCE
+#   RESULTS    (JSON lines, one per measurement)
+
+# Errors inside $(...) stop the script too.
+shopt -s inherit_errexit
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BENCH_DIR=$ROOT/scripts/bench
+UTIL=$BENCH_DIR/bench_util.py
+OUT_DIR=${OUT_DIR:-$ROOT/target/bench}
+IDLE_WAIT_MAX=${IDLE_WAIT_MAX:-60}
+IDLE_BUSY_PCT=${IDLE_BUSY_PCT:-30}
+INTERVAL_END=2026-09-09T00:00:00Z
+WIN_START_PG="2026-09-02 00:00:00+00"
+WIN_END_PG="2026-09-09 00:00:00+00"
+WIN_START_CH="toDateTime64('2026-09-02 00:00:00', 6, 'UTC')"
+WIN_END_CH="toDateTime64('2026-09-09 00:00:00', 6, 'UTC')"
+
+log() { echo "bench${BENCH_NAME:+ $BENCH_NAME}: $*" >&2; }
+die() {
+  log "error: $*"
+  exit 1
+}
+
+# Runs one ClickHouse statement (body); prints the response; fails on errors.
+chq() { curl -sS --fail-with-body "$CH/" --data-binary "$1"; }
+pgq() { psql "$PG_URL" -X -qtAc "$1"; }
+
+positive_int() {
+  local v
+  for v in "$@"; do
+    [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer (got '${!v}')"
+  done
+}
+
+bench_cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [ -n "${TMP:-}" ]; then
+    if [ "${KEEP_TMP:-0}" = 1 ]; then
+      log "kept $TMP"
+    else
+      rm -rf "$TMP"
+    fi
+  fi
+  if [ "${STARTED_SERVICES:-0}" = 1 ]; then
+    log "stopping the test services this run started"
+    "$ROOT/scripts/services.sh" stop || log "warning: stopping the services failed"
+  fi
+  exit "$rc"
+}
+
+# Tools, lock, temporary folder, servers.
+bench_init() {
+  local tool
+  for tool in psql curl python3 flock /usr/bin/time; do
+    command -v "$tool" >/dev/null || die "$tool is required"
+  done
+  [[ $IDLE_WAIT_MAX =~ ^[0-9]+$ ]] || die "IDLE_WAIT_MAX must be a number of seconds (got '$IDLE_WAIT_MAX')"
+  positive_int IDLE_BUSY_PCT
+  mkdir -p "$OUT_DIR"
+  # One benchmark at a time, whichever script: they share the servers and
+  # the dpone_bench schema/database (same lock as pg_to_clickhouse.sh).
+  exec 9>"$OUT_DIR/.pg_to_clickhouse.lock"
+  flock -n 9 || die "another benchmark run holds $OUT_DIR/.pg_to_clickhouse.lock"
+
+  TMP=$(mktemp -d "${TMPDIR:-/tmp}/dpone-bench.XXXXXX")
+  STARTED_SERVICES=0
+  trap bench_cleanup EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  START_EPOCH=$(date +%s)
+  STARTED_UTC=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+  RESULTS=$TMP/results.jsonl
+  : >"$RESULTS"
+
+  if [ -z "${PG_URL:-}" ] || [ -z "${CH_URL:-}" ]; then
+    if "$ROOT/scripts/services.sh" status >/dev/null 2>&1; then
+      log "using the running test services"
+    else
+      log "starting the test services (scripts/services.sh start)"
+      STARTED_SERVICES=1
+      "$ROOT/scripts/services.sh" start
+    fi
+    eval "$("$ROOT/scripts/services.sh" env)"
+    PG_URL=${PG_URL:-$DPONE_TEST_POSTGRES_URL}
+    CH_URL=${CH_URL:-$DPONE_TEST_CLICKHOUSE_URL}
+  fi
+  CH=${CH_URL%%\?*}
+  CH=${CH%/}
+  psql "$PG_URL" -X -qtAc "SELECT 1" >/dev/null || die "PostgreSQL at PG_URL does not answer"
+  [ "$(curl -sS --max-time 5 "$CH/ping" 2>/dev/null)" = "Ok." ] || die "ClickHouse at CH_URL does not answer /ping"
+  export DPONE_CONN_BENCH_PG=$PG_URL DPONE_CONN_BENCH_CH=$CH/
+  chq "CREATE DATABASE IF NOT EXISTS dpone_bench ENGINE = Atomic" >/dev/null
+  [ "$(chq "SELECT engine FROM system.databases WHERE name = 'dpone_bench'")" = Atomic ] ||
+    die "ClickHouse database dpone_bench exists but is not Atomic; drop it and rerun"
+  pgq "CREATE SCHEMA IF NOT EXISTS dpone_bench" >/dev/null 2>&1 || true
+}
+
+# DPONE_SOURCE=worktree (default): build this working tree, as it is.
+# DPONE_SOURCE=head: build a clean export of the HEAD commit in
+# target/bench/head-src (target dir target/bench/head-target).
+bench_build() {
+  DPONE=$ROOT/target/release/dpone
+  case ${DPONE_SOURCE:-worktree} in
+    worktree)
+      if [ "${SKIP_BUILD:-0}" = 1 ]; then
+        log "SKIP_BUILD=1: using $DPONE as it is"
+      else
+        log "building dpone (cargo build --release -p dpone-cli)"
+        (cd "$ROOT" && cargo build --release -p dpone-cli >&2)
+      fi
+      [ -x "$DPONE" ] || die "$DPONE is missing"
+      BENCH_COMMIT=$(git -C "$ROOT" rev-parse --short HEAD)
+      BENCH_CHANGED=$(git -C "$ROOT" status --porcelain | wc -l)
+      BENCH_DIFF_SHA=$(git -C "$ROOT" diff HEAD | sha256sum | cut -c1-16)
+      BENCH_SOURCE="working tree"
+      ;;
+    head)
+      BENCH_COMMIT=$(git -C "$ROOT" rev-parse --short HEAD)
+      log "building dpone from a clean export of commit $BENCH_COMMIT"
+      rm -rf "$OUT_DIR/head-src"
+      mkdir -p "$OUT_DIR/head-src"
+      git -C "$ROOT" archive "$BENCH_COMMIT" | tar -x -C "$OUT_DIR/head-src"
+      (cd "$OUT_DIR/head-src" &&
+        CARGO_TARGET_DIR=$OUT_DIR/head-target cargo build --release -p dpone-cli >&2)
+      DPONE=$OUT_DIR/head-target/release/dpone
+      BENCH_CHANGED=0
+      BENCH_DIFF_SHA=$(: | sha256sum | cut -c1-16)
+      BENCH_SOURCE="clean export of the commit"
+      ;;
+    *) die "DPONE_SOURCE must be worktree or head" ;;
+  esac
+  BENCH_DIRTY=$([ "$BENCH_CHANGED" -gt 0 ] && echo 1 || echo 0)
+  # A private copy: others may rebuild target/release/dpone during the run.
+  cp "$DPONE" "$TMP/dpone"
+  DPONE=$TMP/dpone
+  log "dpone built from commit $BENCH_COMMIT ($BENCH_CHANGED changed paths in the working tree)"
+}
+
+# Waits (up to 60 s) until ClickHouse runs no merges or mutations in
+# dpone_bench, so that a measurement does not pay for the previous one's
+# background work; prints the seconds waited.
+quiesce() {
+  local t0=$SECONDS
+  while [ $((SECONDS - t0)) -lt 60 ]; do
+    [ "$(chq "SELECT (SELECT count() FROM system.merges WHERE database = 'dpone_bench') + (SELECT count() FROM system.mutations WHERE database = 'dpone_bench' AND NOT is_done)")" = 0 ] && break
+    sleep 0.5
+  done
+  echo $((SECONDS - t0))
+}
+
+# PostgreSQL: a CHECKPOINT, so that a measurement does not share the disk with
+# the checkpoint the previous bulk write triggers (used by ch_to_postgres.sh).
+pg_checkpoint() { pgq "CHECKPOINT" >/dev/null 2>&1 || true; }
+
+# measure GROUP CASE REP -- command...: waits for a quiet machine, times the
+# command with /usr/bin/time, appends a JSON line to $RESULTS; the command's
+# stdout/stderr are kept in $TMP/last.out / $TMP/last.err. For CASE dpone_*
+# the line includes bench_util.py dpone-result of the output (also on
+# failure). Returns the command's exit status (the line then has ok=false and
+# the exit code).
+measure() {
+  local group=$1 case=$2 rep=$3 waited load1 busy rc=0 wall rss usr sys extra=null
+  shift 4
+  waited=$(quiesce)
+  # On a shared machine, wait (up to IDLE_WAIT_MAX s) for a second in which
+  # the CPUs are less than IDLE_BUSY_PCT busy; the last sample is recorded.
+  local t0=$SECONDS idle_waited
+  while :; do
+    busy=$(python3 "$UTIL" cpu-busy 1)
+    awk -v b="$busy" -v m="$IDLE_BUSY_PCT" 'BEGIN { exit !(b < m) }' && break
+    [ $((SECONDS - t0)) -lt "$IDLE_WAIT_MAX" ] || break
+  done
+  idle_waited=$((SECONDS - t0 - 1))
+  load1=$(cut -d' ' -f1 /proc/loadavg)
+  log "$group: $case #$rep (load1 $load1, CPU busy ${busy}% in the last second, waited ${idle_waited} s for idle)"
+  /usr/bin/time -f '%e %M %U %S' -o "$TMP/time" "$@" >"$TMP/last.out" 2>"$TMP/last.err" || rc=$?
+  read -r wall rss usr sys < <(tail -n 1 "$TMP/time")
+  if [[ $case == dpone_* ]] && [ -s "$TMP/last.out" ]; then
+    extra=$(python3 "$UTIL" dpone-result "$TMP/last.out" 2>/dev/null || echo null)
+  fi
+  local err=""
+  if [ "$rc" -ne 0 ]; then
+    err=$(cat "$TMP/last.out" "$TMP/last.err" | head -c 4000)
+  fi
+  python3 - "$group" "$case" "$rep" "$wall" "$rss" "$usr" "$sys" "$load1" "$busy" "$waited" "$idle_waited" "$rc" "$extra" "$err" >>"$RESULTS" <<'EOF'
+import json, sys
+group, case, rep, wall, rss, usr, sys_s, load1, busy, waited, idle_waited, rc, extra, err = sys.argv[1:]
+line = {"dataset": group, "case": case, "rep": int(rep), "wall_s": float(wall), "rss_kib": int(rss),
+        "user_s": float(usr), "sys_s": float(sys_s), "load1": float(load1), "cpu_busy_pct": float(busy),
+        "quiesce_wait_s": int(waited), "idle_wait_s": int(idle_waited), "ok": rc == "0", "exit_code": int(rc)}
+if extra != "null":
+    line["dpone"] = json.loads(extra)
+if err:
+    line["error"] = err
+print(json.dumps(line))
+EOF
+  log "$group: $case #$rep: ${wall} s, peak RSS $((rss / 1024)) MiB$([ "$rc" -eq 0 ] || echo ", exit $rc")"
+  return "$rc"
+}
+
+# A run's id derives from the source snapshot; before each dpone run from
+# PostgreSQL, commit one transaction that takes a transaction id, as any
+# write on a live source would (see docs/benchmarks.md; BUMP_SOURCE_XID=0
+# turns it off).
+bump_source_xid() {
+  [ "${BUMP_SOURCE_XID:-1}" = 0 ] || pgq "SELECT txid_current()" >/dev/null
+}
+
+# The status of the dpone run whose JSON output is in $TMP/last.out.
+dpone_status() {
+  python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("status"))' "$TMP/last.out" 2>/dev/null || echo unknown
+}
+
+# Drops the backups (_dpone_bak_*) dpone keeps of ClickHouse targets in
+# dpone_bench; the lock makes sure they belong to no running benchmark.
+drop_ch_backups() {
+  local t
+  for t in $(chq "SELECT name FROM system.tables WHERE database = 'dpone_bench' AND startsWith(name, '_dpone_bak_')"); do
+    chq "DROP TABLE IF EXISTS dpone_bench.$t SYNC" >/dev/null
+  done
+}
+
+# Machine, versions and commit, as JSON (on stdout); extra "key=json" pairs
+# are merged in.
+bench_meta() {
+  local services="already running, or given by PG_URL/CH_URL"
+  [ "${STARTED_SERVICES:-0}" = 0 ] || services="started by this run"
+  python3 "$UTIL" meta \
+    "benchmark=\"$BENCH_NAME\"" \
+    "started_utc=\"$STARTED_UTC\"" \
+    "duration_s=$(($(date +%s) - START_EPOCH))" \
+    "psql=$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "$(psql --version)")" \
+    "postgres_server=\"$(pgq "SHOW server_version")\"" \
+    "clickhouse=\"$(chq "SELECT version()")\"" \
+    "dpone=\"$("$DPONE" --version)\"" \
+    "commit=\"$BENCH_COMMIT\"" \
+    "dirty=$([ "$BENCH_DIRTY" = 1 ] && echo true || echo false)" \
+    "built_from=\"$BENCH_SOURCE\"" \
+    "changed_paths=$BENCH_CHANGED" \
+    "diff_sha256_16=\"$BENCH_DIFF_SHA\"" \
+    "services=\"$services\"" \
+    "idle_wait={\"max_s\": $IDLE_WAIT_MAX, \"busy_below_pct\": $IDLE_BUSY_PCT}" \
+    "$@"
+}
+
+# ensure_ch_table TABLE ORDER_BY COLUMNS [ENGINE_SUFFIX]: makes sure
+# dpone_bench.TABLE is a MergeTree with exactly COLUMNS ("name type, ...",
+# as system.columns prints them); otherwise (re)creates it, empty.
+ensure_ch_table() {
+  local t=$1 order_by=$2 cols=$3 have
+  cols=$(echo "$cols" | tr '\n' ' ' | sed 's/  */ /g; s/^ //; s/ $//')
+  have=$(chq "SELECT arrayStringConcat(arrayMap(x -> x.2, arraySort(groupArray((position, concat(name, ' ', type))))), ', ') FROM system.columns WHERE database = 'dpone_bench' AND table = '$t' FORMAT TSVRaw")
+  if [ "$have" = "$cols" ] &&
+    [ "$(chq "SELECT engine FROM system.tables WHERE database = 'dpone_bench' AND name = '$t'")" = MergeTree ]; then
+    return
+  fi
+  [ -z "$have" ] || log "ClickHouse table dpone_bench.$t has another structure, recreating it"
+  chq "DROP TABLE IF EXISTS dpone_bench.$t SYNC" >/dev/null
+  chq "CREATE TABLE dpone_bench.$t ($cols) ENGINE = MergeTree ORDER BY $order_by" >/dev/null
+  log "created ClickHouse table dpone_bench.$t"
+}
+
+# Drops staging and generation tables an interrupted earlier run left in
+# dpone_bench (a generation table would block dpone).
+drop_ch_leftovers() {
+  local t
+  for t in $(chq "SELECT name FROM system.tables WHERE database = 'dpone_bench' AND (startsWith(name, '_dpone_gen_') OR startsWith(name, '_dpone_stg_'))"); do
+    log "dropping leftover ClickHouse table dpone_bench.$t"
+    chq "DROP TABLE IF EXISTS dpone_bench.$t SYNC" >/dev/null
+  done
+}
+
+# seed_pg_table TABLE SHAPE ROWS: (re)creates dpone_bench.TABLE in PostgreSQL
+# with scripts/bench/seed_postgres.sql unless it already holds ROWS rows of
+# this seed (its table comment). Prints "reused" or "created in N s".
+seed_pg_table() {
+  local table=$1 shape=$2 rows=$3 marker have t0
+  marker="dpone bench seed v${SEED_VERSION:-1}: $table rows=$rows"
+  have=$(pgq "SELECT obj_description(to_regclass('dpone_bench.$table'), 'pg_class')" 2>/dev/null || true)
+  if [ "$have" = "$marker" ] && [ "$(pgq "SELECT count(*) FROM dpone_bench.$table")" = "$rows" ]; then
+    log "PostgreSQL table dpone_bench.$table is seeded ($rows rows), reusing it"
+    echo reused
+    return
+  fi
+  log "seeding PostgreSQL dpone_bench.$table ($shape, $rows rows; once, reused by later runs)"
+  t0=$(date +%s)
+  psql "$PG_URL" -X -q -v table="$table" -v shape="$shape" -v rows="$rows" -v marker="$marker" \
+    -f "$BENCH_DIR/seed_postgres.sql" >&2 || die "seeding dpone_bench.$table failed"
+  log "seeded dpone_bench.$table in $(($(date +%s) - t0)) s"
+  echo "created in $(($(date +%s) - t0)) s"
+}

@@ -1,0 +1,347 @@
+#!/usr/bin/env bash
+# Benchmark: dpone moving a 7-day window ClickHouse -> PostgreSQL, next to
+# raw references on the same machine, data and window.
+#
+#   scripts/bench/ch_to_postgres.sh
+#
+# Data: ClickHouse MergeTree tables dpone_bench.ch_narrow and dpone_bench.ch_wide
+# (Atomic database dpone_bench), filled once from numbers() (deterministic,
+# reused while the row count and seed version, kept in the table comment,
+# match); PostgreSQL target tables of the same names in schema dpone_bench with
+# the mapped types (`dpone schema type-matrix`) and an index on ts, plus
+# scratch tables <name>_copy of the same structure.
+#
+# Cases per dataset (each timed with /usr/bin/time: wall seconds, peak RSS of
+# the measured client process), REPEAT times, interleaved:
+#   raw_ch_select   curl "SELECT <cols> FROM t WHERE <window> FORMAT RowBinary" -o /dev/null
+#   raw_pg_copy_in  psql "\copy <t>_copy FROM file (FORMAT binary)" into the
+#                   truncated scratch table; the file is written once with
+#                   COPY (SELECT ... window) TO STDOUT (FORMAT binary) from the
+#                   target dpone loaded
+#   dpone_empty     dpone run (replace, P7D / P1D) into the truncated target
+#   dpone_rerun     dpone run again, replacing the window of the full target
+# Before every measurement that writes PostgreSQL the script runs CHECKPOINT,
+# so that no measurement pays for the previous one's dirty pages, and tables
+# are emptied as soon as their case is measured (no autovacuum later).
+#
+# Environment (all optional; see docs/benchmarks.md):
+#   ROWS_NARROW      rows of ch_narrow (default 5000000)
+#   ROWS_WIDE        rows of ch_wide (default 1000000)
+#   DATASETS         which datasets (default "narrow wide")
+#   REPEAT           repetitions per case (default 3)
+#   PARALLELISM      dpone chunk parallelism (default 2)
+#   PG_URL, CH_URL, IDLE_WAIT_MAX, IDLE_BUSY_PCT, DPONE_SOURCE, SKIP_BUILD,
+#   OUT_DIR, KEEP_TMP: as in pg_to_clickhouse.sh
+#
+# Output: target/bench/ch_to_postgres-<UTC timestamp>.json and a Markdown
+# summary on stdout; progress on stderr.
+set -euo pipefail
+
+BENCH_NAME=ch_to_postgres
+# shellcheck source=scripts/bench/bench_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
+
+ROWS_NARROW=${ROWS_NARROW:-5000000}
+ROWS_WIDE=${ROWS_WIDE:-1000000}
+DATASETS=${DATASETS:-narrow wide}
+REPEAT=${REPEAT:-3}
+PARALLELISM=${PARALLELISM:-2}
+CH_SEED_VERSION=1
+
+positive_int ROWS_NARROW ROWS_WIDE REPEAT PARALLELISM
+for ds in $DATASETS; do
+  [[ $ds == narrow || $ds == wide ]] || die "DATASETS may hold only narrow and wide (got '$ds')"
+done
+
+bench_init
+bench_build
+drop_ch_leftovers
+
+rows_of() { if [ "$1" = narrow ]; then echo "$ROWS_NARROW"; else echo "$ROWS_WIDE"; fi; }
+
+# ----------------------------------------------------------------- schema --
+
+# ClickHouse columns, as system.columns prints them.
+ch_columns() {
+  if [ "$1" = narrow ]; then
+    cat <<'EOF'
+id Int64, ts DateTime64(6, 'UTC'), n Int32, amount Decimal(18, 4), s1 String, s2 String
+EOF
+  else
+    cat <<'EOF'
+id Int64, ts DateTime64(6, 'UTC'),
+i8 Int8, i16 Int16, i32 Int32, i64 Int64,
+u8 UInt8, u16 UInt16, u32 UInt32, u64 UInt64,
+f32 Float32, f64 Float64, d18 Decimal(18, 4), d38 Decimal(38, 10),
+s1 String, s2 String, lc LowCardinality(String), fs FixedString(16), uid UUID,
+dt Date, dt32 Date32, ts2 DateTime64(6, 'UTC'), b Bool,
+n_i32 Nullable(Int32), n_u64 Nullable(UInt64), n_f64 Nullable(Float64), n_d18 Nullable(Decimal(18, 4)),
+n_s Nullable(String), n_uid Nullable(UUID), n_dt Nullable(Date), n_ts Nullable(DateTime64(6, 'UTC')),
+n_b Nullable(Bool), lcn LowCardinality(Nullable(String))
+EOF
+  fi
+}
+
+# The PostgreSQL columns: the mapping of `dpone schema type-matrix`
+# (Int8/UInt8 -> smallint, UInt16 -> integer, UInt32 -> bigint,
+# UInt64 -> numeric(20,0), FixedString -> bytea, Date/Date32 -> date,
+# DateTime64(6, 'UTC') -> timestamptz, LowCardinality(String) -> text),
+# NOT NULL where the ClickHouse column is not Nullable.
+pg_columns() {
+  if [ "$1" = narrow ]; then
+    cat <<'EOF'
+id bigint NOT NULL, ts timestamptz NOT NULL, n integer NOT NULL, amount numeric(18,4) NOT NULL,
+s1 text NOT NULL, s2 text NOT NULL
+EOF
+  else
+    cat <<'EOF'
+id bigint NOT NULL, ts timestamptz NOT NULL,
+i8 smallint NOT NULL, i16 smallint NOT NULL, i32 integer NOT NULL, i64 bigint NOT NULL,
+u8 smallint NOT NULL, u16 integer NOT NULL, u32 bigint NOT NULL, u64 numeric(20,0) NOT NULL,
+f32 real NOT NULL, f64 double precision NOT NULL, d18 numeric(18,4) NOT NULL, d38 numeric(38,10) NOT NULL,
+s1 text NOT NULL, s2 text NOT NULL, lc text NOT NULL, fs bytea NOT NULL, uid uuid NOT NULL,
+dt date NOT NULL, dt32 date NOT NULL, ts2 timestamptz NOT NULL, b boolean NOT NULL,
+n_i32 integer, n_u64 numeric(20,0), n_f64 double precision, n_d18 numeric(18,4),
+n_s text, n_uid uuid, n_dt date, n_ts timestamptz,
+n_b boolean, lcn text
+EOF
+  fi
+}
+
+# The rows, from the row number g = 1..rows: arithmetic or MD5 of g only.
+# ts increases with g across exactly [2026-09-02, 2026-09-09) UTC with under
+# one second of jitter, as in seed_postgres.sql.
+ch_select() {
+  local cols
+  if [ "$1" = narrow ]; then
+    cols="g, ts, toInt32(g % 100000),
+  toDecimal64(concat(toString(intDiv((g * 7919) % 100000000, 10000)), '.', leftPad(toString((g * 7919) % 10000), 4, '0')), 4),
+  concat('customer-', toString(g % 50000)), lower(hex(MD5(toString(g))))"
+  else
+    cols="g, ts,
+  toInt8(toInt32(g % 256) - 128), toInt16(toInt32(g % 65536) - 32768),
+  toInt32(toInt64(g * 2654435761 % 4294967296) - 2147483648),
+  toInt64(g * 1000003) * if(g % 2 = 0, 1, -1),
+  toUInt8(g % 256), toUInt16(g % 65536), toUInt32(g * 2654435761 % 4294967296),
+  toUInt64(18446744073709551615) - g * 12345,
+  toFloat32((g % 65536) / 4), g / 3,
+  toDecimal64(concat(toString(intDiv((g * 7919) % 100000000, 10000)), '.', leftPad(toString((g * 7919) % 10000), 4, '0')), 4),
+  toDecimal128(concat(if(g % 3 = 0, '-', ''), toString(g * 98765432109), '.', leftPad(toString(g * 2654435761 % 10000000000), 10, '0')), 10),
+  concat('customer-', toString(g % 50000)),
+  concat(lower(hex(MD5(toString(g)))), left(lower(hex(MD5(toString(g + 1)))), toUInt32(g % 33))),
+  concat('cat-', toString(g % 100)),
+  MD5(toString(g)),
+  reinterpretAsUUID(MD5(toString(g))),
+  toDate('2000-01-01') + toInt32(g % 10000),
+  toDate32('1950-01-01') + toInt32(g % 40000),
+  addMicroseconds(ts, -toInt64(g % 48) * 3600000000),
+  g % 2 = 0,
+  if(g % 7 = 0, NULL, toInt32(g % 1000000)),
+  if(g % 11 = 0, NULL, g * 7),
+  if(g % 7 = 0, NULL, (g % 100000) * 0.01),
+  if(g % 11 = 0, NULL, toDecimal64(concat('-', toString(intDiv((g * 104729) % 1000000000, 10000)), '.', leftPad(toString((g * 104729) % 10000), 4, '0')), 4)),
+  if(g % 7 = 0, NULL, concat('naïve-', toString(g))),
+  if(g % 11 = 0, NULL, reinterpretAsUUID(MD5(concat('-', toString(g))))),
+  if(g % 7 = 0, NULL, toDate('2026-09-02') + toInt32(g % 7)),
+  if(g % 11 = 0, NULL, addMicroseconds(ts, -toInt64(g % 48) * 3600000000)),
+  if(g % 11 = 0, NULL, g % 3 = 0),
+  if(g % 13 = 0, NULL, concat('tag-', toString(g % 20)))"
+  fi
+  cat <<EOF
+SELECT $cols
+FROM (
+  SELECT number + 1 AS g,
+         addMicroseconds(toDateTime64('2026-09-02 00:00:00', 6, 'UTC'),
+           toInt64(least(604800000000 - 1, intDiv(toUInt128(g - 1) * 604800000000, $2) + (g * 7919) % 1000000))) AS ts
+  FROM numbers($2)
+)
+EOF
+}
+
+# Creates (or reuses) the ClickHouse source dpone_bench.ch_<ds>.
+seed_clickhouse() {
+  local ds=$1 t=ch_$1 rows marker t0
+  rows=$(rows_of "$ds")
+  marker="dpone bench ch seed v$CH_SEED_VERSION: $t rows=$rows"
+  ensure_ch_table "$t" "(ts, id)" "$(ch_columns "$ds")"
+  if [ "$(chq "SELECT comment FROM system.tables WHERE database = 'dpone_bench' AND name = '$t'")" = "$marker" ] &&
+    [ "$(chq "SELECT count() FROM dpone_bench.$t")" = "$rows" ]; then
+    log "$ds: ClickHouse table dpone_bench.$t is seeded ($rows rows), reusing it"
+    echo reused >"$TMP/$ds.seed"
+    return
+  fi
+  log "$ds: seeding ClickHouse dpone_bench.$t with $rows rows (once; reused by later runs)"
+  t0=$(date +%s)
+  chq "ALTER TABLE dpone_bench.$t MODIFY COMMENT ''" >/dev/null
+  chq "TRUNCATE TABLE dpone_bench.$t" >/dev/null
+  chq "INSERT INTO dpone_bench.$t $(ch_select "$ds" "$rows")" >/dev/null
+  chq "OPTIMIZE TABLE dpone_bench.$t FINAL" >/dev/null
+  chq "ALTER TABLE dpone_bench.$t MODIFY COMMENT '$marker'" >/dev/null
+  echo "created in $(($(date +%s) - t0)) s" >"$TMP/$ds.seed"
+  log "$ds: seeded in $(($(date +%s) - t0)) s"
+}
+
+# Creates (or reuses, when the columns match) the PostgreSQL target
+# dpone_bench.ch_<ds> and the scratch table dpone_bench.ch_<ds>_copy.
+ensure_postgres() {
+  local ds=$1 t=ch_$1 cols want have tbl
+  cols=$(pg_columns "$ds" | tr '\n' ' ' | sed 's/  */ /g; s/ $//')
+  # What format_type would print, to compare with the catalog.
+  want=$(echo "$cols" | sed 's/, /\n/g' | sed 's/ NOT NULL$/ NN/; s/ timestamptz/ timestamp with time zone/' |
+    paste -sd, -)
+  for tbl in "$t" "${t}_copy"; do
+    have=$(pgq "SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod) || CASE WHEN attnotnull THEN ' NN' ELSE '' END, ',' ORDER BY attnum) FROM pg_attribute WHERE attrelid = to_regclass('dpone_bench.$tbl') AND attnum > 0 AND NOT attisdropped")
+    if [ "$have" = "$want" ]; then
+      continue
+    fi
+    [ -z "$have" ] || log "$ds: PostgreSQL table dpone_bench.$tbl has another structure, recreating it"
+    pgq "DROP TABLE IF EXISTS dpone_bench.$tbl" >/dev/null
+    pgq "CREATE TABLE dpone_bench.$tbl ($cols)" >/dev/null
+    pgq "CREATE INDEX ON dpone_bench.$tbl (ts)" >/dev/null
+    log "$ds: created PostgreSQL table dpone_bench.$tbl"
+  done
+}
+
+write_manifest() {
+  local ds=$1 dir=$TMP/$1
+  mkdir -p "$dir"
+  cat >"$dir/manifest.yaml" <<EOF
+# Written by scripts/bench/ch_to_postgres.sh
+kind: dpone.batch.v1
+source:
+  type: clickhouse
+  connection: {connection_type: env, connection_id: BENCH_CH}
+  table: {schema: dpone_bench, name: ch_$ds}
+  options:
+    native_transfer:
+      execution:
+        chunking: {mode: bounded_window, parallelism: $PARALLELISM, checkpointing: resumable}
+sink:
+  type: postgres
+  connection: {connection_type: env, connection_id: BENCH_PG}
+  table: {schema: dpone_bench, name: ch_$ds}
+  strategy:
+    mode: replace
+    atomicity: target_atomic
+    window: {column: ts, anchor: data_interval_end, lookback: P7D, chunk_interval: P1D, timezone: UTC}
+runtime:
+  storage: {work_dir: work}
+EOF
+}
+
+# ---------------------------------------------------------------- measure --
+
+ch_col_names() {
+  chq "SELECT arrayStringConcat(arrayMap(x -> x.2, arraySort(groupArray((position, name)))), ', ') FROM system.columns WHERE database = 'dpone_bench' AND table = 'ch_$1' FORMAT TSVRaw"
+}
+
+ch_select_sql() {
+  echo "SELECT $(ch_col_names "$1") FROM dpone_bench.ch_$1 WHERE ts >= $WIN_START_CH AND ts < $WIN_END_CH FORMAT RowBinary"
+}
+
+check_dpone() {
+  local ds=$1 rows=$2 status have
+  status=$(dpone_status)
+  [ "$status" = succeeded ] || die "$ds: dpone run status is $status: $(head -c 2000 "$TMP/last.out")"
+  have=$(pgq "SELECT count(*) FROM dpone_bench.ch_$ds")
+  [ "$have" = "$rows" ] || die "$ds: dpone_bench.ch_$ds holds $have rows after the run, expected $rows"
+}
+
+dpone_run() {
+  "$DPONE" run "$TMP/$1/manifest.yaml" --interval-end "$INTERVAL_END" --format json
+}
+
+run_dataset() {
+  local ds=$1 rows rep file=$TMP/$1.copy sql
+  rows=$(rows_of "$ds")
+  seed_clickhouse "$ds"
+  ensure_postgres "$ds"
+  write_manifest "$ds"
+  sql=$(ch_select_sql "$ds")
+
+  log "$ds: warm-up (unmeasured): one SELECT and one dpone run into the truncated target"
+  curl -sS --fail-with-body "$CH/" --data-binary "$sql" -o /dev/null -w '%{size_download}\n' >"$TMP/$ds.rbbytes"
+  pgq "TRUNCATE TABLE dpone_bench.ch_$ds" >/dev/null
+  dpone_run "$ds" >"$TMP/last.out" || die "$ds: the warm-up dpone run failed: $(head -c 2000 "$TMP/last.out")"
+  check_dpone "$ds" "$rows"
+  # The same rows on both sides? (count, sum and range of id, range of ts)
+  local ch_sum pg_sum
+  ch_sum=$(chq "SELECT count(), sum(id), min(id), max(id), toUnixTimestamp64Micro(min(ts)), toUnixTimestamp64Micro(max(ts)) FROM dpone_bench.ch_$ds FORMAT TSV" | tr '\t' ' ')
+  pg_sum=$(pgq "SELECT count(*) || ' ' || sum(id) || ' ' || min(id) || ' ' || max(id) || ' ' || (extract(epoch FROM min(ts)) * 1000000)::bigint || ' ' || (extract(epoch FROM max(ts)) * 1000000)::bigint FROM dpone_bench.ch_$ds")
+  [ "$ch_sum" = "$pg_sum" ] || die "$ds: the target differs from the source: ClickHouse '$ch_sum', PostgreSQL '$pg_sum'"
+  echo "$pg_sum" >"$TMP/$ds.check"
+  log "$ds: writing the binary COPY reference file from dpone_bench.ch_$ds"
+  psql "$PG_URL" -X -q -c "COPY (SELECT * FROM dpone_bench.ch_$ds WHERE ts >= '$WIN_START_PG' AND ts < '$WIN_END_PG') TO STDOUT (FORMAT binary)" >"$file"
+  stat -c %s "$file" >"$TMP/$ds.copybytes"
+  pgq "SELECT pg_total_relation_size('dpone_bench.ch_$ds')" >"$TMP/$ds.pgbytes"
+  chq "SELECT total_bytes FROM system.tables WHERE database = 'dpone_bench' AND name = 'ch_$ds'" >"$TMP/$ds.chbytes"
+
+  for ((rep = 1; rep <= REPEAT; rep++)); do
+    measure "$ds" raw_ch_select "$rep" -- curl -sS --fail-with-body -o /dev/null "$CH/" --data-binary "$sql" ||
+      die "$ds: the SELECT failed: $(cat "$TMP/last.err")"
+
+    pgq "TRUNCATE TABLE dpone_bench.ch_${ds}_copy" >/dev/null
+    pg_checkpoint
+    measure "$ds" raw_pg_copy_in "$rep" -- psql "$PG_URL" -X -q -c '\copy '"dpone_bench.ch_${ds}_copy FROM '$file' (FORMAT binary)" ||
+      die "$ds: COPY FROM failed: $(cat "$TMP/last.out" "$TMP/last.err")"
+    [ "$(pgq "SELECT count(*) FROM dpone_bench.ch_${ds}_copy")" = "$rows" ] || die "$ds: the COPY did not load $rows rows"
+    # Empty again at once: no autovacuum/analyze of it during the next cases.
+    pgq "TRUNCATE TABLE dpone_bench.ch_${ds}_copy" >/dev/null
+
+    pgq "TRUNCATE TABLE dpone_bench.ch_$ds" >/dev/null
+    pg_checkpoint
+    measure "$ds" dpone_empty "$rep" -- "$DPONE" run "$TMP/$ds/manifest.yaml" --interval-end "$INTERVAL_END" --format json ||
+      die "$ds: dpone run failed: $(head -c 2000 "$TMP/last.out")"
+    check_dpone "$ds" "$rows"
+
+    pg_checkpoint
+    measure "$ds" dpone_rerun "$rep" -- "$DPONE" run "$TMP/$ds/manifest.yaml" --interval-end "$INTERVAL_END" --format json ||
+      die "$ds: dpone re-run failed: $(head -c 2000 "$TMP/last.out")"
+    check_dpone "$ds" "$rows"
+    # The re-run left the window's old rows as dead tuples; unless this was
+    # the last repetition, empty the target now, so that no autovacuum of
+    # it runs during the next measurements (it is truncated before
+    # dpone_empty anyway).
+    if [ "$rep" -lt "$REPEAT" ]; then
+      pgq "TRUNCATE TABLE dpone_bench.ch_$ds" >/dev/null
+    fi
+  done
+  # Keep the target (and its dead tuples, for autovacuum); drop the file.
+  rm -f "$file"
+}
+
+for ds in $DATASETS; do
+  run_dataset "$ds"
+done
+
+# ------------------------------------------------------------------ report --
+
+ds_json=()
+for ds in $DATASETS; do
+  ds_json+=("$(python3 - "$TMP" "$ds" "$(rows_of "$ds")" <<'EOF'
+import json, sys
+tmp, ds, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def read(name, default=""):
+    try:
+        with open(f"{tmp}/{ds}.{name}") as f:
+            return f.read().strip()
+    except OSError:
+        return default
+print(json.dumps({"name": ds, "rows": rows, "clickhouse_table": f"dpone_bench.ch_{ds}",
+                  "postgres_table": f"dpone_bench.ch_{ds}", "seed": read("seed"),
+                  "rowbinary_bytes": int(read("rbbytes", "0") or 0), "copy_binary_bytes": int(read("copybytes", "0") or 0),
+                  "pg_total_relation_bytes": int(read("pgbytes", "0") or 0), "ch_total_bytes": int(read("chbytes", "0") or 0),
+                  "check_count_sum_min_max_id_min_max_ts": read("check")}))
+EOF
+)")
+done
+datasets_json=$(IFS=,; echo "[${ds_json[*]}]")
+bench_meta \
+  "repeat=$REPEAT" "parallelism=$PARALLELISM" \
+  "datasets=$datasets_json" \
+  "window={\"column\": \"ts\", \"start\": \"2026-09-02T00:00:00Z\", \"end\": \"2026-09-09T00:00:00Z\", \"chunk_interval\": \"P1D\"}" \
+  "postgres_settings=$(pgq "SELECT json_object_agg(name, setting) FROM pg_settings WHERE name IN ('shared_buffers', 'wal_level', 'max_wal_size', 'synchronous_commit', 'fsync', 'maintenance_work_mem', 'work_mem')")" \
+  >"$TMP/meta.json"
+OUT=$OUT_DIR/ch_to_postgres-$STAMP.json
+python3 "$UTIL" report-ch2pg "$TMP/meta.json" "$RESULTS" "$OUT"
+log "done in $(($(date +%s) - START_EPOCH)) s; results in $OUT"

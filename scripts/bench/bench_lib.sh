@@ -1,8 +1,8 @@
 # shellcheck shell=bash disable=SC2034
 # (SC2034: the variables set here are used by the scripts that source it.)
-# Shared helpers of scripts/bench/memory.sh and scripts/bench/ch_to_postgres.sh
-# (the same server, build, idle-wait and measuring logic as
-# scripts/bench/pg_to_clickhouse.sh). Source it after `set -euo pipefail`
+# Shared helpers of the benchmark scripts (pg_to_clickhouse.sh, memory.sh,
+# ch_to_postgres.sh): servers, build, idle wait, measuring, seeding, report
+# metadata. Source it after `set -euo pipefail`
 # with BENCH_NAME set; it reads the environment variables documented in
 # docs/benchmarks.md (PG_URL, CH_URL, IDLE_WAIT_MAX, IDLE_BUSY_PCT,
 # DPONE_SOURCE, SKIP_BUILD, OUT_DIR, KEEP_TMP, BUMP_SOURCE_XID).
@@ -73,7 +73,7 @@ bench_init() {
   positive_int IDLE_BUSY_PCT
   mkdir -p "$OUT_DIR"
   # One benchmark at a time, whichever script: they share the servers and
-  # the dpone_bench schema/database (same lock as pg_to_clickhouse.sh).
+  # the dpone_bench schema/database.
   exec 9>"$OUT_DIR/.pg_to_clickhouse.lock"
   flock -n 9 || die "another benchmark run holds $OUT_DIR/.pg_to_clickhouse.lock"
 
@@ -165,7 +165,7 @@ quiesce() {
 }
 
 # PostgreSQL: a CHECKPOINT, so that a measurement does not share the disk with
-# the checkpoint the previous bulk write triggers (used by ch_to_postgres.sh).
+# the checkpoint the previous bulk write triggers.
 pg_checkpoint() { pgq "CHECKPOINT" >/dev/null 2>&1 || true; }
 
 # measure GROUP CASE REP -- command...: waits for a quiet machine, times the

@@ -25,8 +25,11 @@ use std::sync::{Mutex, OnceLock};
 use tokio_postgres::{Client, NoTls};
 
 /// Frames are flushed at this size (or earlier at `block_rows`): small
-/// frames keep memory low and the pipeline busy.
-pub const FLUSH_BYTES: usize = 1 << 20;
+/// frames keep memory low and the pipeline busy. At 1 MiB a run's peak RSS
+/// followed how full the pipeline got (PG->CH narrow: 17 MiB at 1M rows,
+/// 21.5 MiB at 20M); at 128 KiB it is 14.0-14.5 MiB at both, as fast
+/// (scripts/bench/memory.sh, docs/benchmarks.md).
+pub const FLUSH_BYTES: usize = 128 << 10;
 
 struct Keeper {
     client: Client,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Small helpers for scripts/bench/pg_to_clickhouse.sh (standard library only).
+"""Small helpers for the scripts in scripts/bench/ (standard library only).
 
   bench_util.py pg-parts URL          host, port, user, password, dbname: one per line
   bench_util.py dpone-result OUT      one JSON line summarizing a `dpone run --format json`
@@ -7,6 +7,8 @@
   bench_util.py cpu-busy SECONDS      percent of all CPUs busy over SECONDS (from /proc/stat)
   bench_util.py report META JSONL OUT writes the results JSON to OUT and prints Markdown
   bench_util.py meta KEY=JSON...       machine description plus the given keys, as JSON
+  bench_util.py dataset-json TMP NAME ROWS FIELD=SUFFIX[:int|:bool]...
+                                      a dataset's description from the files TMP/NAME.SUFFIX
   bench_util.py report-memory META JSONL CHECKS OUT
                                       the same for scripts/bench/memory.sh
   bench_util.py run-error OUT          "<error_code> <messages>" of a `dpone run --format json` output
@@ -140,31 +142,36 @@ def summarize(samples):
     return out
 
 
+def compare_cases(samples, name, raw_cases):
+    """Summaries of dataset `name`'s successful cases, each with its ratio to
+    the slower of `raw_cases`; the failed cases with their errors; the slower
+    raw case and the raw medians (None and [] unless every raw case ran)."""
+    by_case = {}
+    for s in samples:
+        if s["dataset"] == name and s.get("ok", True):
+            by_case.setdefault(s["case"], []).append(s)
+    cases = {c: summarize(v) for c, v in by_case.items()}
+    failed = {s["case"]: s.get("error", "") for s in samples if s["dataset"] == name and not s.get("ok", True)}
+    raw = [cases[c]["median_wall_s"] for c in raw_cases if c in cases]
+    if len(raw) != len(raw_cases):
+        raw = []
+    slower_case = max(raw_cases, key=lambda c: cases[c]["median_wall_s"]) if raw else None
+    slower = max(raw) if raw else None
+    for v in cases.values():
+        v["ratio_to_slower_raw"] = (v["median_wall_s"] / slower) if slower else None
+    return cases, failed, slower_case, raw
+
+
 def report(meta_path, jsonl_path, out_path):
     with open(meta_path, encoding="utf-8") as f:
         meta = json.load(f)
-    samples = []
-    with open(jsonl_path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                samples.append(json.loads(line))
+    samples = load_samples(jsonl_path)
 
     datasets = {}
     for ds in meta["datasets"]:
         name = ds["name"]
-        by_case = {}
-        for s in samples:
-            if s["dataset"] == name and s.get("ok", True):
-                by_case.setdefault(s["case"], []).append(s)
-        cases = {c: summarize(v) for c, v in by_case.items()}
-        unavailable = {s["case"]: s.get("error", "") for s in samples if s["dataset"] == name and not s.get("ok", True)}
-        raw = [cases[c]["median_wall_s"] for c in RAW_CASES if c in cases]
-        slower_raw = max(raw) if len(raw) == len(RAW_CASES) else None
-        slower_raw_case = None
-        if slower_raw is not None:
-            slower_raw_case = max(RAW_CASES, key=lambda c: cases[c]["median_wall_s"])
-        for c, v in cases.items():
-            v["ratio_to_slower_raw"] = (v["median_wall_s"] / slower_raw) if slower_raw else None
+        cases, unavailable, slower_raw_case, raw = compare_cases(samples, name, RAW_CASES)
+        slower_raw = max(raw) if raw else None
         verdicts = {}
         target = TARGETS.get(name)
         for c in ("dpone_empty", "dpone_rerun"):
@@ -292,6 +299,26 @@ def meta(pairs):
     out["versions"] = versions
     out["git"] = git
     print(json.dumps(out, indent=2))
+
+
+def dataset_json(tmp, name, rows, fields):
+    """One dataset's description for the results JSON: name, rows and, per
+    FIELD=SUFFIX[:int|:bool], the content of TMP/NAME.SUFFIX (missing: "",
+    0 or null)."""
+    def read(suffix):
+        try:
+            with open(f"{tmp}/{name}.{suffix}", encoding="utf-8") as f:
+                return f.read().strip()
+        except OSError:
+            return ""
+
+    out = {"name": name, "rows": int(rows)}
+    for spec in fields:
+        key, _, rest = spec.partition("=")
+        suffix, _, kind = rest.partition(":")
+        v = read(suffix)
+        out[key] = int(v or 0) if kind == "int" else {"1": True, "0": False}.get(v) if kind == "bool" else v
+    print(json.dumps(out))
 
 
 def run_error(path):
@@ -544,17 +571,9 @@ def report_ch2pg(meta_path, jsonl_path, out_path):
     datasets = {}
     for ds in m["datasets"]:
         name = ds["name"]
-        by_case = {}
-        for s in samples:
-            if s["dataset"] == name and s.get("ok", True):
-                by_case.setdefault(s["case"], []).append(s)
-        cases = {c: summarize(v) for c, v in by_case.items()}
-        failed = {s["case"]: s.get("error", "") for s in samples if s["dataset"] == name and not s.get("ok", True)}
-        raw = [cases[c]["median_wall_s"] for c in CH2PG_RAW if c in cases]
-        slower = max(raw) if len(raw) == len(CH2PG_RAW) else None
-        slower_case = max(CH2PG_RAW, key=lambda c: cases[c]["median_wall_s"]) if slower else None
+        cases, failed, slower_case, raw = compare_cases(samples, name, CH2PG_RAW)
+        slower = max(raw) if raw else None
         for v in cases.values():
-            v["ratio_to_slower_raw"] = (v["median_wall_s"] / slower) if slower else None
             v["ratio_to_sum_of_raw"] = (v["median_wall_s"] / sum(raw)) if slower else None
         datasets[name] = {"rows": ds["rows"], "slower_raw_reference": slower_case, "slower_raw_median_s": slower,
                           "sum_raw_median_s": sum(raw) if slower else None, "cases": cases, "failed": failed}
@@ -617,6 +636,8 @@ def main(argv):
         report(*args)
     elif cmd == "meta":
         meta(args)
+    elif cmd == "dataset-json" and len(args) >= 3:
+        dataset_json(args[0], args[1], args[2], args[3:])
     elif cmd == "report-memory" and len(args) == 4:
         report_memory(*args)
     elif cmd == "run-error" and len(args) == 1:

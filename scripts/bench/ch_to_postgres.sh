@@ -270,6 +270,7 @@ run_dataset() {
   pg_sum=$(pgq "SELECT count(*) || ' ' || sum(id) || ' ' || min(id) || ' ' || max(id) || ' ' || (extract(epoch FROM min(ts)) * 1000000)::bigint || ' ' || (extract(epoch FROM max(ts)) * 1000000)::bigint FROM dpone_bench.ch_$ds")
   [ "$ch_sum" = "$pg_sum" ] || die "$ds: the target differs from the source: ClickHouse '$ch_sum', PostgreSQL '$pg_sum'"
   echo "$pg_sum" >"$TMP/$ds.check"
+  echo "dpone_bench.ch_$ds" >"$TMP/$ds.table"
   log "$ds: writing the binary COPY reference file from dpone_bench.ch_$ds"
   psql "$PG_URL" -X -q -c "COPY (SELECT * FROM dpone_bench.ch_$ds WHERE ts >= '$WIN_START_PG' AND ts < '$WIN_END_PG') TO STDOUT (FORMAT binary)" >"$file"
   stat -c %s "$file" >"$TMP/$ds.copybytes"
@@ -318,22 +319,8 @@ done
 
 ds_json=()
 for ds in $DATASETS; do
-  ds_json+=("$(python3 - "$TMP" "$ds" "$(rows_of "$ds")" <<'EOF'
-import json, sys
-tmp, ds, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
-def read(name, default=""):
-    try:
-        with open(f"{tmp}/{ds}.{name}") as f:
-            return f.read().strip()
-    except OSError:
-        return default
-print(json.dumps({"name": ds, "rows": rows, "clickhouse_table": f"dpone_bench.ch_{ds}",
-                  "postgres_table": f"dpone_bench.ch_{ds}", "seed": read("seed"),
-                  "rowbinary_bytes": int(read("rbbytes", "0") or 0), "copy_binary_bytes": int(read("copybytes", "0") or 0),
-                  "pg_total_relation_bytes": int(read("pgbytes", "0") or 0), "ch_total_bytes": int(read("chbytes", "0") or 0),
-                  "check_count_sum_min_max_id_min_max_ts": read("check")}))
-EOF
-)")
+  ds_json+=("$(python3 "$UTIL" dataset-json "$TMP" "$ds" "$(rows_of "$ds")" \
+    clickhouse_table=table postgres_table=table seed=seed rowbinary_bytes=rbbytes:int copy_binary_bytes=copybytes:int pg_total_relation_bytes=pgbytes:int ch_total_bytes=chbytes:int check_count_sum_min_max_id_min_max_ts=check)")
 done
 datasets_json=$(IFS=,; echo "[${ds_json[*]}]")
 bench_meta \

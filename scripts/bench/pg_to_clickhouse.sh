@@ -252,21 +252,8 @@ done
 
 ds_json=()
 for ds in $DATASETS; do
-  ds_json+=("$(python3 - "$TMP" "$ds" "$(rows_of "$ds")" <<'EOF'
-import json, sys
-tmp, ds, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
-def read(name, default=""):
-    try:
-        with open(f"{tmp}/{ds}.{name}") as f:
-            return f.read().strip()
-    except OSError:
-        return default
-print(json.dumps({"name": ds, "rows": rows, "seed": read("seed"),
-                  "pg_total_relation_bytes": int(read("pgbytes", "0") or 0),
-                  "rowbinary_bytes": int(read("rbbytes", "0") or 0),
-                  "postgresql_fn_rows_equal_dpone_target": {"1": True, "0": False}.get(read("pgfn_same"))}))
-EOF
-)")
+  ds_json+=("$(python3 "$UTIL" dataset-json "$TMP" "$ds" "$(rows_of "$ds")" \
+    seed=seed pg_total_relation_bytes=pgbytes:int rowbinary_bytes=rbbytes:int postgresql_fn_rows_equal_dpone_target=pgfn_same:bool)")
 done
 datasets_json=$(IFS=,; echo "[${ds_json[*]}]")
 bench_meta \

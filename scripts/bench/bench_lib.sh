@@ -305,3 +305,35 @@ seed_pg_table() {
   log "seeded dpone_bench.$table in $(($(date +%s) - t0)) s"
   echo "created in $(($(date +%s) - t0)) s"
 }
+
+# write_pg_ch_manifest NAME TABLE [NATIVE_CHUNKS]: $TMP/NAME/manifest.yaml,
+# a PostgreSQL -> ClickHouse `replace` of dpone_bench.TABLE's window `ts`
+# (P7D, chunk_interval ${CHUNK_INTERVAL:-P1D}, parallelism $PARALLELISM),
+# with `native_chunks: NATIVE_CHUNKS` when given.
+write_pg_ch_manifest() {
+  local table=$2 nc=${3:-} dir=$TMP/$1
+  mkdir -p "$dir"
+  cat >"$dir/manifest.yaml" <<EOF
+# Written by scripts/bench/$BENCH_NAME.sh
+kind: dpone.batch.v1
+source:
+  type: postgres
+  connection: {connection_type: env, connection_id: BENCH_PG}
+  table: {schema: dpone_bench, name: $table}
+  options:
+    native_transfer:
+      execution:
+        chunking: {mode: bounded_window, parallelism: $PARALLELISM, checkpointing: resumable}
+${nc:+        native_chunks: $nc}
+sink:
+  type: clickhouse
+  connection: {connection_type: env, connection_id: BENCH_CH}
+  table: {schema: dpone_bench, name: $table}
+  strategy:
+    mode: replace
+    atomicity: target_atomic
+    window: {column: ts, anchor: data_interval_end, lookback: P7D, chunk_interval: ${CHUNK_INTERVAL:-P1D}, timezone: UTC}
+runtime:
+  storage: {work_dir: work}
+EOF
+}

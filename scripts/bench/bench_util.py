@@ -162,6 +162,24 @@ def compare_cases(samples, name, raw_cases):
     return cases, failed, slower_case, raw
 
 
+def print_phases(datasets, title):
+    """The Markdown table of dpone's median phases per dataset and run case."""
+    print(title)
+    print()
+    print("| dataset | case | " + " | ".join(PHASES) + " | rest of wall | process wall | dpone CPU s |")
+    print("|---|---|" + "---:|" * (len(PHASES) + 3))
+    for name, d in datasets.items():
+        for c in ("dpone_empty", "dpone_rerun"):
+            v = d["cases"].get(c)
+            if v and "median_phases_s" in v:
+                ph = v["median_phases_s"]
+                print(
+                    f"| {name} | {c} | " + " | ".join(fmt(ph.get(p)) for p in PHASES)
+                    + f" | {fmt(v['median_derived_s']['rest'])} | {fmt(v['median_wall_s'])}"
+                    + f" | {fmt(v['median_client_cpu_s'])} |"
+                )
+
+
 def report(meta_path, jsonl_path, out_path):
     with open(meta_path, encoding="utf-8") as f:
         meta = json.load(f)
@@ -224,21 +242,8 @@ def report(meta_path, jsonl_path, out_path):
             elif c in d["unavailable"]:
                 print(f"| {label} | {CASE_LABELS[c]} | not available | | | |")
     print()
-    print("dpone phases (median seconds; extract, load and verify are summed over chunks, "
-          "which run in parallel, so they overlap each other and the wall time):")
-    print()
-    print("| dataset | case | " + " | ".join(PHASES) + " | rest of wall | process wall | dpone CPU s |")
-    print("|---|---|" + "---:|" * (len(PHASES) + 3))
-    for name, d in datasets.items():
-        for c in ("dpone_empty", "dpone_rerun"):
-            v = d["cases"].get(c)
-            if v and "median_phases_s" in v:
-                ph = v["median_phases_s"]
-                print(
-                    f"| {name} | {c} | " + " | ".join(fmt(ph.get(p)) for p in PHASES)
-                    + f" | {fmt(v['median_derived_s']['rest'])} | {fmt(v['median_wall_s'])}"
-                    + f" | {fmt(v['median_client_cpu_s'])} |"
-                )
+    print_phases(datasets, "dpone phases (median seconds; extract, load and verify are summed over chunks, "
+                 "which run in parallel, so they overlap each other and the wall time):")
     print()
     print("rest of wall = wall - prepare - publish - evidence (derived): probe, snapshot, staging and "
           "verifying every chunk, backup housekeeping; process wall = /usr/bin/time of the whole command; "
@@ -597,19 +602,7 @@ def report_ch2pg(meta_path, jsonl_path, out_path):
             elif c in d["failed"]:
                 print(f"| {label} | {CH2PG_LABELS[c]} | failed | | | | |")
     print()
-    print("dpone phases (median seconds; extract, load and verify are summed over chunks and overlap):")
-    print()
-    print("| dataset | case | " + " | ".join(PHASES) + " | rest of wall | process wall | dpone CPU s |")
-    print("|---|---|" + "---:|" * (len(PHASES) + 3))
-    for name, d in datasets.items():
-        for c in ("dpone_empty", "dpone_rerun"):
-            v = d["cases"].get(c)
-            if v and "median_phases_s" in v:
-                ph = v["median_phases_s"]
-                print(
-                    f"| {name} | {c} | " + " | ".join(fmt(ph.get(p)) for p in PHASES)
-                    + f" | {fmt(v['median_derived_s']['rest'])} | {fmt(v['median_wall_s'])} | {fmt(v['median_client_cpu_s'])} |"
-                )
+    print_phases(datasets, "dpone phases (median seconds; extract, load and verify are summed over chunks and overlap):")
     print()
     for name, d in datasets.items():
         for c in ("dpone_empty", "dpone_rerun"):

@@ -85,34 +85,6 @@ table_of() {
 NARROW_CH="id Int64, ts DateTime64(6, 'UTC'), n Int32, amount Decimal(18, 4), s1 String, s2 String"
 BIG_CH="id Int64, ts DateTime64(6, 'UTC'), n Int32, label String, payload String"
 
-# write_manifest NAME TABLE NATIVE_CHUNKS: $TMP/NAME/manifest.yaml
-write_manifest() {
-  local table=$2 nc=$3 dir=$TMP/$1
-  mkdir -p "$dir"
-  cat >"$dir/manifest.yaml" <<EOF
-# Written by scripts/bench/memory.sh
-kind: dpone.batch.v1
-source:
-  type: postgres
-  connection: {connection_type: env, connection_id: BENCH_PG}
-  table: {schema: dpone_bench, name: $table}
-  options:
-    native_transfer:
-      execution:
-        chunking: {mode: bounded_window, parallelism: $PARALLELISM, checkpointing: resumable}
-        native_chunks: $nc
-sink:
-  type: clickhouse
-  connection: {connection_type: env, connection_id: BENCH_CH}
-  table: {schema: dpone_bench, name: $table}
-  strategy:
-    mode: replace
-    atomicity: target_atomic
-    window: {column: ts, anchor: data_interval_end, lookback: P7D, chunk_interval: $CHUNK_INTERVAL, timezone: UTC}
-runtime:
-  storage: {work_dir: work}
-EOF
-}
 
 # measure_sampled GROUP CASE REP -- command: measure, while bench_util.py
 # rss-sample polls the dpone process's RssAnon / RssFile; the maxima are
@@ -154,7 +126,7 @@ for n in $SIZES; do
   t=$(table_of "$n")
   seed=$(seed_pg_table "$t" narrow "$n")
   ensure_ch_table "$t" id "$NARROW_CH"
-  write_manifest "$t" "$t" "$DEFAULT_NC"
+  write_pg_ch_manifest "$t" "$t" "$DEFAULT_NC"
   SIZE_JSON+=("{\"table\": \"$t\", \"rows\": $n, \"seed\": \"$seed\", \"pg_total_relation_bytes\": $(pgq "SELECT pg_total_relation_size('dpone_bench.$t')")}")
   # Warm-up (unmeasured): the table into the page cache, the run checked.
   log "$t: warm-up run (unmeasured)"
@@ -200,8 +172,8 @@ big_seed=skipped
 if [ "$BIGVALUE" = 1 ]; then
   big_seed=$(seed_pg_table "$BIG" bigvalue "$BIG_ROWS")
   ensure_ch_table "$BIG" id "$BIG_CH"
-  write_manifest big_default "$BIG" "$DEFAULT_NC"
-  write_manifest big_raised "$BIG" "$RAISED_NC"
+  write_pg_ch_manifest big_default "$BIG" "$DEFAULT_NC"
+  write_pg_ch_manifest big_raised "$BIG" "$RAISED_NC"
 
   pg_big=$(pgq "SELECT length(payload) || ' ' || md5(payload) FROM dpone_bench.$BIG WHERE id = $BIG_ID")
   [ "${pg_big%% *}" = "$BIG_LEN" ] || die "dpone_bench.$BIG row $BIG_ID has no $BIG_LEN-character payload: $pg_big"

@@ -50,6 +50,7 @@ DATASETS=${DATASETS:-narrow wide}
 REPEAT=${REPEAT:-3}
 PARALLELISM=${PARALLELISM:-2}
 SEED_VERSION=1
+CHUNK_INTERVAL=P1D
 
 positive_int ROWS_NARROW ROWS_WIDE REPEAT PARALLELISM
 for ds in $DATASETS; do
@@ -102,32 +103,6 @@ ensure_clickhouse() {
   drop_ch_leftovers
 }
 
-write_manifest() {
-  local ds=$1 dir=$TMP/$1
-  mkdir -p "$dir"
-  cat >"$dir/manifest.yaml" <<EOF
-# Written by scripts/bench/pg_to_clickhouse.sh
-kind: dpone.batch.v1
-source:
-  type: postgres
-  connection: {connection_type: env, connection_id: BENCH_PG}
-  table: {schema: dpone_bench, name: $ds}
-  options:
-    native_transfer:
-      execution:
-        chunking: {mode: bounded_window, parallelism: $PARALLELISM, checkpointing: resumable}
-sink:
-  type: clickhouse
-  connection: {connection_type: env, connection_id: BENCH_CH}
-  table: {schema: dpone_bench, name: $ds}
-  strategy:
-    mode: replace
-    atomicity: target_atomic
-    window: {column: ts, anchor: data_interval_end, lookback: P7D, chunk_interval: P1D, timezone: UTC}
-runtime:
-  storage: {work_dir: work}
-EOF
-}
 
 # ---------------------------------------------------------------- measure --
 
@@ -176,7 +151,7 @@ run_dataset() {
   rows=$(rows_of "$ds")
   seed_postgres "$ds"
   ensure_clickhouse "$ds"
-  write_manifest "$ds"
+  write_pg_ch_manifest "$ds" "$ds"
   pgq "SELECT pg_total_relation_size('dpone_bench.$ds')" >"$TMP/$ds.pgbytes"
 
   log "$ds: warm-up (unmeasured): one COPY and one dpone run"

@@ -12,7 +12,9 @@
 //! Released buffers (up to 8, of at most 2 MiB each) are kept idle for the
 //! next reservation instead of being freed: reusing them keeps resident
 //! memory flat however many frames a run moves. Idle buffers are not
-//! reserved, so they may add at most 16 MiB to what the budget bounds.
+//! reserved, so they may add at most 16 MiB to what the budget bounds, and
+//! a buffer is handed out again only to a reservation of at least half its
+//! capacity, so a buffer in use holds at most twice its reservation.
 //!
 //! The budget bounds dpone's own payload buffers only. Driver, HTTP client
 //! and server allocations are outside it; evidence reports the budget and
@@ -75,10 +77,12 @@ impl ByteBudget {
     }
 
     /// An empty buffer of at least `capacity` bytes, reused when one is idle.
+    /// An idle buffer is reused only if it holds at most twice `capacity`.
     pub fn vec(&self, capacity: usize) -> Vec<u8> {
         let reused = {
             let mut pool = self.0.pool.lock().expect("buffer pool lock");
-            pool.iter().position(|v| v.capacity() >= capacity).map(|i| pool.swap_remove(i))
+            let fits = |v: &Vec<u8>| v.capacity() >= capacity && v.capacity() <= capacity.saturating_mul(2);
+            pool.iter().position(fits).map(|i| pool.swap_remove(i))
         };
         reused.unwrap_or_else(|| Vec::with_capacity(capacity))
     }
@@ -352,7 +356,9 @@ mod tests {
         let ptr = buf.bytes.as_ptr();
         drop(buf.into_bytes());
         assert_eq!(budget.reserved(), 0);
-        let again = budget.vec(1024);
+        let small = budget.vec(1024);
+        assert_ne!(small.as_ptr(), ptr, "a buffer more than twice the request is not handed out");
+        let again = budget.vec(2048);
         assert_eq!(again.as_ptr(), ptr, "the released buffer is handed out again");
         assert!(again.is_empty() && again.capacity() >= 4096);
         // A buffer grown for one huge row is freed, not kept.

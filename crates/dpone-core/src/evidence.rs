@@ -10,7 +10,7 @@ use crate::digest::RowDigest;
 use crate::ports::{PublicationOutcome, SourceVersion, WindowStats};
 use crate::time::{FixedDuration, Timestamp};
 use crate::types::Column;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub const EVIDENCE_VERSION: &str = "dpone.window_target_evidence.v1";
 pub const DIGEST_NOTE: &str =
@@ -71,7 +71,7 @@ pub struct GenerationEvidence {
 }
 
 /// How a generation was verified.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GenerationCheck {
     /// Every row of the generation was re-hashed; the digest equals kept + chunks.
@@ -82,23 +82,6 @@ pub enum GenerationCheck {
     /// The generation is a view over the digest-verified staging tables (no
     /// row was copied); its row count matches.
     CountsViewOfVerifiedChunks,
-}
-
-impl GenerationCheck {
-    /// The name stored in the run journal (the serialized form).
-    pub fn name(self) -> &'static str {
-        match self {
-            GenerationCheck::Digest => "digest",
-            GenerationCheck::CountsKeptDigestLinkedChunks => "counts_kept_digest_linked_chunks",
-            GenerationCheck::CountsViewOfVerifiedChunks => "counts_view_of_verified_chunks",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Self> {
-        [GenerationCheck::Digest, GenerationCheck::CountsKeptDigestLinkedChunks, GenerationCheck::CountsViewOfVerifiedChunks]
-            .into_iter()
-            .find(|c| c.name() == name)
-    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -178,11 +161,14 @@ mod tests {
     use super::GenerationCheck;
 
     #[test]
-    fn generation_check_names_are_their_serialized_form() {
-        for c in [GenerationCheck::Digest, GenerationCheck::CountsKeptDigestLinkedChunks, GenerationCheck::CountsViewOfVerifiedChunks] {
-            assert_eq!(serde_json::to_value(c).unwrap(), c.name());
-            assert_eq!(GenerationCheck::from_name(c.name()), Some(c));
+    fn generation_checks_keep_the_names_journals_already_hold() {
+        for (c, name) in [
+            (GenerationCheck::Digest, "digest"),
+            (GenerationCheck::CountsKeptDigestLinkedChunks, "counts_kept_digest_linked_chunks"),
+            (GenerationCheck::CountsViewOfVerifiedChunks, "counts_view_of_verified_chunks"),
+        ] {
+            assert_eq!(serde_json::to_value(c).unwrap(), name);
+            assert_eq!(serde_json::from_value::<GenerationCheck>(name.into()).unwrap(), c);
         }
-        assert_eq!(GenerationCheck::from_name("something else"), None);
     }
 }

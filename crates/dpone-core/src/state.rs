@@ -252,9 +252,9 @@ pub struct GenerationRecord {
     pub kept_null_counts: Vec<u64>,
     pub replaced_rows: u64,
     pub unchanged: bool,
-    /// `digest`, `counts_kept_digest_linked_chunks` or
-    /// `counts_view_of_verified_chunks` ([`crate::evidence::GenerationCheck::name`]).
-    pub check: String,
+    /// How the generation was verified (stored as `digest`,
+    /// `counts_kept_digest_linked_chunks` or `counts_view_of_verified_chunks`).
+    pub check: crate::evidence::GenerationCheck,
     /// The generation holds only the window's rows; the kept rows stay in
     /// the target (`rows` and the digest then cover the window only).
     #[serde(default)]

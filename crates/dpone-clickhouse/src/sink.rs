@@ -141,7 +141,8 @@ pub(crate) fn filter_sql(f: &RowFilter) -> String {
 /// quoted or not, and nothing longer (`db.t` must not match `db.t_archive`).
 fn table_reference_pattern(database: &str, table: &str) -> String {
     let esc = |s: &str| {
-        s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c.to_string() } else { format!("\\{c}") }).collect::<String>()
+        // re2 accepts a backslash only before ASCII punctuation.
+        s.chars().map(|c| if c.is_ascii_punctuation() { format!("\\{c}") } else { c.to_string() }).collect::<String>()
     };
     let ident = |s: &str| format!("(?:`{0}`|\"{0}\"|{0})", esc(s));
     format!("(?:^|[^A-Za-z0-9_`\"]){}\\s*\\.\\s*{}(?:$|[^A-Za-z0-9_`\"])", ident(database), ident(table))
@@ -639,5 +640,16 @@ fn describe(r: &Result<()>) -> String {
     match r {
         Ok(()) => "was acknowledged".into(),
         Err(e) => format!("failed ({})", e.message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn table_reference_patterns_escape_only_ascii_punctuation() {
+        // re2 refuses a backslash before a non-ASCII letter ("invalid escape sequence").
+        let p = super::table_reference_pattern("d_b", "таблица-1");
+        assert!(p.contains(r"таблица\-1") && p.contains(r"d\_b"), "{p}");
+        assert!(!p.contains(r"\т"), "{p}");
     }
 }

@@ -63,13 +63,13 @@ impl ClickhouseSource {
 }
 
 /// Source types a transactional target cannot hold exactly.
-fn refuse_for_transactional_targets(name: &str, t: &DType) -> Option<String> {
+fn refuse_for_transactional_targets(t: &DType) -> Option<String> {
     match t {
         DType::Int128 | DType::Int256 | DType::UInt128 | DType::UInt256 => {
-            Some(format!("source column `{name}` is {t}: wider than any exact transactional target type"))
+            Some(format!("{t} is wider than any exact transactional target type"))
         }
         DType::DateTime64 { precision, .. } if *precision > 6 => {
-            Some(format!("source column `{name}` is {t}: PostgreSQL keeps microseconds, so sub-microsecond digits would be lost"))
+            Some(format!("{t}: PostgreSQL keeps microseconds, so sub-microsecond digits would be lost"))
         }
         _ => None,
     }
@@ -97,7 +97,7 @@ impl Source for ClickhouseSource {
             let name = r.get("name").and_then(|v| v.as_str()).unwrap_or_default().to_string();
             let native = r.get("type").and_then(|v| v.as_str()).unwrap_or_default().to_string();
             let mapped = parse_clickhouse_type(&native).map_err(|e| e.to_string()).and_then(|ty| {
-                match refuse_for_transactional_targets(&name, &ty.dtype) {
+                match refuse_for_transactional_targets(&ty.dtype) {
                     Some(reason) => Err(reason),
                     None => Ok(ty),
                 }
@@ -107,11 +107,7 @@ impl Source for ClickhouseSource {
                 Err(reason) => refused.push((name, reason)),
             }
         }
-        let wanted_names: Vec<String> = match wanted {
-            Some(w) => w.to_vec(),
-            None => rows.iter().map(|r| r.get("name").and_then(|v| v.as_str()).unwrap_or_default().to_string()).collect(),
-        };
-        if let Some((name, reason)) = refused.iter().find(|(n, _)| wanted_names.contains(n)) {
+        if let Some((name, reason)) = refused.iter().find(|(n, _)| wanted.is_none_or(|w| w.contains(n))) {
             return Err(AdapterError::permanent("unsupported_type", format!("source column `{name}`: {reason}"))
                 .hint("exclude it with source.options.columns, or cast it in a view; see `dpone schema type-matrix`"));
         }

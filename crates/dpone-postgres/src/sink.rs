@@ -454,8 +454,9 @@ impl Target for PostgresTarget {
             sql.push_str(&format!(" CREATE VIEW {gen_sql} AS {};", arms.join(" UNION ALL ")));
             GenerationBuild::WindowOnlyView
         } else {
-            // A partition swap attaches the generation itself: a real table.
-            sql.push_str(&format!(" CREATE TABLE {gen_sql} (LIKE {});", self.target_sql()));
+            // A partition swap attaches the generation itself: a real table,
+            // with the target's CHECK constraints, which ATTACH requires.
+            sql.push_str(&format!(" CREATE TABLE {gen_sql} (LIKE {} INCLUDING CONSTRAINTS);", self.target_sql()));
             for s in stagings {
                 sql.push_str(&format!(" INSERT INTO {gen_sql} ({list}) SELECT {list} FROM {};", self.owned_sql(s)));
             }

@@ -550,6 +550,23 @@ fn crashes_during_recovery_are_recovered_too() {
     fx.finish();
 }
 
+/// A published run finishes from the target alone: a dependent view created
+/// after the publication (which a new run's eligibility check refuses) does
+/// not keep it from writing its evidence and ending.
+#[test]
+fn a_published_run_finishes_although_the_target_is_no_longer_eligible() {
+    let fx = Fixture::standard("rec_pgch_late_view");
+    let source = standard_source();
+    let expected = expected_after_replace(&fx.target_rows(), &source);
+    fx.run_with(&[("DPONE_FAILPOINT", "evidence.before_write")]).assert_aborted_at("evidence.before_write");
+    assert_eq!(state_of(&fx.status()), "published");
+    fx.ch_exec(&format!("CREATE VIEW {db}.late_view AS SELECT * FROM {db}.t", db = fx.db));
+    let last = fx.run();
+    check_success(&fx, &last, &source, &expected, "the published run, finished after a view was added");
+    fx.ch_exec(&format!("DROP VIEW {}.late_view", fx.db));
+    fx.finish();
+}
+
 /// Rows that touch both bounds of every chunk keep their chunk after a crash.
 #[test]
 fn rows_on_chunk_bounds_survive_a_crash_exactly() {

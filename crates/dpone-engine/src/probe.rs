@@ -85,21 +85,6 @@ async fn probe_inner<S: Source, T: Target>(
             ),
             Err(e) => return Err(e),
         }
-        // The target's checks also prepare how it publishes (e.g. which
-        // partition a swap replaces), so they run on this path too.
-        if p.refusals.is_empty() {
-            let request = EligibilityRequest {
-                source_columns: p.source_columns.clone(),
-                window_column,
-                window: plan.window.as_ref().map(|w| (w.start, w.end)),
-                owned_prefix: dpone_core::identity::OWNED_PREFIX.to_string(),
-            };
-            match target.eligibility(&request).await {
-                Ok(r) => p.refusals.extend(r),
-                Err(e) if e.class == ErrorClass::Permanent => p.refusals.push(refusal("sink.table", e)),
-                Err(e) => return Err(e),
-            }
-        }
         return Ok(p);
     };
     match source.describe(manifest.source.columns.as_deref()).await {

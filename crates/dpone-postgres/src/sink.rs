@@ -92,6 +92,25 @@ impl PostgresTarget {
         }
     }
 
+    /// The partition a swap replaces: the one holding exactly the window of
+    /// `window` (a row filter on the window column), looked up once. None
+    /// unless the publication is a partition swap of a window.
+    async fn swap_partition(&self, window: Option<&RowFilter>) -> Result<Option<&SwapPartition>> {
+        if !self.partition_swap {
+            return Ok(None);
+        }
+        if let Some(p) = self.swap_partition.get() {
+            return Ok(Some(p));
+        }
+        let Some(w) = window else { return Ok(None) };
+        match self.find_swap_partition(&w.column, w.start, w.end).await? {
+            Ok(p) => Ok(Some(self.swap_partition.get_or_init(|| p))),
+            Err(reason) => Err(AdapterError::permanent("partition_swap_unsupported_layout", reason).hint(
+                "use `publication: delete_insert`, or partition the target by RANGE on the window column with one partition per window",
+            )),
+        }
+    }
+
     /// Why the target cannot publish by partition swap, or the partition
     /// that holds exactly `[start, end)`.
     async fn find_swap_partition(
@@ -436,13 +455,13 @@ impl Target for PostgresTarget {
         true
     }
 
-    async fn build_generation(&self, generation: &str, _keep: Option<&RowFilter>, stagings: &[String]) -> Result<GenerationBuild> {
+    async fn build_generation(&self, generation: &str, keep: Option<&RowFilter>, stagings: &[String]) -> Result<GenerationBuild> {
         let list = self.column_list()?;
         let gen_sql = self.owned_sql(generation);
         let client = self.connect().await?;
         // A rebuild after a crash replaces whatever the last attempt left.
         let mut sql = format!("BEGIN; {}", self.drop_sql(&client, &[generation.to_string()]).await?);
-        let swap = self.swap_partition.get();
+        let swap = self.swap_partition(keep).await?;
         let build = if swap.is_none() && stagings.len() <= MAX_VIEW_ARMS {
             // The publication inserts from the verified staging tables
             // through a view: no row is copied twice.
@@ -500,7 +519,7 @@ impl Target for PostgresTarget {
             crate::source::quote_literal(generation),
             self.owned_sql(generation)
         );
-        let sql = if let Some(p) = self.swap_partition.get() {
+        let sql = if let Some(p) = self.swap_partition(keep).await? {
             // The old partition leaves the target as this run's backup; the
             // verified generation takes its name and its place.
             let old = format!("{}.{}", quote_ident(&p.schema), quote_ident(&p.name));
@@ -553,20 +572,22 @@ impl Target for PostgresTarget {
     async fn after_publication(&self, _generation: &str, backup: &str) -> Result<()> {
         // Partition swaps keep the replaced partition as `backup`; keep only
         // the newest backup of this target.
-        let Some(p) = self.swap_partition.get() else { return Ok(()) };
+        if !self.partition_swap {
+            return Ok(());
+        }
         let client = self.connect().await?;
         let old = client
             .query(
-                "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-                 WHERE n.nspname = $1 AND starts_with(c.relname, '_dpone_bak_') AND c.relname <> $2 AND obj_description(c.oid, 'pg_class') = $3",
-                &[&p.schema, &backup, &format!("dpone backup of {}", self.target_sql())],
+                "SELECT n.nspname::text, c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE starts_with(c.relname, '_dpone_bak_') AND c.relname <> $1 AND obj_description(c.oid, 'pg_class') = $2",
+                &[&backup, &format!("dpone backup of {}", self.target_sql())],
             )
             .await
             .map_err(|e| classify("listing backups", e))?;
         for r in old {
-            let name: String = r.get(0);
+            let (schema, name): (String, String) = (r.get(0), r.get(1));
             client
-                .batch_execute(&format!("DROP TABLE IF EXISTS {}.{}", quote_ident(&p.schema), quote_ident(&name)))
+                .batch_execute(&format!("DROP TABLE IF EXISTS {}.{}", quote_ident(&schema), quote_ident(&name)))
                 .await
                 .map_err(|e| classify("dropping an old backup", e))?;
         }

@@ -17,9 +17,10 @@
 //! printed by `dpone ci schema` is generated from the same declaration.
 
 use dpone_core::manifest::schema::{self, Field, Shape};
+use dpone_core::manifest::sorted;
 use dpone_core::yaml::{self, Node, Value};
 use dpone_core::{Diagnostic, Diagnostics, cron};
-use serde_json::{Map, Value as Json, json};
+use serde_json::{Value as Json, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
@@ -237,75 +238,15 @@ fn find_cycle(workloads: &[Workload]) -> Option<Vec<String>> {
     None
 }
 
-fn sorted(mut diags: Vec<Diagnostic>) -> Diagnostics {
-    diags.sort_by_key(|d| (d.line.unwrap_or(u64::MAX), d.column.unwrap_or(0)));
-    diags.dedup();
-    Diagnostics(diags)
-}
-
 /// JSON Schema (draft 2020-12) of the schedules file, from [`shape`].
 pub fn json_schema() -> Json {
-    let mut root = to_json_schema(shape(), &format!("dpone schedules file (kind {KIND})"));
+    let mut root = schema::to_json_schema(shape(), &format!("dpone schedules file (kind {KIND})"));
     if let Json::Object(m) = &mut root {
         m.insert("$schema".into(), json!("https://json-schema.org/draft/2020-12/schema"));
         m.insert("$id".into(), json!("https://dpone.dev/schemas/dpone.schedules.v1.json"));
         m.insert("title".into(), json!(KIND));
     }
     root
-}
-
-fn to_json_schema(shape: &Shape, description: &str) -> Json {
-    let mut m = Map::new();
-    if !description.is_empty() {
-        m.insert("description".into(), json!(description));
-    }
-    match shape {
-        Shape::Object { fields, extra } => {
-            m.insert("type".into(), json!("object"));
-            let props: Map<String, Json> = fields.iter().map(|f| (f.name.to_string(), to_json_schema(&f.shape, f.description))).collect();
-            m.insert("properties".into(), Json::Object(props));
-            let req: Vec<&str> = fields.iter().filter(|f| f.required).map(|f| f.name).collect();
-            if !req.is_empty() {
-                m.insert("required".into(), json!(req));
-            }
-            m.insert("additionalProperties".into(), extra.as_ref().map(|e| to_json_schema(e, "")).unwrap_or(json!(false)));
-        }
-        Shape::String { format } => {
-            m.insert("type".into(), json!("string"));
-            match *format {
-                Some("workload-name") => {
-                    m.insert("pattern".into(), json!("^[a-z0-9][a-z0-9_.-]{0,127}$"));
-                }
-                Some("relative-path") => {
-                    m.insert("pattern".into(), json!(r"^(?!/)(?!.*(^|/)\.{1,2}(/|$))(?!.*//)[^\\]+$"));
-                }
-                Some(f) => {
-                    m.insert("x-dpone-format".into(), json!(f));
-                }
-                None => {}
-            }
-        }
-        Shape::Enum(values) => {
-            m.insert("type".into(), json!("string"));
-            m.insert("enum".into(), json!(values));
-        }
-        Shape::Integer { min, max } => {
-            m.insert("type".into(), json!("integer"));
-            m.insert("minimum".into(), json!(i64::try_from(*min).unwrap_or(i64::MIN)));
-            m.insert("maximum".into(), json!(i64::try_from(*max).unwrap_or(i64::MAX)));
-        }
-        Shape::Bool => {
-            m.insert("type".into(), json!("boolean"));
-        }
-        Shape::Scalar => {
-            m.insert("type".into(), json!(["string", "number", "integer", "boolean", "null"]));
-        }
-        Shape::List(item) => {
-            m.insert("type".into(), json!("array"));
-            m.insert("items".into(), to_json_schema(item, ""));
-        }
-    }
-    Json::Object(m)
 }
 
 #[cfg(test)]

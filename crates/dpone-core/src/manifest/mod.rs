@@ -74,7 +74,8 @@ fn collect_positions(node: &Node, path: &str, out: &mut std::collections::BTreeM
     }
 }
 
-fn sorted(mut diags: Vec<Diagnostic>) -> Diagnostics {
+/// Diagnostics in file order (line, then column; positionless last), without duplicates.
+pub fn sorted(mut diags: Vec<Diagnostic>) -> Diagnostics {
     diags.sort_by_key(|d| (d.line.unwrap_or(u64::MAX), d.column.unwrap_or(0)));
     diags.dedup();
     Diagnostics(diags)

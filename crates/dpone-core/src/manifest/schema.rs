@@ -366,7 +366,8 @@ pub fn json_schema() -> Json {
     root
 }
 
-fn to_json_schema(shape: &Shape, description: &str) -> Json {
+/// JSON Schema of `shape` (used for the manifest and the schedules file).
+pub fn to_json_schema(shape: &Shape, description: &str) -> Json {
     let mut m = Map::new();
     if !description.is_empty() {
         m.insert("description".into(), json!(description));
@@ -397,6 +398,12 @@ fn to_json_schema(shape: &Shape, description: &str) -> Json {
                 Some("duration") => {
                     m.insert("pattern".into(), json!(r"^P(?:\d+D)?(?:T(?:\d+H)?(?:\d+M)?(?:\d+(?:\.\d{1,6})?S)?)?$"));
                 }
+                Some("workload-name") => {
+                    m.insert("pattern".into(), json!("^[a-z0-9][a-z0-9_.-]{0,127}$"));
+                }
+                Some("relative-path") => {
+                    m.insert("pattern".into(), json!(r"^(?!/)(?!.*(^|/)\.{1,2}(/|$))(?!.*//)[^\\]+$"));
+                }
                 Some(f) => {
                     m.insert("x-dpone-format".into(), json!(f));
                 }
@@ -409,7 +416,7 @@ fn to_json_schema(shape: &Shape, description: &str) -> Json {
         }
         Shape::Integer { min, max } => {
             m.insert("type".into(), json!("integer"));
-            m.insert("minimum".into(), json!(*min as i64));
+            m.insert("minimum".into(), json!(i64::try_from(*min).unwrap_or(i64::MIN)));
             m.insert("maximum".into(), json!(i64::try_from(*max).unwrap_or(i64::MAX)));
         }
         Shape::Bool => {

@@ -41,7 +41,8 @@ pub struct Normalized {
 pub struct ScheduleEntry {
     /// `schedule` or `workloads[<name>]`.
     pub at: String,
-    /// The raw JSON of the schedule fields, as written (after `vars`).
+    /// The raw JSON of the schedule fields, as written (before `vars` are
+    /// substituted; `normalized` is taken after).
     pub raw: String,
     /// Normalized cron expression and timezone.
     pub normalized: String,

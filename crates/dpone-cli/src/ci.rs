@@ -120,7 +120,9 @@ fn plan(repo: &Path, base: &str, head: &str, out: Option<&Path>, markdown: Optio
 
 /// Writes the JSON (to `out`, else stdout) and the Markdown: every file is
 /// first written next to its destination, and renamed into place only when
-/// all were written, so a failure leaves no partial output.
+/// all were written, so a failed write changes no output. Should a rename
+/// itself fail, the files renamed before it stay replaced; no temporary
+/// file is left.
 fn write_outputs(json: &serde_json::Value, out: Option<&Path>, markdown: Option<(&Path, String)>) -> Result<(), Diagnostic> {
     let text = format!("{}\n", serde_json::to_string_pretty(json).expect("JSON values serialize"));
     let mut files: Vec<(&Path, &str)> = Vec::new();
@@ -145,8 +147,11 @@ fn write_outputs(json: &serde_json::Value, out: Option<&Path>, markdown: Option<
         }
         staged.push((tmp, path));
     }
-    for (tmp, path) in &staged {
-        std::fs::rename(tmp, path).map_err(|e| unwritable(path, e))?;
+    for (i, (tmp, path)) in staged.iter().enumerate() {
+        if let Err(e) = std::fs::rename(tmp, path) {
+            staged[i..].iter().for_each(|(t, _)| drop(std::fs::remove_file(t)));
+            return Err(unwritable(path, e));
+        }
     }
     if out.is_none() {
         print!("{text}");

@@ -21,8 +21,9 @@ use ethnum::U256;
 pub enum FieldCodec {
     /// Same fixed-width representation.
     Copy { width: usize },
-    /// A float copied as is, refused when NaN or infinite (no transactional
-    /// target of dpone stores them exactly).
+    /// A float copied as is, refused when NaN or infinite: dpone's policy
+    /// for transactional targets, although PostgreSQL's float types can
+    /// hold them.
     Float { width: usize },
     /// Integer widening: `from` bytes (signed or not) to `to` bytes.
     Widen { from: usize, signed: bool, to: usize },

@@ -1,5 +1,6 @@
-//! A PostgreSQL source and a ClickHouse target per test (copied and
-//! trimmed from `pg_clickhouse_common`, plus environment-driven runs).
+//! A PostgreSQL source and a ClickHouse target per test (trimmed from
+//! `pg_clickhouse_common`, whose values and multiset helpers it includes,
+//! plus environment-driven runs).
 //!
 //! Both tables are called `t` with the columns of [`COLUMNS`]; the window
 //! is `[2026-09-06, 2026-09-09)` in three chunks of one day, two at a time,
@@ -8,20 +9,16 @@
 //! are compared as exact multisets of typed values.
 
 use super::{Background, Run};
+
+#[path = "../pg_clickhouse_common/values.rs"]
+mod values;
 use dpone_clickhouse::{ChClient, ClickhouseConfig, Idempotence};
 use dpone_core::rowbinary::{decode_row, encode_row};
-use dpone_core::time::Timestamp;
 use dpone_core::types::{ColumnType, parse_clickhouse_type};
-use dpone_core::value::{Value, format_date, format_decimal, format_uuid, parse_date, parse_decimal, parse_uuid, rescale};
-use std::collections::BTreeMap;
+use dpone_core::value::Value;
 use std::path::{Path, PathBuf};
 use std::sync::{RwLock, RwLockWriteGuard};
-
-/// The window anchor every test passes explicitly.
-pub const INTERVAL_END: &str = "2026-09-09T00:00:00Z";
-
-/// Chunk bounds: lookback P3D, chunk_interval P1D, end = `INTERVAL_END`.
-pub const BOUNDS: [&str; 4] = ["2026-09-06T00:00:00Z", "2026-09-07T00:00:00Z", "2026-09-08T00:00:00Z", "2026-09-09T00:00:00Z"];
+pub use values::*;
 
 /// The table name on both sides.
 pub const TABLE: &str = "t";
@@ -41,44 +38,9 @@ pub const COLUMNS: [(&str, &str, &str); 8] = [
 /// Index of the window column `ts`.
 pub const TS: usize = 1;
 
-pub type Row = Vec<Value>;
-
 // ---------------------------------------------------------------------------
 // Values
 // ---------------------------------------------------------------------------
-
-/// Microseconds since the epoch of an RFC 3339 instant.
-pub fn micros(rfc3339: &str) -> i64 {
-    Timestamp::parse_rfc3339(rfc3339).unwrap_or_else(|e| panic!("bad instant in a test: {e}")).0
-}
-
-/// A `DateTime64(6)` value `offset` microseconds after the instant `rfc3339`.
-pub fn at(rfc3339: &str, offset: i64) -> Value {
-    Value::Micros(micros(rfc3339) + offset)
-}
-
-pub fn int(v: impl Into<i128>) -> Value {
-    Value::int(v)
-}
-
-pub fn text(s: &str) -> Value {
-    Value::str(s)
-}
-
-/// A decimal literal as a `Decimal(_, scale)` column returns it.
-pub fn dec(literal: &str, scale: u8) -> Value {
-    let (unscaled, from) = parse_decimal(literal).unwrap_or_else(|| panic!("bad decimal literal `{literal}` in a test"));
-    let unscaled = rescale(unscaled, from, scale).unwrap_or_else(|| panic!("`{literal}` has more than {scale} fractional digits"));
-    Value::Decimal { unscaled, scale }
-}
-
-pub fn date(iso: &str) -> Value {
-    Value::Date(parse_date(iso).unwrap_or_else(|| panic!("bad date `{iso}` in a test")))
-}
-
-pub fn uuid(s: &str) -> Value {
-    Value::Uuid(parse_uuid(s).unwrap_or_else(|| panic!("bad uuid `{s}` in a test")))
-}
 
 /// A row of [`COLUMNS`] whose values derive from `id`; `ts` is `at(..)` or NULL.
 pub fn row(id: i64, ts: Value) -> Row {
@@ -105,85 +67,14 @@ pub fn sparse(r: Row) -> Row {
     r.into_iter().enumerate().map(|(i, v)| if i == 0 || i == TS { v } else { Value::Null }).collect()
 }
 
-/// Whether a window value lies in `[start, end)`; NULL never does.
-pub fn in_window(v: &Value) -> bool {
-    in_range(v, micros(BOUNDS[0]), micros(BOUNDS[3]))
-}
-
-pub fn in_range(v: &Value, start: i64, end: i64) -> bool {
-    match v {
-        Value::Null => false,
-        Value::Micros(m) => (start..end).contains(m),
-        other => panic!("window values are DateTime64(6) or NULL, got {other:?}"),
-    }
-}
-
-/// A quoted PostgreSQL identifier.
-pub fn pg_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// A PostgreSQL literal for `v`.
-pub fn pg_literal(v: &Value) -> String {
-    let quote = |s: &str| format!("'{}'", s.replace('\'', "''"));
-    match v {
-        Value::Null => "NULL".into(),
-        Value::Int(i) => i.to_string(),
-        Value::Float64(f) => quote(&format!("{f:?}")),
-        Value::Decimal { unscaled, scale } => quote(&format_decimal(*unscaled, *scale)),
-        Value::Bool(b) => b.to_string(),
-        Value::Bytes(b) => quote(std::str::from_utf8(b).expect("PostgreSQL text is UTF-8")),
-        Value::Uuid(u) => quote(&format_uuid(*u)),
-        Value::Date(d) => quote(&format_date(*d)),
-        Value::Micros(m) => quote(&format!("{}+00", Timestamp(*m).to_canonical())),
-        other => panic!("no PostgreSQL literal for {other:?} in these tests"),
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Multisets
-// ---------------------------------------------------------------------------
-
-/// Rows rendered exactly (`Debug` keeps every float digit), sorted: a multiset.
-pub fn rendered(rows: &[Row]) -> Vec<String> {
-    let mut out: Vec<String> = rows.iter().map(|r| format!("{r:?}")).collect();
-    out.sort();
-    out
-}
-
-/// Panics with a readable difference unless `actual` is exactly the multiset `expected`.
-pub fn assert_same_rows(expected: &[Row], actual: &[Row], what: &str) {
-    let (e, a) = (rendered(expected), rendered(actual));
-    if e == a {
-        return;
-    }
-    let mut count: BTreeMap<&String, i64> = BTreeMap::new();
-    for r in &e {
-        *count.entry(r).or_default() += 1;
-    }
-    for r in &a {
-        *count.entry(r).or_default() -= 1;
-    }
-    let lines: Vec<String> = count
-        .iter()
-        .filter(|(_, n)| **n != 0)
-        .take(30)
-        .map(|(r, n)| if *n > 0 { format!("  missing x{n}: {r}") } else { format!("  unexpected x{}: {r}", -n) })
-        .collect();
-    panic!("{what}: expected exactly {} rows, found {}\n{}", e.len(), a.len(), lines.join("\n"));
-}
-
-/// The target after a window replace: its rows whose window value is NULL
-/// or outside the window, plus the source rows inside, with multiplicity.
+/// The target after a window replace of column `ts`.
 pub fn expected_after_replace(target_before: &[Row], source: &[Row]) -> Vec<Row> {
-    let mut out: Vec<Row> = target_before.iter().filter(|r| !in_window(&r[TS])).cloned().collect();
-    out.extend(source.iter().filter(|r| in_window(&r[TS])).cloned());
-    out
+    values::expected_after_replace(target_before, source, TS)
 }
 
 /// Source rows inside each chunk, in chunk order.
 pub fn rows_per_chunk(source: &[Row]) -> Vec<u64> {
-    BOUNDS.windows(2).map(|b| source.iter().filter(|r| in_range(&r[TS], micros(b[0]), micros(b[1]))).count() as u64).collect()
+    values::rows_per_chunk(source, TS)
 }
 
 // ---------------------------------------------------------------------------

@@ -14,35 +14,13 @@
 //! ClickHouse server (this test's own process) before the rerun.
 
 mod ch_postgres_common;
+mod crash_points;
 
 use ch_postgres_common::{
     CHUNK_BOUNDS, Fixture, Options, PrivateClickhouse, Row, Setup, TS, V, check_report, event_cols, expected_after_replace, in_window, int,
     ping, row, sparse, standard_fixture, standard_fixture_on, standard_source, standard_target, state_of, ts,
 };
-
-/// Every abort failpoint (crates/dpone-core/src/failpoint.rs), the journal
-/// state `dpone status` reports after an abort there, and whether the
-/// publishing transaction had committed.
-const CRASH_POINTS: [(&str, &str, bool); 13] = [
-    ("plan.after_persist", "planned", false),
-    ("staging.before_write", "staging", false),
-    ("staging.mid_stream", "staging", false),
-    ("staging.after_ack", "staging", false),
-    ("chunk.after_verify", "staging", false),
-    ("checkpoint.after_write", "staging", false),
-    ("generation.after_build", "verified", false),
-    ("publish.before_intent", "verified", false),
-    ("publish.before_exchange", "publishing", false),
-    ("publish.after_exchange", "publishing", true),
-    ("evidence.before_write", "published", true),
-    ("evidence.after_write", "published", true),
-    ("state.after_succeeded", "succeeded", true),
-];
-
-fn crash_case(point: &str) -> (&'static str, bool) {
-    let (_, state, published) = CRASH_POINTS.iter().find(|(p, _, _)| *p == point).unwrap_or_else(|| panic!("unknown point {point}"));
-    (state, *published)
-}
+use crash_points::{ABORT_POINTS, crash_point, declared_abort_points};
 
 /// Rows of the window in `source`.
 fn window_rows(source: &[Row]) -> usize {
@@ -136,7 +114,7 @@ fn oid(fx: &Fixture, name: &str) -> Option<String> {
 }
 
 fn crash_then_rerun(point: &str, publication: Option<&'static str>) {
-    let (state, published) = crash_case(point);
+    let crash_points::CrashPoint { state, published, .. } = crash_point(point);
     let setup = match publication {
         Some("partition_swap") => swap_setup("chpg_rec_swap"),
         _ => Setup::new("chpg_rec_crash", event_cols()),
@@ -236,11 +214,7 @@ crash_tests! {
 
 #[test]
 fn every_abort_point_is_covered() {
-    let listed: Vec<&str> = CRASH_POINTS.iter().map(|(p, _, _)| *p).collect();
-    let source = include_str!("../../dpone-core/src/failpoint.rs");
-    let points_block = source.split("pub const POINTS").nth(1).and_then(|s| s.split("// Simulated faults").next()).expect("POINTS");
-    let declared: Vec<&str> = points_block.split('"').skip(1).step_by(2).collect();
-    assert_eq!(listed, declared, "CRASH_POINTS must list every abort failpoint of failpoint.rs, in order");
+    assert_eq!(ABORT_POINTS.to_vec(), declared_abort_points(), "ABORT_POINTS must list every abort failpoint of failpoint.rs, in order");
 }
 
 // ---------------------------------------------------------------------------
@@ -248,7 +222,7 @@ fn every_abort_point_is_covered() {
 // ---------------------------------------------------------------------------
 
 fn finishes_without_the_source(point: &str) {
-    let (state, published) = crash_case(point);
+    let crash_points::CrashPoint { state, published, .. } = crash_point(point);
     let mut server = PrivateClickhouse::start();
     let fx = standard_fixture_on(Setup { clickhouse_url: server.url.clone(), ..Setup::new("chpg_rec_nosrc", event_cols()) });
     let source = standard_source();

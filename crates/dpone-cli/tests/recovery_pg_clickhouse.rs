@@ -22,7 +22,7 @@ use recovery_common::pgch::{
     BOUNDS, Fixture, Row, TS, assert_same_rows, at, expected_after_replace, in_window, row, rows_per_chunk, sparse, standard_source,
     standard_target, with,
 };
-use recovery_common::{ABORT_POINTS, Run, crash_point, state_of, wait_until};
+use recovery_common::{ABORT_POINTS, Run, crash_point, declared_abort_points, state_of, wait_until};
 use std::time::Duration;
 
 /// Checks a successful run's report against the expected target.
@@ -111,33 +111,10 @@ fn crash_then_rerun(point: &str) {
     fx.finish();
 }
 
-/// The abort points covered below (one test each).
-const COVERED: [&str; 13] = [
-    "plan.after_persist",
-    "staging.before_write",
-    "staging.mid_stream",
-    "staging.after_ack",
-    "chunk.after_verify",
-    "checkpoint.after_write",
-    "generation.after_build",
-    "publish.before_intent",
-    "publish.before_exchange",
-    "publish.after_exchange",
-    "evidence.before_write",
-    "evidence.after_write",
-    "state.after_succeeded",
-];
-
-/// Simulated faults (no abort): lost acknowledgements and a stopped lease renewal.
-fn is_simulated(point: &str) -> bool {
-    point.ends_with("_ack_lost") || point.starts_with("lease.")
-}
-
 #[test]
 fn every_abort_failpoint_has_a_crash_test() {
-    let aborts: Vec<&str> = dpone_core::failpoint::POINTS.iter().copied().filter(|p| !is_simulated(p)).collect();
     assert_eq!(
-        aborts,
+        declared_abort_points(),
         COVERED.to_vec(),
         "expected a crash test for every abort failpoint of dpone_core::failpoint::POINTS (a new simulated fault must be \
          recognised by `is_simulated`)"
@@ -147,6 +124,8 @@ fn every_abort_failpoint_has_a_crash_test() {
 
 macro_rules! crash_tests {
     ($($name:ident => $point:literal,)*) => {
+        /// The abort points covered by the tests below (one test each).
+        const COVERED: &[&str] = &[$($point),*];
         $(
             #[test]
             fn $name() {

@@ -15,6 +15,10 @@
 pub mod pgch;
 pub mod sqlite;
 
+#[path = "../crash_points/mod.rs"]
+mod crash_points;
+pub use crash_points::*;
+
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -25,52 +29,6 @@ pub const DPONE: &str = env!("CARGO_BIN_EXE_dpone");
 
 /// SIGABRT: what `std::process::abort` at a failpoint ends with.
 pub const SIGABRT: i32 = 6;
-
-/// Every abort failpoint, in run order (crates/dpone-core/src/failpoint.rs).
-pub const ABORT_POINTS: [&str; 13] = [
-    "plan.after_persist",
-    "staging.before_write",
-    "staging.mid_stream",
-    "staging.after_ack",
-    "chunk.after_verify",
-    "checkpoint.after_write",
-    "generation.after_build",
-    "publish.before_intent",
-    "publish.before_exchange",
-    "publish.after_exchange",
-    "evidence.before_write",
-    "evidence.after_write",
-    "state.after_succeeded",
-];
-
-/// What a crash at an abort point leaves behind: the journal state that
-/// `dpone status` reports, and whether the new data is already visible.
-#[derive(Debug, Clone, Copy)]
-pub struct CrashPoint {
-    pub point: &'static str,
-    pub state: &'static str,
-    /// The publication (EXCHANGE / commit) happened before the abort.
-    pub published: bool,
-}
-
-/// The journal state each abort point leaves, and whether the window was published.
-pub fn crash_point(point: &str) -> CrashPoint {
-    let (state, published) = match point {
-        "plan.after_persist" => ("planned", false),
-        "staging.before_write" | "staging.mid_stream" | "staging.after_ack" | "chunk.after_verify" | "checkpoint.after_write" => {
-            ("staging", false)
-        }
-        // Every chunk verified: stage complete.
-        "generation.after_build" | "publish.before_intent" => ("verified", false),
-        "publish.before_exchange" => ("publishing", false),
-        "publish.after_exchange" => ("publishing", true),
-        "evidence.before_write" | "evidence.after_write" => ("published", true),
-        "state.after_succeeded" => ("succeeded", true),
-        other => panic!("`{other}` is not an abort failpoint"),
-    };
-    let point = ABORT_POINTS.iter().find(|p| **p == point).expect("a listed point");
-    CrashPoint { point, state, published }
-}
 
 // ---------------------------------------------------------------------------
 // One invocation

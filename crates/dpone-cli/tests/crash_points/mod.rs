@@ -1,0 +1,60 @@
+//! The abort failpoints of `dpone_core::failpoint` and what a crash at each
+//! leaves behind; shared by the recovery suites (`recovery_common` includes
+//! it by path, `ch_postgres_recovery.rs` as a module).
+#![allow(dead_code)]
+
+/// Every abort failpoint, in run order (crates/dpone-core/src/failpoint.rs).
+pub const ABORT_POINTS: [&str; 13] = [
+    "plan.after_persist",
+    "staging.before_write",
+    "staging.mid_stream",
+    "staging.after_ack",
+    "chunk.after_verify",
+    "checkpoint.after_write",
+    "generation.after_build",
+    "publish.before_intent",
+    "publish.before_exchange",
+    "publish.after_exchange",
+    "evidence.before_write",
+    "evidence.after_write",
+    "state.after_succeeded",
+];
+
+/// What a crash at an abort point leaves behind: the journal state that
+/// `dpone status` reports, and whether the new data is already visible.
+#[derive(Debug, Clone, Copy)]
+pub struct CrashPoint {
+    pub point: &'static str,
+    pub state: &'static str,
+    /// The publication (EXCHANGE / commit) happened before the abort.
+    pub published: bool,
+}
+
+/// The journal state each abort point leaves, and whether the window was published.
+pub fn crash_point(point: &str) -> CrashPoint {
+    let (state, published) = match point {
+        "plan.after_persist" => ("planned", false),
+        "staging.before_write" | "staging.mid_stream" | "staging.after_ack" | "chunk.after_verify" | "checkpoint.after_write" => {
+            ("staging", false)
+        }
+        // Every chunk verified: stage complete.
+        "generation.after_build" | "publish.before_intent" => ("verified", false),
+        "publish.before_exchange" => ("publishing", false),
+        "publish.after_exchange" => ("publishing", true),
+        "evidence.before_write" | "evidence.after_write" => ("published", true),
+        "state.after_succeeded" => ("succeeded", true),
+        other => panic!("`{other}` is not an abort failpoint"),
+    };
+    let point = ABORT_POINTS.iter().find(|p| **p == point).expect("a listed point");
+    CrashPoint { point, state, published }
+}
+
+/// Simulated faults (no abort): lost acknowledgements and a stopped lease renewal.
+pub fn is_simulated(point: &str) -> bool {
+    point.ends_with("_ack_lost") || point.starts_with("lease.")
+}
+
+/// The abort failpoints `dpone_core::failpoint::POINTS` declares, in run order.
+pub fn declared_abort_points() -> Vec<&'static str> {
+    dpone_core::failpoint::POINTS.iter().copied().filter(|p| !is_simulated(p)).collect()
+}

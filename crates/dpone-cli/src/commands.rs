@@ -11,10 +11,7 @@ use dpone_core::{Diagnostic, Diagnostics};
 use dpone_engine::RunOptions;
 use std::path::{Path, PathBuf};
 
-pub const EXIT_OK: u8 = 0;
-pub const EXIT_FAILED: u8 = 1;
-pub const EXIT_CONFIG: u8 = 2;
-pub const EXIT_INTERRUPTED: u8 = 130;
+pub use dpone_engine::{EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK};
 
 /// Reads and validates a manifest; problems are printed with the file name.
 fn load(path: &Path) -> Result<Manifest, Diagnostics> {
@@ -161,13 +158,9 @@ pub fn run(path: &Path, args: &IntervalArgs, format: Format) -> u8 {
     if !plan.refusals.is_empty() {
         return output::report_refusal(path, Some(&plan), &Diagnostics(plan.refusals.clone()), format);
     }
-    let options = RunOptions {
-        work_dir: work_dir(&manifest, path),
-        interval_origin: plan.window.as_ref().and(interval(args).end.map(|(_, origin)| origin.to_string())),
-        holder: holder(),
-        cancel: dpone_engine::Cancel::default(),
-        progress: if format == Format::Text { crate::progress::for_terminal() } else { None },
-    };
+    let mut options = run_options(work_dir(&manifest, path));
+    options.interval_origin = plan.window.as_ref().and(interval(args).end.map(|(_, origin)| origin.to_string()));
+    options.progress = if format == Format::Text { crate::progress::for_terminal() } else { None };
     let work_dir = options.work_dir.clone();
     let opener = move |create: bool| open_store(&work_dir, create);
     let mut outcome = execute(&manifest, &plan, route, &opener, &options);
@@ -177,10 +170,26 @@ pub fn run(path: &Path, args: &IntervalArgs, format: Format) -> u8 {
     output::report_run(path, &plan, &outcome, format)
 }
 
-/// Who is running, for leases and journals: program, process and host.
-pub fn holder() -> String {
-    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "localhost".into());
-    format!("dpone {} pid {} on {host}", env!("CARGO_PKG_VERSION"), std::process::id())
+/// How this process runs: this host, this holder, SPEC's lease (and, in a
+/// test build only, the environment's failpoints and lease TTL).
+pub fn run_options(work_dir: PathBuf) -> RunOptions {
+    #[allow(unused_mut)]
+    let mut options = RunOptions::new(work_dir, crate::host::holder(), std::sync::Arc::new(crate::host::ProcessHost));
+    #[cfg(feature = "failpoints")]
+    {
+        options.failpoints = crate::failpoints::from_env();
+        dpone_core::failpoint::install_process(options.failpoints.clone());
+        if let Some(ttl) = crate::failpoints::lease_ttl_ms() {
+            options.lease_ttl_ms = ttl;
+        }
+    }
+    options
+}
+
+/// The operator of `resolve` / `abandon`: this process, with the run's lease TTL.
+pub fn operator() -> dpone_engine::Operator {
+    let o = run_options(PathBuf::new());
+    dpone_engine::Operator { holder: o.holder, lease_ttl_ms: o.lease_ttl_ms, host: o.host }
 }
 
 /// The state store of a work dir (`state.db`); with `create = false` only

@@ -5,12 +5,12 @@
 //! credential: connection blocks are never serialized.
 
 use crate::Format;
-use crate::commands::{EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK};
+use crate::commands::{EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK};
 use dpone_core::Diagnostics;
 use dpone_core::plan::Plan;
 use dpone_core::ports::PublicationOutcome;
 use dpone_core::types::{CLICKHOUSE_TO_POSTGRES, MappingRow, POSTGRES_TO_CLICKHOUSE, SQLITE_TYPES};
-use dpone_engine::{FailureKind, RunFailure, RunReport};
+use dpone_engine::{RunFailure, RunReport};
 use serde_json::json;
 use std::path::Path;
 
@@ -180,17 +180,7 @@ pub fn report_run(file: &Path, plan: &Plan, outcome: &RunOutcome, format: Format
             EXIT_OK
         }
         RunOutcome::Failed(f) => {
-            let exit = match f.kind {
-                FailureKind::Refused => EXIT_CONFIG,
-                FailureKind::Failed | FailureKind::OutcomeUnknown => EXIT_FAILED,
-                FailureKind::Interrupted => EXIT_INTERRUPTED,
-            };
-            let status = match f.kind {
-                FailureKind::Refused => "refused",
-                FailureKind::Failed => "failed",
-                FailureKind::OutcomeUnknown => "outcome_unknown",
-                FailureKind::Interrupted => "interrupted",
-            };
+            let (exit, status) = (f.exit_code(), f.kind.status());
             if format == Format::Json {
                 let errors =
                     if f.refusals.is_empty() { json!([{"code": f.code, "message": f.message, "hint": f.hint}]) } else { json!(f.refusals) };

@@ -180,11 +180,11 @@ pub fn resolve(path: &Path, outcome: Option<&str>) -> u8 {
             return EXIT_CONFIG;
         }
     };
-    let holder = crate::commands::holder();
+    let operator = crate::commands::operator();
     let done = crate::commands::runtime().block_on(async {
         match published {
-            Some(p) => dpone_engine::resolve_unknown(store, &scope, &holder, p).await,
-            None => dpone_engine::abandon_unfinished(store, &scope, &holder).await,
+            Some(p) => dpone_engine::resolve_unknown(store, &scope, &operator, p).await,
+            None => dpone_engine::abandon_unfinished(store, &scope, &operator).await,
         }
     });
     match done {

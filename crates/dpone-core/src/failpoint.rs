@@ -1,21 +1,24 @@
-//! Fault injection for crash tests.
+//! Failpoints: named moments of a run where a test makes it crash, pause
+//! or meet a simulated fault.
 //!
-//! `DPONE_FAILPOINT=<name>[:<n>]` arms the failpoint `name` for its `n`-th
-//! hit (default first). At an abort point ([`hit`]) the process aborts (no
-//! destructors, no cleanup: the closest a test gets to `kill -9`); at a
-//! simulated fault ([`fires`]) the caller injects the fault itself (a lost
-//! acknowledgement, a stopped lease renewal). `DPONE_FAILPOINT_SLEEP=
-//! <name>:<ms>` pauses at a point instead, to widen a race window.
+//! The engine calls [`Failpoints::at`] at every point of [`POINTS`] (the
+//! names agree with the journal states and the engine's files) and acts on
+//! the answer: [`Action::Crash`] stops the run at once without writing
+//! anything more (an in-process test's `kill -9`), [`Action::Pause`] waits
+//! (to widen a race window), [`Action::Fault`] injects the point's own
+//! fault (e.g. `lease.stop_renewal`).
 //!
-//! The environment is read once; unset, a failpoint costs one atomic load.
-//! This is the only place `dpone-core` reads process state, and only for
-//! tests. The names are listed in [`POINTS`] and documented in
-//! docs/recovery.md.
+//! Core never decides when a point fires and never reads process state: an
+//! [`Injector`] is handed in by the caller. The command line builds one from
+//! its environment only in a test build (cargo feature `failpoints` of
+//! `dpone-cli`), and that one aborts the process itself; a release build
+//! has no injector at all, so every point costs one branch on `None`.
+//! The names are documented in docs/recovery.md.
 
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
-/// Every failpoint, in run order.
+/// Every failpoint, in run order. All but the last are abort points.
 pub const POINTS: &[&str] = &[
     "plan.after_persist",
     "staging.before_write",
@@ -30,58 +33,104 @@ pub const POINTS: &[&str] = &[
     "evidence.before_write",
     "evidence.after_write",
     "state.after_succeeded",
-    // Simulated faults (the caller injects them).
-    "clickhouse.exchange_ack_lost",
-    "clickhouse.insert_ack_lost",
-    "postgres.commit_ack_lost",
+    // A simulated fault (the caller injects it): the lease stops renewing.
     "lease.stop_renewal",
 ];
 
-struct Armed {
-    name: String,
-    at: u64,
-    hits: AtomicU64,
+/// Abort points: where a crash can be injected ([`POINTS`] minus faults).
+pub fn abort_points() -> impl Iterator<Item = &'static str> {
+    POINTS.iter().copied().filter(|p| !p.starts_with("lease."))
 }
 
-fn armed() -> Option<&'static Armed> {
-    static ARMED: OnceLock<Option<Armed>> = OnceLock::new();
-    ARMED
-        .get_or_init(|| {
-            let spec = std::env::var("DPONE_FAILPOINT").ok()?;
-            let (name, at) = match spec.split_once(':') {
-                Some((n, k)) => (n.to_string(), k.parse().unwrap_or(1)),
-                None => (spec, 1),
-            };
-            Some(Armed { name, at, hits: AtomicU64::new(0) })
-        })
-        .as_ref()
+/// What a run does at a failpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Stop now; write nothing more (the process "died" here).
+    Crash,
+    /// Wait this long, then go on.
+    Pause(Duration),
+    /// Inject the point's own simulated fault.
+    Fault,
 }
 
-/// Whether `name` is armed and this is its chosen hit.
-pub fn fires(name: &str) -> bool {
-    debug_assert!(POINTS.contains(&name), "unknown failpoint {name}");
-    let fired = armed().is_some_and(|a| a.name == name && a.hits.fetch_add(1, Ordering::SeqCst) + 1 == a.at);
-    if fired {
-        eprintln!("dpone: failpoint {name} fired");
+/// Decides, per hit, what happens at a failpoint. Implementations count
+/// hits themselves (e.g. "the 2nd hit of `checkpoint.after_write`").
+pub trait Injector: Send + Sync + std::fmt::Debug {
+    fn at(&self, point: &str) -> Option<Action>;
+}
+
+/// The failpoints of one run: none in production.
+#[derive(Debug, Clone, Default)]
+pub struct Failpoints(Option<Arc<dyn Injector>>);
+
+impl Failpoints {
+    pub fn new(injector: Arc<dyn Injector>) -> Self {
+        Failpoints(Some(injector))
     }
-    fired
+
+    /// What to do at `point` (None: carry on).
+    #[inline]
+    pub fn at(&self, point: &str) -> Option<Action> {
+        debug_assert!(POINTS.contains(&point), "unknown failpoint {point}");
+        self.0.as_ref().and_then(|i| i.at(point))
+    }
+
+    pub fn is_armed(&self) -> bool {
+        self.0.is_some()
+    }
 }
 
-/// How long to pause at `name` (`DPONE_FAILPOINT_SLEEP=<name>:<ms>`).
-pub fn pause(name: &str) -> Option<std::time::Duration> {
-    static SLEEP: OnceLock<Option<(String, u64)>> = OnceLock::new();
-    let spec = SLEEP.get_or_init(|| {
-        let v = std::env::var("DPONE_FAILPOINT_SLEEP").ok()?;
-        let (n, ms) = v.split_once(':')?;
-        Some((n.to_string(), ms.parse().ok()?))
-    });
-    spec.as_ref().filter(|(n, _)| n == name).map(|(_, ms)| std::time::Duration::from_millis(*ms))
+/// A test injector: the `nth` hit (1-based) of `point` gets `action`.
+#[derive(Debug)]
+pub struct OnHit {
+    pub point: String,
+    pub nth: u64,
+    pub action: Action,
+    hits: std::sync::atomic::AtomicU64,
 }
 
-/// Aborts the process if `name` is armed and this is its chosen hit.
-pub fn hit(name: &str) {
-    if fires(name) {
-        eprintln!("dpone: aborting the process at {name}");
-        std::process::abort();
+impl OnHit {
+    pub fn new(point: impl Into<String>, nth: u64, action: Action) -> Self {
+        OnHit { point: point.into(), nth: nth.max(1), action, hits: Default::default() }
+    }
+}
+
+impl Injector for OnHit {
+    fn at(&self, point: &str) -> Option<Action> {
+        if point != self.point {
+            return None;
+        }
+        let n = self.hits.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        (n == self.nth || matches!(self.action, Action::Pause(_))).then_some(self.action)
+    }
+}
+
+static PROCESS: OnceLock<Failpoints> = OnceLock::new();
+
+/// Installs the process's failpoints once, for adapter faults that have not
+/// moved to the port-level fault wrapper yet (see [`fires`]).
+pub fn install_process(failpoints: Failpoints) {
+    let _ = PROCESS.set(failpoints);
+}
+
+/// Whether the simulated fault `name` fires at this hit, by the process's
+/// injector (none unless a test build installed one).
+pub fn fires(name: &str) -> bool {
+    PROCESS.get().and_then(|f| f.0.as_ref()).and_then(|i| i.at(name)) == Some(Action::Fault)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_on_hit_injector_fires_once_at_its_hit() {
+        let f = Failpoints::new(Arc::new(OnHit::new("checkpoint.after_write", 2, Action::Crash)));
+        assert_eq!(f.at("plan.after_persist"), None);
+        assert_eq!(f.at("checkpoint.after_write"), None);
+        assert_eq!(f.at("checkpoint.after_write"), Some(Action::Crash));
+        assert_eq!(f.at("checkpoint.after_write"), None);
+        assert!(!Failpoints::default().is_armed());
+        assert_eq!(abort_points().count(), POINTS.len() - 1);
     }
 }

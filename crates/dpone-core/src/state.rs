@@ -170,15 +170,45 @@ pub struct ChunkRecord {
     pub end: Option<Timestamp>,
     pub rows: u64,
     pub encoded_bytes: u64,
-    /// Hex of the digest sum, and NULL counts (the staged digest).
+    /// Hex of the digest sum, and NULL counts (the staged digest: what the
+    /// target stores, computed by the target).
     pub digest_sum: String,
     pub null_counts: Vec<u64>,
+    /// Hex of the digest sum of the stream that was sent (computed by the
+    /// source). Verification requires it to equal the staged digest; both
+    /// are kept so evidence shows two independent computations.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub stream_digest_sum: Option<String>,
     pub seconds: f64,
 }
 
 impl ChunkRecord {
+    /// The record of an attempt that is being staged (nothing verified yet).
+    pub fn staging(index: u32, attempt: u32, staging_table: &str, chunk: Option<crate::window::Chunk>) -> Self {
+        ChunkRecord {
+            index,
+            chunk_id: String::new(),
+            state: ChunkState::Staging,
+            attempt,
+            staging_table: staging_table.to_string(),
+            start: chunk.map(|c| c.start),
+            end: chunk.map(|c| c.end),
+            rows: 0,
+            encoded_bytes: 0,
+            digest_sum: String::new(),
+            null_counts: Vec::new(),
+            stream_digest_sum: None,
+            seconds: 0.0,
+        }
+    }
+
     pub fn digest(&self) -> Option<RowDigest> {
         digest_from(self.rows, &self.digest_sum, &self.null_counts)
+    }
+
+    /// The stream's digest (its NULL counts equal the staged ones once verified).
+    pub fn stream_digest(&self) -> Option<RowDigest> {
+        digest_from(self.rows, self.stream_digest_sum.as_deref()?, &self.null_counts)
     }
 }
 
@@ -234,6 +264,10 @@ pub struct RunJournal {
     pub publication: Option<PublicationOutcome>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub evidence_path: Option<String>,
+    /// Target rows with a NULL window value after publication (from the
+    /// evidence), for the report of a run finished by a later invocation.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub null_window_rows: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub error: Option<JournalError>,
     /// Holder of the lease of the last write (for status output).

@@ -6,7 +6,7 @@
 //! serialized by a mutex; other processes are excluded by the lease fence.
 
 use crate::lease::LeaseKeeper;
-use dpone_core::ports::AdapterError;
+use dpone_core::ports::{AdapterError, ErrorClass, ErrorKind};
 use dpone_core::state::{RunJournal, RunState, StateStore, StoreError};
 use std::sync::Arc;
 
@@ -17,17 +17,26 @@ pub struct Journal {
     inner: tokio::sync::Mutex<(Option<u64>, RunJournal)>,
 }
 
+/// A state-store failure as the engine sees it. None is retried: a lost
+/// lease or a conflicting write means another process owns the run now,
+/// and an I/O failure leaves it unknown whether the last write landed, so
+/// the run stops and keeps what the journal says for the next invocation.
 pub fn store_error(e: StoreError) -> AdapterError {
     match e {
-        StoreError::LeaseLost(scope) => AdapterError::permanent(
+        StoreError::LeaseLost(scope) => AdapterError::of(
+            ErrorKind::LeaseLost,
             "lease_lost",
             format!("the lease on {scope} was lost; this process may no longer write the run journal"),
         )
         .hint("another dpone run took over the target; run `dpone status`"),
         StoreError::Conflict { key, .. } => {
-            AdapterError::permanent("journal_conflict", format!("the run journal {key} was changed by another process"))
+            AdapterError::of(ErrorKind::LeaseLost, "journal_conflict", format!("the run journal {key} was changed by another process"))
+                .hint("another dpone run took over the target; run `dpone status`")
         }
-        other => AdapterError::transient("state_store", other.to_string()),
+        other => {
+            AdapterError { class: ErrorClass::Indeterminate, ..AdapterError::of(ErrorKind::StateStore, "state_store", other.to_string()) }
+                .hint("check the state store (runtime.storage.work_dir); the next run resumes from what the journal recorded")
+        }
     }
 }
 
@@ -41,24 +50,30 @@ impl Journal {
         self.inner.lock().await.1.clone()
     }
 
+    pub async fn state(&self) -> RunState {
+        self.inner.lock().await.1.state
+    }
+
     /// Applies `change` and saves the result by compare-and-swap.
     pub async fn update<R>(&self, change: impl FnOnce(&mut RunJournal) -> R) -> Result<R, AdapterError> {
         let mut guard = self.inner.lock().await;
+        self.lease.check_alive()?;
         let (revision, current) = &*guard;
         let mut next = current.clone();
         let out = change(&mut next);
         if next.state != current.state && !current.state.can_become(next.state) {
-            return Err(AdapterError::permanent(
-                "internal_error",
-                format!("the journal refuses the transition {} -> {}", current.state.as_str(), next.state.as_str()),
-            ));
+            return Err(AdapterError::internal(format!(
+                "the journal refuses the transition {} -> {}",
+                current.state.as_str(),
+                next.state.as_str()
+            )));
         }
         next.last_holder = self.lease.lease.holder.clone();
-        let body = serde_json::to_string(&next).map_err(|e| AdapterError::permanent("internal_error", e.to_string()))?;
+        let body = serde_json::to_string(&next).map_err(|e| AdapterError::internal(e.to_string()))?;
         let (store, lease, key, expected) = (self.store.clone(), self.lease.lease.clone(), self.key.clone(), *revision);
         let saved = tokio::task::spawn_blocking(move || store.compare_and_set(&lease, &key, expected, &body))
             .await
-            .map_err(|e| AdapterError::permanent("internal_error", e.to_string()))?;
+            .map_err(|e| AdapterError::internal(e.to_string()))?;
         match saved {
             Ok(rev) => {
                 *guard = (Some(rev), next);
@@ -77,11 +92,12 @@ impl Journal {
     /// under a new source version); the revision check still applies.
     pub async fn replace(&self, fresh: RunJournal) -> Result<(), AdapterError> {
         let mut guard = self.inner.lock().await;
-        let body = serde_json::to_string(&fresh).map_err(|e| AdapterError::permanent("internal_error", e.to_string()))?;
+        self.lease.check_alive()?;
+        let body = serde_json::to_string(&fresh).map_err(|e| AdapterError::internal(e.to_string()))?;
         let (store, lease, key, expected) = (self.store.clone(), self.lease.lease.clone(), self.key.clone(), guard.0);
         let saved = tokio::task::spawn_blocking(move || store.compare_and_set(&lease, &key, expected, &body))
             .await
-            .map_err(|e| AdapterError::permanent("internal_error", e.to_string()))?;
+            .map_err(|e| AdapterError::internal(e.to_string()))?;
         match saved {
             Ok(rev) => {
                 *guard = (Some(rev), fresh);

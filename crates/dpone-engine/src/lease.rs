@@ -7,8 +7,10 @@
 //! process that lost its lease stops before it can publish. The store's
 //! fence makes the final word: a journal write with a stale fence fails.
 
-use dpone_core::ports::AdapterError;
-use dpone_core::state::{LEASE_RENEW_MS, LEASE_TTL_MS, Lease, StateStore, StoreError};
+use crate::context::RunHost;
+use dpone_core::failpoint::{Action, Failpoints};
+use dpone_core::ports::{AdapterError, ErrorKind};
+use dpone_core::state::{LEASE_RENEW_MS, Lease, StateStore, StoreError};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -20,23 +22,27 @@ pub struct LeaseKeeper {
     /// Milliseconds since `started` until which the lease is known valid.
     valid_until_ms: AtomicU64,
     lost: AtomicBool,
+    /// Set by a simulated crash: this process counts as dead and writes
+    /// nothing more (it does not even release its lease).
+    halted: AtomicBool,
     renewal: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
-fn ttl_ms() -> u64 {
-    // Tests shorten the lease to exercise expiry; production uses SPEC's 60 s.
-    std::env::var("DPONE_TEST_LEASE_TTL_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(LEASE_TTL_MS)
-}
-
 impl LeaseKeeper {
-    /// Acquires the lease and starts renewing it. A live lease whose holder
-    /// is a process of this host that no longer exists (a crashed run) is
-    /// taken over at once instead of waiting for it to expire.
-    pub async fn acquire(store: Arc<dyn StateStore>, scope: &str, holder: &str) -> Result<Arc<LeaseKeeper>, StoreError> {
-        let ttl = ttl_ms();
+    /// Acquires the lease for `ttl` ms and starts renewing it. A live lease
+    /// whose holder the host knows to be gone (a crashed run) is taken over
+    /// at once instead of waiting for it to expire.
+    pub async fn acquire(
+        store: Arc<dyn StateStore>,
+        scope: &str,
+        holder: &str,
+        ttl: u64,
+        failpoints: Failpoints,
+        host: Arc<dyn RunHost>,
+    ) -> Result<Arc<LeaseKeeper>, StoreError> {
         let (s, sc, h) = (store.clone(), scope.to_string(), holder.to_string());
         let lease = tokio::task::spawn_blocking(move || match s.acquire(&sc, &h, ttl) {
-            Err(StoreError::Held { holder: stale, .. }) if holder_is_dead_local_process(&stale, &h) => {
+            Err(StoreError::Held { holder: stale, .. }) if host.holder_is_dead(&stale) => {
                 tracing::info!(stale = %stale, "taking over the lease of a run that no longer exists");
                 s.take_over(&sc, &stale, &h, ttl)
             }
@@ -50,6 +56,7 @@ impl LeaseKeeper {
             started: Instant::now(),
             valid_until_ms: AtomicU64::new(ttl.saturating_sub(ttl / 10)),
             lost: AtomicBool::new(false),
+            halted: AtomicBool::new(false),
             renewal: std::sync::Mutex::new(None),
         });
         let weak = Arc::downgrade(&keeper);
@@ -58,7 +65,7 @@ impl LeaseKeeper {
             loop {
                 tokio::time::sleep(period).await;
                 let Some(k) = weak.upgrade() else { return };
-                if dpone_core::failpoint::fires("lease.stop_renewal") {
+                if failpoints.at("lease.stop_renewal") == Some(Action::Fault) || k.halted.load(Ordering::SeqCst) {
                     return;
                 }
                 let (store, lease) = (k.store.clone(), k.lease.clone());
@@ -77,11 +84,13 @@ impl LeaseKeeper {
         Ok(keeper)
     }
 
-    /// Fails when the lease is lost or may have expired.
+    /// Fails when the process halted, or the lease is lost or may have expired.
     pub fn check(&self) -> Result<(), AdapterError> {
+        self.check_alive()?;
         let now = self.started.elapsed().as_millis() as u64;
         if self.lost.load(Ordering::SeqCst) || now >= self.valid_until_ms.load(Ordering::SeqCst) {
-            return Err(AdapterError::permanent(
+            return Err(AdapterError::of(
+                ErrorKind::LeaseLost,
                 "lease_lost",
                 format!("the lease on {} was lost (renewal failed or expired); the run stops before publication", self.lease.scope),
             )
@@ -94,28 +103,36 @@ impl LeaseKeeper {
         self.lost.store(true, Ordering::SeqCst);
     }
 
+    /// A simulated crash at `point`: from now on every write of this
+    /// process fails, and the lease stays held as a dead process leaves it.
+    pub fn halt(&self, point: &str) -> AdapterError {
+        self.halted.store(true, Ordering::SeqCst);
+        AdapterError::of(ErrorKind::Crashed, "crashed", format!("the process crashed at failpoint {point} (simulated)"))
+    }
+
+    /// Fails only when this process halted (a simulated crash): journal
+    /// writes use it, the store's fence judges the lease itself.
+    pub fn check_alive(&self) -> Result<(), AdapterError> {
+        if self.is_halted() {
+            return Err(AdapterError::of(ErrorKind::Crashed, "crashed", "this process crashed (simulated) and writes nothing more"));
+        }
+        Ok(())
+    }
+
+    pub fn is_halted(&self) -> bool {
+        self.halted.load(Ordering::SeqCst)
+    }
+
     /// Stops renewing and releases the lease (best effort).
     pub async fn release(&self) {
         if let Some(h) = self.renewal.lock().expect("renewal lock").take() {
             h.abort();
         }
-        if self.lost.load(Ordering::SeqCst) {
+        if self.lost.load(Ordering::SeqCst) || self.is_halted() {
             return;
         }
         let (store, lease) = (self.store.clone(), self.lease.clone());
         let _ = tokio::task::spawn_blocking(move || store.release(&lease)).await;
-    }
-}
-
-/// Holders read `dpone <version> pid <pid> on <host>`. A holder on this
-/// host whose process is gone cannot renew its lease any more. A reused pid
-/// only makes dpone wait for expiry, never take over a live run.
-fn holder_is_dead_local_process(stale: &str, me: &str) -> bool {
-    let host_of = |h: &str| h.rsplit_once(" on ").map(|(_, host)| host.to_string());
-    let pid_of = |h: &str| h.split(" pid ").nth(1).and_then(|r| r.split(' ').next()).and_then(|p| p.parse::<u32>().ok());
-    match (host_of(stale), host_of(me), pid_of(stale)) {
-        (Some(a), Some(b), Some(pid)) if a == b => pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists(),
-        _ => false,
     }
 }
 

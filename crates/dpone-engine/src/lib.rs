@@ -1,11 +1,13 @@
-//! The run engine: drives a [`Source`] and a [`Target`] through the phases
+//! The run engine: drives a [`Source`] and a [`Target`] through the states
 //! of one run, for every route alike.
 //!
-//! probe (read-only) -> open source snapshot -> stage every chunk in its own
-//! staging table (bounded parallelism, streaming with backpressure) ->
-//! verify each staging table against the stream -> build the replacement
-//! generation -> verify it -> re-check kept rows -> publish once ->
-//! verify the published target -> evidence -> cleanup.
+//! A run is a loop over its journal's state (see `driver.rs`): admission
+//! (`admit.rs`: probe, lease, fresh / resume / refuse), then one step per
+//! state: stage every chunk (`stage.rs`), build and verify the generation
+//! and record the intent (`generation.rs`), publish once or reconcile
+//! (`publish.rs`), evidence and success (`finish.rs`). How a run that
+//! stops ends follows from its phase (`failure.rs`). Operators resolve or
+//! abandon runs with `operator.rs`.
 //!
 //! Invariants:
 //! - nothing is written before the probe found no refusal;
@@ -13,18 +15,31 @@
 //!   equals the digest of the stream that was sent;
 //! - publication happens at most once per run and is never retried; its
 //!   outcome is judged from the target's state;
-//! - cleanup only touches tables named after this run.
+//! - cleanup only touches tables named after this run;
+//! - the engine does no I/O of its own: ports, the state store and the
+//!   [`RunHost`] do it (enforced by clippy's disallowed-methods).
 //!
 //! [`Source`]: dpone_core::ports::Source
 //! [`Target`]: dpone_core::ports::Target
 
+mod admit;
+mod context;
+mod driver;
+mod evidence;
+mod failure;
+mod finish;
+mod generation;
 mod journal;
 mod lease;
+mod operator;
 mod probe;
-mod run;
+mod publish;
+mod report;
+mod stage;
 
+pub use admit::{StoreOpener, execute, journal_key, read_journal};
+pub use context::{Cancel, MemoryHost, Progress, RunHost, RunOptions};
+pub use failure::{EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, FailureKind, RunFailure};
+pub use operator::{Operator, abandon_unfinished, resolve_unknown};
 pub use probe::{Probe, probe};
-pub use run::{
-    Cancel, ChunkSummary, FailureKind, Progress, RunFailure, RunOptions, RunReport, StoreOpener, abandon_unfinished, execute, journal_key,
-    read_journal, resolve_unknown,
-};
+pub use report::{ChunkSummary, RunReport};

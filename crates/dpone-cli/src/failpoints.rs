@@ -1,0 +1,67 @@
+//! Test switches of the command line, compiled only into test builds
+//! (cargo feature `failpoints`, which `cargo test` enables through this
+//! package's dev-dependency on itself). A release build has neither the
+//! code nor the environment variables:
+//!
+//! - `DPONE_FAILPOINT=<name>[:<n>]`: at the `n`-th hit (default 1) of abort
+//!   point `name` the process aborts (no destructors, no cleanup: the
+//!   closest a test gets to `kill -9`); a simulated-fault name (a lost
+//!   acknowledgement, `lease.stop_renewal`) injects that fault instead;
+//! - `DPONE_FAILPOINT_SLEEP=<name>:<ms>`: pause at every hit of `name`;
+//! - `DPONE_TEST_LEASE_TTL_MS=<ms>`: a short lease, to exercise expiry.
+
+use dpone_core::failpoint::{Action, Failpoints, Injector};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[derive(Debug)]
+struct EnvInjector {
+    armed: Option<(String, u64)>,
+    hits: AtomicU64,
+    sleep: Option<(String, u64)>,
+}
+
+fn is_simulated_fault(name: &str) -> bool {
+    name.ends_with("_ack_lost") || name.starts_with("lease.")
+}
+
+impl Injector for EnvInjector {
+    fn at(&self, point: &str) -> Option<Action> {
+        if let Some((name, ms)) = &self.sleep
+            && name == point
+        {
+            return Some(Action::Pause(std::time::Duration::from_millis(*ms)));
+        }
+        let (name, at) = self.armed.as_ref()?;
+        if name != point || self.hits.fetch_add(1, Ordering::SeqCst) + 1 != *at {
+            return None;
+        }
+        eprintln!("dpone: failpoint {point} fired");
+        if is_simulated_fault(point) {
+            return Some(Action::Fault);
+        }
+        eprintln!("dpone: aborting the process at {point}");
+        std::process::abort();
+    }
+}
+
+/// The failpoints the environment asks for (none when unset).
+pub fn from_env() -> Failpoints {
+    let armed = std::env::var("DPONE_FAILPOINT").ok().filter(|v| !v.is_empty()).map(|spec| match spec.split_once(':') {
+        Some((n, k)) => (n.to_string(), k.parse().unwrap_or(1)),
+        None => (spec, 1),
+    });
+    let sleep = std::env::var("DPONE_FAILPOINT_SLEEP").ok().and_then(|v| {
+        let (n, ms) = v.split_once(':')?;
+        Some((n.to_string(), ms.parse().ok()?))
+    });
+    if armed.is_none() && sleep.is_none() {
+        return Failpoints::default();
+    }
+    Failpoints::new(Arc::new(EnvInjector { armed, hits: AtomicU64::new(0), sleep }))
+}
+
+/// The lease TTL the environment asks for.
+pub fn lease_ttl_ms() -> Option<u64> {
+    std::env::var("DPONE_TEST_LEASE_TTL_MS").ok().and_then(|v| v.parse().ok())
+}

@@ -1,0 +1,50 @@
+//! The process dpone runs in, as the engine sees it ([`RunHost`]): the
+//! evidence file, the peak RSS, whether a lease holder still exists, and
+//! who this process is. The only place the run touches the file system
+//! and process state outside the adapters and the state store.
+
+use dpone_engine::RunHost;
+use std::path::Path;
+
+#[derive(Debug, Default)]
+pub struct ProcessHost;
+
+impl RunHost for ProcessHost {
+    fn write_evidence(&self, path: &Path, body: &[u8]) -> std::io::Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        // Written aside, then renamed: a reader sees the old file or the new one.
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, body)?;
+        std::fs::rename(&tmp, path)
+    }
+
+    /// Linux `VmHWM`.
+    fn peak_rss_bytes(&self) -> Option<u64> {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    }
+
+    /// Holders read `dpone <version> pid <pid> on <host>` (see [`holder`]).
+    /// A holder on this host whose process is gone cannot renew its lease
+    /// any more. A reused pid only makes dpone wait for expiry, never take
+    /// over a live run.
+    fn holder_is_dead(&self, stale: &str) -> bool {
+        let me = holder();
+        let host_of = |h: &str| h.rsplit_once(" on ").map(|(_, host)| host.to_string());
+        let pid_of = |h: &str| h.split(" pid ").nth(1).and_then(|r| r.split(' ').next()).and_then(|p| p.parse::<u32>().ok());
+        match (host_of(stale), host_of(&me), pid_of(stale)) {
+            (Some(a), Some(b), Some(pid)) if a == b => pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists(),
+            _ => false,
+        }
+    }
+}
+
+/// Who is running, for leases and journals: program, process and host.
+pub fn holder() -> String {
+    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "localhost".into());
+    format!("dpone {} pid {} on {host}", env!("CARGO_PKG_VERSION"), std::process::id())
+}

@@ -1,0 +1,44 @@
+//! The run as a state machine: read the journal's state, do the one step
+//! that state calls for (each step records the next state by
+//! compare-and-swap), repeat. A fresh run and a resumed run are the same
+//! loop entered at different states.
+//!
+//! ```text
+//! planned | staging  -> stage::stage_all            -> verified
+//! verified           -> generation::prepare         -> publishing (intent recorded)
+//! publishing         -> publish::publish_or_reconcile -> published | failed | outcome-unknown
+//! published          -> finish::write_evidence      -> evidence-complete
+//! evidence-complete  -> finish::succeed             -> succeeded (cleanup)
+//! succeeded          -> report
+//! ```
+//!
+//! When a step stops, `failure::stop` decides from the phase what the
+//! journal keeps and what the caller is told.
+
+use crate::context::Ctx;
+use crate::failure::{self, Phase, RunFailure};
+use crate::journal::Journal;
+use crate::report::{RunReport, report};
+use crate::{finish, generation, publish, stage};
+use dpone_core::ports::{AdapterError, Source, Target};
+use dpone_core::state::RunState;
+
+pub(crate) async fn drive<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> Result<RunReport, RunFailure> {
+    loop {
+        let state = journal.state().await;
+        let step = match state {
+            RunState::Planned | RunState::Staging => stage::stage_all(ctx, journal).await,
+            RunState::Verified => generation::prepare(ctx, journal).await,
+            RunState::Publishing => publish::publish_or_reconcile(ctx, journal).await,
+            RunState::Published => finish::write_evidence(ctx, journal).await,
+            RunState::EvidenceComplete => finish::succeed(ctx, journal).await,
+            RunState::Succeeded => return Ok(report(ctx, &journal.snapshot().await)),
+            RunState::Failed | RunState::OutcomeUnknown => {
+                Err(AdapterError::internal(format!("the state machine was entered at the final state {}", state.as_str())).into())
+            }
+        };
+        if let Err(stop) = step {
+            return Err(failure::stop(ctx, journal, Phase::of(state), stop).await);
+        }
+    }
+}

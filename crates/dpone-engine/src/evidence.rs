@@ -1,0 +1,109 @@
+//! The evidence document of a published run (`dpone.window_target_evidence.v1`),
+//! built from the journal and the target's statistics; written by the host.
+
+use crate::context::Ctx;
+use dpone_core::digest::RowDigest;
+use dpone_core::evidence::{
+    ChunkEvidence, DIGEST_NOTE, EVIDENCE_VERSION, Evidence, GenerationEvidence, MEMORY_NOTE, MemoryEvidence, PublicationCheck,
+    PublicationEvidence, WindowEvidence,
+};
+use dpone_core::ports::{PublicationOutcome, Source, Target, WindowStats};
+use dpone_core::state::{ChunkRecord, GenerationRecord, RunJournal, digest_from};
+use std::sync::atomic::Ordering;
+
+pub(crate) fn build_evidence<S: Source, T: Target>(
+    ctx: &Ctx<S, T>,
+    j: &RunJournal,
+    generation: &GenerationRecord,
+    target: WindowStats,
+) -> Evidence {
+    let mut phases = ctx.phases.lock().expect("phase lock").clone();
+    phases.wall = ctx.started.elapsed().as_secs_f64();
+    let ncols = ctx.probe.target_columns.len();
+    let mut window_nulls = vec![0u64; ncols];
+    for c in j.chunks.values() {
+        for (a, b) in window_nulls.iter_mut().zip(&c.null_counts) {
+            *a += b;
+        }
+    }
+    let staged_digest = |c: &ChunkRecord| c.digest().unwrap_or_else(|| RowDigest::new(ncols));
+    // Journals written before the stream digest was recorded carry only the
+    // staged one (equal by verification).
+    let stream_digest = |c: &ChunkRecord| c.stream_digest().unwrap_or_else(|| staged_digest(c));
+    Evidence {
+        evidence_version: EVIDENCE_VERSION,
+        dpone_version: env!("CARGO_PKG_VERSION"),
+        run_id: j.run_id.clone(),
+        execution: j.execution,
+        resumed: ctx.resumption.resumed.load(Ordering::SeqCst),
+        route: ctx.plan.route.name.clone(),
+        source_table: ctx.plan.route.source_table.clone(),
+        target_table: ctx.plan.route.target_table.clone(),
+        strategy: ctx.plan.strategy.to_string(),
+        window: ctx.plan.window.as_ref().map(|w| WindowEvidence {
+            column: w.column.clone(),
+            start: w.start,
+            end: w.end,
+            lookback: w.lookback,
+            chunk_interval: w.chunk_interval,
+        }),
+        interval_end_origin: ctx.options.interval_origin.clone(),
+        schema_fingerprint: j.schema_fingerprint.clone(),
+        columns: ctx.probe.target_columns.clone(),
+        source_version: j.source_version.clone(),
+        source_rows: j.chunks.values().map(|c| c.rows).sum(),
+        source_null_counts: ctx
+            .probe
+            .target_columns
+            .iter()
+            .zip(&window_nulls)
+            .map(|(c, n)| (c.name.clone(), serde_json::Value::from(*n)))
+            .collect(),
+        target,
+        chunks: j
+            .chunks
+            .values()
+            .map(|c| ChunkEvidence {
+                chunk_id: c.chunk_id.clone(),
+                index: c.index,
+                attempt: c.attempt,
+                start: c.start,
+                end: c.end,
+                staging_table: c.staging_table.clone(),
+                rows: c.rows,
+                encoded_bytes: c.encoded_bytes,
+                stream_digest: stream_digest(c),
+                staged_digest: staged_digest(c),
+                seconds: c.seconds,
+            })
+            .collect(),
+        generation: GenerationEvidence {
+            table: generation.table.clone(),
+            rows: generation.rows,
+            digest: digest_from(generation.rows, &generation.digest_sum, &generation.null_counts).unwrap_or_else(|| RowDigest::new(ncols)),
+            kept_rows: generation.kept_rows,
+            kept_digest: digest_from(generation.kept_rows, &generation.kept_digest_sum, &generation.kept_null_counts)
+                .unwrap_or_else(|| RowDigest::new(ncols)),
+            verified_by: generation.check,
+        },
+        publication: PublicationEvidence {
+            method: ctx.plan.publication.method.clone(),
+            outcome: PublicationOutcome::Published,
+            seconds: phases.publish,
+            backup_table: (ctx.target.publication_check() == PublicationCheck::TableIdentity)
+                .then(|| j.intent.as_ref().map(|i| i.backup_table.clone()))
+                .flatten(),
+            verified_after_publication: ctx.target.publication_check(),
+        },
+        phases,
+        limits: j.limits.clone(),
+        memory: MemoryEvidence {
+            payload_budget_bytes: ctx.budget.total(),
+            payload_budget_peak_reserved_bytes: ctx.budget.peak(),
+            budget_waits: ctx.budget.waits(),
+            process_peak_rss_bytes: ctx.options.host.peak_rss_bytes(),
+            note: MEMORY_NOTE,
+        },
+        digest_note: DIGEST_NOTE,
+    }
+}

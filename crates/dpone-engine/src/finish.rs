@@ -1,0 +1,71 @@
+//! The steps after the publication, which never touch the source:
+//! `published` -> housekeeping (the backup), evidence -> `evidence-complete`
+//! -> `succeeded` and cleanup of this run's tables (never its backup).
+
+use crate::context::Ctx;
+use crate::evidence::build_evidence;
+use crate::failure::{Phase, RunFailure, Step, Stop};
+use crate::journal::Journal;
+use dpone_core::ports::{AdapterError, Source, Target, WindowStats};
+use dpone_core::state::{RunJournal, RunState};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Where a run's evidence document lives.
+pub(crate) fn evidence_path<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal) -> PathBuf {
+    ctx.options.work_dir.join("runs").join(&j.run_id).join(format!("evidence-{:04}.json", j.execution))
+}
+
+/// `published` -> `evidence-complete`.
+pub(crate) async fn write_evidence<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> Step {
+    let j = journal.snapshot().await;
+    let intent = j.intent.clone().ok_or_else(|| AdapterError::internal("the journal is published without an intent"))?;
+    let generation = j.generation.clone().ok_or_else(|| AdapterError::internal("the journal is published without a generation"))?;
+    ctx.target.after_publication(&intent.generation_table, &intent.backup_table).await?;
+    ctx.failpoint("evidence.before_write").await?;
+    let started = Instant::now();
+    let stats = match ctx.window_filter(true) {
+        Some(f) => ctx.target.window_stats(&f).await?,
+        None => WindowStats { total_rows: generation.rows, window_rows: generation.rows, ..Default::default() },
+    };
+    ctx.add_phase(|p| p.evidence += started.elapsed().as_secs_f64());
+    let null_window_rows = stats.null_window_rows;
+    let evidence = build_evidence(ctx, &j, &generation, stats);
+    let path = evidence_path(ctx, &j);
+    let body = serde_json::to_vec_pretty(&evidence).map_err(|e| AdapterError::internal(e.to_string()))?;
+    if let Err(e) = ctx.options.host.write_evidence(&path, &body) {
+        let e = AdapterError::permanent(
+            "evidence_write_failed",
+            format!("the target was published, but the evidence could not be written: {e}"),
+        )
+        .hint(format!("check that {} is writable, then run the same command again to finish", ctx.options.work_dir.display()));
+        return Err(Stop::Ended(RunFailure::at(Phase::AfterPublication, e, Some(&j.run_id))));
+    }
+    ctx.failpoint("evidence.after_write").await?;
+    let path = path.display().to_string();
+    journal
+        .update(|j| {
+            j.state = RunState::EvidenceComplete;
+            j.evidence_path = Some(path);
+            j.null_window_rows = Some(null_window_rows);
+        })
+        .await?;
+    Ok(())
+}
+
+/// `evidence-complete` -> `succeeded`, then cleanup.
+pub(crate) async fn succeed<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> Step {
+    journal.set_state(RunState::Succeeded).await?;
+    ctx.failpoint("state.after_succeeded").await?;
+    if let Some(p) = ctx.progress() {
+        p.finish();
+    }
+    // Cleanup: this run's tables only, never its backup.
+    let j = journal.snapshot().await;
+    let backup = j.intent.as_ref().map(|i| i.backup_table.clone()).unwrap_or_default();
+    let owned: Vec<String> = j.owned.iter().filter(|t| **t != backup).cloned().collect();
+    if let Err(e) = ctx.target.drop_tables(&owned).await {
+        tracing::warn!("cleanup of this run's staging tables failed ({}); the next run removes them", e.message);
+    }
+    Ok(())
+}

@@ -1,0 +1,184 @@
+//! The `verified` step: build the replacement generation (the kept target
+//! rows and the verified chunks), verify it, re-check the kept rows, and
+//! record the publication intent naming both identities (`publishing`).
+//!
+//! A rebuild after a crash replaces whatever an earlier attempt left: the
+//! adapters drop the generation table before creating it.
+
+use crate::context::Ctx;
+use crate::failure::Step;
+use crate::journal::Journal;
+use dpone_core::digest::RowDigest;
+use dpone_core::evidence::{GenerationCheck, PublicationCheck};
+use dpone_core::identity;
+use dpone_core::ports::{AdapterError, Contents, GenerationBuild, RowFilter, Source, TableRole, Target};
+use dpone_core::state::{GenerationRecord, PublicationIntent, RunState};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// Builds and verifies the generation, re-checks kept rows, records the intent.
+pub(crate) async fn prepare<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> Step {
+    let j = journal.snapshot().await;
+    let generation = identity::generation_table(&j.run_id, j.execution);
+    let started = Instant::now();
+    if let Some(p) = ctx.progress() {
+        p.phase("verifying the generation", ctx.chunks().len() as u64);
+    }
+    let mut window_digest = RowDigest::new(ctx.probe.target_columns.len());
+    for c in j.chunks.values() {
+        window_digest.merge(&c.digest().ok_or_else(|| AdapterError::internal("unreadable chunk digest in the journal"))?);
+    }
+    build(ctx, journal, &generation, &window_digest).await?;
+    ctx.failpoint("generation.after_build").await?;
+    check_kept_rows(ctx, &generation).await?;
+    ctx.add_phase(|p| p.prepare += started.elapsed().as_secs_f64());
+    ctx.may_write()?;
+    ctx.failpoint("publish.before_intent").await?;
+    ctx.may_write()?;
+    // The durable intent names both identities, so that a crash after the
+    // publishing step can be judged without guessing.
+    let target_before = ctx.target.identity(TableRole::Target).await?.unwrap_or_default();
+    let gen_identity = ctx.target.identity(TableRole::Owned(&generation)).await?.unwrap_or_default();
+    if target_before == gen_identity && ctx.target.publication_check() != PublicationCheck::Digest {
+        // An object or receipt identity shared by the target and the
+        // generation would make the outcome impossible to tell apart
+        // afterwards: refuse to publish. (A content identity that already
+        // matches just means the publication changes nothing.)
+        return Err(AdapterError::verification(
+            "publication_identity_ambiguous",
+            format!("the target's identity ({target_before}) already equals the generation's; the publication could not be judged"),
+        )
+        .into());
+    }
+    let intent = PublicationIntent {
+        generation_table: generation.clone(),
+        backup_table: identity::backup_table(&j.run_id, j.execution),
+        target_before,
+        generation: gen_identity,
+    };
+    journal
+        .update(|j| {
+            j.state = RunState::Publishing;
+            j.intent = Some(intent);
+        })
+        .await?;
+    ctx.resumption.intent_recorded_here.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Right before publishing: the target's rows outside the window are
+/// still exactly those the generation holds.
+pub(crate) async fn check_kept_rows<S: Source, T: Target>(ctx: &Ctx<S, T>, generation: &str) -> Result<(), AdapterError> {
+    let Some(keep) = ctx.window_filter(false) else { return Ok(()) };
+    let differing = ctx.target.compare_kept(generation, &keep).await?;
+    if differing != 0 {
+        return Err(AdapterError::verification(
+            "kept_rows_changed",
+            format!("{differing} row groups outside the window differ between the target and the generation"),
+        )
+        .hint("another writer changed the target during the run; run again"));
+    }
+    Ok(())
+}
+
+/// Generation = kept target rows + verified chunks; verified before it may
+/// be published, and recorded in the journal.
+async fn build<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, generation: &str, window: &RowDigest) -> Result<(), AdapterError> {
+    let j = journal.snapshot().await;
+    let ncols = ctx.probe.target_columns.len();
+    let (keep, inside) = (ctx.window_filter(false), ctx.window_filter(true));
+    ctx.options.cancel.check()?;
+    // Rows outside the window: copied into the generation by most targets
+    // (then their digest is what the copy must equal), merely counted by
+    // targets that replace the window in place.
+    let in_place = ctx.target.keeps_rows_in_place();
+    let kept = match &keep {
+        Some(k) if in_place => Contents { rows: ctx.target.count(TableRole::Target, Some(k)).await?, digest: RowDigest::new(ncols) },
+        Some(k) => ctx.target.inspect(TableRole::Target, Some(k)).await?,
+        None => Contents { rows: 0, digest: RowDigest::new(ncols) },
+    };
+    // The rows being replaced are hashed only when their count says they
+    // might equal the new window (to report an unchanged target).
+    let replaced_rows = ctx.target.count(TableRole::Target, inside.as_ref()).await?;
+    let unchanged = replaced_rows == window.rows && ctx.target.inspect(TableRole::Target, inside.as_ref()).await?.digest == *window;
+    let stagings: Vec<String> = j.chunks.values().map(|c| c.staging_table.clone()).collect();
+    journal.update(|j| j.owned.insert(generation.to_string())).await?;
+    ctx.may_write()?;
+    let build = ctx.target.build_generation(generation, keep.as_ref(), &stagings).await?;
+    let window_only = matches!(build, GenerationBuild::WindowOnly | GenerationBuild::WindowOnlyView);
+    let (expected_rows, expected) = if window_only {
+        (window.rows, window.clone())
+    } else {
+        let mut all = kept.digest.clone();
+        all.merge(window);
+        (kept.rows + window.rows, all)
+    };
+    let check = verify(ctx, generation, build, expected_rows, &expected, keep.as_ref(), &kept).await?;
+    let record = GenerationRecord {
+        table: generation.to_string(),
+        rows: expected_rows,
+        in_place,
+        digest_sum: expected.sum_hex(),
+        null_counts: expected.null_counts.clone(),
+        kept_rows: kept.rows,
+        kept_digest_sum: kept.digest.sum_hex(),
+        kept_null_counts: kept.digest.null_counts.clone(),
+        replaced_rows,
+        unchanged,
+        check,
+    };
+    journal.update(|j| j.generation = Some(record)).await
+}
+
+/// Checks the built generation the way its build allows: copied rows are
+/// re-digested; rows that are the verified staging storage itself (hard
+/// links, a view) are counted.
+async fn verify<S: Source, T: Target>(
+    ctx: &Ctx<S, T>,
+    generation: &str,
+    build: GenerationBuild,
+    expected_rows: u64,
+    expected: &RowDigest,
+    keep: Option<&RowFilter>,
+    kept: &Contents,
+) -> Result<GenerationCheck, AdapterError> {
+    let mismatch = |what: &str, got: u64, gd: &RowDigest, want: u64, wd: &RowDigest| {
+        AdapterError::verification("generation_verification_failed", format!("{what} holds {got} ({gd}), expected {want} ({wd})"))
+    };
+    let count_mismatch = |got: u64, want: u64| {
+        AdapterError::verification("generation_verification_failed", format!("the generation holds {got} rows, expected {want}"))
+    };
+    Ok(match build {
+        GenerationBuild::WindowOnly | GenerationBuild::Copied => {
+            let g = ctx.target.inspect(TableRole::Owned(generation), None).await?;
+            if g.rows != expected_rows || g.digest != *expected {
+                return Err(mismatch("the generation", g.rows, &g.digest, expected_rows, expected));
+            }
+            GenerationCheck::Digest
+        }
+        GenerationBuild::Linked => {
+            // The chunk rows are the verified staging storage itself (hard
+            // links): count them; digest the kept rows, which were copied.
+            let total = ctx.target.count(TableRole::Owned(generation), None).await?;
+            if total != expected_rows {
+                return Err(count_mismatch(total, expected_rows));
+            }
+            if let Some(k) = keep {
+                let copied = ctx.target.inspect(TableRole::Owned(generation), Some(k)).await?;
+                if copied.rows != kept.rows || copied.digest != kept.digest {
+                    return Err(mismatch("the generation's kept rows", copied.rows, &copied.digest, kept.rows, &kept.digest));
+                }
+            }
+            GenerationCheck::CountsKeptDigestLinkedChunks
+        }
+        GenerationBuild::WindowOnlyView => {
+            // A view over the verified staging tables: the rows are the
+            // verified rows themselves; only their number can differ.
+            let total = ctx.target.count(TableRole::Owned(generation), None).await?;
+            if total != expected_rows {
+                return Err(count_mismatch(total, expected_rows));
+            }
+            GenerationCheck::CountsViewOfVerifiedChunks
+        }
+    })
+}

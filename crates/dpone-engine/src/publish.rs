@@ -1,0 +1,122 @@
+//! The `publishing` step: publish the verified generation once, or, when
+//! the intent was recorded by an earlier invocation, first judge from the
+//! target's identity what happened to that earlier attempt.
+//!
+//! The outcome is never assumed from a response: `published` when the
+//! target's identity is the generation's, `absent` when the target is
+//! still what it was and the generation still exists, `unknown` otherwise
+//! (the journal records `outcome-unknown` and an operator resolves it).
+//! A publication is never retried blindly within a run.
+
+use crate::context::Ctx;
+use crate::failure::{RunFailure, Step, Stop, unknown_failure};
+use crate::generation::check_kept_rows;
+use crate::journal::Journal;
+use dpone_core::evidence::PublicationCheck;
+use dpone_core::ports::{AdapterError, PublicationOutcome, Source, TableRole, Target};
+use dpone_core::state::{JournalError, PublicationIntent, RunState};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// Publishes (or reconciles, then publishes at most once).
+pub(crate) async fn publish_or_reconcile<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> Step {
+    let j = journal.snapshot().await;
+    let intent = j.intent.clone().ok_or_else(|| AdapterError::internal("the journal is publishing without an intent"))?;
+    if !ctx.resumption.intent_recorded_here.load(Ordering::SeqCst) {
+        match reconcile(ctx, &intent).await? {
+            PublicationOutcome::Published => return record_published(journal).await,
+            PublicationOutcome::Unknown => {
+                journal.set_state(RunState::OutcomeUnknown).await?;
+                return Err(Stop::Ended(unknown_failure(&j.run_id, &intent)));
+            }
+            PublicationOutcome::Absent => {
+                tracing::info!("the interrupted publication did not happen; publishing the verified generation");
+                check_kept_rows(ctx, &intent.generation_table).await.map_err(Stop::Unpublished)?;
+                ctx.may_write()?;
+            }
+        }
+    }
+    publish(ctx, journal, &intent).await
+}
+
+async fn record_published(journal: &Journal) -> Step {
+    journal
+        .update(|j| {
+            j.state = RunState::Published;
+            j.publication = Some(PublicationOutcome::Published);
+        })
+        .await?;
+    Ok(())
+}
+
+/// The one publishing call and its judged outcome.
+async fn publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, intent: &PublicationIntent) -> Step {
+    let run_id = journal.snapshot().await.run_id;
+    ctx.failpoint("publish.before_exchange").await?;
+    if let Some(p) = ctx.progress() {
+        p.phase("publishing", ctx.chunks().len() as u64);
+    }
+    let started = Instant::now();
+    let keep = ctx.window_filter(false);
+    let outcome = ctx.target.publish(&intent.generation_table, keep.as_ref(), &intent.backup_table).await;
+    ctx.failpoint("publish.after_exchange").await?;
+    match outcome {
+        Ok(PublicationOutcome::Published) => {
+            // A target that publishes by copying is re-read: its identity is
+            // its contents, which must now be the generation's.
+            if ctx.target.publication_check() == PublicationCheck::Digest {
+                let now = ctx.target.identity(TableRole::Target).await?;
+                if now.as_deref() != Some(intent.generation.as_str()) {
+                    let _ = journal.set_state(RunState::Published).await;
+                    let e = AdapterError::verification(
+                        "publication_verification_failed",
+                        format!("the published target is {} but the generation was {}", now.unwrap_or_default(), intent.generation),
+                    );
+                    return Err(Stop::Ended(RunFailure::at(crate::failure::Phase::AfterPublication, e, Some(&run_id))));
+                }
+            }
+        }
+        other => {
+            // Never retry blindly: look at what the target is now.
+            let judged = reconcile(ctx, intent).await.unwrap_or(PublicationOutcome::Unknown);
+            match (judged, other) {
+                (PublicationOutcome::Published, _) => {}
+                (PublicationOutcome::Absent, Err(e)) => {
+                    let (code, message) = (e.code.clone(), e.message.clone());
+                    let _ = journal
+                        .update(|j| {
+                            j.state = RunState::Failed;
+                            j.publication = Some(PublicationOutcome::Absent);
+                            j.error = Some(JournalError { code, message });
+                        })
+                        .await;
+                    let owned: Vec<String> = journal.snapshot().await.owned.into_iter().collect();
+                    let _ = ctx.target.drop_tables(&owned).await;
+                    return Err(Stop::Ended(RunFailure::at(crate::failure::Phase::BeforePublication, e, Some(&run_id))));
+                }
+                _ => {
+                    let _ = journal.set_state(RunState::OutcomeUnknown).await;
+                    return Err(Stop::Ended(unknown_failure(&run_id, intent)));
+                }
+            }
+        }
+    }
+    ctx.add_phase(|p| p.publish += started.elapsed().as_secs_f64());
+    record_published(journal).await
+}
+
+/// Judges a publication from the target's identity.
+pub(crate) async fn reconcile<S: Source, T: Target>(
+    ctx: &Ctx<S, T>,
+    intent: &PublicationIntent,
+) -> Result<PublicationOutcome, AdapterError> {
+    let observed = ctx.target.identity(TableRole::Target).await?;
+    if observed.as_deref() == Some(intent.generation.as_str()) {
+        return Ok(PublicationOutcome::Published);
+    }
+    let generation = ctx.target.identity(TableRole::Owned(&intent.generation_table)).await?;
+    if observed.as_deref() == Some(intent.target_before.as_str()) && generation.as_deref() == Some(intent.generation.as_str()) {
+        return Ok(PublicationOutcome::Absent);
+    }
+    Ok(PublicationOutcome::Unknown)
+}

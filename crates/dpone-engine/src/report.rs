@@ -1,0 +1,81 @@
+//! What a successful run reports: built from the journal alone, so a run
+//! finished by a later invocation reports the same as one that ran through.
+
+use crate::context::Ctx;
+use crate::finish::evidence_path;
+use dpone_core::evidence::PublicationCheck;
+use dpone_core::ports::{PublicationOutcome, Source, Target};
+use dpone_core::state::RunJournal;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ChunkSummary {
+    pub index: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start: Option<dpone_core::time::Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub end: Option<dpone_core::time::Timestamp>,
+    pub rows: u64,
+    pub attempt: u32,
+}
+
+/// A successful run.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    pub run_id: String,
+    pub status: &'static str,
+    pub execution: u32,
+    /// Whether this invocation continued an interrupted run.
+    pub resumed: bool,
+    /// Chunks taken over from the interrupted run after re-verification.
+    pub reused_chunks: usize,
+    pub extracted_rows: u64,
+    /// Rows the publication wrote into the window (or the whole table).
+    pub inserted_rows: u64,
+    /// Target rows kept because they lie outside the window (NULLs included).
+    pub kept_rows: u64,
+    /// Kept rows whose window column is NULL.
+    pub kept_null_window_rows: u64,
+    /// Rows the window held before this run.
+    pub replaced_rows: u64,
+    pub final_rows: u64,
+    /// The window already held exactly these rows: the target did not change.
+    pub target_unchanged: bool,
+    pub chunks: Vec<ChunkSummary>,
+    pub publication: PublicationOutcome,
+    /// How the publication was confirmed.
+    pub publication_check: PublicationCheck,
+    pub evidence_path: PathBuf,
+    pub duration_seconds: f64,
+}
+
+/// The report of a succeeded run, from its journal.
+pub(crate) fn report<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal) -> RunReport {
+    let generation = j.generation.clone().unwrap_or_else(|| panic!("a succeeded run {} records its generation", j.run_id));
+    let window_rows = j.chunks.values().map(|c| c.rows).sum();
+    RunReport {
+        run_id: j.run_id.clone(),
+        status: "succeeded",
+        execution: j.execution,
+        resumed: ctx.resumption.resumed.load(Ordering::SeqCst),
+        reused_chunks: ctx.resumption.reused.load(Ordering::SeqCst),
+        extracted_rows: window_rows,
+        inserted_rows: window_rows,
+        kept_rows: generation.kept_rows,
+        kept_null_window_rows: j.null_window_rows.unwrap_or(0),
+        replaced_rows: generation.replaced_rows,
+        final_rows: if generation.in_place { generation.kept_rows + generation.rows } else { generation.rows },
+        target_unchanged: generation.unchanged,
+        chunks: j
+            .chunks
+            .values()
+            .map(|c| ChunkSummary { index: c.index, start: c.start, end: c.end, rows: c.rows, attempt: c.attempt })
+            .collect(),
+        publication: PublicationOutcome::Published,
+        publication_check: ctx.target.publication_check(),
+        evidence_path: evidence_path(ctx, j),
+        duration_seconds: ctx.started.elapsed().as_secs_f64(),
+    }
+}

@@ -1,0 +1,368 @@
+//! The `planned`/`staging` step: every chunk not verified yet is streamed
+//! into its own staging table, verified against what was sent, and
+//! journaled; then one compare-and-swap records `verified` (stage
+//! complete), after which recovery never reads the source again.
+//!
+//! Per chunk: up to [`MAX_CHUNK_ATTEMPTS`] attempts, each into a fresh
+//! staging table whose name the journal records before it exists. A chunk
+//! holds an importer slot, then an encoder slot, before either side starts
+//! (see ARCHITECTURE.md), and up to 2×max(E, I) chunks are in flight so one
+//! chunk's verification overlaps the next chunk's load.
+
+use crate::context::{AbortOnDrop, Ctx};
+use crate::failure::{Phase, RunFailure, Step};
+use crate::journal::Journal;
+use dpone_core::identity::{self, OWNED_PREFIX};
+use dpone_core::ports::{
+    AdapterError, ErrorClass, ErrorKind, Frame, FrameGuard, ReadRequest, RowFilter, Source, TableRole, Target, guarded_frame_channel,
+};
+use dpone_core::state::{CHUNK_BACKOFF_MS, ChunkRecord, ChunkState, MAX_CHUNK_ATTEMPTS, RunJournal, RunState};
+use dpone_core::time::Timestamp;
+use dpone_core::types::ColumnType;
+use dpone_core::window::Chunk;
+use futures_util::StreamExt;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Stages the chunks that are not verified yet, then records `verified`.
+pub(crate) async fn stage_all<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> Step {
+    if journal.state().await == RunState::Planned {
+        journal.set_state(RunState::Staging).await?;
+    }
+    let j = journal.snapshot().await;
+    let done: BTreeSet<u32> = j.chunks.values().filter(|c| c.state == ChunkState::Verified).map(|c| c.index).collect();
+    let todo: Vec<(u32, Option<Chunk>)> =
+        ctx.chunks().into_iter().enumerate().map(|(i, c)| (i as u32, c)).filter(|(i, _)| !done.contains(i)).collect();
+    tracing::info!(run_id = %j.run_id, chunks = todo.len(), reused = done.len(), "staging");
+    if let Some(p) = ctx.progress() {
+        p.phase("staging", ctx.chunks().len() as u64);
+        for _ in 0..done.len() {
+            p.chunk_done();
+        }
+    }
+    // Chunks in flight: twice what the encoders and importers can serve, so
+    // that while a chunk is being verified by the target (no encoder or
+    // importer slot held) the next one already streams. The semaphores
+    // inside each chunk enforce E and I.
+    let parallelism = 2 * ctx.plan.limits.encoding_parallelism.max(ctx.plan.limits.import_parallelism).max(1) as usize;
+    // After a failure no new chunk starts, but chunks in flight are joined
+    // (not dropped): adapters may be writing on threads that cannot be
+    // cancelled, and cleanup must come after their last write.
+    let failed = AtomicBool::new(false);
+    let mut first_error: Option<AdapterError> = None;
+    let mut stream = futures_util::stream::iter(todo.into_iter().map(|(i, c)| {
+        let failed = &failed;
+        async move {
+            if failed.load(Ordering::SeqCst) {
+                return None;
+            }
+            Some(stage_chunk(ctx, journal, i, c).await)
+        }
+    }))
+    .buffer_unordered(parallelism);
+    while let Some(result) = stream.next().await {
+        if let Some(Err(e)) = result {
+            failed.store(true, Ordering::SeqCst);
+            // Prefer the cause over the consequences it had on other chunks.
+            if first_error.as_ref().is_none_or(|f| f.is_consequence() && !e.is_consequence()) {
+                first_error = Some(e);
+            }
+        }
+    }
+    drop(stream);
+    if let Some(e) = first_error {
+        return Err(e.into());
+    }
+    // Stage complete: one compare-and-swap records that every chunk is
+    // verified; recovery from here on never needs the source.
+    journal.set_state(RunState::Verified).await?;
+    Ok(())
+}
+
+/// Stages one chunk with up to [`MAX_CHUNK_ATTEMPTS`] attempts, each into a
+/// fresh staging table; the journal knows every table before it exists.
+async fn stage_chunk<S: Source, T: Target>(
+    ctx: &Ctx<S, T>,
+    journal: &Journal,
+    index: u32,
+    chunk: Option<Chunk>,
+) -> Result<(), AdapterError> {
+    let j = journal.snapshot().await;
+    let run_id = j.run_id.clone();
+    let first_attempt = j.chunks.get(&index).map(|c| c.attempt + 1).unwrap_or(1);
+    let mut attempt = first_attempt;
+    loop {
+        let staging = identity::staging_table(&run_id, index, attempt);
+        let limit = ctx.plan.limits.max_staging_tables;
+        let staged_tables = journal.snapshot().await.owned.iter().filter(|t| t.starts_with(&format!("{OWNED_PREFIX}stg_"))).count() as u64;
+        if staged_tables >= limit {
+            return Err(AdapterError::limit(
+                "limit_exceeded:max_staging_tables",
+                format!("the run would create more than max_staging_tables = {limit} staging tables"),
+            )
+            .hint("raise native_chunks.max_staging_tables or use a longer chunk_interval"));
+        }
+        journal
+            .update(|j| {
+                j.owned.insert(staging.clone());
+                j.chunks.insert(index, ChunkRecord::staging(index, attempt, &staging, chunk));
+            })
+            .await?;
+        match stage_attempt(ctx, &run_id, index, chunk, attempt, &staging).await {
+            Ok(staged) => {
+                ctx.add_phase(|p| {
+                    p.extract += staged.extract_seconds;
+                    p.load += staged.load_seconds;
+                    p.verify += staged.verify_seconds;
+                });
+                journal.update(|j| j.chunks.insert(index, staged.record)).await?;
+                ctx.failpoint("checkpoint.after_write").await?;
+                if let Some(p) = ctx.progress() {
+                    p.chunk_done();
+                }
+                return Ok(());
+            }
+            Err(e) if e.keeps_run() || ctx.options.cancel.is_cancelled() => return Err(e),
+            Err(e) if !retryable(&e) || attempt + 1 - first_attempt >= MAX_CHUNK_ATTEMPTS => {
+                let _ = journal
+                    .update(|j| {
+                        if let Some(c) = j.chunks.get_mut(&index) {
+                            c.state = ChunkState::Failed;
+                        }
+                    })
+                    .await;
+                return Err(e);
+            }
+            Err(e) => {
+                let tries_done = attempt - first_attempt + 1;
+                tracing::warn!(chunk = index, attempt, "transient failure ({}): retrying into fresh staging", e.message);
+                // Discard the failed attempt before the next one.
+                ctx.may_write()?;
+                ctx.target.drop_tables(std::slice::from_ref(&staging)).await?;
+                let backoff = CHUNK_BACKOFF_MS[((tries_done - 1) as usize).min(CHUNK_BACKOFF_MS.len() - 1)];
+                tokio::time::sleep(std::time::Duration::from_millis(backoff)).await;
+                attempt += 1;
+            }
+        }
+    }
+}
+
+/// Only vendor errors that are not permanent are retried into fresh
+/// staging; an indeterminate one was already judged by inspection.
+fn retryable(e: &AdapterError) -> bool {
+    e.kind == ErrorKind::Vendor && e.class != ErrorClass::Permanent
+}
+
+struct StagedChunk {
+    record: ChunkRecord,
+    extract_seconds: f64,
+    load_seconds: f64,
+    verify_seconds: f64,
+}
+
+/// The check every frame passes before it is sent: liveness, lease,
+/// cancellation, the run's byte limits, progress, and a failpoint after
+/// the first frames.
+fn frame_guard<S: Source, T: Target>(ctx: &Ctx<S, T>) -> FrameGuard {
+    let limits = &ctx.plan.limits;
+    let (lease, cancel, failpoints) = (ctx.lease.clone(), ctx.options.cancel.clone(), ctx.options.failpoints.clone());
+    let (total, max_total, stop_at) =
+        (ctx.encoded_total.clone(), limits.max_total_encoded_bytes, limits.stage_allocated_bytes_stop_threshold);
+    let progress = ctx.options.progress.clone();
+    let sent = Arc::new(AtomicU64::new(0));
+    Arc::new(move |frame: Option<&Frame>| {
+        lease.check()?;
+        cancel.check()?;
+        let Some(frame) = frame else { return Ok(()) };
+        let now = total.fetch_add(frame.bytes.len() as u64, Ordering::Relaxed) + frame.bytes.len() as u64;
+        if let Some(max) = max_total
+            && now > max
+        {
+            return Err(AdapterError::limit(
+                "limit_exceeded:max_total_encoded_bytes",
+                format!("the run encoded {now} bytes, more than max_total_encoded_bytes = {max}"),
+            )
+            .hint("raise native_chunks.max_total_encoded_bytes or move a smaller window"));
+        }
+        if let Some(stop) = stop_at
+            && now > stop
+        {
+            return Err(AdapterError::limit(
+                "limit_exceeded:stage_allocated_bytes_stop_threshold",
+                format!("the staging area would hold {now} bytes, more than stage_allocated_bytes_stop_threshold = {stop}"),
+            )
+            .hint("raise the threshold or move a smaller window"));
+        }
+        if let Some(p) = &progress {
+            p.frame(frame.rows, frame.bytes.len() as u64);
+        }
+        if sent.fetch_add(1, Ordering::Relaxed) == 1 {
+            Ctx::<S, T>::failpoint_sync(&failpoints, &lease, "staging.mid_stream")?;
+        }
+        Ok(())
+    })
+}
+
+/// Streams one chunk attempt into its own staging table and verifies what
+/// the target stores against what was sent.
+async fn stage_attempt<S: Source, T: Target>(
+    ctx: &Ctx<S, T>,
+    run_id: &str,
+    index: u32,
+    chunk: Option<Chunk>,
+    attempt: u32,
+    staging: &str,
+) -> Result<StagedChunk, AdapterError> {
+    let started = Instant::now();
+    let limits = &ctx.plan.limits;
+    let request = ReadRequest {
+        columns: ctx.probe.read_columns.clone(),
+        target_types: ctx.probe.target_columns.iter().map(|c| c.ty.clone()).collect::<Vec<ColumnType>>(),
+        bounds: ctx.plan.window.as_ref().map(|w| w.column.clone()).zip(chunk),
+        block_rows: limits.max_rows,
+        block_bytes: limits.max_bytes,
+        max_row_bytes: limits.max_row_bytes,
+    };
+    ctx.failpoint("staging.before_write").await?;
+    ctx.may_write()?;
+    ctx.target.create_staging(staging).await?;
+    let (tx, rx) = guarded_frame_channel(limits.max_pending.max(1) as usize, frame_guard(ctx), ctx.budget.clone());
+    // Both slots are taken before either side starts, always importer
+    // first: a chunk that holds an encoder slot therefore also holds an
+    // importer slot, so a reader can never wait for a loader that waits for
+    // a slot held by a reader that waits for this one (a source may also
+    // serialize its reads, as the SQLite snapshot connection does).
+    let import_slot = ctx.importers.clone().acquire_owned().await.expect("never closed");
+    let encode_slot = ctx.encoders.clone().acquire_owned().await.expect("never closed");
+    let mut reader = AbortOnDrop(tokio::spawn({
+        let source = ctx.source.clone();
+        async move {
+            // The encoder slot is held for as long as this chunk is read.
+            let _slot = encode_slot;
+            let t = Instant::now();
+            let r = source.read(request, tx).await;
+            (r, t.elapsed().as_secs_f64())
+        }
+    }));
+    let mut loader = AbortOnDrop(tokio::spawn({
+        let target = ctx.target.clone();
+        let staging = staging.to_string();
+        async move {
+            // The importer slot is held for as long as this chunk loads.
+            let _slot = import_slot;
+            let t = Instant::now();
+            let r = target.load(&staging, rx).await;
+            (r, t.elapsed().as_secs_f64())
+        }
+    }));
+    let (read, extract_seconds) = reader.join().await?;
+    let (load, load_seconds) = loader.join().await?;
+    let stats = match (read, load) {
+        (Ok(stats), Ok(written)) if written == stats.rows => stats,
+        (Ok(stats), Ok(written)) => {
+            return Err(AdapterError::verification(
+                "staging_verification_failed",
+                format!("chunk {index}: {} rows were sent but the target reports {written} written", stats.rows),
+            ));
+        }
+        // The read completed but the write's outcome is unknown (e.g. a lost
+        // acknowledgement): whether it landed is decided by inspection.
+        (Ok(stats), Err(e)) if e.kind == ErrorKind::Vendor && e.class != ErrorClass::Permanent => {
+            match ctx.target.inspect(TableRole::Owned(staging), None).await {
+                Ok(c) if c.rows == stats.rows && c.digest == stats.digest => {
+                    tracing::info!(chunk = index, "the write's acknowledgement was lost but the attempt landed intact");
+                    stats
+                }
+                _ => return Err(e),
+            }
+        }
+        // The cause, not its consequence: a reader stopped by a failed
+        // loader reports `cancelled`, a loader starved by a failed reader
+        // may report a truncated stream.
+        (Err(r), Err(l)) => return Err(if r.is_consequence() { l } else { r }),
+        (Err(e), Ok(_)) | (Ok(_), Err(e)) => return Err(e),
+    };
+    ctx.failpoint("staging.after_ack").await?;
+    let verify_started = Instant::now();
+    let staged = ctx.target.inspect(TableRole::Owned(staging), None).await?;
+    if staged.rows != stats.rows || staged.digest != stats.digest {
+        return Err(AdapterError::verification(
+            "staging_verification_failed",
+            format!(
+                "chunk {index}: the staging table holds {} ({}), but the stream carried {} ({})",
+                staged.rows, staged.digest, stats.rows, stats.digest
+            ),
+        )
+        .hint("the target did not store exactly what was sent; nothing was published"));
+    }
+    if let (Some(w), Some(c)) = (&ctx.plan.window, chunk) {
+        let outside = RowFilter { column: w.column.clone(), start: c.start, end: c.end, inside: false };
+        let n = ctx.target.count(TableRole::Owned(staging), Some(&outside)).await?;
+        if n != 0 {
+            return Err(AdapterError::verification(
+                "staging_verification_failed",
+                format!("chunk {index}: {n} staged rows lie outside [{}, {})", c.start, c.end),
+            ));
+        }
+    }
+    let verify_seconds = verify_started.elapsed().as_secs_f64();
+    ctx.failpoint("chunk.after_verify").await?;
+    let chunk_key = chunk.unwrap_or(Chunk { index: 0, start: Timestamp(0), end: Timestamp(0) });
+    Ok(StagedChunk {
+        record: ChunkRecord {
+            index,
+            chunk_id: identity::chunk_id(run_id, &chunk_key),
+            state: ChunkState::Verified,
+            attempt,
+            staging_table: staging.to_string(),
+            start: chunk.map(|c| c.start),
+            end: chunk.map(|c| c.end),
+            rows: stats.rows,
+            encoded_bytes: stats.encoded_bytes,
+            digest_sum: staged.digest.sum_hex(),
+            null_counts: staged.digest.null_counts.clone(),
+            stream_digest_sum: Some(stats.digest.sum_hex()),
+            seconds: started.elapsed().as_secs_f64(),
+        },
+        extract_seconds,
+        load_seconds,
+        verify_seconds,
+    })
+}
+
+/// Re-inspects the staging table of every chunk the journal records as
+/// verified: it must still hold exactly the recorded rows (a missing or
+/// changed table is terminal: dpone never publishes unverified data).
+/// Returns how many chunks were re-verified.
+pub(crate) async fn recheck_verified_chunks<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal) -> Result<usize, RunFailure> {
+    let failed = |code: &str, message: String, hint: &str| {
+        RunFailure::at(Phase::BeforePublication, AdapterError::verification(code, message).hint(hint), Some(&j.run_id))
+    };
+    let vendor = |e: AdapterError| RunFailure::at(Phase::BeforePublication, e, Some(&j.run_id));
+    let mut reused = 0;
+    for c in j.chunks.values().filter(|c| c.state == ChunkState::Verified) {
+        let recorded = c.digest().ok_or_else(|| vendor(AdapterError::internal("unreadable chunk digest in the journal")))?;
+        if ctx.target.identity(TableRole::Owned(&c.staging_table)).await.map_err(vendor)?.is_none() {
+            return Err(failed(
+                "staging_lost",
+                format!("chunk {} is recorded as verified in `{}`, but that table no longer exists", c.index, c.staging_table),
+                "someone removed dpone's staging table; see docs/recovery.md (abandon the run and rerun)",
+            ));
+        }
+        let now = ctx.target.inspect(TableRole::Owned(&c.staging_table), None).await.map_err(vendor)?;
+        if now.rows != recorded.rows || now.digest != recorded {
+            return Err(failed(
+                "staging_changed",
+                format!(
+                    "chunk {} staging `{}` no longer holds the recorded rows ({} vs {})",
+                    c.index, c.staging_table, now.digest, recorded
+                ),
+                "someone modified dpone's staging table; see docs/recovery.md (abandon the run and rerun)",
+            ));
+        }
+        reused += 1;
+    }
+    Ok(reused)
+}

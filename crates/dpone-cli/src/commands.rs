@@ -1,7 +1,7 @@
 //! The commands. Each returns the process exit code.
 
+use crate::adapters::{self, Adapters, AnyTarget};
 use crate::output::{self, RunOutcome};
-use crate::routes::{self, with_route};
 use crate::{Format, IntervalArgs};
 use dpone_core::manifest::{self, Manifest};
 use dpone_core::plan::{Interval, Plan};
@@ -88,7 +88,7 @@ pub fn type_matrix(format: Format) -> u8 {
 
 /// Loads, plans and wires; any problem here is a configuration error.
 /// Every diagnostic gets the file position of its manifest path.
-fn prepare(path: &Path, args: &IntervalArgs) -> Result<(Manifest, Plan, routes::Route), Diagnostics> {
+fn prepare(path: &Path, args: &IntervalArgs) -> Result<(Manifest, Plan, Adapters), Diagnostics> {
     let manifest = load(path)?;
     let located = |mut d: Diagnostic| {
         manifest.locate(&mut d);
@@ -96,22 +96,23 @@ fn prepare(path: &Path, args: &IntervalArgs) -> Result<(Manifest, Plan, routes::
     };
     let mut plan = Plan::build(&manifest, &interval(args)).map_err(located)?;
     plan.refusals.iter_mut().for_each(|d| manifest.locate(d));
-    let route = routes::build(&manifest, &base_dir(path)).map_err(located)?;
-    Ok((manifest, plan, route))
+    let adapters = adapters::build(&manifest, &base_dir(path)).map_err(located)?;
+    Ok((manifest, plan, adapters))
 }
 
-/// Loads and wires without a plan (status does not need the interval).
-pub fn prepare_for_status(path: &Path) -> Result<(Manifest, routes::Route), Diagnostics> {
+/// Loads the manifest and builds its target, without a plan (status and
+/// the operator commands need neither the interval nor the source).
+pub fn prepare_for_status(path: &Path) -> Result<(Manifest, AnyTarget), Diagnostics> {
     let manifest = load(path)?;
-    let route = routes::build(&manifest, &base_dir(path)).map_err(|mut d| {
+    let target = AnyTarget::build(&manifest, &base_dir(path)).map_err(|mut d| {
         manifest.locate(&mut d);
         Diagnostics::one(d)
     })?;
-    Ok((manifest, route))
+    Ok((manifest, target))
 }
 
 pub fn plan(path: &Path, args: &IntervalArgs, format: Format, offline: bool) -> u8 {
-    let (manifest, mut plan, route) = match prepare(path, args) {
+    let (manifest, mut plan, adapters) = match prepare(path, args) {
         Ok(v) => v,
         Err(d) => {
             output::print_diagnostics(path, &d);
@@ -120,16 +121,15 @@ pub fn plan(path: &Path, args: &IntervalArgs, format: Format, offline: bool) -> 
     };
     if !offline && plan.refusals.is_empty() {
         let probed = runtime().block_on(async {
-            with_route!(route, |s, t| {
-                // Tables recorded by this target's journal are not foreign.
-                let ours = match open_store(&work_dir(&manifest, path), false) {
-                    Ok(Some(store)) => {
-                        dpone_engine::read_journal(store.as_ref(), &t.scope()).ok().flatten().map(|(_, j)| j.owned).unwrap_or_default()
-                    }
-                    _ => Default::default(),
-                };
-                dpone_engine::probe(&manifest, &plan, Some(s.as_ref()), t.as_ref(), &ours).await
-            })
+            let (s, t) = (adapters.source.as_ref(), adapters.target.as_ref());
+            // Tables recorded by this target's journal are not foreign.
+            let ours = match open_store(&work_dir(&manifest, path), false) {
+                Ok(Some(store)) => {
+                    dpone_engine::read_journal(store.as_ref(), &t.scope()).ok().flatten().map(|(_, j)| j.owned).unwrap_or_default()
+                }
+                _ => Default::default(),
+            };
+            dpone_engine::probe(&manifest, &plan, Some(s), t, &ours).await
         });
         match probed {
             Ok(mut p) => {
@@ -150,7 +150,7 @@ pub fn plan(path: &Path, args: &IntervalArgs, format: Format, offline: bool) -> 
 }
 
 pub fn run(path: &Path, args: &IntervalArgs, format: Format) -> u8 {
-    let (manifest, plan, route) = match prepare(path, args) {
+    let (manifest, plan, adapters) = match prepare(path, args) {
         Ok(v) => v,
         Err(d) => return output::report_refusal(path, None, &d, format),
     };
@@ -163,7 +163,7 @@ pub fn run(path: &Path, args: &IntervalArgs, format: Format) -> u8 {
     options.progress = if format == Format::Text { crate::progress::for_terminal() } else { None };
     let work_dir = options.work_dir.clone();
     let opener = move |create: bool| open_store(&work_dir, create);
-    let mut outcome = execute(&manifest, &plan, route, &opener, &options);
+    let mut outcome = execute(&manifest, &plan, adapters, &opener, &options);
     if let RunOutcome::Failed(f) = &mut outcome {
         f.refusals.iter_mut().for_each(|d| manifest.locate(d));
     }
@@ -214,17 +214,17 @@ pub fn open_store(work_dir: &Path, create: bool) -> Result<Option<std::sync::Arc
 pub fn execute(
     manifest: &Manifest,
     plan: &Plan,
-    route: routes::Route,
+    adapters: Adapters,
     open_store: &dpone_engine::StoreOpener,
     options: &RunOptions,
 ) -> RunOutcome {
     runtime().block_on(async {
         let cancel = options.cancel.clone();
         let work = async {
-            with_route!(route, |s, t| match dpone_engine::execute(manifest, plan, s, t, open_store, options).await {
+            match dpone_engine::execute(manifest, plan, adapters.source, adapters.target, open_store, options).await {
                 Ok(report) => RunOutcome::Succeeded(report),
                 Err(f) => RunOutcome::Failed(f),
-            })
+            }
         };
         tokio::pin!(work);
         tokio::select! {

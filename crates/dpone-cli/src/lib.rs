@@ -5,6 +5,7 @@
 //! run executed and failed, 2 configuration error (before any I/O),
 //! 130 interrupted.
 
+mod adapters;
 mod ci;
 mod commands;
 #[cfg(feature = "failpoints")]
@@ -12,7 +13,6 @@ mod failpoints;
 mod host;
 mod output;
 mod progress;
-mod routes;
 mod status;
 
 use clap::{Parser, Subcommand, ValueEnum};

@@ -4,7 +4,6 @@
 use crate::Format;
 use crate::commands::{EXIT_CONFIG, EXIT_FAILED, EXIT_OK, open_store};
 use crate::output::{print_diagnostics, print_json};
-use crate::routes::with_route;
 use dpone_core::Diagnostics;
 use dpone_core::ports::Target;
 use dpone_core::state::{ChunkState, RunJournal, RunState, StateStore};
@@ -60,14 +59,14 @@ fn find_journal(store: &dyn StateStore, scope: &str, run_id: Option<&str>) -> Re
 }
 
 pub fn status(path: &Path, run_id: Option<&str>, format: Format) -> u8 {
-    let (manifest, route) = match crate::commands::prepare_for_status(path) {
+    let (manifest, target) = match crate::commands::prepare_for_status(path) {
         Ok(v) => v,
         Err(d) => {
             print_diagnostics(path, &d);
             return EXIT_CONFIG;
         }
     };
-    let scope = with_route!(route, |_s, t| t.scope());
+    let scope = target.scope();
     let work_dir = crate::commands::work_dir(&manifest, path);
     let store = match open_store(&work_dir, false) {
         Ok(Some(s)) => s,
@@ -149,14 +148,14 @@ fn report_none(scope: &str, format: Format) {
 /// Records an operator's verdict on an outcome-unknown run (`outcome`
 /// given) or abandons an unfinished run (`outcome` None).
 pub fn resolve(path: &Path, outcome: Option<&str>) -> u8 {
-    let (manifest, route) = match crate::commands::prepare_for_status(path) {
+    let (manifest, target) = match crate::commands::prepare_for_status(path) {
         Ok(v) => v,
         Err(d) => {
             print_diagnostics(path, &d);
             return EXIT_CONFIG;
         }
     };
-    let scope = with_route!(route, |_s, t| t.scope());
+    let scope = target.scope();
     let work_dir = crate::commands::work_dir(&manifest, path);
     let store = match open_store(&work_dir, false) {
         Ok(Some(s)) => s,

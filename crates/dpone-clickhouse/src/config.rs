@@ -1,7 +1,8 @@
 //! Connection settings, resolved from a manifest's connection spec.
 
 use dpone_core::Diagnostic;
-use dpone_core::manifest::ConnectionSpec;
+use dpone_core::manifest::{ConnectionSpec, Manifest, TableRef};
+use dpone_core::ports::Wiring;
 use reqwest::Url;
 use std::fmt;
 
@@ -126,6 +127,43 @@ fn decode(s: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Largest RowBinary INSERT request, in frames: a chunk larger than this is
+/// sent in several requests into the same staging table, so that one
+/// request stays bounded (and a failed one cheap to redo).
+pub const MAX_REQUEST_FRAMES: u64 = 64;
+
+/// A client for the connection at `path`, and the database of `table`:
+/// the table's schema, else the URL's `database`, else `default`.
+fn client_for(spec: &ConnectionSpec, table: &TableRef, path: &str, wiring: &Wiring) -> Result<(crate::ChClient, String), Diagnostic> {
+    let config = ClickhouseConfig::resolve(spec, path, wiring.env)?;
+    let database = table.schema.clone().or_else(|| config.database.clone()).unwrap_or_else(|| "default".into());
+    let client = crate::ChClient::new(config).map_err(|e| Diagnostic::new(e.code, path, e.message))?;
+    Ok((client, database))
+}
+
+impl crate::ClickhouseSource {
+    /// The source of `manifest.source`.
+    pub fn build(manifest: &Manifest, wiring: &Wiring) -> Result<Self, Diagnostic> {
+        let (client, database) = client_for(&manifest.source.connection, &manifest.source.table, "source.connection", wiring)?;
+        Ok(crate::ClickhouseSource::new(client, database, manifest.source.table.name.clone()))
+    }
+}
+
+impl crate::ClickhouseTarget {
+    /// The target of `manifest.sink`; one INSERT request carries at most
+    /// [`MAX_REQUEST_FRAMES`] frames of the source's `wire.block_bytes`.
+    pub fn build(manifest: &Manifest, wiring: &Wiring) -> Result<Self, Diagnostic> {
+        let (client, database) = client_for(&manifest.sink.connection, &manifest.sink.table, "sink.connection", wiring)?;
+        Ok(crate::ClickhouseTarget::new(
+            client,
+            database,
+            manifest.sink.table.name.clone(),
+            manifest.sink.staging_schema.clone(),
+            manifest.source.wire.block_bytes.saturating_mul(MAX_REQUEST_FRAMES),
+        ))
+    }
 }
 
 #[cfg(test)]

@@ -440,6 +440,16 @@ pub trait Source: Send + Sync + 'static {
     fn close_snapshot(&self) -> impl Future<Output = Result<()>> + Send;
 }
 
+/// What an adapter needs, besides its manifest section, to build itself:
+/// the manifest's folder (relative paths are relative to it) and the
+/// environment (connection variables). The command line hands it in, so
+/// that adapters resolve their own configuration, defaults and policy and
+/// every problem is a diagnostic found before any I/O.
+pub struct Wiring<'a> {
+    pub base_dir: &'a std::path::Path,
+    pub env: &'a dyn Fn(&str) -> Option<String>,
+}
+
 /// What the engine asks a target to check before any write.
 #[derive(Debug, Clone)]
 pub struct EligibilityRequest {

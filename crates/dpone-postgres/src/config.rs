@@ -1,7 +1,8 @@
 //! Connection settings, resolved from a manifest's connection spec.
 
 use dpone_core::Diagnostic;
-use dpone_core::manifest::ConnectionSpec;
+use dpone_core::manifest::{ConnectionSpec, Manifest};
+use dpone_core::ports::Wiring;
 use std::str::FromStr;
 
 /// Resolves a connection spec: `DPONE_CONN_<ID>=postgresql://user:pass@host:5432/db`
@@ -71,5 +72,27 @@ pub fn resolve(
             }
             Ok(c)
         }
+    }
+}
+
+impl crate::PostgresSource {
+    /// The source of `manifest.source`.
+    pub fn build(manifest: &Manifest, wiring: &Wiring) -> Result<Self, Diagnostic> {
+        let config = resolve(&manifest.source.connection, "source.connection", wiring.env)?;
+        Ok(crate::PostgresSource::new(config, manifest.source.table.clone()))
+    }
+}
+
+impl crate::PostgresTarget {
+    /// The target of `manifest.sink`; `sink.options.postgres.publication`
+    /// chooses DELETE + INSERT (default) or a partition swap.
+    pub fn build(manifest: &Manifest, wiring: &Wiring) -> Result<Self, Diagnostic> {
+        let config = resolve(&manifest.sink.connection, "sink.connection", wiring.env)?;
+        Ok(crate::PostgresTarget::new(
+            config,
+            manifest.sink.table.clone(),
+            manifest.sink.staging_schema.clone(),
+            manifest.sink.postgres_publication == "partition_swap",
+        ))
     }
 }

@@ -1,7 +1,8 @@
 //! Where the database file is.
 
 use dpone_core::Diagnostic;
-use dpone_core::manifest::{ConnectionSpec, TableRef};
+use dpone_core::manifest::{ConnectionSpec, Manifest, TableRef};
+use dpone_core::ports::Wiring;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone)]
@@ -54,4 +55,21 @@ pub fn resolve_path(
     }
     let p = Path::new(path);
     Ok(if p.is_absolute() { p.to_path_buf() } else { base.join(p) })
+}
+
+impl crate::SqliteSource {
+    /// The source of `manifest.source` (a file next to the manifest unless absolute).
+    pub fn build(manifest: &Manifest, wiring: &Wiring) -> Result<Self, Diagnostic> {
+        let path = resolve_path(&manifest.source.connection, wiring.base_dir, "source.connection", wiring.env)?;
+        let window_column = manifest.window().map(|w| w.column.clone());
+        Ok(crate::SqliteSource::new(SqliteConfig { path, table: manifest.source.table.clone() }, window_column))
+    }
+}
+
+impl crate::SqliteTarget {
+    /// The target of `manifest.sink`.
+    pub fn build(manifest: &Manifest, wiring: &Wiring) -> Result<Self, Diagnostic> {
+        let path = resolve_path(&manifest.sink.connection, wiring.base_dir, "sink.connection", wiring.env)?;
+        Ok(crate::SqliteTarget::new(SqliteConfig { path, table: manifest.sink.table.clone() }))
+    }
 }

@@ -1,0 +1,190 @@
+//! Wiring: the command line picks a source and a target; each adapter
+//! builds itself from its manifest section (configuration, defaults and
+//! vendor policy live in the adapter crates).
+//!
+//! [`AnySource`] and [`AnyTarget`] dispatch the port traits to the chosen
+//! adapter, so the engine is instantiated once for every route; which
+//! source/target pairs form a supported route is the plan's decision
+//! (`Plan::build` refuses the others before any I/O).
+
+use dpone_clickhouse::{ClickhouseSource, ClickhouseTarget};
+use dpone_core::Diagnostic;
+use dpone_core::manifest::{Manifest, System};
+use dpone_core::ports::{
+    Contents, EligibilityRequest, FrameRx, FrameTx, GenerationBuild, PublicationOutcome, ReadRequest, ReadStats, Result, RowFilter, Source,
+    SourceVersion, TableRole, Target, WindowStats, Wiring,
+};
+use dpone_core::types::{Column, ColumnType};
+use dpone_postgres::{PostgresSource, PostgresTarget};
+use dpone_sqlite::{SqliteSource, SqliteTarget};
+use std::path::Path;
+use std::sync::Arc;
+
+// Built once per run and shared through an Arc: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+pub enum AnySource {
+    Sqlite(SqliteSource),
+    Postgres(PostgresSource),
+    Clickhouse(ClickhouseSource),
+}
+
+#[allow(clippy::large_enum_variant)]
+pub enum AnyTarget {
+    Sqlite(SqliteTarget),
+    Postgres(PostgresTarget),
+    Clickhouse(ClickhouseTarget),
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn not_implemented(path: &str, system: System) -> Diagnostic {
+    let hint =
+        if system == System::Mssql { "SQL Server is not implemented in this runtime yet" } else { dpone_core::plan::SUPPORTED_ROUTES_HINT };
+    Diagnostic::new("unsupported_route", path, format!("{system} is not supported here")).hint(hint)
+}
+
+impl AnySource {
+    /// The source of `manifest.source`; `base` is the manifest's folder.
+    pub fn build(manifest: &Manifest, base: &Path) -> std::result::Result<Self, Diagnostic> {
+        let wiring = Wiring { base_dir: base, env: &env };
+        Ok(match manifest.source.system {
+            System::Sqlite => AnySource::Sqlite(SqliteSource::build(manifest, &wiring)?),
+            System::Postgres => AnySource::Postgres(PostgresSource::build(manifest, &wiring)?),
+            System::Clickhouse => AnySource::Clickhouse(ClickhouseSource::build(manifest, &wiring)?),
+            other => return Err(not_implemented("source.type", other)),
+        })
+    }
+}
+
+impl AnyTarget {
+    /// The target of `manifest.sink`; `base` is the manifest's folder.
+    pub fn build(manifest: &Manifest, base: &Path) -> std::result::Result<Self, Diagnostic> {
+        let wiring = Wiring { base_dir: base, env: &env };
+        Ok(match manifest.sink.system {
+            System::Sqlite => AnyTarget::Sqlite(SqliteTarget::build(manifest, &wiring)?),
+            System::Postgres => AnyTarget::Postgres(PostgresTarget::build(manifest, &wiring)?),
+            System::Clickhouse => AnyTarget::Clickhouse(ClickhouseTarget::build(manifest, &wiring)?),
+            other => return Err(not_implemented("sink.type", other)),
+        })
+    }
+}
+
+/// The adapters of a manifest.
+pub struct Adapters {
+    pub source: Arc<AnySource>,
+    pub target: Arc<AnyTarget>,
+}
+
+/// Builds both adapters of `manifest` (no I/O: connections open on use).
+pub fn build(manifest: &Manifest, base: &Path) -> std::result::Result<Adapters, Diagnostic> {
+    Ok(Adapters { source: Arc::new(AnySource::build(manifest, base)?), target: Arc::new(AnyTarget::build(manifest, base)?) })
+}
+
+/// `$body` with `$a` bound to the chosen adapter of `$any`.
+macro_rules! dispatch {
+    ($any:expr, $ty:ident, |$a:ident| $body:expr) => {
+        match $any {
+            $ty::Sqlite($a) => $body,
+            $ty::Postgres($a) => $body,
+            $ty::Clickhouse($a) => $body,
+        }
+    };
+}
+
+impl Source for AnySource {
+    async fn describe(&self, columns: Option<&[String]>) -> Result<Vec<Column>> {
+        dispatch!(self, AnySource, |s| s.describe(columns).await)
+    }
+
+    async fn preflight(&self, window_column: Option<&str>) -> Result<Vec<Diagnostic>> {
+        dispatch!(self, AnySource, |s| s.preflight(window_column).await)
+    }
+
+    fn conversion_refusals(&self, columns: &[Column], target_types: &[ColumnType]) -> Vec<Diagnostic> {
+        dispatch!(self, AnySource, |s| s.conversion_refusals(columns, target_types))
+    }
+
+    async fn open_snapshot(&self) -> Result<SourceVersion> {
+        dispatch!(self, AnySource, |s| s.open_snapshot().await)
+    }
+
+    async fn read(&self, request: ReadRequest, out: FrameTx) -> Result<ReadStats> {
+        dispatch!(self, AnySource, |s| s.read(request, out).await)
+    }
+
+    async fn close_snapshot(&self) -> Result<()> {
+        dispatch!(self, AnySource, |s| s.close_snapshot().await)
+    }
+}
+
+impl Target for AnyTarget {
+    async fn describe(&self) -> Result<Option<Vec<Column>>> {
+        dispatch!(self, AnyTarget, |t| t.describe().await)
+    }
+
+    async fn eligibility(&self, request: &EligibilityRequest) -> Result<Vec<Diagnostic>> {
+        dispatch!(self, AnyTarget, |t| t.eligibility(request).await)
+    }
+
+    async fn create_staging(&self, name: &str) -> Result<()> {
+        dispatch!(self, AnyTarget, |t| t.create_staging(name).await)
+    }
+
+    async fn load(&self, table: &str, frames: FrameRx) -> Result<u64> {
+        dispatch!(self, AnyTarget, |t| t.load(table, frames).await)
+    }
+
+    async fn inspect(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<Contents> {
+        dispatch!(self, AnyTarget, |t| t.inspect(table, filter).await)
+    }
+
+    async fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<u64> {
+        dispatch!(self, AnyTarget, |t| t.count(table, filter).await)
+    }
+
+    fn keeps_rows_in_place(&self) -> bool {
+        dispatch!(self, AnyTarget, |t| t.keeps_rows_in_place())
+    }
+
+    fn publication_check(&self) -> dpone_core::evidence::PublicationCheck {
+        dispatch!(self, AnyTarget, |t| t.publication_check())
+    }
+
+    async fn build_generation(&self, generation: &str, keep: Option<&RowFilter>, stagings: &[String]) -> Result<GenerationBuild> {
+        dispatch!(self, AnyTarget, |t| t.build_generation(generation, keep, stagings).await)
+    }
+
+    async fn compare_kept(&self, generation: &str, keep: &RowFilter) -> Result<u64> {
+        dispatch!(self, AnyTarget, |t| t.compare_kept(generation, keep).await)
+    }
+
+    async fn publish(&self, generation: &str, keep: Option<&RowFilter>, backup: &str) -> Result<PublicationOutcome> {
+        dispatch!(self, AnyTarget, |t| t.publish(generation, keep, backup).await)
+    }
+
+    fn scope(&self) -> String {
+        dispatch!(self, AnyTarget, |t| t.scope())
+    }
+
+    async fn identity(&self, table: TableRole<'_>) -> Result<Option<String>> {
+        dispatch!(self, AnyTarget, |t| t.identity(table).await)
+    }
+
+    async fn owned_tables(&self) -> Result<Vec<String>> {
+        dispatch!(self, AnyTarget, |t| t.owned_tables().await)
+    }
+
+    async fn after_publication(&self, generation: &str, backup: &str) -> Result<()> {
+        dispatch!(self, AnyTarget, |t| t.after_publication(generation, backup).await)
+    }
+
+    async fn window_stats(&self, filter: &RowFilter) -> Result<WindowStats> {
+        dispatch!(self, AnyTarget, |t| t.window_stats(filter).await)
+    }
+
+    async fn drop_tables(&self, names: &[String]) -> Result<()> {
+        dispatch!(self, AnyTarget, |t| t.drop_tables(names).await)
+    }
+}

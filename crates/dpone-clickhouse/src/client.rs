@@ -78,7 +78,7 @@ impl ChClient {
         if resp.status().is_success() {
             return Ok(resp);
         }
-        Err(from_response(resp, what).await)
+        Err(from_response(resp, what, idem).await)
     }
 
     /// Runs a statement and returns the response body as text.

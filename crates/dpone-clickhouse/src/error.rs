@@ -31,7 +31,11 @@ pub fn body_code(body: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
-pub(crate) async fn from_response(resp: reqwest::Response, what: &str) -> AdapterError {
+/// An error response. For a statement that is not idempotent, an error that
+/// is not a definite refusal (a timeout, a proxy's 5xx without a ClickHouse
+/// exception code) may have been applied: it is indeterminate, and the
+/// engine inspects before anything else.
+pub(crate) async fn from_response(resp: reqwest::Response, what: &str, idem: Idempotence) -> AdapterError {
     let status = resp.status();
     let header_code = resp.headers().get("X-ClickHouse-Exception-Code").and_then(|v| v.to_str().ok()).and_then(|s| s.parse::<u32>().ok());
     let body = resp.text().await.unwrap_or_default();
@@ -45,6 +49,7 @@ pub(crate) async fn from_response(resp: reqwest::Response, what: &str) -> Adapte
         None if status.is_server_error() => (ErrorClass::Transient, format!("clickhouse_http_{}", status.as_u16())),
         None => (ErrorClass::Permanent, format!("clickhouse_http_{}", status.as_u16())),
     };
+    let class = if idem == Idempotence::Unsafe && class == ErrorClass::Transient { ErrorClass::Indeterminate } else { class };
     AdapterError::new(class, stable, format!("{what} failed (HTTP {}): {text}", status.as_u16()))
 }
 

@@ -1,8 +1,11 @@
-//! Test support shared by the integration tests.
+//! Test support shared by the integration tests and the engine's unit tests.
 //!
-//! Integration tests talk to real servers that `scripts/test.sh` starts and
-//! announces through environment variables. A missing variable is a test
-//! failure, never a skip: a test that did not run must not count as passed.
+//! - Real servers: integration tests talk to the servers that
+//!   `scripts/test.sh` starts and announces through environment variables
+//!   ([`postgres_url`], [`clickhouse_url`]). A missing variable is a test
+//!   failure, never a skip: a test that did not run must not count as passed.
+//! - [`MemStateStore`]: an in-memory state store (Materialize persist's
+//!   `MemConsensus` is the model), passing the [`conformance`] suite.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -40,3 +43,6 @@ pub fn unique_name(prefix: &str) -> String {
 }
 
 pub mod conformance;
+pub mod mem_state;
+
+pub use mem_state::MemStateStore;

@@ -6,6 +6,8 @@
 //!   failure, never a skip: a test that did not run must not count as passed.
 //! - [`MemStateStore`]: an in-memory state store (Materialize persist's
 //!   `MemConsensus` is the model), passing the [`conformance`] suite.
+//! - [`FaultyTarget`] injects faults into any target.
+//! - [`rows`]: typed rows, RowBinary frames, digests and sorted multisets.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -43,6 +45,10 @@ pub fn unique_name(prefix: &str) -> String {
 }
 
 pub mod conformance;
+pub mod faulty;
 pub mod mem_state;
+pub mod rows;
 
+pub use faulty::{Fault, FaultKind, FaultyTarget, TargetOp};
 pub use mem_state::MemStateStore;
+pub use rows::Row;

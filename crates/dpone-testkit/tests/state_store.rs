@@ -1,6 +1,7 @@
-//! `MemStateStore` passes the `StateStore` conformance suite, on real time
-//! and on a manual clock, with every handle a clone of one store (as
-//! separate processes sharing a state file would hold).
+//! `MemStateStore` passes the `StateStore` conformance suite, with every
+//! handle a clone of one store (as separate processes sharing a state file
+//! would hold). The suite sleeps for lease expiry, so it runs on real time;
+//! the manual clock is tested in the module.
 
 use dpone_testkit::MemStateStore;
 

@@ -4,9 +4,12 @@
 //!   `scripts/test.sh` starts and announces through environment variables
 //!   ([`postgres_url`], [`clickhouse_url`]). A missing variable is a test
 //!   failure, never a skip: a test that did not run must not count as passed.
-//! - [`MemStateStore`]: an in-memory state store (Materialize persist's
-//!   `MemConsensus` is the model), passing the [`conformance`] suite.
-//! - [`FaultyTarget`] injects faults into any target.
+//! - Fakes of the ports, modelled on Materialize persist's `MemConsensus`:
+//!   [`MemStateStore`] and [`MemTarget`] (three publication models mirroring
+//!   the ClickHouse, PostgreSQL and SQLite sinks), plus [`FaultyTarget`],
+//!   which injects faults into any target.
+//! - Conformance suites every implementation passes, the fakes included:
+//!   [`conformance`] for state stores, [`target_conformance`] for targets.
 //! - [`rows`]: typed rows, RowBinary frames, digests and sorted multisets.
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -47,8 +50,11 @@ pub fn unique_name(prefix: &str) -> String {
 pub mod conformance;
 pub mod faulty;
 pub mod mem_state;
+pub mod mem_target;
 pub mod rows;
+pub mod target_conformance;
 
 pub use faulty::{Fault, FaultKind, FaultyTarget, TargetOp};
 pub use mem_state::MemStateStore;
+pub use mem_target::{MemTarget, Publication, Receipt, TargetCall};
 pub use rows::Row;

@@ -5,9 +5,9 @@
 //!   ([`postgres_url`], [`clickhouse_url`]). A missing variable is a test
 //!   failure, never a skip: a test that did not run must not count as passed.
 //! - Fakes of the ports, modelled on Materialize persist's `MemConsensus`:
-//!   [`MemStateStore`] and [`MemTarget`] (three publication models mirroring
-//!   the ClickHouse, PostgreSQL and SQLite sinks), plus [`FaultyTarget`],
-//!   which injects faults into any target.
+//!   [`MemStateStore`], [`MemSource`] and [`MemTarget`] (three publication
+//!   models mirroring the ClickHouse, PostgreSQL and SQLite sinks), plus
+//!   [`FaultyTarget`], which injects faults into any target.
 //! - Conformance suites every implementation passes, the fakes included:
 //!   [`conformance`] for state stores, [`target_conformance`] for targets.
 //! - [`rows`]: typed rows, RowBinary frames, digests and sorted multisets.
@@ -49,12 +49,14 @@ pub fn unique_name(prefix: &str) -> String {
 
 pub mod conformance;
 pub mod faulty;
+pub mod mem_source;
 pub mod mem_state;
 pub mod mem_target;
 pub mod rows;
 pub mod target_conformance;
 
 pub use faulty::{Fault, FaultKind, FaultyTarget, TargetOp};
+pub use mem_source::{MemSource, ReadFault, SourceCall};
 pub use mem_state::MemStateStore;
 pub use mem_target::{MemTarget, Publication, Receipt, TargetCall};
 pub use rows::Row;

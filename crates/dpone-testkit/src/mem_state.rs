@@ -63,9 +63,7 @@ impl MemStateStore {
     }
 
     fn with_clock(manual_ms: Option<AtomicU64>) -> Self {
-        MemStateStore {
-            shared: Arc::new(Shared { data: Mutex::new(Data::default()), manual_ms, unreachable: AtomicBool::new(false) }),
-        }
+        MemStateStore { shared: Arc::new(Shared { data: Mutex::new(Data::default()), manual_ms, unreachable: AtomicBool::new(false) }) }
     }
 
     /// Another handle on the same store.

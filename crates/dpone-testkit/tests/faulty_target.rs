@@ -76,8 +76,8 @@ async fn a_faultless_wrapper_conforms() {
         fn caps(&self) -> target_conformance::Caps {
             self.0.caps()
         }
-        async fn fresh(&self) -> Fixture {
-            let inner = self.0.fresh().await;
+        async fn fresh(&self, names: target_conformance::ColumnNames) -> Fixture {
+            let inner = self.0.fresh(names).await;
             Fixture { faulty: FaultyTarget::new(inner.target.clone(), Vec::new()), inner }
         }
     }

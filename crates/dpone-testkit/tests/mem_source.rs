@@ -79,7 +79,7 @@ async fn encodes_under_the_target_types_and_refuses_what_does_not_fit() {
     req.target_types[3] = ColumnType::new(DType::Decimal { precision: 5, scale: 4 }, false);
     let err = read(&source, req).await.0.unwrap_err();
     assert_eq!((err.code.as_str(), err.class), ("invalid_value", ErrorClass::Permanent));
-    assert!(err.message.contains("column `d`"), "{}", err.message);
+    assert!(err.message.contains("column `amount`"), "{}", err.message);
 }
 
 #[tokio::test]

@@ -29,8 +29,8 @@ impl target_conformance::TargetHarness for Overclaiming {
         target_conformance::Caps::FULL
     }
 
-    async fn fresh(&self) -> Self::Fixture {
-        self.0.fresh().await
+    async fn fresh(&self, names: target_conformance::ColumnNames) -> Self::Fixture {
+        self.0.fresh(names).await
     }
 }
 
@@ -50,11 +50,11 @@ impl target_conformance::TargetHarness for Fixed {
     type Fixture = target_conformance::MemFixture;
 
     fn caps(&self) -> target_conformance::Caps {
-        target_conformance::Caps { compare_kept_detects_changes: false }
+        target_conformance::Caps { compare_kept_detects_changes: false, ..target_conformance::Caps::FULL }
     }
 
-    async fn fresh(&self) -> Self::Fixture {
-        let f = self.0.fresh().await;
+    async fn fresh(&self, names: target_conformance::ColumnNames) -> Self::Fixture {
+        let f = self.0.fresh(names).await;
         f.target.set_compare_kept_gap(false);
         f
     }

@@ -252,12 +252,13 @@ impl Target for MemTarget {
         match self.model {
             Publication::Exchange => {
                 // EXCHANGE TABLES target AND gen; `keep` is not re-checked.
-                let (Some(t), Some(g)) = (db.tables.remove(&self.table), db.tables.remove(generation)) else {
+                if !db.tables.contains_key(&self.table) || !db.tables.contains_key(generation) {
                     return Err(AdapterError::permanent(
                         "publication_failed",
                         "the target or the generation disappeared before publication",
                     ));
-                };
+                }
+                let (t, g) = (db.tables.remove(&self.table).expect("checked"), db.tables.remove(generation).expect("checked"));
                 db.tables.insert(self.table.clone(), g);
                 db.tables.insert(generation.to_string(), t);
             }

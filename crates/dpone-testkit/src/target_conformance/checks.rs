@@ -5,12 +5,15 @@
 //! cleans up. A failure panics with the check's name.
 
 use super::{
-    FOREIGN_RUN_ID, RUN_ID, TargetFixture, TargetHarness, WINDOW_COLUMN, filtered, new_window_rows, standard_columns, target_rows, window,
+    ALIAS_LIKE_NAMES, FOREIGN_RUN_ID, RUN_ID, STANDARD_NAMES, TargetFixture, TargetHarness, WINDOW_COLUMN, filtered, new_window_rows,
+    standard_columns, target_rows, window,
 };
 use crate::rows::{Row, digest_of, frame, multiset, types_of};
 use dpone_core::digest::RowDigest;
 use dpone_core::identity::{backup_table, generation_table, staging_table};
-use dpone_core::ports::{EligibilityRequest, GenerationBuild, PublicationOutcome, Result, RowFilter, TableRole, Target, frame_channel};
+use dpone_core::ports::{
+    EligibilityRequest, ErrorClass, GenerationBuild, PublicationOutcome, Result, RowFilter, TableRole, Target, frame_channel,
+};
 use dpone_core::time::{MICROS_PER_DAY, Timestamp};
 use dpone_core::types::ColumnType;
 use std::collections::BTreeMap;
@@ -57,7 +60,7 @@ fn union(a: &[Row], b: &[Row]) -> Vec<Row> {
 
 pub async fn describe_reports_the_standard_schema<H: TargetHarness>(h: &H) {
     const C: &str = "describe_reports_the_standard_schema";
-    let f = h.fresh().await;
+    let f = h.fresh(STANDARD_NAMES).await;
     let cols = ok(C, "describe", f.target().describe().await).unwrap_or_else(|| panic!("[{C}] describe found no target table"));
     let got: Vec<(String, String)> = cols.iter().map(|c| (c.name.clone(), c.ty.to_string())).collect();
     let want: Vec<(String, String)> = standard_columns().iter().map(|c| (c.name.clone(), c.ty.to_string())).collect();
@@ -67,7 +70,7 @@ pub async fn describe_reports_the_standard_schema<H: TargetHarness>(h: &H) {
 
 pub async fn a_standard_target_is_eligible<H: TargetHarness>(h: &H) {
     const C: &str = "a_standard_target_is_eligible";
-    let f = h.fresh().await;
+    let f = h.fresh(STANDARD_NAMES).await;
     described(C, &f).await;
     let w = window(true);
     let request = EligibilityRequest {
@@ -83,19 +86,22 @@ pub async fn a_standard_target_is_eligible<H: TargetHarness>(h: &H) {
 
 pub async fn create_staging_makes_an_empty_table_once<H: TargetHarness>(h: &H) {
     const C: &str = "create_staging_makes_an_empty_table_once";
-    let f = h.fresh().await;
+    let f = h.fresh(STANDARD_NAMES).await;
     described(C, &f).await;
     ok(C, "create_staging", f.target().create_staging(&stg(0)).await);
     assert!(f.table_exists(&stg(0)).await, "[{C}] the staging table exists");
     assert!(f.rows(TableRole::Owned(&stg(0))).await.is_empty(), "[{C}] a new staging table is empty");
     assert_eq!(ok(C, "count", f.target().count(TableRole::Owned(&stg(0)), None).await), 0);
-    assert!(f.target().create_staging(&stg(0)).await.is_err(), "[{C}] creating an existing staging table is an error");
+    let err = f.target().create_staging(&stg(0)).await.expect_err("creating an existing staging table is an error");
+    assert_eq!(err.class, ErrorClass::Permanent, "[{C}] an existing staging table is a permanent error: {}", err.message);
+    let types = described(C, &f).await;
+    assert_eq!(ok(C, "load", load(f.target(), &stg(0), &types, &[]).await), 0, "[{C}] a load without frames writes nothing");
     f.cleanup().await;
 }
 
 pub async fn staging_is_isolated<H: TargetHarness>(h: &H) {
     const C: &str = "staging_is_isolated";
-    let f = h.fresh().await;
+    let f = h.fresh(STANDARD_NAMES).await;
     let types = described(C, &f).await;
     f.insert_target_rows(&target_rows()).await;
     ok(C, "create_staging", f.target().create_staging(&stg(0)).await);
@@ -109,7 +115,7 @@ pub async fn staging_is_isolated<H: TargetHarness>(h: &H) {
 
 pub async fn inspect_equals_the_frames_sent<H: TargetHarness>(h: &H) {
     const C: &str = "inspect_equals_the_frames_sent";
-    let f = h.fresh().await;
+    let f = h.fresh(STANDARD_NAMES).await;
     let types = described(C, &f).await;
     ok(C, "create_staging", f.target().create_staging(&stg(0)).await);
     let all = union(&target_rows(), &new_window_rows());
@@ -131,7 +137,7 @@ pub async fn inspect_equals_the_frames_sent<H: TargetHarness>(h: &H) {
 
 pub async fn a_tampered_staged_row_changes_the_digest<H: TargetHarness>(h: &H) {
     const C: &str = "a_tampered_staged_row_changes_the_digest";
-    let f = h.fresh().await;
+    let f = h.fresh(STANDARD_NAMES).await;
     let types = described(C, &f).await;
     staged(C, &f, &types, &stg(0), new_window_rows()).await;
     let before = ok(C, "inspect", f.target().inspect(TableRole::Owned(&stg(0)), None).await);
@@ -144,7 +150,7 @@ pub async fn a_tampered_staged_row_changes_the_digest<H: TargetHarness>(h: &H) {
 
 pub async fn filters_split_inside_and_outside<H: TargetHarness>(h: &H) {
     const C: &str = "filters_split_inside_and_outside";
-    let f = h.fresh().await;
+    let f = h.fresh(STANDARD_NAMES).await;
     let types = described(C, &f).await;
     f.insert_target_rows(&target_rows()).await;
     staged(C, &f, &types, &stg(0), target_rows()).await;
@@ -168,7 +174,7 @@ pub async fn filters_split_inside_and_outside<H: TargetHarness>(h: &H) {
 
 pub async fn compare_kept_sees_a_changed_kept_row<H: TargetHarness>(h: &H) {
     const C: &str = "compare_kept_sees_a_changed_kept_row";
-    let f = h.fresh().await;
+    let f = h.fresh(STANDARD_NAMES).await;
     let types = described(C, &f).await;
     f.insert_target_rows(&target_rows()).await;
     staged(C, &f, &types, &stg(0), new_window_rows()).await;
@@ -210,7 +216,7 @@ async fn check_generation<F: TargetFixture>(check: &str, f: &F, build: Generatio
 
 pub async fn a_rebuilt_generation_replaces_the_previous_one<H: TargetHarness>(h: &H) {
     const C: &str = "a_rebuilt_generation_replaces_the_previous_one";
-    let f = h.fresh().await;
+    let f = h.fresh(STANDARD_NAMES).await;
     let types = described(C, &f).await;
     f.insert_target_rows(&target_rows()).await;
     let new = new_window_rows();
@@ -232,7 +238,7 @@ pub async fn a_rebuilt_generation_replaces_the_previous_one<H: TargetHarness>(h:
 
 pub async fn publish_replaces_the_window<H: TargetHarness>(h: &H) {
     const C: &str = "publish_replaces_the_window";
-    let f = h.fresh().await;
+    let f = h.fresh(STANDARD_NAMES).await;
     let types = described(C, &f).await;
     f.insert_target_rows(&target_rows()).await;
     staged(C, &f, &types, &stg(0), new_window_rows()).await;
@@ -255,7 +261,7 @@ pub async fn publish_replaces_the_window<H: TargetHarness>(h: &H) {
 
 pub async fn a_full_refresh_replaces_everything<H: TargetHarness>(h: &H) {
     const C: &str = "a_full_refresh_replaces_everything";
-    let f = h.fresh().await;
+    let f = h.fresh(STANDARD_NAMES).await;
     let types = described(C, &f).await;
     f.insert_target_rows(&target_rows()).await;
     let new = new_window_rows();
@@ -274,7 +280,7 @@ pub async fn a_full_refresh_replaces_everything<H: TargetHarness>(h: &H) {
 
 pub async fn identities_tell_published_from_absent<H: TargetHarness>(h: &H) {
     const C: &str = "identities_tell_published_from_absent";
-    let f = h.fresh().await;
+    let f = h.fresh(STANDARD_NAMES).await;
     let types = described(C, &f).await;
     f.insert_target_rows(&target_rows()).await;
     let missing = generation_table(FOREIGN_RUN_ID, 9);
@@ -297,7 +303,7 @@ pub async fn identities_tell_published_from_absent<H: TargetHarness>(h: &H) {
 
 pub async fn after_publication_keeps_the_target_and_one_backup<H: TargetHarness>(h: &H) {
     const C: &str = "after_publication_keeps_the_target_and_one_backup";
-    let f = h.fresh().await;
+    let f = h.fresh(STANDARD_NAMES).await;
     let types = described(C, &f).await;
     f.insert_target_rows(&target_rows()).await;
     let keep = window(false);
@@ -328,7 +334,7 @@ pub async fn after_publication_keeps_the_target_and_one_backup<H: TargetHarness>
 
 pub async fn drop_tables_drops_only_the_named_tables<H: TargetHarness>(h: &H) {
     const C: &str = "drop_tables_drops_only_the_named_tables";
-    let f = h.fresh().await;
+    let f = h.fresh(STANDARD_NAMES).await;
     let types = described(C, &f).await;
     f.insert_target_rows(&target_rows()).await;
     staged(C, &f, &types, &stg(0), new_window_rows()).await;
@@ -351,7 +357,7 @@ pub async fn drop_tables_drops_only_the_named_tables<H: TargetHarness>(h: &H) {
 
 pub async fn owned_tables_lists_only_dpone_tables<H: TargetHarness>(h: &H) {
     const C: &str = "owned_tables_lists_only_dpone_tables";
-    let f = h.fresh().await;
+    let f = h.fresh(STANDARD_NAMES).await;
     described(C, &f).await;
     assert!(ok(C, "owned_tables", f.target().owned_tables().await).is_empty(), "[{C}] a fresh target has no owned tables");
     ok(C, "create_staging", f.target().create_staging(&stg(0)).await);
@@ -365,7 +371,7 @@ pub async fn owned_tables_lists_only_dpone_tables<H: TargetHarness>(h: &H) {
 
 pub async fn window_stats_count_the_window<H: TargetHarness>(h: &H) {
     const C: &str = "window_stats_count_the_window";
-    let f = h.fresh().await;
+    let f = h.fresh(STANDARD_NAMES).await;
     described(C, &f).await;
     f.insert_target_rows(&target_rows()).await;
     let s = ok(C, "window_stats", f.target().window_stats(&window(true)).await);
@@ -380,5 +386,63 @@ pub async fn window_stats_count_the_window<H: TargetHarness>(h: &H) {
     let e = ok(C, "window_stats", f.target().window_stats(&empty).await);
     assert_eq!((e.total_rows, e.window_rows, e.outside_rows, e.null_window_rows), (8, 0, 8, 2), "[{C}] an empty window");
     assert!(e.rows_per_utc_day.is_empty() && e.min.is_none() && e.max.is_none(), "[{C}] an empty window has no days, min or max");
+    f.cleanup().await;
+}
+
+pub async fn kept_rows_compare_whatever_the_column_names<H: TargetHarness>(h: &H) {
+    const C: &str = "kept_rows_compare_whatever_the_column_names";
+    let caps = h.caps();
+    let f = h.fresh(ALIAS_LIKE_NAMES).await;
+    let types = described(C, &f).await;
+    // Row 0 lies outside the window; its id column is named `w`, and 0 is
+    // what a sum of ids would add for it.
+    let zero = super::row(0, None, None, 0);
+    f.insert_target_rows(&target_rows()).await;
+    f.insert_target_rows(std::slice::from_ref(&zero)).await;
+    staged(C, &f, &types, &stg(0), new_window_rows()).await;
+    let generation = generation_table(RUN_ID, 1);
+    let keep = window(false);
+    ok(C, "build_generation", f.target().build_generation(&generation, Some(&keep), &[stg(0)]).await);
+    let unchanged = ok(C, "compare_kept", f.target().compare_kept(&generation, &keep).await);
+    if !caps.compare_kept_with_any_column_names {
+        assert_ne!(
+            unchanged, 0,
+            "[{C}] documented gap: columns named like the kept-row comparison's aliases make unchanged rows differ; \
+             if they no longer do, set Caps::compare_kept_with_any_column_names"
+        );
+        f.cleanup().await;
+        return;
+    }
+    assert_eq!(unchanged, 0, "[{C}] nothing changed: 0 groups differ, whatever the columns are called");
+    // Another writer duplicates the kept row 0.
+    f.insert_target_rows(&[zero]).await;
+    let changed = ok(C, "compare_kept", f.target().compare_kept(&generation, &keep).await);
+    let want = if caps.compare_kept_detects_changes { 1 } else { 0 };
+    assert_eq!(changed, want, "[{C}] a duplicated kept row is one group of another multiplicity (0 where compare_kept is a known gap)");
+    f.cleanup().await;
+}
+
+pub async fn missing_tables_are_permanent_errors<H: TargetHarness>(h: &H) {
+    const C: &str = "missing_tables_are_permanent_errors";
+    let f = h.fresh(STANDARD_NAMES).await;
+    let types = described(C, &f).await;
+    f.insert_target_rows(&target_rows()).await;
+    let missing = stg(9);
+    let permanent = |what: &str, r: Result<()>| {
+        let e = r.expect_err(what);
+        assert_eq!(e.class, ErrorClass::Permanent, "[{C}] {what}: a missing table is a permanent error ({})", e.message);
+    };
+    permanent("inspect", f.target().inspect(TableRole::Owned(&missing), None).await.map(|_| ()));
+    permanent("count", f.target().count(TableRole::Owned(&missing), None).await.map(|_| ()));
+    permanent("load", load(f.target(), &missing, &types, &[new_window_rows()]).await.map(|_| ()));
+    let t0 = ok(C, "identity", f.target().identity(TableRole::Target).await);
+    assert!(t0.is_some(), "[{C}] an existing target has an identity");
+    let generation = generation_table(RUN_ID, 1);
+    let before = f.rows(TableRole::Target).await;
+    let r = f.target().publish(&generation, Some(&window(false)), &backup_table(RUN_ID, 1)).await;
+    let e = r.expect_err("publishing a generation that does not exist is an error");
+    assert_eq!(e.class, ErrorClass::Permanent, "[{C}] publishing a missing generation is a permanent error ({})", e.message);
+    assert_eq!(f.rows(TableRole::Target).await, before, "[{C}] a failed publication leaves the target's rows");
+    assert_eq!(ok(C, "identity", f.target().identity(TableRole::Target).await), t0, "[{C}] and its identity");
     f.cleanup().await;
 }

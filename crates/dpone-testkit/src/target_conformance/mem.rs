@@ -1,6 +1,6 @@
 //! The conformance harness of [`MemTarget`], one per publication model.
 
-use super::{Caps, TargetFixture, TargetHarness, standard_columns};
+use super::{Caps, ColumnNames, TargetFixture, TargetHarness, columns};
 use crate::mem_target::{MemTarget, Publication};
 use crate::rows::Row;
 use dpone_core::ports::TableRole;
@@ -17,11 +17,11 @@ impl TargetHarness for MemHarness {
 
     fn caps(&self) -> Caps {
         // The fake mirrors PostgreSQL's compare_kept gap by default.
-        Caps { compare_kept_detects_changes: self.model != Publication::InPlaceReceipt }
+        Caps { compare_kept_detects_changes: self.model != Publication::InPlaceReceipt, ..Caps::FULL }
     }
 
-    async fn fresh(&self) -> MemFixture {
-        MemFixture { target: MemTarget::new(self.model, "events", standard_columns()) }
+    async fn fresh(&self, names: ColumnNames) -> MemFixture {
+        MemFixture { target: MemTarget::new(self.model, "events", columns(names)) }
     }
 }
 

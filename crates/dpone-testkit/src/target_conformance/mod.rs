@@ -33,12 +33,30 @@ pub struct Caps {
     /// item 3): its publication deletes only the window, so the kept rows
     /// are never copied, and a concurrent change to them goes unnoticed.
     pub compare_kept_detects_changes: bool,
+    /// The kept-row comparison is right whatever the target's columns are
+    /// called. SQLite's is not today: its SQL aliases `1 AS w` and
+    /// `sum(w) AS s` collide with target columns named `w` or `s`, so a
+    /// column `s` makes unchanged kept rows differ (and the publication
+    /// refuse with `kept_rows_changed`), and a column `w` can hide a change.
+    pub compare_kept_with_any_column_names: bool,
 }
 
 impl Caps {
     /// No known gap.
-    pub const FULL: Caps = Caps { compare_kept_detects_changes: true };
+    pub const FULL: Caps = Caps { compare_kept_detects_changes: true, compare_kept_with_any_column_names: true };
 }
+
+/// Names of the four columns of the standard schema, in order: an
+/// integer id, the window column, a nullable string, a decimal. Types and
+/// order never change; names do, to catch SQL that confuses a column
+/// with an alias of its own.
+pub type ColumnNames = [&'static str; 4];
+
+/// The names most checks use.
+pub const STANDARD_NAMES: ColumnNames = ["id", WINDOW_COLUMN, "label", "amount"];
+
+/// Names equal to aliases adapters use in their SQL (`w`, `s`, `d`).
+pub const ALIAS_LIKE_NAMES: ColumnNames = ["w", WINDOW_COLUMN, "s", "d"];
 
 /// Makes fresh fixtures of one target implementation.
 pub trait TargetHarness {
@@ -47,9 +65,10 @@ pub trait TargetHarness {
     /// The implementation's documented gaps.
     fn caps(&self) -> Caps;
 
-    /// A new, empty target table of [`standard_columns`] (nothing described
-    /// yet), in a database or schema of its own.
-    fn fresh(&self) -> impl Future<Output = Self::Fixture>;
+    /// A new, empty target table of the standard schema with column
+    /// `names` ([`columns`]), nothing described yet, in a database or
+    /// schema of its own.
+    fn fresh(&self, names: ColumnNames) -> impl Future<Output = Self::Fixture>;
 }
 
 /// One target table under test and vendor-side access to its tables.
@@ -62,15 +81,16 @@ pub trait TargetFixture {
     /// The adapter under test.
     fn target(&self) -> &Self::Target;
 
-    /// Inserts rows of [`standard_columns`] into the target table.
+    /// Inserts rows of the standard schema into the target table.
     fn insert_target_rows(&self, rows: &[Row]) -> impl Future<Output = ()>;
 
     /// Rows of a table as decoded canonical values, sorted with
     /// [`crate::rows::multiset`] (a view's rows read through it).
     fn rows(&self, table: TableRole<'_>) -> impl Future<Output = Vec<Row>>;
 
-    /// Changes, in place and by the vendor's own SQL, column `s` of the
-    /// row with `id` in `table` to `'tampered'`.
+    /// Changes, in place and by the vendor's own SQL, the string column
+    /// (the third) of the row whose id (the first column) is `id` in
+    /// `table` to `'tampered'`.
     fn tamper(&self, table: TableRole<'_>, id: i64) -> impl Future<Output = ()>;
 
     /// Creates a `_dpone_` table of another run, shaped like the target.
@@ -104,25 +124,33 @@ pub async fn run_all<H: TargetHarness>(harness: &H) {
     drop_tables_drops_only_the_named_tables(harness).await;
     owned_tables_lists_only_dpone_tables(harness).await;
     window_stats_count_the_window(harness).await;
+    kept_rows_compare_whatever_the_column_names(harness).await;
+    missing_tables_are_permanent_errors(harness).await;
 }
 
 /// Name of the window column of the standard schema.
 pub const WINDOW_COLUMN: &str = "ts";
 
-/// The standard schema, in canonical types (ClickHouse spelling as native
-/// type): `id Int64, ts Nullable(DateTime64(6, 'UTC')), s Nullable(String),
-/// d Decimal(15, 4)`. Precision 15 is the most SQLite keeps exactly.
-pub fn standard_columns() -> Vec<Column> {
+/// The standard schema with column `names`, in canonical types (ClickHouse
+/// spelling as native type): `id Int64, ts Nullable(DateTime64(6, 'UTC')),
+/// label Nullable(String), amount Decimal(15, 4)`. Precision 15 is the
+/// most SQLite keeps exactly.
+pub fn columns(names: ColumnNames) -> Vec<Column> {
     let col = |name: &str, dtype: DType, nullable: bool| {
         let ty = ColumnType::new(dtype, nullable);
         Column { name: name.into(), native_type: ty.to_string(), ty }
     };
     vec![
-        col("id", DType::Int64, false),
-        col(WINDOW_COLUMN, DType::DateTime64 { precision: 6, tz: Some("UTC".into()) }, true),
-        col("s", DType::String, true),
-        col("d", DType::Decimal { precision: 15, scale: 4 }, false),
+        col(names[0], DType::Int64, false),
+        col(names[1], DType::DateTime64 { precision: 6, tz: Some("UTC".into()) }, true),
+        col(names[2], DType::String, true),
+        col(names[3], DType::Decimal { precision: 15, scale: 4 }, false),
     ]
+}
+
+/// [`columns`] with [`STANDARD_NAMES`].
+pub fn standard_columns() -> Vec<Column> {
+    columns(STANDARD_NAMES)
 }
 
 /// Start of the standard window: 2026-03-01T00:00:00Z.
@@ -134,7 +162,7 @@ pub fn window(inside: bool) -> RowFilter {
     RowFilter { column: WINDOW_COLUMN.into(), start: DAY0, end: Timestamp(DAY0.0 + 2 * MICROS_PER_DAY), inside }
 }
 
-/// A row of the standard schema; `d` is `unscaled * 10^-4`.
+/// A row of the standard schema; the decimal is `d * 10^-4`.
 pub fn row(id: i64, ts: Option<i64>, s: Option<&str>, d: i128) -> Row {
     vec![
         Value::int(id),

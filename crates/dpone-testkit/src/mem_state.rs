@@ -37,6 +37,8 @@ struct Shared {
     /// None: real time; Some: a manual clock in milliseconds.
     manual_ms: Option<AtomicU64>,
     unreachable: AtomicBool,
+    /// Calls that still succeed before the store becomes unreachable (None: no limit).
+    calls_left: Mutex<Option<u64>>,
 }
 
 /// An in-memory state store; clones share one backing store.
@@ -63,7 +65,14 @@ impl MemStateStore {
     }
 
     fn with_clock(manual_ms: Option<AtomicU64>) -> Self {
-        MemStateStore { shared: Arc::new(Shared { data: Mutex::new(Data::default()), manual_ms, unreachable: AtomicBool::new(false) }) }
+        MemStateStore {
+            shared: Arc::new(Shared {
+                data: Mutex::new(Data::default()),
+                manual_ms,
+                unreachable: AtomicBool::new(false),
+                calls_left: Mutex::new(None),
+            }),
+        }
     }
 
     /// Another handle on the same store.
@@ -97,6 +106,12 @@ impl MemStateStore {
         self.shared.unreachable.store(unreachable, Ordering::SeqCst);
     }
 
+    /// Lets `calls` more calls succeed, then switches the store to
+    /// unreachable: the store goes away at a chosen point of a run.
+    pub fn set_unreachable_after(&self, calls: u64) {
+        *self.shared.calls_left.lock().unwrap_or_else(|p| p.into_inner()) = Some(calls);
+    }
+
     /// Every record, for assertions (works while unreachable).
     pub fn records(&self) -> BTreeMap<String, Versioned> {
         self.lock_unchecked().records.clone()
@@ -114,6 +129,17 @@ impl MemStateStore {
 
     /// The data, or the error an unreachable store gives.
     fn lock(&self) -> Result<MutexGuard<'_, Data>, StoreError> {
+        {
+            let mut left = self.shared.calls_left.lock().unwrap_or_else(|p| p.into_inner());
+            match *left {
+                Some(0) => {
+                    self.shared.unreachable.store(true, Ordering::SeqCst);
+                    *left = None;
+                }
+                Some(n) => *left = Some(n - 1),
+                None => {}
+            }
+        }
         if self.shared.unreachable.load(Ordering::SeqCst) {
             return Err(StoreError::Io("the in-memory state store is switched to unreachable (injected)".into()));
         }
@@ -237,5 +263,17 @@ mod tests {
         assert!(s.records().is_empty() && s.lease("t").is_none());
         s.set_unreachable(false);
         assert_eq!(s.compare_and_set(&l, "k", None, "x"), Ok(1));
+    }
+
+    #[test]
+    fn the_store_can_go_away_after_a_number_of_calls() {
+        let s = MemStateStore::with_manual_clock(0);
+        let l = s.acquire("s", "a", 100).unwrap();
+        s.set_unreachable_after(2);
+        assert_eq!(s.compare_and_set(&l, "k", None, "1"), Ok(1));
+        assert_eq!(s.compare_and_set(&l, "k", Some(1), "2"), Ok(2));
+        assert!(matches!(s.compare_and_set(&l, "k", Some(2), "3"), Err(StoreError::Io(_))));
+        assert!(matches!(s.get("k"), Err(StoreError::Io(_))), "it stays unreachable");
+        assert_eq!(s.records()["k"].revision, 2);
     }
 }

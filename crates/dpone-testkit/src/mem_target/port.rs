@@ -124,8 +124,10 @@ impl Target for MemTarget {
             self.lock().rows_mut(table)?.extend(all);
             return Ok(written);
         }
-        // ClickHouse INSERTs and PostgreSQL COPYs commit frame by frame: a
-        // failure leaves the frames before it stored.
+        // PostgreSQL COPYs one frame at a time and ClickHouse INSERTs
+        // requests of up to max_request_bytes: a failure leaves what was
+        // committed before it. The fake commits frame by frame (a finer
+        // grain than ClickHouse; the engine never reuses a failed staging).
         while let Some(frame) = frames.recv().await {
             let mut db = self.lock();
             let columns = db.get(table)?.columns.clone();

@@ -1,8 +1,50 @@
-//! Test support shared by the integration tests.
+//! Test support shared by the integration tests and the engine's unit tests.
 //!
-//! Integration tests talk to real servers that `scripts/test.sh` starts and
-//! announces through environment variables. A missing variable is a test
-//! failure, never a skip: a test that did not run must not count as passed.
+//! - Real servers: integration tests talk to the servers that
+//!   `scripts/test.sh` starts and announces through environment variables
+//!   ([`postgres_url`], [`clickhouse_url`]). A missing variable is a test
+//!   failure, never a skip: a test that did not run must not count as passed.
+//! - Fakes of the ports, modelled on Materialize persist's `MemConsensus`:
+//!   [`MemStateStore`], [`MemSource`] and [`MemTarget`] (three publication
+//!   models mirroring the ClickHouse, PostgreSQL and SQLite sinks), plus
+//!   [`FaultyTarget`], which injects faults into any target.
+//! - Conformance suites every implementation passes, the fakes included:
+//!   [`conformance`] for state stores, [`target_conformance`] for targets.
+//! - [`rows`]: typed rows, RowBinary frames, digests and sorted multisets.
+//!
+//! A test drives the fakes through the ports, then looks at them through
+//! their hooks (a chunk staged by hand here; an engine run does the same):
+//!
+//! ```
+//! use dpone_core::ports::{ReadRequest, Source, Target, frame_channel};
+//! use dpone_core::state::StateStore;
+//! use dpone_testkit::rows::{multiset, types_of};
+//! use dpone_testkit::target_conformance::{standard_columns, target_rows};
+//! use dpone_testkit::{Fault, FaultyTarget, MemSource, MemStateStore, MemTarget, Publication};
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let source = MemSource::new(standard_columns(), target_rows());
+//! let mem = MemTarget::new(Publication::Exchange, "events", standard_columns());
+//! let target = FaultyTarget::new(mem.clone(), Fault::parse_list("publish:ack_lost:1").unwrap());
+//! let store = MemStateStore::with_manual_clock(0);
+//! store.acquire(&target.scope(), "test", 60_000).unwrap();
+//! let columns = target.describe().await.unwrap().unwrap();
+//! source.open_snapshot().await.unwrap();
+//! target.create_staging("_dpone_stg_0123456789ab_0_1").await.unwrap();
+//! let (tx, rx) = frame_channel(4);
+//! let request = ReadRequest {
+//!     target_types: types_of(&columns),
+//!     columns,
+//!     bounds: None,
+//!     block_rows: 2,
+//!     block_bytes: 1 << 20,
+//!     max_row_bytes: 1 << 16,
+//! };
+//! let (read, loaded) = tokio::join!(source.read(request, tx), target.load("_dpone_stg_0123456789ab_0_1", rx));
+//! assert_eq!(read.unwrap().rows, loaded.unwrap());
+//! assert_eq!(mem.rows("_dpone_stg_0123456789ab_0_1"), multiset(target_rows()));
+//! assert!(mem.target_rows().is_empty(), "nothing published");
+//! # });
+//! ```
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -40,3 +82,15 @@ pub fn unique_name(prefix: &str) -> String {
 }
 
 pub mod conformance;
+pub mod faulty;
+pub mod mem_source;
+pub mod mem_state;
+pub mod mem_target;
+pub mod rows;
+pub mod target_conformance;
+
+pub use faulty::{Fault, FaultKind, FaultyTarget, TargetOp};
+pub use mem_source::{MemSource, ReadFault, SourceCall};
+pub use mem_state::MemStateStore;
+pub use mem_target::{MemTarget, Publication, Receipt, TargetCall};
+pub use rows::Row;

@@ -1,0 +1,408 @@
+//! `FaultyTarget`: wraps any [`Target`] and injects faults at chosen calls.
+//!
+//! A [`Fault`] names a target method ([`TargetOp`]), the call of it that
+//! fails (1-based, counted per method) and how it fails ([`FaultKind`]):
+//!
+//! - `ack_lost`: the call is performed, then an
+//!   [`ErrorClass::Indeterminate`] error is returned, as when a server
+//!   applied a write but its acknowledgement never arrived;
+//! - `timeout`: the call is not performed, the error is indeterminate (the
+//!   caller cannot know that nothing happened);
+//! - `transient` / `permanent`: the call is not performed and the error
+//!   says so with that class.
+//!
+//! Faults fire at the port boundary, so an adapter's own reconciliation
+//! (ClickHouse re-reading the UUID after `EXCHANGE`) is bypassed: the
+//! engine sees the raw failure and must judge the outcome itself. A fault
+//! fires once. `Fault::parse_list` reads the `op:kind:n` list form used in
+//! an environment variable by the CLI's test build (see [`FAULTS_ENV`]).
+
+use dpone_core::Diagnostic;
+use dpone_core::ports::{
+    AdapterError, Contents, EligibilityRequest, ErrorClass, FrameRx, GenerationBuild, PublicationOutcome, Result, RowFilter, TableRole,
+    Target, WindowStats,
+};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The environment variable a test build may read with [`Fault::from_env`].
+pub const FAULTS_ENV: &str = "DPONE_TARGET_FAULTS";
+
+/// A [`Target`] method that does I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TargetOp {
+    Describe,
+    Eligibility,
+    CreateStaging,
+    Load,
+    Inspect,
+    Count,
+    BuildGeneration,
+    CompareKept,
+    Publish,
+    Identity,
+    OwnedTables,
+    AfterPublication,
+    WindowStats,
+    DropTables,
+}
+
+impl TargetOp {
+    pub const ALL: [TargetOp; 14] = [
+        TargetOp::Describe,
+        TargetOp::Eligibility,
+        TargetOp::CreateStaging,
+        TargetOp::Load,
+        TargetOp::Inspect,
+        TargetOp::Count,
+        TargetOp::BuildGeneration,
+        TargetOp::CompareKept,
+        TargetOp::Publish,
+        TargetOp::Identity,
+        TargetOp::OwnedTables,
+        TargetOp::AfterPublication,
+        TargetOp::WindowStats,
+        TargetOp::DropTables,
+    ];
+
+    /// The method's name (`create_staging`).
+    pub fn name(self) -> &'static str {
+        match self {
+            TargetOp::Describe => "describe",
+            TargetOp::Eligibility => "eligibility",
+            TargetOp::CreateStaging => "create_staging",
+            TargetOp::Load => "load",
+            TargetOp::Inspect => "inspect",
+            TargetOp::Count => "count",
+            TargetOp::BuildGeneration => "build_generation",
+            TargetOp::CompareKept => "compare_kept",
+            TargetOp::Publish => "publish",
+            TargetOp::Identity => "identity",
+            TargetOp::OwnedTables => "owned_tables",
+            TargetOp::AfterPublication => "after_publication",
+            TargetOp::WindowStats => "window_stats",
+            TargetOp::DropTables => "drop_tables",
+        }
+    }
+
+    /// Whether the method can change what the target stores.
+    pub fn writes(self) -> bool {
+        matches!(
+            self,
+            TargetOp::CreateStaging
+                | TargetOp::Load
+                | TargetOp::BuildGeneration
+                | TargetOp::Publish
+                | TargetOp::AfterPublication
+                | TargetOp::DropTables
+        )
+    }
+
+    pub fn parse(s: &str) -> Option<TargetOp> {
+        TargetOp::ALL.into_iter().find(|op| op.name() == s)
+    }
+}
+
+impl fmt::Display for TargetOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How an injected call fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// Performed, then an indeterminate error (a lost acknowledgement).
+    AckLost,
+    /// Not performed; an indeterminate error.
+    Timeout,
+    /// Not performed; a transient error.
+    Transient,
+    /// Not performed; a permanent error.
+    Permanent,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 4] = [FaultKind::AckLost, FaultKind::Timeout, FaultKind::Transient, FaultKind::Permanent];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::AckLost => "ack_lost",
+            FaultKind::Timeout => "timeout",
+            FaultKind::Transient => "transient",
+            FaultKind::Permanent => "permanent",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<FaultKind> {
+        FaultKind::ALL.into_iter().find(|k| k.name() == s)
+    }
+
+    /// Whether the wrapped call runs before the error is returned.
+    pub fn performs(self) -> bool {
+        self == FaultKind::AckLost
+    }
+
+    pub fn class(self) -> ErrorClass {
+        match self {
+            FaultKind::AckLost | FaultKind::Timeout => ErrorClass::Indeterminate,
+            FaultKind::Transient => ErrorClass::Transient,
+            FaultKind::Permanent => ErrorClass::Permanent,
+        }
+    }
+
+    /// The code of the injected error (`injected_ack_lost`).
+    pub fn code(self) -> String {
+        format!("injected_{}", self.name())
+    }
+}
+
+/// One injected fault: the `nth` call (1-based) of `op` fails as `kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fault {
+    pub op: TargetOp,
+    pub nth: u32,
+    pub kind: FaultKind,
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}", self.op, self.kind.name(), self.nth)
+    }
+}
+
+impl Fault {
+    pub fn new(op: TargetOp, kind: FaultKind, nth: u32) -> Self {
+        Fault { op, nth, kind }
+    }
+
+    /// Parses `op:kind[:n]` (`n` defaults to 1), e.g. `publish:ack_lost:1`.
+    pub fn parse(spec: &str) -> std::result::Result<Fault, String> {
+        let spec = spec.trim();
+        let parts: Vec<&str> = spec.split(':').collect();
+        let ops = || TargetOp::ALL.iter().map(|o| o.name()).collect::<Vec<_>>().join(", ");
+        let kinds = || FaultKind::ALL.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ");
+        let (op, kind, nth) = match parts.as_slice() {
+            [op, kind] => (*op, *kind, "1"),
+            [op, kind, nth] => (*op, *kind, *nth),
+            _ => return Err(format!("fault `{spec}` is not `op:kind[:n]` (e.g. `publish:ack_lost:1`)")),
+        };
+        let op = TargetOp::parse(op).ok_or_else(|| format!("fault `{spec}`: unknown target operation `{op}` (one of {})", ops()))?;
+        let kind = FaultKind::parse(kind).ok_or_else(|| format!("fault `{spec}`: unknown fault kind `{kind}` (one of {})", kinds()))?;
+        let nth = match nth.parse::<u32>() {
+            Ok(n) if n >= 1 => n,
+            _ => return Err(format!("fault `{spec}`: call number `{nth}` is not a whole number from 1")),
+        };
+        Ok(Fault { op, nth, kind })
+    }
+
+    /// Parses a comma-separated list; blank entries are ignored.
+    pub fn parse_list(list: &str) -> std::result::Result<Vec<Fault>, String> {
+        list.split(',').filter(|s| !s.trim().is_empty()).map(Fault::parse).collect()
+    }
+
+    /// The faults listed in `var` (none when unset or empty).
+    pub fn from_env(var: &str) -> std::result::Result<Vec<Fault>, String> {
+        match std::env::var(var) {
+            Ok(v) => Fault::parse_list(&v).map_err(|e| format!("{var}: {e}")),
+            Err(_) => Ok(Vec::new()),
+        }
+    }
+
+    fn error(&self) -> AdapterError {
+        let what = match self.kind {
+            FaultKind::AckLost => "the call took effect but its acknowledgement was lost",
+            FaultKind::Timeout => "the call timed out before it was sent",
+            FaultKind::Transient => "the call failed before it was sent (transient)",
+            FaultKind::Permanent => "the call was refused before it was sent (permanent)",
+        };
+        AdapterError::new(self.kind.class(), self.kind.code(), format!("{} call {}: {what} (injected fault `{self}`)", self.op, self.nth))
+    }
+}
+
+#[derive(Debug, Default)]
+struct FaultState {
+    pending: Vec<Fault>,
+    calls: BTreeMap<TargetOp, u32>,
+    fired: Vec<Fault>,
+}
+
+/// A target that fails where its faults say. Clones share the counters.
+#[derive(Debug, Clone)]
+pub struct FaultyTarget<T> {
+    inner: T,
+    state: Arc<Mutex<FaultState>>,
+}
+
+impl<T: Target> FaultyTarget<T> {
+    pub fn new(inner: T, faults: Vec<Fault>) -> Self {
+        FaultyTarget { inner, state: Arc::new(Mutex::new(FaultState { pending: faults, ..FaultState::default() })) }
+    }
+
+    pub fn inner(&self) -> &T {
+        &self.inner
+    }
+
+    fn lock(&self) -> MutexGuard<'_, FaultState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Arms another fault (its call number counts from the first call ever).
+    pub fn add(&self, fault: Fault) {
+        self.lock().pending.push(fault);
+    }
+
+    /// Faults that fired, in order.
+    pub fn fired(&self) -> Vec<Fault> {
+        self.lock().fired.clone()
+    }
+
+    /// Faults armed but not fired yet.
+    pub fn pending(&self) -> Vec<Fault> {
+        self.lock().pending.clone()
+    }
+
+    /// Calls of `op` so far.
+    pub fn calls(&self, op: TargetOp) -> u32 {
+        self.lock().calls.get(&op).copied().unwrap_or(0)
+    }
+
+    /// Counts a call of `op`; the fault due at this call, if any.
+    fn due(&self, op: TargetOp) -> Option<Fault> {
+        let mut s = self.lock();
+        let n = s.calls.entry(op).or_insert(0);
+        *n += 1;
+        let n = *n;
+        let i = s.pending.iter().position(|f| f.op == op && f.nth == n)?;
+        let f = s.pending.remove(i);
+        s.fired.push(f);
+        Some(f)
+    }
+
+    async fn run<R>(&self, op: TargetOp, call: impl Future<Output = Result<R>>) -> Result<R> {
+        match self.due(op) {
+            None => call.await,
+            Some(f) if f.kind.performs() => {
+                // The outcome of the real call is lost with its acknowledgement.
+                let _ = call.await;
+                Err(f.error())
+            }
+            Some(f) => Err(f.error()),
+        }
+    }
+}
+
+impl<T: Target> Target for FaultyTarget<T> {
+    async fn describe(&self) -> Result<Option<Vec<dpone_core::types::Column>>> {
+        self.run(TargetOp::Describe, self.inner.describe()).await
+    }
+
+    async fn eligibility(&self, request: &EligibilityRequest) -> Result<Vec<Diagnostic>> {
+        self.run(TargetOp::Eligibility, self.inner.eligibility(request)).await
+    }
+
+    async fn create_staging(&self, name: &str) -> Result<()> {
+        self.run(TargetOp::CreateStaging, self.inner.create_staging(name)).await
+    }
+
+    async fn load(&self, table: &str, frames: FrameRx) -> Result<u64> {
+        // A call that is not performed drops the frames: the reader sees a
+        // closed channel, as when the connection broke before the load.
+        self.run(TargetOp::Load, self.inner.load(table, frames)).await
+    }
+
+    async fn inspect(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<Contents> {
+        self.run(TargetOp::Inspect, self.inner.inspect(table, filter)).await
+    }
+
+    async fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<u64> {
+        self.run(TargetOp::Count, self.inner.count(table, filter)).await
+    }
+
+    fn keeps_rows_in_place(&self) -> bool {
+        self.inner.keeps_rows_in_place()
+    }
+
+    fn publication_check(&self) -> dpone_core::evidence::PublicationCheck {
+        self.inner.publication_check()
+    }
+
+    async fn build_generation(&self, generation: &str, keep: Option<&RowFilter>, stagings: &[String]) -> Result<GenerationBuild> {
+        self.run(TargetOp::BuildGeneration, self.inner.build_generation(generation, keep, stagings)).await
+    }
+
+    async fn compare_kept(&self, generation: &str, keep: &RowFilter) -> Result<u64> {
+        self.run(TargetOp::CompareKept, self.inner.compare_kept(generation, keep)).await
+    }
+
+    async fn publish(&self, generation: &str, keep: Option<&RowFilter>, backup: &str) -> Result<PublicationOutcome> {
+        self.run(TargetOp::Publish, self.inner.publish(generation, keep, backup)).await
+    }
+
+    fn scope(&self) -> String {
+        self.inner.scope()
+    }
+
+    async fn identity(&self, table: TableRole<'_>) -> Result<Option<String>> {
+        self.run(TargetOp::Identity, self.inner.identity(table)).await
+    }
+
+    async fn owned_tables(&self) -> Result<Vec<String>> {
+        self.run(TargetOp::OwnedTables, self.inner.owned_tables()).await
+    }
+
+    async fn after_publication(&self, generation: &str, backup: &str) -> Result<()> {
+        self.run(TargetOp::AfterPublication, self.inner.after_publication(generation, backup)).await
+    }
+
+    async fn window_stats(&self, filter: &RowFilter) -> Result<WindowStats> {
+        self.run(TargetOp::WindowStats, self.inner.window_stats(filter)).await
+    }
+
+    async fn drop_tables(&self, names: &[String]) -> Result<()> {
+        self.run(TargetOp::DropTables, self.inner.drop_tables(names)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_lists_and_names_the_bad_part() {
+        let faults = Fault::parse_list("publish:ack_lost:1, load:transient:2,drop_tables:permanent").unwrap();
+        assert_eq!(
+            faults,
+            vec![
+                Fault::new(TargetOp::Publish, FaultKind::AckLost, 1),
+                Fault::new(TargetOp::Load, FaultKind::Transient, 2),
+                Fault::new(TargetOp::DropTables, FaultKind::Permanent, 1),
+            ]
+        );
+        assert_eq!(faults[0].to_string(), "publish:ack_lost:1");
+        assert!(Fault::parse_list("").unwrap().is_empty());
+        let e = Fault::parse_list("publish:ack_lost:1,pubish:timeout:1").unwrap_err();
+        assert!(e.contains("unknown target operation `pubish`"), "{e}");
+        let e = Fault::parse_list("load:lost:1").unwrap_err();
+        assert!(e.contains("unknown fault kind `lost`") && e.contains("ack_lost"), "{e}");
+        let e = Fault::parse("load:timeout:0").unwrap_err();
+        assert!(e.contains("call number `0`"), "{e}");
+        let e = Fault::parse("load").unwrap_err();
+        assert!(e.contains("`load` is not `op:kind[:n]`"), "{e}");
+    }
+
+    #[test]
+    fn every_op_and_kind_round_trips() {
+        for op in TargetOp::ALL {
+            for kind in FaultKind::ALL {
+                let f = Fault::new(op, kind, 3);
+                assert_eq!(Fault::parse(&f.to_string()), Ok(f));
+                let e = f.error();
+                assert_eq!(e.class, kind.class());
+                assert!(e.code.starts_with("injected_") && e.message.contains("injected"), "{e:?}");
+            }
+        }
+    }
+}

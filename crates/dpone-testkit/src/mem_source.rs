@@ -1,0 +1,289 @@
+//! `MemSource`: a [`Source`] over in-memory typed rows.
+//!
+//! Clones share one table, so a test keeps a handle and changes the rows
+//! between runs (or during one). `open_snapshot` freezes the rows every
+//! later read sees, as a PostgreSQL snapshot or a SQLite read transaction
+//! does, and names the version: the id changes whenever the rows change,
+//! and the test decides whether the version is `durable`.
+//!
+//! Reads behave like the SQLite source (`dpone_sqlite::SqliteSource`):
+//! values are encoded with [`dpone_core::rowbinary`] under the request's
+//! target types, the window bounds select `start <= v < end` (NULL never),
+//! frames are cut at `block_rows` rows or `min(1 MiB, block_bytes)` bytes,
+//! buffers come from the channel's budget, the guard runs every
+//! [`LEASE_CHECK_ROWS`] rows, and a row above `min(max_row_bytes,
+//! block_bytes)` fails with `row_too_large`.
+
+use crate::rows::{Row, add_to_digest};
+use dpone_core::digest::RowDigest;
+use dpone_core::error::did_you_mean;
+use dpone_core::ports::{AdapterError, ErrorClass, Frame, FrameTx, ReadRequest, ReadStats, Result, Source, SourceVersion};
+use dpone_core::rowbinary::encode_value;
+use dpone_core::state::LEASE_CHECK_ROWS;
+use dpone_core::time::Timestamp;
+use dpone_core::types::Column;
+use dpone_core::value::Value;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Frames are flushed at this size (or earlier at `block_rows`), as by the SQLite source.
+pub const FLUSH_BYTES: u64 = 1 << 20;
+
+/// A read that fails: the `nth` call to [`Source::read`] (1-based) fails with
+/// `class` once it has sent `after_rows` rows (0: before any frame).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadFault {
+    pub nth: u32,
+    pub class: ErrorClass,
+    pub after_rows: u64,
+}
+
+/// What the source was asked to do, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceCall {
+    Describe,
+    OpenSnapshot,
+    /// A read of the chunk starting at `start` (None: the whole table).
+    Read {
+        start: Option<Timestamp>,
+    },
+    CloseSnapshot,
+}
+
+#[derive(Debug)]
+struct State {
+    columns: Vec<Column>,
+    rows: Arc<Vec<Row>>,
+    /// Grows with every change of the rows; names the version.
+    version: u64,
+    durable: bool,
+    snapshot: Option<Arc<Vec<Row>>>,
+    reads: u32,
+    faults: Vec<ReadFault>,
+    calls: Vec<SourceCall>,
+}
+
+/// An in-memory source table; clones share it.
+#[derive(Debug, Clone)]
+pub struct MemSource {
+    state: Arc<Mutex<State>>,
+}
+
+impl MemSource {
+    /// A table of `columns` holding `rows`, with durable versions.
+    ///
+    /// # Panics
+    /// When a row's length differs from the column count.
+    pub fn new(columns: Vec<Column>, rows: Vec<Row>) -> Self {
+        check_widths(&columns, &rows);
+        MemSource {
+            state: Arc::new(Mutex::new(State {
+                columns,
+                rows: Arc::new(rows),
+                version: 1,
+                durable: true,
+                snapshot: None,
+                reads: 0,
+                faults: Vec::new(),
+                calls: Vec::new(),
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Replaces every row (a new version).
+    pub fn set_rows(&self, rows: Vec<Row>) {
+        let mut s = self.lock();
+        check_widths(&s.columns, &rows);
+        s.rows = Arc::new(rows);
+        s.version += 1;
+    }
+
+    /// Appends rows (a new version).
+    pub fn insert_rows(&self, rows: Vec<Row>) {
+        let mut s = self.lock();
+        check_widths(&s.columns, &rows);
+        let mut all = (*s.rows).clone();
+        all.extend(rows);
+        s.rows = Arc::new(all);
+        s.version += 1;
+    }
+
+    /// The current rows (not the snapshot's).
+    pub fn rows(&self) -> Vec<Row> {
+        (*self.lock().rows).clone()
+    }
+
+    pub fn columns(&self) -> Vec<Column> {
+        self.lock().columns.clone()
+    }
+
+    /// Whether the versions `open_snapshot` reports can be reopened after a crash.
+    pub fn set_durable(&self, durable: bool) {
+        self.lock().durable = durable;
+    }
+
+    /// Adds a read fault; it fires once.
+    pub fn fail_read(&self, fault: ReadFault) {
+        self.lock().faults.push(fault);
+    }
+
+    /// Number of `read` calls so far.
+    pub fn reads(&self) -> u32 {
+        self.lock().reads
+    }
+
+    /// Every call so far, in order.
+    pub fn calls(&self) -> Vec<SourceCall> {
+        self.lock().calls.clone()
+    }
+
+    pub fn clear_calls(&self) {
+        self.lock().calls.clear();
+    }
+}
+
+fn check_widths(columns: &[Column], rows: &[Row]) {
+    if let Some(r) = rows.iter().find(|r| r.len() != columns.len()) {
+        panic!("a MemSource row has {} values for {} columns: {r:?}", r.len(), columns.len());
+    }
+}
+
+fn injected(class: ErrorClass, nth: u32) -> AdapterError {
+    let code = match class {
+        ErrorClass::Transient => "injected_transient",
+        ErrorClass::Permanent => "injected_permanent",
+        ErrorClass::Indeterminate => "injected_indeterminate",
+    };
+    AdapterError::new(class, code, format!("read call {nth} failed (injected by MemSource)"))
+}
+
+impl Source for MemSource {
+    async fn describe(&self, columns: Option<&[String]>) -> Result<Vec<Column>> {
+        let mut s = self.lock();
+        s.calls.push(SourceCall::Describe);
+        let Some(wanted) = columns else { return Ok(s.columns.clone()) };
+        wanted
+            .iter()
+            .map(|name| {
+                s.columns.iter().find(|c| &c.name == name).cloned().ok_or_else(|| {
+                    let hint = match did_you_mean(name, s.columns.iter().map(|c| c.name.as_str())) {
+                        Some(x) => format!("did you mean `{x}`?"),
+                        None => "check source.options.columns".to_string(),
+                    };
+                    AdapterError::permanent("unknown_column", format!("source column `{name}` does not exist")).hint(hint)
+                })
+            })
+            .collect()
+    }
+
+    async fn open_snapshot(&self) -> Result<SourceVersion> {
+        let mut s = self.lock();
+        s.calls.push(SourceCall::OpenSnapshot);
+        s.snapshot = Some(s.rows.clone());
+        Ok(SourceVersion { id: format!("mem-source:v{}", s.version), durable: s.durable })
+    }
+
+    async fn read(&self, request: ReadRequest, out: FrameTx) -> Result<ReadStats> {
+        let (rows, indexes, window, fault) = {
+            let mut s = self.lock();
+            s.calls.push(SourceCall::Read { start: request.bounds.as_ref().map(|(_, c)| c.start) });
+            s.reads += 1;
+            let nth = s.reads;
+            let fault = s.faults.iter().position(|f| f.nth == nth).map(|i| s.faults.remove(i));
+            let rows = s.snapshot.clone().ok_or_else(|| AdapterError::permanent("internal_error", "read before open_snapshot"))?;
+            let index = |name: &str| {
+                s.columns
+                    .iter()
+                    .position(|c| c.name == name)
+                    .ok_or_else(|| AdapterError::permanent("unknown_column", format!("source column `{name}` does not exist")))
+            };
+            let indexes = request.columns.iter().map(|c| index(&c.name)).collect::<Result<Vec<_>>>()?;
+            let window = match &request.bounds {
+                Some((col, chunk)) => Some((index(col)?, *chunk)),
+                None => None,
+            };
+            (rows, indexes, window, fault)
+        };
+        if request.target_types.len() != indexes.len() {
+            return Err(AdapterError::permanent("internal_error", "a read request with more or fewer target types than columns"));
+        }
+        let ncols = indexes.len();
+        let mut stats = ReadStats { digest: RowDigest::new(ncols), ..ReadStats::default() };
+        let flush_bytes = FLUSH_BYTES.min(request.block_bytes);
+        let row_limit = request.max_row_bytes.min(request.block_bytes);
+        let fail_now = |sent: u64| fault.filter(|f| sent >= f.after_rows).map(|f| injected(f.class, f.nth));
+        let mut frame = Frame { bytes: out.buffer(flush_bytes).await?, rows: 0, digest: RowDigest::new(ncols) };
+        let mut sent = 0u64;
+        let mut row_buf = Vec::new();
+        let mut values: Row = Vec::with_capacity(ncols);
+        for row in rows.iter() {
+            if let Some((w, chunk)) = &window {
+                match &row[*w] {
+                    Value::Micros(m) if chunk.contains(Timestamp(*m)) => {}
+                    _ => continue,
+                }
+            }
+            row_buf.clear();
+            values.clear();
+            for ((&i, ty), col) in indexes.iter().zip(&request.target_types).zip(&request.columns) {
+                encode_value(&mut row_buf, ty, &row[i])
+                    .map_err(|e| AdapterError::permanent("invalid_value", format!("column `{}`: {e}", col.name)))?;
+                values.push(row[i].clone());
+            }
+            let row_len = row_buf.len() as u64;
+            if row_len > row_limit {
+                return Err(AdapterError::permanent(
+                    "row_too_large",
+                    format!("a row encodes to {row_len} bytes, more than the row limit of {row_limit} bytes"),
+                )
+                .hint("raise native_chunks.max_row_bytes and max_bytes (or wire.block_bytes)"));
+            }
+            if frame.rows > 0 && (frame.bytes.len() as u64 + row_len > flush_bytes || frame.rows >= request.block_rows) {
+                if let Some(e) = fail_now(sent) {
+                    return Err(e);
+                }
+                sent += frame.rows;
+                // Send before reserving the next buffer: a reader waiting for
+                // budget must hold none.
+                let full = std::mem::replace(&mut frame, Frame { bytes: Default::default(), rows: 0, digest: RowDigest::new(ncols) });
+                out.send(full).await?;
+                frame = Frame { bytes: out.buffer(flush_bytes).await?, rows: 0, digest: RowDigest::new(ncols) };
+            }
+            let needed = frame.bytes.len() as u64 + row_len;
+            if frame.bytes.reserved() != 0 && needed > frame.bytes.reserved() {
+                out.grow(&mut frame.bytes, needed).await?;
+            }
+            frame.bytes.bytes.extend_from_slice(&row_buf);
+            frame.rows += 1;
+            add_to_digest(&mut frame.digest, &row_buf, &values);
+            add_to_digest(&mut stats.digest, &row_buf, &values);
+            stats.rows += 1;
+            stats.encoded_bytes += row_len;
+            if stats.rows.is_multiple_of(LEASE_CHECK_ROWS) {
+                out.check()?;
+            }
+        }
+        if let Some(e) = fail_now(sent) {
+            return Err(e);
+        }
+        if frame.rows > 0 {
+            out.send(frame).await?;
+        }
+        // A fault set after more rows than the read has still fires: every
+        // row was sent, and then the read fails.
+        if let Some(f) = fault {
+            return Err(injected(f.class, f.nth));
+        }
+        Ok(stats)
+    }
+
+    async fn close_snapshot(&self) -> Result<()> {
+        let mut s = self.lock();
+        s.calls.push(SourceCall::CloseSnapshot);
+        s.snapshot = None;
+        Ok(())
+    }
+}

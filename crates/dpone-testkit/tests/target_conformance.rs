@@ -1,0 +1,67 @@
+//! `MemTarget` passes the target conformance suite in each publication
+//! model, and the suite bites: a target that breaks a check fails it.
+
+use dpone_testkit::mem_target::Publication;
+use dpone_testkit::target_conformance::{self, MemHarness};
+
+#[tokio::test]
+async fn mem_target_exchange_conforms() {
+    target_conformance::run_all(&MemHarness { model: Publication::Exchange }).await;
+}
+
+#[tokio::test]
+async fn mem_target_in_place_receipt_conforms() {
+    target_conformance::run_all(&MemHarness { model: Publication::InPlaceReceipt }).await;
+}
+
+#[tokio::test]
+async fn mem_target_in_place_digest_conforms() {
+    target_conformance::run_all(&MemHarness { model: Publication::InPlaceDigest }).await;
+}
+
+/// A harness claiming a guard its target lacks.
+struct Overclaiming(MemHarness);
+
+impl target_conformance::TargetHarness for Overclaiming {
+    type Fixture = target_conformance::MemFixture;
+
+    fn caps(&self) -> target_conformance::Caps {
+        target_conformance::Caps::FULL
+    }
+
+    async fn fresh(&self, names: target_conformance::ColumnNames) -> Self::Fixture {
+        self.0.fresh(names).await
+    }
+}
+
+#[tokio::test]
+#[should_panic(expected = "[compare_kept_sees_a_changed_kept_row] a kept row changed after the build")]
+async fn the_suite_fails_a_target_whose_compare_kept_misses_a_change() {
+    use target_conformance::TargetHarness;
+    let h = Overclaiming(MemHarness { model: Publication::InPlaceReceipt });
+    assert!(h.caps().compare_kept_detects_changes);
+    target_conformance::compare_kept_sees_a_changed_kept_row(&h).await;
+}
+
+/// A harness declaring PostgreSQL's gap for a target without it (a fixed adapter).
+struct Fixed(MemHarness);
+
+impl target_conformance::TargetHarness for Fixed {
+    type Fixture = target_conformance::MemFixture;
+
+    fn caps(&self) -> target_conformance::Caps {
+        target_conformance::Caps { compare_kept_detects_changes: false, ..target_conformance::Caps::FULL }
+    }
+
+    async fn fresh(&self, names: target_conformance::ColumnNames) -> Self::Fixture {
+        let f = self.0.fresh(names).await;
+        f.target.set_compare_kept_gap(false);
+        f
+    }
+}
+
+#[tokio::test]
+#[should_panic(expected = "documented gap")]
+async fn the_suite_fails_a_gap_flag_once_the_gap_is_fixed() {
+    target_conformance::compare_kept_sees_a_changed_kept_row(&Fixed(MemHarness { model: Publication::InPlaceReceipt })).await;
+}

@@ -101,10 +101,18 @@ fn inspect_table(conn: &Connection, table_sql: &str, columns: &[Column], filter:
 fn kept_difference(conn: &Connection, target_sql: &str, generation_sql: &str, columns: &[Column], keep: &RowFilter) -> Result<u64> {
     let cols = select_list(columns);
     let (w, p) = filter_sql(keep);
+    // The weight's name must not be a target column's, or the column would
+    // shadow it (and unchanged rows would count as changed, or changes go
+    // unseen); the HAVING clause names no alias for the same reason.
+    let mut weight = String::from("_dpone_w");
+    while columns.iter().any(|c| c.name.eq_ignore_ascii_case(&weight)) {
+        weight.push('_');
+    }
+    let weight = quote_ident(&weight);
     let sql = format!(
-        "SELECT count(*) FROM (SELECT {cols}, sum(w) AS s FROM (\
-         SELECT {cols}, 1 AS w FROM {target_sql} WHERE {w} \
-         UNION ALL SELECT {cols}, -1 AS w FROM {generation_sql} WHERE {w}) GROUP BY {cols} HAVING s <> 0)"
+        "SELECT count(*) FROM (SELECT {cols} FROM (\
+         SELECT {cols}, 1 AS {weight} FROM {target_sql} WHERE {w} \
+         UNION ALL SELECT {cols}, -1 AS {weight} FROM {generation_sql} WHERE {w}) GROUP BY {cols} HAVING sum({weight}) <> 0)"
     );
     conn.query_row(&sql, rusqlite::params_from_iter(p.iter()), |r| r.get::<_, i64>(0))
         .map(|n| n as u64)

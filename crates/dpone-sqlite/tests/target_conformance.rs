@@ -47,9 +47,7 @@ impl TargetHarness for Harness {
     type Fixture = Fixture;
 
     fn caps(&self) -> Caps {
-        // Finding: `kept_difference` (sink.rs) aliases `1 AS w` and
-        // `sum(w) AS s`, which a target column named `w` or `s` shadows.
-        Caps { compare_kept_with_any_column_names: false, ..Caps::FULL }
+        Caps::FULL
     }
 
     async fn fresh(&self, names: ColumnNames) -> Fixture {

@@ -33,17 +33,11 @@ pub struct Caps {
     /// item 3): its publication deletes only the window, so the kept rows
     /// are never copied, and a concurrent change to them goes unnoticed.
     pub compare_kept_detects_changes: bool,
-    /// The kept-row comparison is right whatever the target's columns are
-    /// called. SQLite's is not today: its SQL aliases `1 AS w` and
-    /// `sum(w) AS s` collide with target columns named `w` or `s`, so a
-    /// column `s` makes unchanged kept rows differ (and the publication
-    /// refuse with `kept_rows_changed`), and a column `w` can hide a change.
-    pub compare_kept_with_any_column_names: bool,
 }
 
 impl Caps {
     /// No known gap.
-    pub const FULL: Caps = Caps { compare_kept_detects_changes: true, compare_kept_with_any_column_names: true };
+    pub const FULL: Caps = Caps { compare_kept_detects_changes: true };
 }
 
 /// Names of the four columns of the standard schema, in order: an

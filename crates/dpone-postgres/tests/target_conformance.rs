@@ -42,7 +42,7 @@ impl TargetHarness for Harness {
 
     fn caps(&self) -> Caps {
         // compare_kept always returns 0 (issue "guards", item 3).
-        Caps { compare_kept_detects_changes: false, ..Caps::FULL }
+        Caps { compare_kept_detects_changes: false }
     }
 
     async fn fresh(&self, names: ColumnNames) -> Fixture {

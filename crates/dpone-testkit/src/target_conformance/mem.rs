@@ -17,7 +17,7 @@ impl TargetHarness for MemHarness {
 
     fn caps(&self) -> Caps {
         // The fake mirrors PostgreSQL's compare_kept gap by default.
-        Caps { compare_kept_detects_changes: self.model != Publication::InPlaceReceipt, ..Caps::FULL }
+        Caps { compare_kept_detects_changes: self.model != Publication::InPlaceReceipt }
     }
 
     async fn fresh(&self, names: ColumnNames) -> MemFixture {

@@ -66,6 +66,45 @@ pub(crate) async fn prepare<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jou
     Ok(())
 }
 
+/// Re-verifies a generation built by an earlier invocation before it is
+/// published: the generation (and, for a view, the staging it reads) must
+/// still hold exactly what was verified and recorded, or the run stops
+/// rather than publish unverified data.
+pub(crate) async fn reverify<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> Result<(), AdapterError> {
+    let j = journal.snapshot().await;
+    let record = j.generation.clone().ok_or_else(|| AdapterError::internal("the journal is publishing without a generation"))?;
+    let table = TableRole::Owned(&record.table);
+    let changed = |what: String| {
+        AdapterError::verification("generation_changed", format!("the generation `{}` {what} since it was verified", record.table))
+            .hint("someone changed dpone's generation or staging tables; see docs/recovery.md (abandon the run and rerun)")
+    };
+    let digest = |rows: u64, sum: &str, nulls: &[u64]| {
+        dpone_core::state::digest_from(rows, sum, nulls)
+            .ok_or_else(|| AdapterError::internal("unreadable generation digest in the journal"))
+    };
+    match record.check {
+        // A copied or linked generation is digested whole (once, on this
+        // rare path): a count would miss a changed value in a linked part.
+        GenerationCheck::Digest | GenerationCheck::CountsKeptDigestLinkedChunks => {
+            let now = ctx.target.inspect(table, None).await?;
+            if now.digest != digest(record.rows, &record.digest_sum, &record.null_counts)? {
+                return Err(changed(format!("holds {} rows ({}), not the recorded ones", now.rows, now.digest)));
+            }
+        }
+        GenerationCheck::CountsViewOfVerifiedChunks => {
+            // The view's rows are the staging tables' rows: re-verify them.
+            crate::stage::recheck_verified_chunks(ctx, &j)
+                .await
+                .map_err(|f| AdapterError::verification(f.code, f.message).hint(f.hint.unwrap_or_default()))?;
+            let total = ctx.target.count(table, None).await?;
+            if total != record.rows {
+                return Err(changed(format!("holds {total} rows, not {}", record.rows)));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Right before publishing: the target's rows outside the window are
 /// still exactly those the generation holds.
 pub(crate) async fn check_kept_rows<S: Source, T: Target>(ctx: &Ctx<S, T>, generation: &str) -> Result<(), AdapterError> {

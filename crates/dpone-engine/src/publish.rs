@@ -1,6 +1,9 @@
 //! The `publishing` step: publish the verified generation once, or, when
 //! the intent was recorded by an earlier invocation, first judge from the
-//! target's identity what happened to that earlier attempt.
+//! target's identity what happened to that earlier attempt (and, if it did
+//! not happen, re-verify the generation and the kept rows before
+//! publishing: the earlier verification is no proof of what the tables hold
+//! now).
 //!
 //! The outcome is never assumed from a response: `published` when the
 //! target's identity is the generation's, `absent` when the target is
@@ -10,7 +13,7 @@
 
 use crate::context::Ctx;
 use crate::failure::{RunFailure, Step, Stop, unknown_failure};
-use crate::generation::check_kept_rows;
+use crate::generation::{check_kept_rows, reverify};
 use crate::journal::Journal;
 use dpone_core::evidence::PublicationCheck;
 use dpone_core::ports::{AdapterError, PublicationOutcome, Source, TableRole, Target};
@@ -30,7 +33,8 @@ pub(crate) async fn publish_or_reconcile<S: Source, T: Target>(ctx: &Ctx<S, T>, 
                 return Err(Stop::Ended(unknown_failure(&j.run_id, &intent)));
             }
             PublicationOutcome::Absent => {
-                tracing::info!("the interrupted publication did not happen; publishing the verified generation");
+                tracing::info!("the interrupted publication did not happen; re-verifying the generation, then publishing it");
+                reverify(ctx, journal).await.map_err(Stop::Unpublished)?;
                 check_kept_rows(ctx, &intent.generation_table).await.map_err(Stop::Unpublished)?;
                 ctx.may_write()?;
             }
@@ -105,18 +109,18 @@ async fn publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, inten
     record_published(journal).await
 }
 
-/// Judges a publication from the target's identity.
+/// Judges a publication from the target's identity: the generation's
+/// identity means published, the identity it had before means absent
+/// (whatever became of the generation since: re-verification decides
+/// whether it may still be published), anything else is unknown.
 pub(crate) async fn reconcile<S: Source, T: Target>(
     ctx: &Ctx<S, T>,
     intent: &PublicationIntent,
 ) -> Result<PublicationOutcome, AdapterError> {
     let observed = ctx.target.identity(TableRole::Target).await?;
-    if observed.as_deref() == Some(intent.generation.as_str()) {
-        return Ok(PublicationOutcome::Published);
-    }
-    let generation = ctx.target.identity(TableRole::Owned(&intent.generation_table)).await?;
-    if observed.as_deref() == Some(intent.target_before.as_str()) && generation.as_deref() == Some(intent.generation.as_str()) {
-        return Ok(PublicationOutcome::Absent);
-    }
-    Ok(PublicationOutcome::Unknown)
+    Ok(match observed.as_deref() {
+        Some(o) if o == intent.generation => PublicationOutcome::Published,
+        Some(o) if o == intent.target_before => PublicationOutcome::Absent,
+        _ => PublicationOutcome::Unknown,
+    })
 }

@@ -135,18 +135,30 @@ async fn an_unknown_publication_outcome_stops_everything_until_resolved() {
     for model in Publication::ALL {
         let w = World::new(model);
         w.crash_at("publish.before_exchange", 1).await;
-        let generation = w.journal().unwrap().intent.unwrap().generation_table;
-        assert!(w.target.drop_table(&generation), "{}: the generation exists", model.name());
+        // Someone else changes what identifies the target meanwhile.
+        match model {
+            Publication::Exchange => {
+                let rows = w.target.target_rows();
+                assert!(w.target.drop_table("events"));
+                w.target.create_table("events", dpone_testkit::target_conformance::standard_columns());
+                w.target.insert_rows("events", &rows);
+            }
+            Publication::InPlaceReceipt => w.target.add_foreign_receipt("someone else's"),
+            Publication::InPlaceDigest => w.target.insert_rows("events", &[dpone_testkit::target_conformance::row(77, None, None, 1)]),
+        }
+        let visible = w.target.target_rows();
         let f = w.run().await.unwrap_err();
         assert_eq!((f.kind, f.exit_code(), f.kind.status()), (FailureKind::OutcomeUnknown, 1, "outcome_unknown"), "{}", model.name());
         assert_eq!(w.state(), Some(RunState::OutcomeUnknown));
         let again = w.run().await.unwrap_err();
         assert_eq!(again.kind, FailureKind::OutcomeUnknown, "{}: refused until resolved", model.name());
+        assert_eq!(w.target.target_rows(), visible, "{}: nothing was written meanwhile", model.name());
         let who = Operator { holder: "operator".into(), lease_ttl_ms: 60_000, host: w.host.clone() };
         let store: Arc<dyn dpone_core::state::StateStore> = Arc::new(w.store.handle());
         dpone_engine::resolve_unknown(store, &dpone_core::ports::Target::scope(&w.target), &who, false).await.unwrap();
         let report = w.run().await.unwrap();
-        w.assert_succeeded(&report, "after the operator resolved `absent`");
+        assert_eq!(w.state(), Some(RunState::Succeeded), "{}: after the operator resolved `absent`", model.name());
+        assert_eq!(report.status, "succeeded");
     }
 }
 
@@ -245,5 +257,37 @@ async fn verified_staging_changed_after_a_crash_is_refused() {
         let f = w.run().await.unwrap_err();
         assert_eq!((f.kind, f.code.as_str()), (FailureKind::Failed, "staging_changed"), "{}: {f}", model.name());
         w.assert_target_untouched("after the tampered staging was refused");
+    }
+}
+
+/// A publication resumed after a crash re-verifies what it is about to
+/// publish: verified staging or a generation changed while no dpone
+/// process ran is refused, never published, and the next run starts over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_publication_refuses_a_generation_changed_after_the_crash() {
+    for model in Publication::ALL {
+        let w = World::new(model);
+        w.crash_at("publish.before_exchange", 1).await;
+        let j = w.journal().unwrap();
+        // The receipt model's generation is a view over the staging: tamper
+        // with a staging table; the others own their generation's rows.
+        let tampered = if w.target.is_view(&j.intent.as_ref().unwrap().generation_table) {
+            j.chunks[&1].staging_table.clone()
+        } else {
+            j.intent.as_ref().unwrap().generation_table.clone()
+        };
+        let changed = w.target.update_rows(&tampered, |r| {
+            if r[0] == dpone_core::value::Value::int(103) {
+                r[2] = dpone_core::value::Value::str("tampered")
+            }
+        });
+        assert!(changed > 0, "{}: a window row of `{tampered}` was changed", model.name());
+        let f = w.run().await.unwrap_err();
+        assert_eq!(f.kind, FailureKind::Failed, "{}: {f}", model.name());
+        assert!(matches!(f.code.as_str(), "generation_changed" | "staging_changed"), "{}: {f}", model.name());
+        assert_eq!(f.publication, Some(PublicationOutcome::Absent));
+        w.assert_target_untouched("after the changed generation was refused");
+        let report = w.run().await.unwrap();
+        w.assert_succeeded(&report, "the run after the refusal");
     }
 }

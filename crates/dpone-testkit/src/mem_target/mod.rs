@@ -160,6 +160,19 @@ impl MemTarget {
         }
     }
 
+    /// Records a receipt for this target as another writer's publication
+    /// would (InPlaceReceipt): the target's identity becomes `generation`.
+    pub fn add_foreign_receipt(&self, generation: &str) {
+        let mut db = self.lock();
+        let table = self.table.clone();
+        if !db.tables.contains_key(RECEIPTS_TABLE) {
+            db.create(RECEIPTS_TABLE, Vec::new(), Body::Receipts(Vec::new())).expect("a new receipts table");
+        }
+        if let Some(Body::Receipts(r)) = db.tables.get_mut(RECEIPTS_TABLE).map(|t| &mut t.body) {
+            r.push(Receipt { target: table, generation: generation.to_string(), rows: 0 });
+        }
+    }
+
     /// Rows of `name` (a view's rows are read through it) as a sorted multiset.
     ///
     /// # Panics

@@ -10,6 +10,16 @@ use std::path::Path;
 pub struct ProcessHost;
 
 impl RunHost for ProcessHost {
+    /// The standard library's per-process random hash keys (seeded by the
+    /// OS) mixed with the time and the process id.
+    fn entropy(&self) -> u64 {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+        h.finish()
+    }
+
     fn write_evidence(&self, path: &Path, body: &[u8]) -> std::io::Result<()> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;

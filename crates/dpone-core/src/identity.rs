@@ -5,8 +5,10 @@
 //! source version and the manifest fingerprint — never of credentials (the
 //! manifest fingerprint excludes connection blocks). The same invocation
 //! against the same source version gets the same run id; anything else
-//! differs. Owned object names derive from it, so cleanup can tell this
-//! run's tables from every other table.
+//! differs. Owned object names derive from it and from the execution's
+//! token (random per execution, recorded in the journal), so cleanup can
+//! tell this execution's tables from every other table, even those of the
+//! same run id executed from another work dir or host.
 
 use crate::manifest::canonical_json;
 use crate::types::Column;
@@ -43,23 +45,36 @@ pub fn chunk_id(run_id: &str, chunk: &Chunk) -> String {
     short_hash(&serde_json::json!({"run": run_id, "chunk": chunk}), 16)
 }
 
-/// Table names are short enough for every target (PostgreSQL allows 63 bytes).
-pub fn staging_table(run_id: &str, chunk_index: u32, attempt: u32) -> String {
-    format!("{OWNED_PREFIX}stg_{}_{chunk_index}_{attempt}", &run_id[..12])
+/// What every owned name of one execution starts with (after the kind):
+/// the run prefix and the execution's token. Journals written before
+/// tokens existed have an empty one and keep their old names.
+pub fn owned_stem(run_id: &str, token: &str) -> String {
+    if token.is_empty() { run_id[..12].to_string() } else { format!("{}_{token}", &run_id[..12]) }
+}
+
+/// Table names are short enough for every target (PostgreSQL allows 63
+/// bytes: 11 + 12 + 1 + 8 + 2 * 11 at most).
+pub fn staging_table(stem: &str, chunk_index: u32, attempt: u32) -> String {
+    format!("{OWNED_PREFIX}stg_{stem}_{chunk_index}_{attempt}")
 }
 
 /// The generation of execution `execution` of a run. Unique per execution:
 /// a publication is identified by its generation (ClickHouse UUID,
 /// PostgreSQL receipt), so a re-execution must never reuse the name.
-pub fn generation_table(run_id: &str, execution: u32) -> String {
-    format!("{OWNED_PREFIX}gen_{}_{execution}", &run_id[..12])
+pub fn generation_table(stem: &str, execution: u32) -> String {
+    format!("{OWNED_PREFIX}gen_{stem}_{execution}")
 }
 
 /// The backup of the previous target kept by execution `execution` of a
 /// run: re-executions of one run (same id, e.g. an unchanged source) must
 /// not collide with the backup the previous one kept.
-pub fn backup_table(run_id: &str, execution: u32) -> String {
-    format!("{OWNED_PREFIX}bak_{}_{execution}", &run_id[..12])
+pub fn backup_table(stem: &str, execution: u32) -> String {
+    format!("{OWNED_PREFIX}bak_{stem}_{execution}")
+}
+
+/// A token of 8 lowercase hex characters from 64 bits of entropy.
+pub fn token_from(entropy: u64) -> String {
+    format!("{:08x}", (entropy ^ (entropy >> 32)) as u32)
 }
 
 /// Prefix shared by every object of one run.
@@ -97,7 +112,10 @@ mod tests {
         assert_eq!(a.len(), 20);
         let other = RunIdentity { source_version: "w", ..base };
         assert_ne!(a, run_id(&other));
-        assert_eq!(staging_table(&a, 3, 1), format!("_dpone_stg_{}_3_1", &a[..12]));
+        assert_eq!(staging_table(&owned_stem(&a, ""), 3, 1), format!("_dpone_stg_{}_3_1", &a[..12]));
+        let stem = owned_stem(&a, &token_from(u64::MAX - 5));
+        assert_eq!(stem.len(), 21);
+        assert!(staging_table(&stem, 99_999, 3).len() <= 63 && generation_table(&stem, 9_999).len() <= 63);
         let cols = vec![Column { name: "a".into(), ty: ColumnType::new(DType::Int32, false), native_type: "int".into() }];
         let mut cols2 = cols.clone();
         cols2[0].ty.nullable = true;

@@ -336,7 +336,7 @@ impl Plan {
             staging: StagingPlan {
                 scope: "chunk_attempt",
                 location: staging_location,
-                name_pattern: "_dpone_stg_<run>_<chunk>_<attempt>",
+                name_pattern: "_dpone_stg_<run>_<token>_<chunk>_<attempt>",
                 parallelism: limits.resolved().encoding_parallelism.max(limits.resolved().import_parallelism),
                 block_rows: limits.resolved().max_rows,
                 block_bytes: limits.resolved().max_bytes,

@@ -238,6 +238,11 @@ pub struct RunJournal {
     /// Counts re-executions of a succeeded invocation.
     pub execution: u32,
     pub run_id: String,
+    /// Random per execution: with the run id it names every owned table,
+    /// so two executions of one run id (from two work dirs or hosts) never
+    /// share a name. Empty in journals written before tokens existed.
+    #[serde(default)]
+    pub token: String,
     pub state: RunState,
     pub manifest_fingerprint: String,
     pub route: String,
@@ -304,6 +309,11 @@ pub struct JournalError {
 impl RunJournal {
     pub fn key(invocation: &str) -> String {
         format!("run/{invocation}")
+    }
+
+    /// What this execution's owned names start with.
+    pub fn stem(&self) -> String {
+        crate::identity::owned_stem(&self.run_id, &self.token)
     }
 
     pub fn verified_chunks(&self) -> usize {

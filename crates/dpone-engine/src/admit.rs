@@ -269,6 +269,7 @@ fn new_journal<S: Source, T: Target>(ctx: &Ctx<S, T>, invocation: String, execut
         invocation,
         execution,
         run_id,
+        token: identity::token_from(ctx.options.host.entropy()),
         state: RunState::Planned,
         manifest_fingerprint: ctx.plan.manifest_fingerprint.clone(),
         route: ctx.plan.route.name.clone(),

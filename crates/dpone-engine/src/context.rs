@@ -49,6 +49,10 @@ pub trait RunHost: Send + Sync + std::fmt::Debug {
     /// the previous file or the whole new one).
     fn write_evidence(&self, path: &Path, body: &[u8]) -> std::io::Result<()>;
 
+    /// 64 bits that differ between executions (they name a run's tables,
+    /// so that two executions never share one), e.g. from the OS's RNG.
+    fn entropy(&self) -> u64;
+
     /// The process's peak resident set size, if known.
     fn peak_rss_bytes(&self) -> Option<u64> {
         None
@@ -66,12 +70,18 @@ pub trait RunHost: Send + Sync + std::fmt::Debug {
 /// A host that keeps evidence in memory (tests and embedders).
 #[derive(Debug, Default)]
 pub struct MemoryHost {
+    /// Entropy handed out: a counter, so names are distinct and reproducible.
+    pub next_entropy: std::sync::atomic::AtomicU64,
     pub evidence: std::sync::Mutex<std::collections::BTreeMap<PathBuf, Vec<u8>>>,
     /// Holders whose processes count as gone.
     pub dead_holders: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl RunHost for MemoryHost {
+    fn entropy(&self) -> u64 {
+        self.next_entropy.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::SeqCst)
+    }
+
     fn write_evidence(&self, path: &Path, body: &[u8]) -> std::io::Result<()> {
         self.evidence.lock().expect("evidence lock").insert(path.to_path_buf(), body.to_vec());
         Ok(())

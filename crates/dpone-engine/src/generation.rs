@@ -19,7 +19,7 @@ use std::time::Instant;
 /// Builds and verifies the generation, re-checks kept rows, records the intent.
 pub(crate) async fn prepare<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> Step {
     let j = journal.snapshot().await;
-    let generation = identity::generation_table(&j.run_id, j.execution);
+    let generation = identity::generation_table(&j.stem(), j.execution);
     let started = Instant::now();
     if let Some(p) = ctx.progress() {
         p.phase("verifying the generation", ctx.chunks().len() as u64);
@@ -52,7 +52,7 @@ pub(crate) async fn prepare<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jou
     }
     let intent = PublicationIntent {
         generation_table: generation.clone(),
-        backup_table: identity::backup_table(&j.run_id, j.execution),
+        backup_table: identity::backup_table(&j.stem(), j.execution),
         target_before,
         generation: gen_identity,
     };

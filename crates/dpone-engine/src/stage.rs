@@ -90,11 +90,11 @@ async fn stage_chunk<S: Source, T: Target>(
     chunk: Option<Chunk>,
 ) -> Result<(), AdapterError> {
     let j = journal.snapshot().await;
-    let run_id = j.run_id.clone();
+    let (run_id, stem) = (j.run_id.clone(), j.stem());
     let first_attempt = j.chunks.get(&index).map(|c| c.attempt + 1).unwrap_or(1);
     let mut attempt = first_attempt;
     loop {
-        let staging = identity::staging_table(&run_id, index, attempt);
+        let staging = identity::staging_table(&stem, index, attempt);
         let limit = ctx.plan.limits.max_staging_tables;
         let staged_tables = journal.snapshot().await.owned.iter().filter(|t| t.starts_with(&format!("{OWNED_PREFIX}stg_"))).count() as u64;
         if staged_tables >= limit {

@@ -157,8 +157,9 @@ impl World {
         assert_eq!(self.state(), Some(RunState::Succeeded), "{m}: {what}: journal");
         assert_eq!(report.status, "succeeded");
         assert!(self.host.evidence.lock().unwrap().contains_key(&report.evidence_path), "{m}: {what}: evidence written");
-        let left: Vec<String> = self.owned_tables().into_iter().filter(|t| !t.starts_with("_dpone_bak_")).collect();
-        assert!(left.is_empty(), "{m}: {what}: only a backup may be left, found {left:?}");
+        let stem = self.journal().unwrap().stem();
+        let left: Vec<String> = self.owned_tables().into_iter().filter(|t| !t.starts_with("_dpone_bak_") && t.contains(&stem)).collect();
+        assert!(left.is_empty(), "{m}: {what}: only a backup of this execution may be left, found {left:?}");
     }
 
     pub fn assert_target_untouched(&self, what: &str) {

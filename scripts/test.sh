@@ -4,8 +4,10 @@
 #   scripts/test.sh [cargo test args...]
 #
 # Starts a private set of servers (see scripts/services.sh), exports their
-# URLs, runs `cargo test --workspace --all-targets "$@"`, and always stops
-# the servers it started, exiting with cargo's exit code.
+# URLs, runs `cargo test --workspace --all-targets "$@"`, then checks that a
+# plain (non-test) build ignores every test switch
+# (scripts/checks/release_switches.sh), and always stops the servers it
+# started, exiting with the first failure's exit code.
 #
 # DPONE_TEST_CMD, if set, is run with bash instead of cargo: a hook for
 # checking this script itself (e.g. DPONE_TEST_CMD='env | grep DPONE_TEST_').
@@ -69,4 +71,6 @@ if [ -n "${DPONE_TEST_CMD:-}" ]; then
 else
   # A hung test must fail CI, not stall it: the whole suite gets 50 minutes.
   timeout --foreground 3000 cargo test --workspace --all-targets "$@"
+  # Test switches exist only in test builds: a plain build must ignore them.
+  "$ROOT/scripts/checks/release_switches.sh"
 fi

@@ -29,11 +29,22 @@ pub enum AnySource {
 }
 
 #[allow(clippy::large_enum_variant)]
-pub enum AnyTarget {
+pub enum RealTarget {
     Sqlite(SqliteTarget),
     Postgres(PostgresTarget),
     Clickhouse(ClickhouseTarget),
 }
+
+/// The target a run uses: the chosen adapter.
+#[cfg(not(feature = "failpoints"))]
+pub type AnyTarget = RealTarget;
+
+/// Test builds only: the chosen adapter behind `FaultyTarget`, which
+/// injects the faults `DPONE_TARGET_FAULTS` names (lost acknowledgements,
+/// timeouts, transient or permanent errors of any operation) at the port
+/// boundary, for every target alike; without faults it passes through.
+#[cfg(feature = "failpoints")]
+pub type AnyTarget = dpone_testkit::FaultyTarget<RealTarget>;
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
@@ -58,17 +69,23 @@ impl AnySource {
     }
 }
 
-impl AnyTarget {
-    /// The target of `manifest.sink`; `base` is the manifest's folder.
-    pub fn build(manifest: &Manifest, base: &Path) -> std::result::Result<Self, Diagnostic> {
-        let wiring = Wiring { base_dir: base, env: &env };
-        Ok(match manifest.sink.system {
-            System::Sqlite => AnyTarget::Sqlite(SqliteTarget::build(manifest, &wiring)?),
-            System::Postgres => AnyTarget::Postgres(PostgresTarget::build(manifest, &wiring)?),
-            System::Clickhouse => AnyTarget::Clickhouse(ClickhouseTarget::build(manifest, &wiring)?),
-            other => return Err(not_implemented("sink.type", other)),
-        })
+/// The target of `manifest.sink`; `base` is the manifest's folder.
+pub fn build_target(manifest: &Manifest, base: &Path) -> std::result::Result<AnyTarget, Diagnostic> {
+    let wiring = Wiring { base_dir: base, env: &env };
+    let target = match manifest.sink.system {
+        System::Sqlite => RealTarget::Sqlite(SqliteTarget::build(manifest, &wiring)?),
+        System::Postgres => RealTarget::Postgres(PostgresTarget::build(manifest, &wiring)?),
+        System::Clickhouse => RealTarget::Clickhouse(ClickhouseTarget::build(manifest, &wiring)?),
+        other => return Err(not_implemented("sink.type", other)),
+    };
+    #[cfg(feature = "failpoints")]
+    {
+        use dpone_testkit::faulty::FAULTS_ENV;
+        let faults = dpone_testkit::Fault::from_env(FAULTS_ENV).map_err(|e| Diagnostic::new("invalid_test_faults", FAULTS_ENV, e))?;
+        Ok(dpone_testkit::FaultyTarget::new(target, faults))
     }
+    #[cfg(not(feature = "failpoints"))]
+    Ok(target)
 }
 
 /// The adapters of a manifest.
@@ -79,16 +96,23 @@ pub struct Adapters {
 
 /// Builds both adapters of `manifest` (no I/O: connections open on use).
 pub fn build(manifest: &Manifest, base: &Path) -> std::result::Result<Adapters, Diagnostic> {
-    Ok(Adapters { source: Arc::new(AnySource::build(manifest, base)?), target: Arc::new(AnyTarget::build(manifest, base)?) })
+    Ok(Adapters { source: Arc::new(AnySource::build(manifest, base)?), target: Arc::new(build_target(manifest, base)?) })
 }
 
 /// `$body` with `$a` bound to the chosen adapter of `$any`.
 macro_rules! dispatch {
-    ($any:expr, $ty:ident, |$a:ident| $body:expr) => {
+    ($any:expr, AnySource, |$a:ident| $body:expr) => {
         match $any {
-            $ty::Sqlite($a) => $body,
-            $ty::Postgres($a) => $body,
-            $ty::Clickhouse($a) => $body,
+            AnySource::Sqlite($a) => $body,
+            AnySource::Postgres($a) => $body,
+            AnySource::Clickhouse($a) => $body,
+        }
+    };
+    ($any:expr, RealTarget, |$a:ident| $body:expr) => {
+        match $any {
+            RealTarget::Sqlite($a) => $body,
+            RealTarget::Postgres($a) => $body,
+            RealTarget::Clickhouse($a) => $body,
         }
     };
 }
@@ -119,72 +143,72 @@ impl Source for AnySource {
     }
 }
 
-impl Target for AnyTarget {
+impl Target for RealTarget {
     async fn describe(&self) -> Result<Option<Vec<Column>>> {
-        dispatch!(self, AnyTarget, |t| t.describe().await)
+        dispatch!(self, RealTarget, |t| t.describe().await)
     }
 
     async fn eligibility(&self, request: &EligibilityRequest) -> Result<Vec<Diagnostic>> {
-        dispatch!(self, AnyTarget, |t| t.eligibility(request).await)
+        dispatch!(self, RealTarget, |t| t.eligibility(request).await)
     }
 
     async fn create_staging(&self, name: &str) -> Result<()> {
-        dispatch!(self, AnyTarget, |t| t.create_staging(name).await)
+        dispatch!(self, RealTarget, |t| t.create_staging(name).await)
     }
 
     async fn load(&self, table: &str, frames: FrameRx) -> Result<u64> {
-        dispatch!(self, AnyTarget, |t| t.load(table, frames).await)
+        dispatch!(self, RealTarget, |t| t.load(table, frames).await)
     }
 
     async fn inspect(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<Contents> {
-        dispatch!(self, AnyTarget, |t| t.inspect(table, filter).await)
+        dispatch!(self, RealTarget, |t| t.inspect(table, filter).await)
     }
 
     async fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<u64> {
-        dispatch!(self, AnyTarget, |t| t.count(table, filter).await)
+        dispatch!(self, RealTarget, |t| t.count(table, filter).await)
     }
 
     fn keeps_rows_in_place(&self) -> bool {
-        dispatch!(self, AnyTarget, |t| t.keeps_rows_in_place())
+        dispatch!(self, RealTarget, |t| t.keeps_rows_in_place())
     }
 
     fn publication_check(&self) -> dpone_core::evidence::PublicationCheck {
-        dispatch!(self, AnyTarget, |t| t.publication_check())
+        dispatch!(self, RealTarget, |t| t.publication_check())
     }
 
     async fn build_generation(&self, generation: &str, keep: Option<&RowFilter>, stagings: &[String]) -> Result<GenerationBuild> {
-        dispatch!(self, AnyTarget, |t| t.build_generation(generation, keep, stagings).await)
+        dispatch!(self, RealTarget, |t| t.build_generation(generation, keep, stagings).await)
     }
 
     async fn compare_kept(&self, generation: &str, keep: &RowFilter) -> Result<u64> {
-        dispatch!(self, AnyTarget, |t| t.compare_kept(generation, keep).await)
+        dispatch!(self, RealTarget, |t| t.compare_kept(generation, keep).await)
     }
 
     async fn publish(&self, generation: &str, keep: Option<&RowFilter>, backup: &str) -> Result<PublicationOutcome> {
-        dispatch!(self, AnyTarget, |t| t.publish(generation, keep, backup).await)
+        dispatch!(self, RealTarget, |t| t.publish(generation, keep, backup).await)
     }
 
     fn scope(&self) -> String {
-        dispatch!(self, AnyTarget, |t| t.scope())
+        dispatch!(self, RealTarget, |t| t.scope())
     }
 
     async fn identity(&self, table: TableRole<'_>) -> Result<Option<String>> {
-        dispatch!(self, AnyTarget, |t| t.identity(table).await)
+        dispatch!(self, RealTarget, |t| t.identity(table).await)
     }
 
     async fn owned_tables(&self) -> Result<Vec<String>> {
-        dispatch!(self, AnyTarget, |t| t.owned_tables().await)
+        dispatch!(self, RealTarget, |t| t.owned_tables().await)
     }
 
     async fn after_publication(&self, generation: &str, backup: &str) -> Result<()> {
-        dispatch!(self, AnyTarget, |t| t.after_publication(generation, backup).await)
+        dispatch!(self, RealTarget, |t| t.after_publication(generation, backup).await)
     }
 
     async fn window_stats(&self, filter: &RowFilter) -> Result<WindowStats> {
-        dispatch!(self, AnyTarget, |t| t.window_stats(filter).await)
+        dispatch!(self, RealTarget, |t| t.window_stats(filter).await)
     }
 
     async fn drop_tables(&self, names: &[String]) -> Result<()> {
-        dispatch!(self, AnyTarget, |t| t.drop_tables(names).await)
+        dispatch!(self, RealTarget, |t| t.drop_tables(names).await)
     }
 }

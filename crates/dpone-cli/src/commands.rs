@@ -104,7 +104,7 @@ fn prepare(path: &Path, args: &IntervalArgs) -> Result<(Manifest, Plan, Adapters
 /// the operator commands need neither the interval nor the source).
 pub fn prepare_for_status(path: &Path) -> Result<(Manifest, AnyTarget), Diagnostics> {
     let manifest = load(path)?;
-    let target = AnyTarget::build(&manifest, &base_dir(path)).map_err(|mut d| {
+    let target = adapters::build_target(&manifest, &base_dir(path)).map_err(|mut d| {
         manifest.locate(&mut d);
         Diagnostics::one(d)
     })?;

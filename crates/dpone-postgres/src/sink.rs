@@ -19,10 +19,10 @@
 use crate::catalog::{DESCRIBE_SQL, map_target_type};
 use crate::encode::{COPY_HEADER, COPY_TRAILER, CopyEncoder};
 use crate::error::classify;
-use crate::source::quote_ident;
-use crate::transcode::{CopyParser, FrameBuf, Parsed, RowCodec, codec_for};
+use crate::source::{CopyInput, quote_ident};
+use crate::transcode::{CopyParser, RowCodec, codec_for};
 use dpone_core::Diagnostic;
-use dpone_core::digest::RowDigest;
+use dpone_core::frames::{self, DigestOnly, FrameLimits};
 use dpone_core::manifest::TableRef;
 use dpone_core::ports::{
     AdapterError, Contents, EligibilityRequest, ErrorClass, FrameRx, GenerationBuild, PublicationOutcome, Result, RowFilter, TableRole,
@@ -30,7 +30,7 @@ use dpone_core::ports::{
 };
 use dpone_core::time::Timestamp;
 use dpone_core::types::{Column, DType};
-use futures_util::{SinkExt, StreamExt};
+use futures_util::SinkExt;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 use tokio_postgres::{Client, NoTls};
@@ -219,36 +219,12 @@ impl PostgresTarget {
         let client = self.connect().await?;
         let stream = client.copy_out(&sql).await.map_err(|e| classify("reading staged rows back", e))?;
         futures_util::pin_mut!(stream);
-        let mut parser = CopyParser::new(RowCodec { columns: codecs });
-        let mut digest = RowDigest::new(cols.len());
-        let mut rows = 0u64;
-        loop {
-            let mut frame = FrameBuf {
-                out: Vec::new(),
-                digest: RowDigest::new(cols.len()),
-                rows: 0,
-                max_rows: 1 << 16,
-                max_row_bytes: usize::MAX,
-                flush_bytes: 1 << 20,
-                reserved: usize::MAX,
-            };
-            let parsed = parser.parse_into(&mut frame).map_err(|e| AdapterError::permanent("invalid_value", e.to_string()))?;
-            digest.merge(&frame.digest);
-            rows += frame.rows;
-            match parsed {
-                Parsed::Finished => break,
-                Parsed::FrameFull | Parsed::NeedBudget(_) => {}
-                Parsed::NeedMore => match stream.next().await {
-                    Some(Ok(b)) => parser.push(&b),
-                    Some(Err(e)) => return Err(classify("reading staged rows back", e)),
-                    None => return Err(AdapterError::transient("postgres_copy_truncated", "the read-back ended before its trailer")),
-                },
-            }
-        }
-        while let Some(item) = stream.next().await {
-            item.map_err(|e| classify("reading staged rows back", e))?;
-        }
-        Ok(Contents { rows, digest })
+        let mut input = CopyInput { stream, reading: "reading staged rows back", finishing: "reading staged rows back" };
+        // Frames only bound how much is parsed at once: they are digested and dropped.
+        let limits = FrameLimits { block_rows: 1 << 16, flush_bytes: 1 << 20, max_row_bytes: usize::MAX };
+        let parser = &mut CopyParser::read_back(RowCodec { columns: codecs });
+        let stats = frames::assemble(parser, &mut input, cols.len(), limits, &mut DigestOnly::default()).await?;
+        Ok(Contents { rows: stats.rows, digest: stats.digest })
     }
 
     async fn execute(&self, sql: &str, what: &str) -> Result<()> {

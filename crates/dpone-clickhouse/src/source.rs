@@ -16,9 +16,8 @@ use crate::sink::filter_sql;
 use crate::transcode::{ColumnCodec, RowParser, codec_for};
 use bytes::Bytes;
 use dpone_core::digest::RowDigest;
-use dpone_core::error::did_you_mean;
 use dpone_core::frames::{self, ByteInput, FrameLimits, Need};
-use dpone_core::ports::{AdapterError, FrameTx, ReadRequest, ReadStats, Result, RowFilter, Source, SourceVersion};
+use dpone_core::ports::{AdapterError, FrameTx, ReadRequest, ReadStats, Result, RowFilter, Source, SourceVersion, select_columns};
 use dpone_core::types::{Column, DType, parse_clickhouse_type};
 use std::sync::OnceLock;
 
@@ -114,19 +113,7 @@ impl Source for ClickhouseSource {
                 .hint("exclude it with source.options.columns, or cast it in a view; see `dpone schema type-matrix`"));
         }
         let _ = self.columns.set(all.clone());
-        let Some(wanted) = wanted else { return Ok(all) };
-        wanted
-            .iter()
-            .map(|name| {
-                all.iter().find(|c| &c.name == name).cloned().ok_or_else(|| {
-                    let hint = match did_you_mean(name, all.iter().map(|c| c.name.as_str())) {
-                        Some(s) => format!("did you mean `{s}`?"),
-                        None => "check source.options.columns".into(),
-                    };
-                    AdapterError::permanent("unknown_column", format!("source column `{name}` does not exist")).hint(hint)
-                })
-            })
-            .collect()
+        select_columns(all, wanted)
     }
 
     fn conversion_refusals(&self, columns: &[Column], target_types: &[dpone_core::types::ColumnType]) -> Vec<dpone_core::Diagnostic> {

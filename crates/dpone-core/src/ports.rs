@@ -339,6 +339,25 @@ pub struct WindowStats {
     pub max: Option<Timestamp>,
 }
 
+/// The columns of `all` named by `wanted`, in that order, or all of them
+/// when `wanted` is None: what [`Source::describe`] returns. An unknown
+/// name is an error suggesting the closest existing one.
+pub fn select_columns(all: Vec<Column>, wanted: Option<&[String]>) -> Result<Vec<Column>> {
+    let Some(wanted) = wanted else { return Ok(all) };
+    wanted
+        .iter()
+        .map(|name| {
+            all.iter().find(|c| &c.name == name).cloned().ok_or_else(|| {
+                let hint = match crate::error::did_you_mean(name, all.iter().map(|c| c.name.as_str())) {
+                    Some(s) => format!("did you mean `{s}`?"),
+                    None => "check source.options.columns".into(),
+                };
+                AdapterError::permanent("unknown_column", format!("source column `{name}` does not exist")).hint(hint)
+            })
+        })
+        .collect()
+}
+
 /// A typed row source.
 pub trait Source: Send + Sync + 'static {
     /// Columns of `table` (all, or `columns` in that order) with canonical

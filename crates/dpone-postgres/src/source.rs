@@ -9,14 +9,13 @@
 //! connection: it cannot survive a restart, so the source version is not
 //! durable and a resumed run must re-extract the whole window.
 
-use crate::catalog::{DESCRIBE_SQL, map_type};
+use crate::catalog::{CatalogColumn, DESCRIBE_SQL, map_type};
 use crate::error::classify;
 use crate::transcode::{CopyParser, RowCodec, codec_for};
 use bytes::Bytes;
-use dpone_core::error::did_you_mean;
 use dpone_core::frames::{self, ByteInput, FrameLimits, Need};
 use dpone_core::manifest::TableRef;
-use dpone_core::ports::{AdapterError, FrameTx, ReadRequest, ReadStats, Result, Source, SourceVersion};
+use dpone_core::ports::{AdapterError, FrameTx, ReadRequest, ReadStats, Result, Source, SourceVersion, select_columns};
 use dpone_core::time::Timestamp;
 use dpone_core::types::{Column, ColumnType};
 use futures_util::StreamExt;
@@ -140,12 +139,8 @@ impl Source for PostgresSource {
         let mut all = Vec::with_capacity(rows.len());
         let mut oids = HashMap::new();
         let mut refused = Vec::new();
-        for r in rows {
-            let name: String = r.get(0);
-            let oid = r.get::<_, i64>(1) as u32;
-            let typmod: i32 = r.get(2);
-            let formatted: String = r.get(3);
-            let not_null: bool = r.get(4);
+        for r in &rows {
+            let CatalogColumn { name, oid, typmod, formatted, not_null } = CatalogColumn::from_row(r);
             match map_type(oid, typmod, &formatted) {
                 Ok(dtype) => {
                     oids.insert(name.clone(), oid);
@@ -159,19 +154,7 @@ impl Source for PostgresSource {
                 .hint("see `dpone schema type-matrix`; exclude the column with source.options.columns or cast it in a view"));
         }
         let _ = self.oids.set(oids);
-        let Some(wanted) = wanted else { return Ok(all) };
-        wanted
-            .iter()
-            .map(|name| {
-                all.iter().find(|c| &c.name == name).cloned().ok_or_else(|| {
-                    let hint = match did_you_mean(name, all.iter().map(|c| c.name.as_str())) {
-                        Some(s) => format!("did you mean `{s}`?"),
-                        None => "check source.options.columns".into(),
-                    };
-                    AdapterError::permanent("unknown_column", format!("source column `{name}` does not exist")).hint(hint)
-                })
-            })
-            .collect()
+        select_columns(all, wanted)
     }
 
     fn conversion_refusals(&self, columns: &[Column], target_types: &[ColumnType]) -> Vec<dpone_core::Diagnostic> {

@@ -10,9 +10,8 @@ use crate::config::SqliteConfig;
 use crate::error::{classify, join_error};
 use crate::types::{map_declared_type, quote_ident, read_value};
 use dpone_core::digest::RowDigest;
-use dpone_core::error::did_you_mean;
 use dpone_core::frames::{FrameLimits, RowFrames};
-use dpone_core::ports::{AdapterError, FrameTx, ReadRequest, ReadStats, Result, Source, SourceVersion};
+use dpone_core::ports::{AdapterError, FrameTx, ReadRequest, ReadStats, Result, Source, SourceVersion, select_columns};
 use dpone_core::rowbinary::encode_value;
 use dpone_core::types::{Column, ColumnType};
 use rusqlite::{Connection, OpenFlags};
@@ -154,19 +153,7 @@ impl Source for SqliteSource {
             AdapterError::permanent("source_table_missing", format!("source table {} does not exist", self.config.table))
                 .hint("check source.table")
         })?;
-        let Some(wanted) = columns else { return Ok(all) };
-        wanted
-            .iter()
-            .map(|name| {
-                all.iter().find(|c| &c.name == name).cloned().ok_or_else(|| {
-                    let hint = match did_you_mean(name, all.iter().map(|c| c.name.as_str())) {
-                        Some(s) => format!("did you mean `{s}`?"),
-                        None => "check source.options.columns".to_string(),
-                    };
-                    AdapterError::permanent("unknown_column", format!("source column `{name}` does not exist")).hint(hint)
-                })
-            })
-            .collect()
+        select_columns(all, columns)
     }
 
     async fn preflight(&self, window_column: Option<&str>) -> Result<Vec<dpone_core::Diagnostic>> {

@@ -51,20 +51,6 @@ pub struct ColumnCodec {
     pub codec: FieldCodec,
 }
 
-fn int_width(t: &DType) -> Option<(usize, bool)> {
-    Some(match t {
-        DType::Int8 => (1, true),
-        DType::Int16 => (2, true),
-        DType::Int32 => (4, true),
-        DType::Int64 => (8, true),
-        DType::UInt8 => (1, false),
-        DType::UInt16 => (2, false),
-        DType::UInt32 => (4, false),
-        DType::UInt64 => (8, false),
-        _ => return None,
-    })
-}
-
 /// Chooses the exact conversion of source column `name` from `source` to `target`.
 pub fn codec_for(name: &str, source: &ColumnType, target: &ColumnType) -> Result<ColumnCodec, String> {
     if source.nullable && !target.nullable {
@@ -94,7 +80,7 @@ pub fn codec_for(name: &str, source: &ColumnType, target: &ColumnType) -> Result
         (DType::Float32, DType::Float32) => FieldCodec::Float { width: 4 },
         (DType::Float64, DType::Float64) => FieldCodec::Float { width: 8 },
         (a, b) if a == b => FieldCodec::Copy { width: a.fixed_width().ok_or_else(|| format!("column `{name}`: {a} is not fixed width"))? },
-        (a, b) => match (int_width(a), int_width(b)) {
+        (a, b) => match (a.integer(), b.integer()) {
             (Some((from, signed)), Some((to, true))) if to > from || (to == from && signed) => FieldCodec::Widen { from, signed, to },
             _ => return Err(format!("column `{name}`: no exact conversion from {a} to {b}")),
         },

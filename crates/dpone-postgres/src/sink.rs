@@ -20,7 +20,7 @@
 //! partition a swap replaces, the generation, the receipt identity and the
 //! backup a swap keeps.
 
-use crate::catalog::{DESCRIBE_SQL, map_target_type};
+use crate::catalog::{CatalogColumn, DESCRIBE_SQL, map_target_type};
 use crate::encode::{COPY_HEADER, COPY_TRAILER, CopyEncoder};
 use crate::error::classify;
 use crate::source::{CopyInput, quote_ident};
@@ -199,12 +199,8 @@ impl Target for PostgresTarget {
         }
         let mut cols = Vec::new();
         let mut oids = HashMap::new();
-        for r in rows {
-            let name: String = r.get(0);
-            let oid = r.get::<_, i64>(1) as u32;
-            let typmod: i32 = r.get(2);
-            let formatted: String = r.get(3);
-            let not_null: bool = r.get(4);
+        for r in &rows {
+            let CatalogColumn { name, oid, typmod, formatted, not_null } = CatalogColumn::from_row(r);
             let dtype = map_target_type(oid, typmod, &formatted).map_err(|reason| {
                 AdapterError::permanent("unsupported_type", format!("target column `{name}`: {reason}"))
                     .hint("see `dpone schema type-matrix`")

@@ -384,7 +384,8 @@ pub trait Source: Send + Sync + 'static {
 
     /// Streams the requested rows into `out` as frames of at most
     /// `block_rows` rows / `block_bytes` bytes (a single larger row is an
-    /// error naming the limit). Returns once every frame was accepted.
+    /// error naming the limit), by the protocol of [`crate::frames`].
+    /// Returns once every frame was accepted.
     fn read(&self, request: ReadRequest, out: FrameTx) -> impl Future<Output = Result<ReadStats>> + Send;
 
     /// Releases the snapshot (idempotent).

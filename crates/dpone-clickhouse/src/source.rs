@@ -13,13 +13,12 @@
 
 use crate::client::{ChClient, quote_ident, quote_str};
 use crate::sink::filter_sql;
-use crate::transcode::{ColumnCodec, FrameBuf, Parsed, RowParser, codec_for};
-use dpone_core::budget::FrameBuffer;
+use crate::transcode::{ColumnCodec, RowParser, codec_for};
+use bytes::Bytes;
 use dpone_core::digest::RowDigest;
-use dpone_core::error::did_you_mean;
-use dpone_core::ports::{AdapterError, Frame, FrameTx, ReadRequest, ReadStats, Result, RowFilter, Source, SourceVersion};
+use dpone_core::frames::{self, ByteInput, FrameLimits, Need};
+use dpone_core::ports::{AdapterError, FrameTx, ReadRequest, ReadStats, Result, RowFilter, Source, SourceVersion, select_columns};
 use dpone_core::types::{Column, DType, parse_clickhouse_type};
-use futures_util::StreamExt;
 use std::sync::OnceLock;
 
 /// Frames are flushed at this size (or earlier at `block_rows`).
@@ -32,10 +31,12 @@ pub struct ClickhouseSource {
     columns: OnceLock<Vec<Column>>,
 }
 
-fn covered(buffer: &FrameBuffer) -> usize {
-    match buffer.reserved() {
-        0 => usize::MAX,
-        n => n as usize,
+/// A RowBinary response as the byte input of frame assembly.
+struct Body(reqwest::Response);
+
+impl ByteInput for Body {
+    async fn next(&mut self, _need: Need) -> Result<Option<Bytes>> {
+        self.0.chunk().await.map_err(|e| AdapterError::transient("clickhouse_transport", format!("reading the chunk failed: {e}")))
     }
 }
 
@@ -112,19 +113,7 @@ impl Source for ClickhouseSource {
                 .hint("exclude it with source.options.columns, or cast it in a view; see `dpone schema type-matrix`"));
         }
         let _ = self.columns.set(all.clone());
-        let Some(wanted) = wanted else { return Ok(all) };
-        wanted
-            .iter()
-            .map(|name| {
-                all.iter().find(|c| &c.name == name).cloned().ok_or_else(|| {
-                    let hint = match did_you_mean(name, all.iter().map(|c| c.name.as_str())) {
-                        Some(s) => format!("did you mean `{s}`?"),
-                        None => "check source.options.columns".into(),
-                    };
-                    AdapterError::permanent("unknown_column", format!("source column `{name}` does not exist")).hint(hint)
-                })
-            })
-            .collect()
+        select_columns(all, wanted)
     }
 
     fn conversion_refusals(&self, columns: &[Column], target_types: &[dpone_core::types::ColumnType]) -> Vec<dpone_core::Diagnostic> {
@@ -153,7 +142,7 @@ impl Source for ClickhouseSource {
         Ok(SourceVersion { id: format!("clickhouse:{v}"), durable: false })
     }
 
-    async fn read(&self, request: ReadRequest, out: FrameTx) -> Result<ReadStats> {
+    async fn read(&self, request: ReadRequest, mut out: FrameTx) -> Result<ReadStats> {
         let codecs = self.codecs(&request)?;
         let names: Vec<String> = request.columns.iter().map(|c| quote_ident(&c.name)).collect();
         let list = names.join(", ");
@@ -164,76 +153,9 @@ impl Source for ClickhouseSource {
         let where_sql = filter.as_ref().map(|f| format!(" WHERE {f}")).unwrap_or_default();
         let response =
             self.client.query_stream(&format!("SELECT {list} FROM {}{where_sql} FORMAT RowBinary", self.table_sql()), None).await?;
-        let mut body = response.bytes_stream();
-
-        let ncols = request.columns.len();
-        let max_bytes = usize::try_from(request.block_bytes).unwrap_or(usize::MAX);
-        let flush_bytes = FLUSH_BYTES.min(max_bytes);
-        let max_row_bytes = usize::try_from(request.max_row_bytes).unwrap_or(usize::MAX).min(max_bytes);
-        let new_frame = |buffer: &mut FrameBuffer| FrameBuf {
-            out: std::mem::take(&mut buffer.bytes),
-            digest: RowDigest::new(ncols),
-            rows: 0,
-            max_rows: request.block_rows,
-            max_row_bytes,
-            flush_bytes,
-            reserved: covered(buffer),
-        };
-        let mut buffer = out.buffer(flush_bytes as u64).await?;
-        let mut frame = new_frame(&mut buffer);
         let mut parser = RowParser::new(codecs);
-        let mut stats = ReadStats { digest: RowDigest::new(ncols), ..ReadStats::default() };
-        let seal = |frame: FrameBuf, mut buffer: FrameBuffer, stats: &mut ReadStats| {
-            stats.rows += frame.rows;
-            stats.encoded_bytes += frame.out.len() as u64;
-            stats.digest.merge(&frame.digest);
-            buffer.bytes = frame.out;
-            Frame { bytes: buffer, rows: frame.rows, digest: frame.digest }
-        };
-        let value_error = |e: crate::transcode::TranscodeError| {
-            AdapterError::permanent(if e.reason.contains("max_row_bytes") { "row_too_large" } else { "invalid_value" }, e.to_string())
-                .hint("dpone moves values exactly or not at all; fix the value, the target type or the row limits (native_chunks)")
-        };
-        let mut checked_rows = 0u64;
-        let mut eof = false;
-        loop {
-            let parsed = parser.parse_into(&mut frame).map_err(value_error)?;
-            if stats.rows + frame.rows >= checked_rows + dpone_core::state::LEASE_CHECK_ROWS {
-                checked_rows = stats.rows + frame.rows;
-                out.check()?;
-            }
-            match parsed {
-                Parsed::FrameFull => {
-                    // Hand the full frame on *before* reserving the next
-                    // buffer: a reader waiting for budget must hold none, or
-                    // readers could wait on each other forever.
-                    let full = std::mem::replace(&mut frame, new_frame(&mut FrameBuffer::default()));
-                    let sealed = seal(full, std::mem::take(&mut buffer), &mut stats);
-                    out.send(sealed).await?;
-                    buffer = out.buffer(flush_bytes as u64).await?;
-                    frame.out = std::mem::take(&mut buffer.bytes);
-                    frame.reserved = covered(&buffer);
-                }
-                Parsed::NeedBudget(bytes) => {
-                    out.grow(&mut buffer, bytes as u64).await?;
-                    frame.reserved = covered(&buffer);
-                }
-                Parsed::NeedMore if eof => break,
-                Parsed::NeedMore => match body.next().await {
-                    Some(Ok(bytes)) => parser.push(&bytes),
-                    Some(Err(e)) => {
-                        return Err(AdapterError::transient("clickhouse_transport", format!("reading the chunk failed: {e}")));
-                    }
-                    None => eof = true,
-                },
-            }
-        }
-        if parser.pending_len() != 0 {
-            return Err(AdapterError::transient("clickhouse_truncated", "the RowBinary response ended inside a row"));
-        }
-        if frame.rows > 0 {
-            out.send(seal(frame, buffer, &mut stats)).await?;
-        }
+        let limits = FrameLimits::new(&request, FLUSH_BYTES);
+        let stats = frames::assemble(&mut parser, &mut Body(response), request.columns.len(), limits, &mut out).await?;
         // Re-read after EOF: the server's count and digest of the same rows
         // in their source encoding must equal what was streamed.
         let check = self

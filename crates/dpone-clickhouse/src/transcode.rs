@@ -12,9 +12,13 @@
 //! compared with the server's digest of the same rows after EOF.
 
 use dpone_core::digest::{RowDigest, row_hash};
+use dpone_core::frames::{FrameBuf, Parsed, Transcoder};
+use dpone_core::ports::AdapterError;
 use dpone_core::rowbinary::{leb128_len, write_leb128};
 use dpone_core::types::{ColumnType, DType, decimal_width};
 use ethnum::U256;
+
+pub use dpone_core::frames::TranscodeError;
 
 /// How one source column becomes one target column.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,20 +51,6 @@ pub struct ColumnCodec {
     pub codec: FieldCodec,
 }
 
-fn int_width(t: &DType) -> Option<(usize, bool)> {
-    Some(match t {
-        DType::Int8 => (1, true),
-        DType::Int16 => (2, true),
-        DType::Int32 => (4, true),
-        DType::Int64 => (8, true),
-        DType::UInt8 => (1, false),
-        DType::UInt16 => (2, false),
-        DType::UInt32 => (4, false),
-        DType::UInt64 => (8, false),
-        _ => return None,
-    })
-}
-
 /// Chooses the exact conversion of source column `name` from `source` to `target`.
 pub fn codec_for(name: &str, source: &ColumnType, target: &ColumnType) -> Result<ColumnCodec, String> {
     if source.nullable && !target.nullable {
@@ -90,7 +80,7 @@ pub fn codec_for(name: &str, source: &ColumnType, target: &ColumnType) -> Result
         (DType::Float32, DType::Float32) => FieldCodec::Float { width: 4 },
         (DType::Float64, DType::Float64) => FieldCodec::Float { width: 8 },
         (a, b) if a == b => FieldCodec::Copy { width: a.fixed_width().ok_or_else(|| format!("column `{name}`: {a} is not fixed width"))? },
-        (a, b) => match (int_width(a), int_width(b)) {
+        (a, b) => match (a.integer(), b.integer()) {
             (Some((from, signed)), Some((to, true))) if to > from || (to == from && signed) => FieldCodec::Widen { from, signed, to },
             _ => return Err(format!("column `{name}`: no exact conversion from {a} to {b}")),
         },
@@ -102,19 +92,6 @@ pub fn codec_for(name: &str, source: &ColumnType, target: &ColumnType) -> Result
         source_width: s.fixed_width().filter(|_| !matches!(s, DType::String)),
         codec,
     })
-}
-
-/// A value that cannot be written exactly, or a malformed stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TranscodeError {
-    pub column: String,
-    pub reason: String,
-}
-
-impl std::fmt::Display for TranscodeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "column `{}`: {}", self.column, self.reason)
-    }
 }
 
 /// Reads a LEB128 length at `data[pos..]`: (value, bytes used), or None if incomplete.
@@ -129,29 +106,10 @@ fn leb128_at(data: &[u8], pos: usize) -> Option<(u64, usize)> {
     None
 }
 
-/// A frame being filled (see `dpone-postgres`'s twin for the protocol).
-pub struct FrameBuf {
-    pub out: Vec<u8>,
-    pub digest: RowDigest,
-    pub rows: u64,
-    pub max_rows: u64,
-    pub max_row_bytes: usize,
-    pub flush_bytes: usize,
-    pub reserved: usize,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Parsed {
-    NeedMore,
-    FrameFull,
-    NeedBudget(usize),
-}
-
-/// Incremental parser of a ClickHouse RowBinary response.
+/// Incremental parser of a ClickHouse RowBinary response: the
+/// [`Transcoder`] of ClickHouse sources.
 pub struct RowParser {
     columns: Vec<ColumnCodec>,
-    pending: Vec<u8>,
-    row_nulls: Vec<usize>,
     /// Digest of the source rows' own bytes (for the after-EOF re-read).
     pub source_digest: RowDigest,
 }
@@ -159,33 +117,7 @@ pub struct RowParser {
 impl RowParser {
     pub fn new(columns: Vec<ColumnCodec>) -> Self {
         let n = columns.len();
-        RowParser { columns, pending: Vec::new(), row_nulls: Vec::new(), source_digest: RowDigest::new(n) }
-    }
-
-    pub fn push(&mut self, data: &[u8]) {
-        self.pending.extend_from_slice(data);
-    }
-
-    pub fn pending_len(&self) -> usize {
-        self.pending.len()
-    }
-
-    /// Moves complete rows into `frame` until it is full or data runs out.
-    pub fn parse_into(&mut self, frame: &mut FrameBuf) -> Result<Parsed, TranscodeError> {
-        let data = std::mem::take(&mut self.pending);
-        let result = self.parse(&data, frame);
-        let mut data = data;
-        match result {
-            Ok((used, parsed)) => {
-                data.drain(..used);
-                self.pending = data;
-                Ok(parsed)
-            }
-            Err(e) => {
-                self.pending = data;
-                Err(e)
-            }
-        }
+        RowParser { columns, source_digest: RowDigest::new(n) }
     }
 
     /// Size of column `c` at `pos`: (source bytes, target bytes, is NULL), None if incomplete.
@@ -199,7 +131,7 @@ impl RowParser {
             match flag {
                 1 => return Ok(Some((src, 1, true))),
                 0 => {}
-                b => return Err(TranscodeError { column: c.name.clone(), reason: format!("invalid Nullable prefix {b}") }),
+                b => return Err(TranscodeError::new(c.name.as_str(), format!("invalid Nullable prefix {b}"))),
             }
         }
         let prefix = usize::from(c.target_nullable);
@@ -234,7 +166,7 @@ impl RowParser {
                     f64::from_le_bytes(v.try_into().expect("8 bytes")).is_finite()
                 };
                 if !finite {
-                    return Err(TranscodeError { column: c.name.clone(), reason: "NaN and infinities are refused".into() });
+                    return Err(TranscodeError::new(c.name.as_str(), "NaN and infinities are refused"));
                 }
                 out.extend_from_slice(v);
             }
@@ -254,21 +186,22 @@ impl RowParser {
             }
             FieldCodec::Ticks { mult } => {
                 let t = i64::from_le_bytes(v.try_into().expect("8 bytes"));
-                let scaled = t.checked_mul(*mult).ok_or_else(|| TranscodeError {
-                    column: c.name.clone(),
-                    reason: format!("DateTime64 value {t} overflows when rescaled"),
-                })?;
+                let scaled = t
+                    .checked_mul(*mult)
+                    .ok_or_else(|| TranscodeError::new(c.name.as_str(), format!("DateTime64 value {t} overflows when rescaled")))?;
                 out.extend_from_slice(&scaled.to_le_bytes());
             }
         }
         Ok(())
     }
+}
 
+impl Transcoder for RowParser {
     fn parse(&mut self, data: &[u8], frame: &mut FrameBuf) -> Result<(usize, Parsed), TranscodeError> {
         let mut pos = 0;
         loop {
-            if frame.rows >= frame.max_rows {
-                return Ok((pos, Parsed::FrameFull));
+            if let Some(stop) = frame.stop() {
+                return Ok((pos, stop));
             }
             if pos == data.len() {
                 return Ok((pos, Parsed::NeedMore));
@@ -285,55 +218,38 @@ impl RowParser {
                     widest = (i, dst);
                 }
             }
-            if predicted > frame.max_row_bytes {
-                return Err(TranscodeError {
-                    column: self.columns[widest.0].name.clone(),
-                    reason: format!(
-                        "a row encodes to {predicted} bytes ({} of them in this column), more than max_row_bytes = {}",
-                        widest.1, frame.max_row_bytes
-                    ),
-                });
+            if let Some(stop) = frame.admit(predicted, widest.1, &self.columns[widest.0].name)? {
+                return Ok((pos, stop));
             }
-            if frame.rows > 0 && frame.out.len() + predicted > frame.flush_bytes {
-                return Ok((pos, Parsed::FrameFull));
-            }
-            if frame.out.len() + predicted > frame.reserved {
-                return Ok((pos, Parsed::NeedBudget(frame.out.len() + predicted)));
-            }
-            let start = frame.out.len();
-            self.row_nulls.clear();
-            let mut q = pos;
-            for (i, c) in self.columns.iter().enumerate() {
-                let (src, _, null) = Self::measure(c, data, q)?.expect("measured above");
-                if null {
-                    self.row_nulls.push(i);
-                    frame.out.push(1);
-                } else {
-                    let value_start = q + usize::from(c.source_nullable);
-                    if let Err(e) = Self::write(c, &data[value_start..q + src], &mut frame.out) {
-                        frame.out.truncate(start);
-                        return Err(e);
+            let (columns, source_digest) = (&self.columns, &mut self.source_digest);
+            frame.write_row(predicted, |out, digest| {
+                let mut q = pos;
+                for (i, c) in columns.iter().enumerate() {
+                    let (src, _, null) = Self::measure(c, data, q)?.expect("measured above");
+                    if null {
+                        digest.add_null(i);
+                        source_digest.add_null(i);
+                        out.push(1);
+                    } else {
+                        let value_start = q + usize::from(c.source_nullable);
+                        Self::write(c, &data[value_start..q + src], out)?;
                     }
+                    q += src;
                 }
-                q += src;
-            }
-            if frame.out.len() - start != predicted {
-                let produced = frame.out.len() - start;
-                frame.out.truncate(start);
-                return Err(TranscodeError {
-                    column: "<row>".into(),
-                    reason: format!("internal error: the encoder produced {produced} bytes for a row sized {predicted}"),
-                });
-            }
-            for &i in &self.row_nulls {
-                frame.digest.add_null(i);
-                self.source_digest.add_null(i);
-            }
-            frame.digest.add_row(&frame.out[start..]);
+                Ok(())
+            })?;
             self.source_digest.add_row(&data[pos..p]);
-            frame.rows += 1;
             pos = p;
         }
+    }
+
+    /// RowBinary has no end marker: the response may end at any row boundary.
+    fn complete(&self, unparsed: usize) -> bool {
+        unparsed == 0
+    }
+
+    fn truncated(&self) -> AdapterError {
+        AdapterError::transient("clickhouse_truncated", "the RowBinary response ended inside a row")
     }
 }
 
@@ -346,10 +262,15 @@ pub fn source_row_hash(bytes: &[u8]) -> U256 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dpone_core::frames::{FrameLimits, Unparsed};
     use dpone_core::rowbinary::{encode_row, encode_value};
     use dpone_core::types::parse_clickhouse_type;
     use dpone_core::value::Value;
     use ethnum::I256;
+
+    fn limits(block_rows: u64, bytes: usize) -> FrameLimits {
+        FrameLimits { block_rows, flush_bytes: bytes, max_row_bytes: bytes }
+    }
 
     fn ct(s: &str) -> ColumnType {
         if s == "Binary" {
@@ -365,21 +286,11 @@ mod tests {
         encode_value(&mut src, &s, &v).unwrap();
         let codec = codec_for("c", &s, &t).unwrap_or_else(|e| panic!("{e}"));
         let mut parser = RowParser::new(vec![codec]);
-        parser.push(&src);
-        let mut frame = FrameBuf {
-            out: Vec::new(),
-            digest: RowDigest::new(1),
-            rows: 0,
-            max_rows: 10,
-            max_row_bytes: 1 << 20,
-            flush_bytes: 1 << 20,
-            reserved: 1 << 20,
-        };
-        assert_eq!(parser.parse_into(&mut frame).unwrap(), Parsed::NeedMore);
+        let mut frame = FrameBuf::unbudgeted(1, limits(10, 1 << 20));
+        assert_eq!(parser.parse(&src, &mut frame).unwrap(), (src.len(), Parsed::NeedMore));
         let mut want = Vec::new();
         encode_value(&mut want, &t, &expect).unwrap();
         assert_eq!(frame.out, want, "{source} -> {target}");
-        assert_eq!(parser.pending_len(), 0);
     }
 
     #[test]
@@ -414,17 +325,8 @@ mod tests {
         let nan = f64::NAN.to_le_bytes();
         let codec = codec_for("f", &ct("Float64"), &ct("Float64")).unwrap();
         let mut parser = RowParser::new(vec![codec]);
-        parser.push(&nan);
-        let mut frame = FrameBuf {
-            out: Vec::new(),
-            digest: RowDigest::new(1),
-            rows: 0,
-            max_rows: 10,
-            max_row_bytes: 64,
-            flush_bytes: 64,
-            reserved: 64,
-        };
-        assert!(parser.parse_into(&mut frame).unwrap_err().reason.contains("NaN"));
+        let mut frame = FrameBuf::unbudgeted(1, limits(10, 64));
+        assert!(parser.parse(&nan, &mut frame).unwrap_err().reason.contains("NaN"));
     }
 
     #[test]
@@ -446,20 +348,13 @@ mod tests {
         }
         let codecs = types.iter().zip(&targets).enumerate().map(|(i, (s, t))| codec_for(&format!("c{i}"), s, t).unwrap()).collect();
         let mut parser = RowParser::new(codecs);
+        let mut unparsed = Unparsed::default();
         let mut out = Vec::new();
         for piece in src.chunks(7) {
-            parser.push(piece);
+            unparsed.push(piece);
             loop {
-                let mut frame = FrameBuf {
-                    out: Vec::new(),
-                    digest: RowDigest::new(3),
-                    rows: 0,
-                    max_rows: 4,
-                    max_row_bytes: 1 << 20,
-                    flush_bytes: 1 << 20,
-                    reserved: 1 << 20,
-                };
-                let r = parser.parse_into(&mut frame).unwrap();
+                let mut frame = FrameBuf::unbudgeted(3, limits(4, 1 << 20));
+                let r = unparsed.parse_into(&mut parser, &mut frame).unwrap();
                 out.extend_from_slice(&frame.out);
                 if r == Parsed::NeedMore {
                     break;
@@ -472,5 +367,6 @@ mod tests {
         }
         assert_eq!(out, want);
         assert_eq!(parser.source_digest, src_digest);
+        assert!(unparsed.is_empty() && parser.complete(unparsed.len()));
     }
 }

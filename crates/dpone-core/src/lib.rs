@@ -6,7 +6,8 @@
 //! - [`time`], [`window`]: fixed durations and rolling-window chunking.
 //! - [`digest`]: the order-independent multiset digest of rows.
 //! - [`plan`]: the pure plan a run executes; [`evidence`]: what a run proves.
-//! - [`ports`]: the traits adapters implement.
+//! - [`ports`]: the traits adapters implement; [`frames`]: the one frame
+//!   assembly every source uses.
 //!
 //! Architecture invariant: this crate depends on no driver, runtime or file
 //! system API. Adapters own vendor I/O; the CLI composes them.
@@ -17,6 +18,7 @@ pub mod digest;
 pub mod error;
 pub mod evidence;
 pub mod failpoint;
+pub mod frames;
 pub mod identity;
 pub mod limits;
 pub mod manifest;

@@ -407,6 +407,25 @@ pub struct WindowStats {
     pub max: Option<Timestamp>,
 }
 
+/// The columns of `all` named by `wanted`, in that order, or all of them
+/// when `wanted` is None: what [`Source::describe`] returns. An unknown
+/// name is an error suggesting the closest existing one.
+pub fn select_columns(all: Vec<Column>, wanted: Option<&[String]>) -> Result<Vec<Column>> {
+    let Some(wanted) = wanted else { return Ok(all) };
+    wanted
+        .iter()
+        .map(|name| {
+            all.iter().find(|c| &c.name == name).cloned().ok_or_else(|| {
+                let hint = match crate::error::did_you_mean(name, all.iter().map(|c| c.name.as_str())) {
+                    Some(s) => format!("did you mean `{s}`?"),
+                    None => "check source.options.columns".into(),
+                };
+                AdapterError::permanent("unknown_column", format!("source column `{name}` does not exist")).hint(hint)
+            })
+        })
+        .collect()
+}
+
 /// A typed row source.
 pub trait Source: Send + Sync + 'static {
     /// Columns of `table` (all, or `columns` in that order) with canonical
@@ -433,7 +452,8 @@ pub trait Source: Send + Sync + 'static {
 
     /// Streams the requested rows into `out` as frames of at most
     /// `block_rows` rows / `block_bytes` bytes (a single larger row is an
-    /// error naming the limit). Returns once every frame was accepted.
+    /// error naming the limit), by the protocol of [`crate::frames`].
+    /// Returns once every frame was accepted.
     fn read(&self, request: ReadRequest, out: FrameTx) -> impl Future<Output = Result<ReadStats>> + Send;
 
     /// Releases the snapshot (idempotent).

@@ -101,6 +101,22 @@ impl DType {
         })
     }
 
+    /// Width in bytes and signedness of the integers sources widen
+    /// (Int8..Int64, UInt8..UInt64); None for every other type.
+    pub fn integer(&self) -> Option<(usize, bool)> {
+        Some(match self {
+            DType::Int8 => (1, true),
+            DType::Int16 => (2, true),
+            DType::Int32 => (4, true),
+            DType::Int64 => (8, true),
+            DType::UInt8 => (1, false),
+            DType::UInt16 => (2, false),
+            DType::UInt32 => (4, false),
+            DType::UInt64 => (8, false),
+            _ => return None,
+        })
+    }
+
     pub fn is_temporal(&self) -> bool {
         matches!(self, DType::Date | DType::Date32 | DType::DateTime { .. } | DType::DateTime64 { .. })
     }
@@ -166,19 +182,6 @@ impl fmt::Display for ColumnType {
 /// widenings, UInt64 -> Decimal(>= 20, 0), Date -> Date32, DateTime ->
 /// DateTime64, a higher DateTime64 precision, and byte strings -> Binary.
 pub fn exact_widening(source: &DType, target: &DType) -> bool {
-    let int = |t: &DType| -> Option<(u32, bool)> {
-        Some(match t {
-            DType::Int8 => (8, true),
-            DType::Int16 => (16, true),
-            DType::Int32 => (32, true),
-            DType::Int64 => (64, true),
-            DType::UInt8 => (8, false),
-            DType::UInt16 => (16, false),
-            DType::UInt32 => (32, false),
-            DType::UInt64 => (64, false),
-            _ => return None,
-        })
-    };
     if source == target {
         return true;
     }
@@ -188,7 +191,7 @@ pub fn exact_widening(source: &DType, target: &DType) -> bool {
         (DType::DateTime { .. }, DType::DateTime64 { .. }) => true,
         (DType::DateTime64 { precision: p, tz: a }, DType::DateTime64 { precision: q, tz: b }) => p <= q && a.is_some() == b.is_some(),
         (DType::String | DType::FixedString(_), DType::Binary) => true,
-        (a, b) => match (int(a), int(b)) {
+        (a, b) => match (a.integer(), b.integer()) {
             (Some((wa, sa)), Some((wb, sb))) => sb && (wb > wa || (wb == wa && sa)),
             _ => false,
         },

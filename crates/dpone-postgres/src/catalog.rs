@@ -25,6 +25,22 @@ pub mod oid {
 pub const DESCRIBE_SQL: &str = "SELECT a.attname::text, a.atttypid::int8, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull \
      FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum";
 
+/// One row of [`DESCRIBE_SQL`].
+pub struct CatalogColumn {
+    pub name: String,
+    pub oid: u32,
+    pub typmod: i32,
+    /// `format_type(oid, typmod)`: the type as PostgreSQL spells it.
+    pub formatted: String,
+    pub not_null: bool,
+}
+
+impl CatalogColumn {
+    pub fn from_row(r: &tokio_postgres::Row) -> Self {
+        CatalogColumn { name: r.get(0), oid: r.get::<_, i64>(1) as u32, typmod: r.get(2), formatted: r.get(3), not_null: r.get(4) }
+    }
+}
+
 /// Maps a column of a PostgreSQL *target* to the canonical type dpone
 /// writes into it: like [`map_type`], but `date` takes the wider Date32 and
 /// `bytea` takes raw bytes.

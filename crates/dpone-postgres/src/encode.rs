@@ -227,8 +227,8 @@ impl CopyEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transcode::{CopyParser, FrameBuf, Parsed, RowCodec, codec_for};
-    use dpone_core::digest::RowDigest;
+    use crate::transcode::{CopyParser, RowCodec, codec_for};
+    use dpone_core::frames::{FrameBuf, FrameLimits, Parsed, Transcoder};
     use dpone_core::rowbinary::encode_row;
     use dpone_core::types::{Column, parse_clickhouse_type};
     use dpone_core::value::{Value, pow10};
@@ -258,17 +258,9 @@ mod tests {
             .map(|((n, t), (_, oid))| codec_for(&Column { name: n.clone(), ty: t.clone(), native_type: String::new() }, *oid, t).unwrap())
             .collect();
         let mut parser = CopyParser::new(RowCodec { columns: codecs });
-        parser.push(&copy);
-        let mut frame = FrameBuf {
-            out: Vec::new(),
-            digest: RowDigest::new(cols.len()),
-            rows: 0,
-            max_rows: u64::MAX,
-            max_row_bytes: 1 << 30,
-            flush_bytes: 1 << 30,
-            reserved: 1 << 30,
-        };
-        assert_eq!(parser.parse_into(&mut frame).unwrap(), Parsed::Finished);
+        let mut frame =
+            FrameBuf::unbudgeted(cols.len(), FrameLimits { block_rows: u64::MAX, flush_bytes: 1 << 30, max_row_bytes: 1 << 30 });
+        assert_eq!(parser.parse(&copy, &mut frame).unwrap(), (copy.len(), Parsed::Finished));
         assert_eq!(frame.out, rb);
     }
 

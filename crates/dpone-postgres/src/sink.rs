@@ -15,14 +15,18 @@
 //!   or `DELETE` of the frozen window, `INSERT` from the generation, and a
 //!   receipt row naming the generation. A lost commit acknowledgement is
 //!   resolved by probing for the receipt (`identity`).
+//!
+//! `sink/publish.rs` holds what surrounds the publishing transaction: the
+//! partition a swap replaces, the generation, the receipt identity and the
+//! backup a swap keeps.
 
-use crate::catalog::{DESCRIBE_SQL, map_target_type};
+use crate::catalog::{CatalogColumn, DESCRIBE_SQL, map_target_type};
 use crate::encode::{COPY_HEADER, COPY_TRAILER, CopyEncoder};
 use crate::error::classify;
-use crate::source::quote_ident;
-use crate::transcode::{CopyParser, FrameBuf, Parsed, RowCodec, codec_for};
+use crate::source::{CopyInput, quote_ident};
+use crate::transcode::{CopyParser, RowCodec, codec_for};
 use dpone_core::Diagnostic;
-use dpone_core::digest::RowDigest;
+use dpone_core::frames::{self, DigestOnly, FrameLimits};
 use dpone_core::manifest::TableRef;
 use dpone_core::ports::{
     AdapterError, Contents, EligibilityRequest, ErrorClass, FrameRx, GenerationBuild, PublicationOutcome, Result, RowFilter, TableRole,
@@ -30,28 +34,18 @@ use dpone_core::ports::{
 };
 use dpone_core::time::Timestamp;
 use dpone_core::types::{Column, DType};
-use futures_util::{SinkExt, StreamExt};
+use futures_util::SinkExt;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 use tokio_postgres::{Client, NoTls};
 
-/// The partition a swap replaces.
-#[derive(Debug, Clone)]
-struct SwapPartition {
-    schema: String,
-    name: String,
-    column: String,
-    start: Timestamp,
-    end: Timestamp,
-}
+mod publish;
+use publish::SwapPartition;
 
 /// The table holding one receipt per publication, next to the staging.
 pub const RECEIPTS_TABLE: &str = "_dpone_receipts";
 /// Retries of one frame's COPY after a transient failure.
 pub const FRAME_RETRIES: u32 = 2;
-/// Up to this many chunks the generation is a `UNION ALL` view over the
-/// staging tables; beyond it (a view that wide plans slowly) a table.
-const MAX_VIEW_ARMS: usize = 1000;
 
 pub struct PostgresTarget {
     config: tokio_postgres::Config,
@@ -90,71 +84,6 @@ impl PostgresTarget {
             columns: OnceLock::new(),
             oids: OnceLock::new(),
         }
-    }
-
-    /// The partition a swap replaces: the one holding exactly the window of
-    /// `window` (a row filter on the window column), looked up once. None
-    /// unless the publication is a partition swap of a window.
-    async fn swap_partition(&self, window: Option<&RowFilter>) -> Result<Option<&SwapPartition>> {
-        if !self.partition_swap {
-            return Ok(None);
-        }
-        if let Some(p) = self.swap_partition.get() {
-            return Ok(Some(p));
-        }
-        let Some(w) = window else { return Ok(None) };
-        match self.find_swap_partition(&w.column, w.start, w.end).await? {
-            Ok(p) => Ok(Some(self.swap_partition.get_or_init(|| p))),
-            Err(reason) => Err(AdapterError::permanent("partition_swap_unsupported_layout", reason).hint(
-                "use `publication: delete_insert`, or partition the target by RANGE on the window column with one partition per window",
-            )),
-        }
-    }
-
-    /// Why the target cannot publish by partition swap, or the partition
-    /// that holds exactly `[start, end)`.
-    async fn find_swap_partition(
-        &self,
-        column: &str,
-        start: Timestamp,
-        end: Timestamp,
-    ) -> Result<std::result::Result<SwapPartition, String>> {
-        let client = self.connect().await?;
-        client.batch_execute("SET TimeZone = 'UTC'").await.map_err(|e| classify("checking partitions", e))?;
-        let key = client
-            .query_opt(
-                "SELECT p.partstrat::text, array_length(p.partattrs::int2[], 1), (SELECT attname::text FROM pg_attribute \
-                 WHERE attrelid = p.partrelid AND attnum = p.partattrs[0]) FROM pg_partitioned_table p WHERE p.partrelid = to_regclass($1)",
-                &[&self.target_sql()],
-            )
-            .await
-            .map_err(|e| classify("checking partitions", e))?;
-        let Some(key) = key else { return Ok(Err("the target is not a partitioned table".into())) };
-        let (strategy, nkeys, attname): (String, Option<i32>, Option<String>) = (key.get(0), key.get(1), key.get(2));
-        if strategy != "r" {
-            return Ok(Err("the target is not partitioned by RANGE".into()));
-        }
-        if nkeys != Some(1) || attname.as_deref() != Some(column) {
-            return Ok(Err(format!("the partition key is not exactly the window column `{column}`")));
-        }
-        let bound = client
-            .query_opt(
-                "SELECT n.nspname::text, c.relname::text, c.relkind::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
-                 JOIN pg_namespace n ON n.oid = c.relnamespace WHERE i.inhparent = to_regclass($1) \
-                 AND pg_get_expr(c.relpartbound, c.oid) = format('FOR VALUES FROM (%L) TO (%L)', $2::text::timestamptz, $3::text::timestamptz)",
-                &[&self.target_sql(), &format!("{}+00", start.to_canonical()), &format!("{}+00", end.to_canonical())],
-            )
-            .await
-            .map_err(|e| classify("checking partitions", e))?;
-        let Some(b) = bound else {
-            return Ok(Err(format!(
-                "no partition covers exactly the window [{start}, {end}); partition swap replaces one whole partition"
-            )));
-        };
-        if b.get::<_, String>(2) != "r" {
-            return Ok(Err("the window's partition is itself partitioned".into()));
-        }
-        Ok(Ok(SwapPartition { schema: b.get(0), name: b.get(1), column: column.to_string(), start, end }))
     }
 
     fn schema(&self) -> &str {
@@ -219,36 +148,12 @@ impl PostgresTarget {
         let client = self.connect().await?;
         let stream = client.copy_out(&sql).await.map_err(|e| classify("reading staged rows back", e))?;
         futures_util::pin_mut!(stream);
-        let mut parser = CopyParser::new(RowCodec { columns: codecs });
-        let mut digest = RowDigest::new(cols.len());
-        let mut rows = 0u64;
-        loop {
-            let mut frame = FrameBuf {
-                out: Vec::new(),
-                digest: RowDigest::new(cols.len()),
-                rows: 0,
-                max_rows: 1 << 16,
-                max_row_bytes: usize::MAX,
-                flush_bytes: 1 << 20,
-                reserved: usize::MAX,
-            };
-            let parsed = parser.parse_into(&mut frame).map_err(|e| AdapterError::permanent("invalid_value", e.to_string()))?;
-            digest.merge(&frame.digest);
-            rows += frame.rows;
-            match parsed {
-                Parsed::Finished => break,
-                Parsed::FrameFull | Parsed::NeedBudget(_) => {}
-                Parsed::NeedMore => match stream.next().await {
-                    Some(Ok(b)) => parser.push(&b),
-                    Some(Err(e)) => return Err(classify("reading staged rows back", e)),
-                    None => return Err(AdapterError::transient("postgres_copy_truncated", "the read-back ended before its trailer")),
-                },
-            }
-        }
-        while let Some(item) = stream.next().await {
-            item.map_err(|e| classify("reading staged rows back", e))?;
-        }
-        Ok(Contents { rows, digest })
+        let mut input = CopyInput { stream, reading: "reading staged rows back", finishing: "reading staged rows back" };
+        // Frames only bound how much is parsed at once: they are digested and dropped.
+        let limits = FrameLimits { block_rows: 1 << 16, flush_bytes: 1 << 20, max_row_bytes: usize::MAX };
+        let parser = &mut CopyParser::read_back(RowCodec { columns: codecs });
+        let stats = frames::assemble(parser, &mut input, cols.len(), limits, &mut DigestOnly::default()).await?;
+        Ok(Contents { rows: stats.rows, digest: stats.digest })
     }
 
     async fn execute(&self, sql: &str, what: &str) -> Result<()> {
@@ -294,12 +199,8 @@ impl Target for PostgresTarget {
         }
         let mut cols = Vec::new();
         let mut oids = HashMap::new();
-        for r in rows {
-            let name: String = r.get(0);
-            let oid = r.get::<_, i64>(1) as u32;
-            let typmod: i32 = r.get(2);
-            let formatted: String = r.get(3);
-            let not_null: bool = r.get(4);
+        for r in &rows {
+            let CatalogColumn { name, oid, typmod, formatted, not_null } = CatalogColumn::from_row(r);
             let dtype = map_target_type(oid, typmod, &formatted).map_err(|reason| {
                 AdapterError::permanent("unsupported_type", format!("target column `{name}`: {reason}"))
                     .hint("see `dpone schema type-matrix`")
@@ -456,43 +357,7 @@ impl Target for PostgresTarget {
     }
 
     async fn build_generation(&self, generation: &str, keep: Option<&RowFilter>, stagings: &[String]) -> Result<GenerationBuild> {
-        let list = self.column_list()?;
-        let gen_sql = self.owned_sql(generation);
-        let client = self.connect().await?;
-        // A rebuild after a crash replaces whatever the last attempt left.
-        let mut sql = format!("BEGIN; {}", self.drop_sql(&client, &[generation.to_string()]).await?);
-        let swap = self.swap_partition(keep).await?;
-        let build = if swap.is_none() && stagings.len() <= MAX_VIEW_ARMS {
-            // The publication inserts from the verified staging tables
-            // through a view: no row is copied twice.
-            let arms: Vec<String> = if stagings.is_empty() {
-                vec![format!("SELECT {list} FROM {} WHERE false", self.target_sql())]
-            } else {
-                stagings.iter().map(|s| format!("SELECT {list} FROM {}", self.owned_sql(s))).collect()
-            };
-            sql.push_str(&format!(" CREATE VIEW {gen_sql} AS {};", arms.join(" UNION ALL ")));
-            GenerationBuild::WindowOnlyView
-        } else {
-            // A partition swap attaches the generation itself: a real table,
-            // with the target's CHECK constraints, which ATTACH requires.
-            sql.push_str(&format!(" CREATE TABLE {gen_sql} (LIKE {} INCLUDING CONSTRAINTS);", self.target_sql()));
-            for s in stagings {
-                sql.push_str(&format!(" INSERT INTO {gen_sql} ({list}) SELECT {list} FROM {};", self.owned_sql(s)));
-            }
-            if let Some(p) = swap {
-                // The bound as a constraint lets ATTACH skip its validation scan.
-                let c = quote_ident(&p.column);
-                sql.push_str(&format!(
-                    " ALTER TABLE {gen_sql} ADD CONSTRAINT _dpone_bound CHECK ({c} IS NOT NULL AND {c} >= {} AND {c} < {});",
-                    ts_literal(p.start),
-                    ts_literal(p.end)
-                ));
-            }
-            GenerationBuild::WindowOnly
-        };
-        sql.push_str(" COMMIT;");
-        client.batch_execute(&sql).await.map_err(|e| classify("building the generation", e))?;
-        Ok(build)
+        self.build_view_or_table(generation, keep, stagings).await
     }
 
     async fn compare_kept(&self, _generation: &str, _keep: &RowFilter) -> Result<u64> {
@@ -570,28 +435,7 @@ impl Target for PostgresTarget {
     }
 
     async fn after_publication(&self, _generation: &str, backup: &str) -> Result<()> {
-        // Partition swaps keep the replaced partition as `backup`; keep only
-        // the newest backup of this target.
-        if !self.partition_swap {
-            return Ok(());
-        }
-        let client = self.connect().await?;
-        let old = client
-            .query(
-                "SELECT n.nspname::text, c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-                 WHERE starts_with(c.relname, '_dpone_bak_') AND c.relname <> $1 AND obj_description(c.oid, 'pg_class') = $2",
-                &[&backup, &format!("dpone backup of {}", self.target_sql())],
-            )
-            .await
-            .map_err(|e| classify("listing backups", e))?;
-        for r in old {
-            let (schema, name): (String, String) = (r.get(0), r.get(1));
-            client
-                .batch_execute(&format!("DROP TABLE IF EXISTS {}.{}", quote_ident(&schema), quote_ident(&name)))
-                .await
-                .map_err(|e| classify("dropping an old backup", e))?;
-        }
-        Ok(())
+        self.keep_newest_backup(backup).await
     }
 
     fn publication_check(&self) -> dpone_core::evidence::PublicationCheck {
@@ -604,38 +448,9 @@ impl Target for PostgresTarget {
         format!("postgres://{host}:{port}/{}#{}", self.config.get_dbname().unwrap_or(""), self.target_sql())
     }
 
-    /// The generation named by the target's latest receipt: a publication
-    /// is visible exactly when its receipt is committed.
+    /// The generation named by the target's latest receipt.
     async fn identity(&self, table: TableRole<'_>) -> Result<Option<String>> {
-        let client = self.connect().await?;
-        match table {
-            TableRole::Owned(name) => {
-                let exists: bool = client
-                    .query_one("SELECT to_regclass($1) IS NOT NULL", &[&self.owned_sql(name)])
-                    .await
-                    .map_err(|e| classify("looking up a table", e))?
-                    .get(0);
-                Ok(exists.then(|| format!("receipt:{name}")))
-            }
-            TableRole::Target => {
-                let has_receipts: bool = client
-                    .query_one("SELECT to_regclass($1) IS NOT NULL", &[&self.receipts_sql()])
-                    .await
-                    .map_err(|e| classify("looking up receipts", e))?
-                    .get(0);
-                if !has_receipts {
-                    return Ok(Some("receipt:none".into()));
-                }
-                let row = client
-                    .query_opt(
-                        &format!("SELECT generation FROM {} WHERE target = $1 ORDER BY id DESC LIMIT 1", self.receipts_sql()),
-                        &[&self.target_sql()],
-                    )
-                    .await
-                    .map_err(|e| classify("probing the receipt", e))?;
-                Ok(Some(format!("receipt:{}", row.map(|r| r.get::<_, String>(0)).unwrap_or_else(|| "none".into()))))
-            }
-        }
+        self.receipt_identity(table).await
     }
 
     async fn owned_tables(&self) -> Result<Vec<String>> {

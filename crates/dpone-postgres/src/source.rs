@@ -9,20 +9,20 @@
 //! connection: it cannot survive a restart, so the source version is not
 //! durable and a resumed run must re-extract the whole window.
 
-use crate::catalog::{DESCRIBE_SQL, map_type};
+use crate::catalog::{CatalogColumn, DESCRIBE_SQL, map_type};
 use crate::error::classify;
-use crate::transcode::{CopyParser, FrameBuf, Parsed, RowCodec, codec_for};
-use dpone_core::budget::FrameBuffer;
-use dpone_core::digest::RowDigest;
-use dpone_core::error::did_you_mean;
+use crate::transcode::{CopyParser, RowCodec, codec_for};
+use bytes::Bytes;
+use dpone_core::frames::{self, ByteInput, FrameLimits, Need};
 use dpone_core::manifest::TableRef;
-use dpone_core::ports::{AdapterError, Frame, FrameTx, ReadRequest, ReadStats, Result, Source, SourceVersion};
+use dpone_core::ports::{AdapterError, FrameTx, ReadRequest, ReadStats, Result, Source, SourceVersion, select_columns};
 use dpone_core::time::Timestamp;
 use dpone_core::types::{Column, ColumnType};
 use futures_util::StreamExt;
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::{Mutex, OnceLock};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::{Client, CopyOutStream, NoTls};
 
 /// Frames are flushed at this size (or earlier at `block_rows`): small
 /// frames keep memory low and the pipeline busy. At 1 MiB a run's peak RSS
@@ -44,11 +44,22 @@ pub struct PostgresSource {
     keeper: Mutex<Option<std::sync::Arc<Keeper>>>,
 }
 
-/// Bytes a buffer may hold: its reservation, or unbounded without a budget.
-fn covered(buffer: &FrameBuffer) -> usize {
-    match buffer.reserved() {
-        0 => usize::MAX,
-        n => n as usize,
+/// A binary COPY response as the byte input of frame assembly. Its errors
+/// say what the read was doing: reading rows, or finishing the COPY after
+/// its trailer.
+pub(crate) struct CopyInput<'a> {
+    pub stream: Pin<&'a mut CopyOutStream>,
+    pub reading: &'static str,
+    pub finishing: &'static str,
+}
+
+impl ByteInput for CopyInput<'_> {
+    async fn next(&mut self, need: Need) -> Result<Option<Bytes>> {
+        match self.stream.next().await {
+            Some(Ok(bytes)) => Ok(Some(bytes)),
+            Some(Err(e)) => Err(classify(if need == Need::Bytes { self.reading } else { self.finishing }, e)),
+            None => Ok(None),
+        }
     }
 }
 
@@ -128,12 +139,8 @@ impl Source for PostgresSource {
         let mut all = Vec::with_capacity(rows.len());
         let mut oids = HashMap::new();
         let mut refused = Vec::new();
-        for r in rows {
-            let name: String = r.get(0);
-            let oid = r.get::<_, i64>(1) as u32;
-            let typmod: i32 = r.get(2);
-            let formatted: String = r.get(3);
-            let not_null: bool = r.get(4);
+        for r in &rows {
+            let CatalogColumn { name, oid, typmod, formatted, not_null } = CatalogColumn::from_row(r);
             match map_type(oid, typmod, &formatted) {
                 Ok(dtype) => {
                     oids.insert(name.clone(), oid);
@@ -147,19 +154,7 @@ impl Source for PostgresSource {
                 .hint("see `dpone schema type-matrix`; exclude the column with source.options.columns or cast it in a view"));
         }
         let _ = self.oids.set(oids);
-        let Some(wanted) = wanted else { return Ok(all) };
-        wanted
-            .iter()
-            .map(|name| {
-                all.iter().find(|c| &c.name == name).cloned().ok_or_else(|| {
-                    let hint = match did_you_mean(name, all.iter().map(|c| c.name.as_str())) {
-                        Some(s) => format!("did you mean `{s}`?"),
-                        None => "check source.options.columns".into(),
-                    };
-                    AdapterError::permanent("unknown_column", format!("source column `{name}` does not exist")).hint(hint)
-                })
-            })
-            .collect()
+        select_columns(all, wanted)
     }
 
     fn conversion_refusals(&self, columns: &[Column], target_types: &[ColumnType]) -> Vec<dpone_core::Diagnostic> {
@@ -201,7 +196,7 @@ impl Source for PostgresSource {
         Ok(SourceVersion { id: version, durable: false })
     }
 
-    async fn read(&self, request: ReadRequest, out: FrameTx) -> Result<ReadStats> {
+    async fn read(&self, request: ReadRequest, mut out: FrameTx) -> Result<ReadStats> {
         let keeper = self.keeper()?;
         let codec = self.codec(&request)?;
         let client = self.connect("chunk reader").await?;
@@ -226,81 +221,9 @@ impl Source for PostgresSource {
         sql.push_str(") TO STDOUT (FORMAT binary)");
         let stream = client.copy_out(&sql).await.map_err(|e| classify("starting the chunk COPY", e))?;
         futures_util::pin_mut!(stream);
-
-        let ncols = request.columns.len();
-        let max_bytes = usize::try_from(request.block_bytes).unwrap_or(usize::MAX);
-        let flush_bytes = FLUSH_BYTES.min(max_bytes);
-        let max_row_bytes = usize::try_from(request.max_row_bytes).unwrap_or(usize::MAX).min(max_bytes);
-        // A frame and the budget reservation behind its buffer.
-        let new_frame = |buffer: &mut FrameBuffer| FrameBuf {
-            out: std::mem::take(&mut buffer.bytes),
-            digest: RowDigest::new(ncols),
-            rows: 0,
-            max_rows: request.block_rows,
-            max_row_bytes,
-            flush_bytes,
-            reserved: covered(buffer),
-        };
-        let mut buffer = out.buffer(flush_bytes as u64).await?;
-        let mut frame = new_frame(&mut buffer);
-        let mut parser = CopyParser::new(codec);
-        let mut stats = ReadStats { digest: RowDigest::new(ncols), ..ReadStats::default() };
-        let seal = |frame: FrameBuf, mut buffer: FrameBuffer, stats: &mut ReadStats| {
-            stats.rows += frame.rows;
-            stats.encoded_bytes += frame.out.len() as u64;
-            stats.digest.merge(&frame.digest);
-            buffer.bytes = frame.out;
-            Frame { bytes: buffer, rows: frame.rows, digest: frame.digest }
-        };
-        let value_error = |e: crate::transcode::TranscodeError| {
-            AdapterError::permanent(
-                if e.column == "<row>" || e.reason.contains("max_row_bytes") { "row_too_large" } else { "invalid_value" },
-                e.to_string(),
-            )
-            .hint("dpone moves values exactly or not at all; fix the value, the target type or the row limits (native_chunks)")
-        };
-        let mut checked_rows = 0u64;
-        loop {
-            let parsed = parser.parse_into(&mut frame).map_err(value_error)?;
-            if stats.rows + frame.rows >= checked_rows + dpone_core::state::LEASE_CHECK_ROWS {
-                checked_rows = stats.rows + frame.rows;
-                out.check()?;
-            }
-            match parsed {
-                Parsed::FrameFull => {
-                    // Hand the full frame on *before* reserving the next
-                    // buffer: a reader waiting for budget must hold none, or
-                    // readers could wait on each other forever.
-                    let full = std::mem::replace(&mut frame, new_frame(&mut FrameBuffer::default()));
-                    let sealed = seal(full, std::mem::take(&mut buffer), &mut stats);
-                    out.send(sealed).await?;
-                    buffer = out.buffer(flush_bytes as u64).await?;
-                    frame.out = std::mem::take(&mut buffer.bytes);
-                    frame.reserved = covered(&buffer);
-                }
-                Parsed::NeedBudget(bytes) => {
-                    // A row larger than the frame's reservation: wait for
-                    // budget rather than over-allocate.
-                    out.grow(&mut buffer, bytes as u64).await?;
-                    frame.reserved = covered(&buffer);
-                }
-                Parsed::Finished => break,
-                Parsed::NeedMore => match stream.next().await {
-                    Some(Ok(bytes)) => parser.push(&bytes),
-                    Some(Err(e)) => return Err(classify("reading the chunk COPY", e)),
-                    None => {
-                        return Err(AdapterError::transient("postgres_copy_truncated", "the COPY stream ended before its trailer"));
-                    }
-                },
-            }
-        }
-        // Drain the end of the COPY (CommandComplete) before committing.
-        while let Some(item) = stream.next().await {
-            item.map_err(|e| classify("finishing the chunk COPY", e))?;
-        }
-        if frame.rows > 0 {
-            out.send(seal(frame, buffer, &mut stats)).await?;
-        }
+        let mut input = CopyInput { stream, reading: "reading the chunk COPY", finishing: "finishing the chunk COPY" };
+        let limits = FrameLimits::new(&request, FLUSH_BYTES);
+        let stats = frames::assemble(&mut CopyParser::new(codec), &mut input, request.columns.len(), limits, &mut out).await?;
         client.batch_execute("COMMIT").await.map_err(|e| classify("ending the chunk transaction", e))?;
         Ok(stats)
     }

@@ -10,8 +10,8 @@ use crate::config::SqliteConfig;
 use crate::error::{classify, join_error};
 use crate::types::{map_declared_type, quote_ident, read_value};
 use dpone_core::digest::RowDigest;
-use dpone_core::error::did_you_mean;
-use dpone_core::ports::{AdapterError, Frame, FrameTx, ReadRequest, ReadStats, Result, Source, SourceVersion};
+use dpone_core::frames::{FrameLimits, RowFrames};
+use dpone_core::ports::{AdapterError, FrameTx, ReadRequest, ReadStats, Result, Source, SourceVersion, select_columns};
 use dpone_core::rowbinary::encode_value;
 use dpone_core::types::{Column, ColumnType};
 use rusqlite::{Connection, OpenFlags};
@@ -20,7 +20,7 @@ use std::io::Read;
 use std::sync::{Arc, Mutex};
 
 /// Frames are flushed at this size (or earlier at `block_rows`).
-const FLUSH_BYTES: u64 = 1 << 20;
+const FLUSH_BYTES: usize = 1 << 20;
 
 pub struct SqliteSource {
     config: SqliteConfig,
@@ -153,19 +153,7 @@ impl Source for SqliteSource {
             AdapterError::permanent("source_table_missing", format!("source table {} does not exist", self.config.table))
                 .hint("check source.table")
         })?;
-        let Some(wanted) = columns else { return Ok(all) };
-        wanted
-            .iter()
-            .map(|name| {
-                all.iter().find(|c| &c.name == name).cloned().ok_or_else(|| {
-                    let hint = match did_you_mean(name, all.iter().map(|c| c.name.as_str())) {
-                        Some(s) => format!("did you mean `{s}`?"),
-                        None => "check source.options.columns".to_string(),
-                    };
-                    AdapterError::permanent("unknown_column", format!("source column `{name}` does not exist")).hint(hint)
-                })
-            })
-            .collect()
+        select_columns(all, columns)
     }
 
     async fn preflight(&self, window_column: Option<&str>) -> Result<Vec<dpone_core::Diagnostic>> {
@@ -225,11 +213,7 @@ impl Source for SqliteSource {
             let mut stmt = conn.prepare(&sql).map_err(|e| classify("preparing the chunk query", e))?;
             let mut rows = stmt.query(rusqlite::params_from_iter(params.iter())).map_err(|e| classify("reading the chunk", e))?;
             let ncols = request.columns.len();
-            let mut stats = ReadStats { digest: RowDigest::new(ncols), ..ReadStats::default() };
-            let flush_bytes = FLUSH_BYTES.min(request.block_bytes);
-            let new_frame =
-                || -> Result<Frame> { Ok(Frame { bytes: out.blocking_buffer(flush_bytes)?, rows: 0, digest: RowDigest::new(ncols) }) };
-            let mut frame = new_frame()?;
+            let mut frames = RowFrames::new(&out, ncols, FrameLimits::new(&request, FLUSH_BYTES))?;
             let mut row_buf = Vec::new();
             let mut row_digest = RowDigest::new(ncols);
             while let Some(row) = rows.next().map_err(|e| classify("reading the chunk", e))? {
@@ -237,43 +221,9 @@ impl Source for SqliteSource {
                 row_digest.clear();
                 // The row is encoded once; its size then decides the framing.
                 encode_row(row, &request.columns, &request.target_types, &mut row_buf, &mut row_digest)?;
-                let row_len = row_buf.len() as u64;
-                if row_len > request.max_row_bytes.min(request.block_bytes) {
-                    return Err(AdapterError::permanent(
-                        "row_too_large",
-                        format!(
-                            "a row encodes to {row_len} bytes, more than the row limit of {} bytes",
-                            request.max_row_bytes.min(request.block_bytes)
-                        ),
-                    )
-                    .hint("raise native_chunks.max_row_bytes and max_bytes (or wire.block_bytes)"));
-                }
-                let len = frame.bytes.len() as u64;
-                if frame.rows > 0 && (len + row_len > flush_bytes || frame.rows >= request.block_rows) {
-                    // Send before reserving the next buffer: a reader waiting
-                    // for budget must hold none.
-                    let full = std::mem::replace(&mut frame, Frame { bytes: Default::default(), rows: 0, digest: RowDigest::new(ncols) });
-                    out.blocking_send(full)?;
-                    frame = new_frame()?;
-                }
-                let needed = frame.bytes.len() as u64 + row_len;
-                if frame.bytes.reserved() != 0 && needed > frame.bytes.reserved() {
-                    out.blocking_grow(&mut frame.bytes, needed)?;
-                }
-                frame.bytes.bytes.extend_from_slice(&row_buf);
-                frame.rows += 1;
-                if (stats.rows + 1).is_multiple_of(dpone_core::state::LEASE_CHECK_ROWS) {
-                    out.check()?;
-                }
-                frame.digest.merge(&row_digest);
-                stats.rows += 1;
-                stats.encoded_bytes += row_len;
-                stats.digest.merge(&row_digest);
+                frames.push(&row_buf, &row_digest)?;
             }
-            if frame.rows > 0 {
-                out.blocking_send(frame)?;
-            }
-            Ok(stats)
+            frames.finish()
         })
         .await
         .map_err(join_error)?

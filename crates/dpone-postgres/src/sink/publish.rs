@@ -1,0 +1,201 @@
+//! PostgreSQL generation and publication around the publishing transaction
+//! (which stays in `sink.rs`): the partition a swap replaces, the
+//! generation, the identity read from receipts and the backup a swap keeps.
+//!
+//! Invariants: the generation holds only the window's new rows (the
+//! publication deletes exactly the frozen window, or swaps exactly its
+//! partition); a publication is visible exactly when its receipt is
+//! committed, so a lost commit acknowledgement is judged by the receipt.
+
+use super::{PostgresTarget, ts_literal};
+use crate::error::classify;
+use crate::source::quote_ident;
+use dpone_core::ports::{AdapterError, GenerationBuild, Result, RowFilter, TableRole};
+use dpone_core::time::Timestamp;
+
+/// The partition a swap replaces.
+#[derive(Debug, Clone)]
+pub(super) struct SwapPartition {
+    pub(super) schema: String,
+    pub(super) name: String,
+    pub(super) column: String,
+    pub(super) start: Timestamp,
+    pub(super) end: Timestamp,
+}
+
+/// Up to this many chunks the generation is a `UNION ALL` view over the
+/// staging tables; beyond it (a view that wide plans slowly) a table.
+const MAX_VIEW_ARMS: usize = 1000;
+
+impl PostgresTarget {
+    /// The partition a swap replaces: the one holding exactly the window of
+    /// `window` (a row filter on the window column), looked up once. None
+    /// unless the publication is a partition swap of a window.
+    pub(super) async fn swap_partition(&self, window: Option<&RowFilter>) -> Result<Option<&SwapPartition>> {
+        if !self.partition_swap {
+            return Ok(None);
+        }
+        if let Some(p) = self.swap_partition.get() {
+            return Ok(Some(p));
+        }
+        let Some(w) = window else { return Ok(None) };
+        match self.find_swap_partition(&w.column, w.start, w.end).await? {
+            Ok(p) => Ok(Some(self.swap_partition.get_or_init(|| p))),
+            Err(reason) => Err(AdapterError::permanent("partition_swap_unsupported_layout", reason).hint(
+                "use `publication: delete_insert`, or partition the target by RANGE on the window column with one partition per window",
+            )),
+        }
+    }
+
+    /// Why the target cannot publish by partition swap, or the partition
+    /// that holds exactly `[start, end)`.
+    pub(super) async fn find_swap_partition(
+        &self,
+        column: &str,
+        start: Timestamp,
+        end: Timestamp,
+    ) -> Result<std::result::Result<SwapPartition, String>> {
+        let client = self.connect().await?;
+        client.batch_execute("SET TimeZone = 'UTC'").await.map_err(|e| classify("checking partitions", e))?;
+        let key = client
+            .query_opt(
+                "SELECT p.partstrat::text, array_length(p.partattrs::int2[], 1), (SELECT attname::text FROM pg_attribute \
+                 WHERE attrelid = p.partrelid AND attnum = p.partattrs[0]) FROM pg_partitioned_table p WHERE p.partrelid = to_regclass($1)",
+                &[&self.target_sql()],
+            )
+            .await
+            .map_err(|e| classify("checking partitions", e))?;
+        let Some(key) = key else { return Ok(Err("the target is not a partitioned table".into())) };
+        let (strategy, nkeys, attname): (String, Option<i32>, Option<String>) = (key.get(0), key.get(1), key.get(2));
+        if strategy != "r" {
+            return Ok(Err("the target is not partitioned by RANGE".into()));
+        }
+        if nkeys != Some(1) || attname.as_deref() != Some(column) {
+            return Ok(Err(format!("the partition key is not exactly the window column `{column}`")));
+        }
+        let bound = client
+            .query_opt(
+                "SELECT n.nspname::text, c.relname::text, c.relkind::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+                 JOIN pg_namespace n ON n.oid = c.relnamespace WHERE i.inhparent = to_regclass($1) \
+                 AND pg_get_expr(c.relpartbound, c.oid) = format('FOR VALUES FROM (%L) TO (%L)', $2::text::timestamptz, $3::text::timestamptz)",
+                &[&self.target_sql(), &format!("{}+00", start.to_canonical()), &format!("{}+00", end.to_canonical())],
+            )
+            .await
+            .map_err(|e| classify("checking partitions", e))?;
+        let Some(b) = bound else {
+            return Ok(Err(format!(
+                "no partition covers exactly the window [{start}, {end}); partition swap replaces one whole partition"
+            )));
+        };
+        if b.get::<_, String>(2) != "r" {
+            return Ok(Err("the window's partition is itself partitioned".into()));
+        }
+        Ok(Ok(SwapPartition { schema: b.get(0), name: b.get(1), column: column.to_string(), start, end }))
+    }
+
+    /// The generation: a `UNION ALL` view over the verified staging tables,
+    /// or (partition swaps, very many chunks) a table holding their rows.
+    pub(super) async fn build_view_or_table(
+        &self,
+        generation: &str,
+        keep: Option<&RowFilter>,
+        stagings: &[String],
+    ) -> Result<GenerationBuild> {
+        let list = self.column_list()?;
+        let gen_sql = self.owned_sql(generation);
+        let client = self.connect().await?;
+        // A rebuild after a crash replaces whatever the last attempt left.
+        let mut sql = format!("BEGIN; {}", self.drop_sql(&client, &[generation.to_string()]).await?);
+        let swap = self.swap_partition(keep).await?;
+        let build = if swap.is_none() && stagings.len() <= MAX_VIEW_ARMS {
+            // The publication inserts from the verified staging tables
+            // through a view: no row is copied twice.
+            let arms: Vec<String> = if stagings.is_empty() {
+                vec![format!("SELECT {list} FROM {} WHERE false", self.target_sql())]
+            } else {
+                stagings.iter().map(|s| format!("SELECT {list} FROM {}", self.owned_sql(s))).collect()
+            };
+            sql.push_str(&format!(" CREATE VIEW {gen_sql} AS {};", arms.join(" UNION ALL ")));
+            GenerationBuild::WindowOnlyView
+        } else {
+            // A partition swap attaches the generation itself: a real table,
+            // with the target's CHECK constraints, which ATTACH requires.
+            sql.push_str(&format!(" CREATE TABLE {gen_sql} (LIKE {} INCLUDING CONSTRAINTS);", self.target_sql()));
+            for s in stagings {
+                sql.push_str(&format!(" INSERT INTO {gen_sql} ({list}) SELECT {list} FROM {};", self.owned_sql(s)));
+            }
+            if let Some(p) = swap {
+                // The bound as a constraint lets ATTACH skip its validation scan.
+                let c = quote_ident(&p.column);
+                sql.push_str(&format!(
+                    " ALTER TABLE {gen_sql} ADD CONSTRAINT _dpone_bound CHECK ({c} IS NOT NULL AND {c} >= {} AND {c} < {});",
+                    ts_literal(p.start),
+                    ts_literal(p.end)
+                ));
+            }
+            GenerationBuild::WindowOnly
+        };
+        sql.push_str(" COMMIT;");
+        client.batch_execute(&sql).await.map_err(|e| classify("building the generation", e))?;
+        Ok(build)
+    }
+
+    /// Partition swaps keep the replaced partition as `backup`; only the
+    /// newest backup of this target is kept.
+    pub(super) async fn keep_newest_backup(&self, backup: &str) -> Result<()> {
+        if !self.partition_swap {
+            return Ok(());
+        }
+        let client = self.connect().await?;
+        let old = client
+            .query(
+                "SELECT n.nspname::text, c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE starts_with(c.relname, '_dpone_bak_') AND c.relname <> $1 AND obj_description(c.oid, 'pg_class') = $2",
+                &[&backup, &format!("dpone backup of {}", self.target_sql())],
+            )
+            .await
+            .map_err(|e| classify("listing backups", e))?;
+        for r in old {
+            let (schema, name): (String, String) = (r.get(0), r.get(1));
+            client
+                .batch_execute(&format!("DROP TABLE IF EXISTS {}.{}", quote_ident(&schema), quote_ident(&name)))
+                .await
+                .map_err(|e| classify("dropping an old backup", e))?;
+        }
+        Ok(())
+    }
+
+    /// The generation named by the target's latest receipt: a publication
+    /// is visible exactly when its receipt is committed.
+    pub(super) async fn receipt_identity(&self, table: TableRole<'_>) -> Result<Option<String>> {
+        let client = self.connect().await?;
+        match table {
+            TableRole::Owned(name) => {
+                let exists: bool = client
+                    .query_one("SELECT to_regclass($1) IS NOT NULL", &[&self.owned_sql(name)])
+                    .await
+                    .map_err(|e| classify("looking up a table", e))?
+                    .get(0);
+                Ok(exists.then(|| format!("receipt:{name}")))
+            }
+            TableRole::Target => {
+                let has_receipts: bool = client
+                    .query_one("SELECT to_regclass($1) IS NOT NULL", &[&self.receipts_sql()])
+                    .await
+                    .map_err(|e| classify("looking up receipts", e))?
+                    .get(0);
+                if !has_receipts {
+                    return Ok(Some("receipt:none".into()));
+                }
+                let row = client
+                    .query_opt(
+                        &format!("SELECT generation FROM {} WHERE target = $1 ORDER BY id DESC LIMIT 1", self.receipts_sql()),
+                        &[&self.target_sql()],
+                    )
+                    .await
+                    .map_err(|e| classify("probing the receipt", e))?;
+                Ok(Some(format!("receipt:{}", row.map(|r| r.get::<_, String>(0)).unwrap_or_else(|| "none".into()))))
+            }
+        }
+    }
+}

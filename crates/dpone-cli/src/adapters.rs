@@ -82,7 +82,7 @@ pub fn build_target(manifest: &Manifest, base: &Path) -> std::result::Result<Any
     {
         use dpone_testkit::faulty::FAULTS_ENV;
         let faults = dpone_testkit::Fault::from_env(FAULTS_ENV).map_err(|e| Diagnostic::new("invalid_test_faults", FAULTS_ENV, e))?;
-        Ok(dpone_testkit::FaultyTarget::new(target, faults))
+        Ok(dpone_testkit::FaultyTarget::new(target, faults).announcing())
     }
     #[cfg(not(feature = "failpoints"))]
     Ok(target)

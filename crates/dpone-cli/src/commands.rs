@@ -178,7 +178,6 @@ pub fn run_options(work_dir: PathBuf) -> RunOptions {
     #[cfg(feature = "failpoints")]
     {
         options.failpoints = crate::failpoints::from_env();
-        dpone_core::failpoint::install_process(options.failpoints.clone());
         if let Some(ttl) = crate::failpoints::lease_ttl_ms() {
             options.lease_ttl_ms = ttl;
         }

@@ -5,8 +5,11 @@
 //!
 //! - `DPONE_FAILPOINT=<name>[:<n>]`: at the `n`-th hit (default 1) of abort
 //!   point `name` the process aborts (no destructors, no cleanup: the
-//!   closest a test gets to `kill -9`); a simulated-fault name (a lost
-//!   acknowledgement, `lease.stop_renewal`) injects that fault instead;
+//!   closest a test gets to `kill -9`); `lease.stop_renewal` stops the
+//!   lease's renewal instead;
+//! - `DPONE_TARGET_FAULTS=<op>:<kind>[:<n>],...`: faults of the target's
+//!   operations (`publish:ack_lost:1`, `load:timeout:2`, ...), injected by
+//!   `dpone_testkit::FaultyTarget` around every target (see `adapters.rs`);
 //! - `DPONE_FAILPOINT_SLEEP=<name>:<ms>`: pause at every hit of `name`;
 //! - `DPONE_TEST_LEASE_TTL_MS=<ms>`: a short lease, to exercise expiry.
 
@@ -22,7 +25,7 @@ struct EnvInjector {
 }
 
 fn is_simulated_fault(name: &str) -> bool {
-    name.ends_with("_ack_lost") || name.starts_with("lease.")
+    name.starts_with("lease.")
 }
 
 impl Injector for EnvInjector {

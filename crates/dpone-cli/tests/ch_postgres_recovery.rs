@@ -291,9 +291,9 @@ fn lost_commit_ack(publication: Option<&'static str>) {
     let expected = expected_after_replace(&before, &source, TS);
     let what = format!("lost COMMIT acknowledgement ({})", publication.unwrap_or("delete_insert"));
 
-    let run = fx.run_with(&[("DPONE_FAILPOINT", "postgres.commit_ack_lost")]);
+    let run = fx.run_with(&[("DPONE_TARGET_FAULTS", "publish:ack_lost:1")]);
     assert!(
-        run.stderr.contains("failpoint postgres.commit_ack_lost fired"),
+        run.stderr.contains("injected fault publish:ack_lost:1 fired"),
         "{what}: expected the fault to be injected:\n{}",
         run.describe()
     );
@@ -306,7 +306,7 @@ fn lost_commit_ack(publication: Option<&'static str>) {
     let mut source2 = source.clone();
     source2.push(row(60, ts("2026-09-07 06:00:00")));
     let expected2 = expected_after_replace(&expected, &source2, TS);
-    let run2 = fx.run_with(&[("DPONE_FAILPOINT", "postgres.commit_ack_lost")]);
+    let run2 = fx.run_with(&[("DPONE_TARGET_FAULTS", "publish:ack_lost:1")]);
     check_success(&fx, &run2, &source2, &expected2, &format!("{what}, second run"));
     let receipts = fx.receipts();
     assert_eq!(receipts.len(), 2, "{what}, second run: exactly one new receipt: {receipts:?}");

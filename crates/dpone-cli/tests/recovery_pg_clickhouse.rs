@@ -178,15 +178,15 @@ fn the_same_command_run_twice_on_an_unchanged_source_succeeds_both_times() {
 
 #[test]
 fn a_lost_exchange_acknowledgement_is_judged_by_identity_and_published_exactly_once() {
-    let point = "clickhouse.exchange_ack_lost";
+    let point = "publish:ack_lost:1";
     let fx = Fixture::standard("rec_pgch_xack");
     let source = standard_source();
     let before = fx.target_rows();
     let expected = expected_after_replace(&before, &source);
 
-    let run = fx.run_with(&[("DPONE_FAILPOINT", point)]);
+    let run = fx.run_with(&[("DPONE_TARGET_FAULTS", point)]);
     assert!(
-        run.stderr.contains(&format!("failpoint {point} fired")),
+        run.stderr.contains(&format!("injected fault {point} fired")),
         "expected the lost acknowledgement to be injected:\n{}",
         run.describe()
     );
@@ -202,15 +202,15 @@ fn a_lost_exchange_acknowledgement_is_judged_by_identity_and_published_exactly_o
 
 #[test]
 fn a_lost_insert_acknowledgement_is_reconciled_by_inspecting_the_staging_table() {
-    let point = "clickhouse.insert_ack_lost";
+    let point = "load:ack_lost:1";
     let fx = Fixture::standard("rec_pgch_iack");
     let source = standard_source();
     let before = fx.target_rows();
     let expected = expected_after_replace(&before, &source);
 
-    let run = fx.run_with(&[("DPONE_FAILPOINT", point)]);
+    let run = fx.run_with(&[("DPONE_TARGET_FAULTS", point)]);
     assert!(
-        run.stderr.contains(&format!("failpoint {point} fired")),
+        run.stderr.contains(&format!("injected fault {point} fired")),
         "expected the lost acknowledgement to be injected:\n{}",
         run.describe()
     );

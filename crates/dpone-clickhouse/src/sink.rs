@@ -223,9 +223,6 @@ impl Target for ClickhouseTarget {
             drop(tx);
             let summary =
                 request.await.map_err(|e| AdapterError::indeterminate("internal_error", format!("the INSERT task failed: {e}")))??;
-            if dpone_core::failpoint::fires("clickhouse.insert_ack_lost") {
-                return Err(AdapterError::indeterminate("clickhouse_transport", "the INSERT response was lost (injected)"));
-            }
             if let Some(w) = summary.written_rows
                 && w != sent_rows
             {
@@ -332,13 +329,10 @@ impl Target for ClickhouseTarget {
         let (Some(before), Some(gen_uuid)) = (before, gen_uuid) else {
             return Err(AdapterError::permanent("publication_failed", "the target or the generation disappeared before publication"));
         };
-        let mut exchange = self
+        let exchange = self
             .client
             .execute(&format!("EXCHANGE TABLES {} AND {}", self.target_sql(), self.owned_sql(generation)), Idempotence::Unsafe)
             .await;
-        if exchange.is_ok() && dpone_core::failpoint::fires("clickhouse.exchange_ack_lost") {
-            exchange = Err(AdapterError::indeterminate("clickhouse_transport", "the EXCHANGE response was lost (injected)"));
-        }
         // Judge by the target's identity, whatever the response said.
         let observed = match self.observe_target_uuid().await {
             Ok(u) => u,

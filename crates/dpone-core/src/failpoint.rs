@@ -15,7 +15,7 @@
 //! has no injector at all, so every point costs one branch on `None`.
 //! The names are documented in docs/recovery.md.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Every failpoint, in run order. All but the last are abort points.
@@ -103,20 +103,6 @@ impl Injector for OnHit {
         let n = self.hits.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
         (n == self.nth || matches!(self.action, Action::Pause(_))).then_some(self.action)
     }
-}
-
-static PROCESS: OnceLock<Failpoints> = OnceLock::new();
-
-/// Installs the process's failpoints once, for adapter faults that have not
-/// moved to the port-level fault wrapper yet (see [`fires`]).
-pub fn install_process(failpoints: Failpoints) {
-    let _ = PROCESS.set(failpoints);
-}
-
-/// Whether the simulated fault `name` fires at this hit, by the process's
-/// injector (none unless a test build installed one).
-pub fn fires(name: &str) -> bool {
-    PROCESS.get().and_then(|f| f.0.as_ref()).and_then(|i| i.at(name)) == Some(Action::Fault)
 }
 
 #[cfg(test)]

@@ -418,10 +418,7 @@ impl Target for PostgresTarget {
             )
         };
         let client = self.connect().await?;
-        let mut result = client.batch_execute(&sql).await.map_err(|e| classify("publishing", e));
-        if result.is_ok() && dpone_core::failpoint::fires("postgres.commit_ack_lost") {
-            result = Err(AdapterError::indeterminate("postgres_connection", "the COMMIT acknowledgement was lost (injected)"));
-        }
+        let result = client.batch_execute(&sql).await.map_err(|e| classify("publishing", e));
         match result {
             Ok(()) => Ok(PublicationOutcome::Published),
             // Nothing was sent or the server refused: the transaction

@@ -234,11 +234,21 @@ struct FaultState {
 pub struct FaultyTarget<T> {
     inner: T,
     state: Arc<Mutex<FaultState>>,
+    /// Say on stderr when a fault fires (a binary's test build does, so a
+    /// test reading its output knows the fault was injected).
+    announce: bool,
 }
 
 impl<T: Target> FaultyTarget<T> {
     pub fn new(inner: T, faults: Vec<Fault>) -> Self {
-        FaultyTarget { inner, state: Arc::new(Mutex::new(FaultState { pending: faults, ..FaultState::default() })) }
+        FaultyTarget { inner, state: Arc::new(Mutex::new(FaultState { pending: faults, ..FaultState::default() })), announce: false }
+    }
+
+    /// Prints `dpone: injected fault <op:kind:n> fired` to stderr whenever a fault fires.
+    #[must_use]
+    pub fn announcing(mut self) -> Self {
+        self.announce = true;
+        self
     }
 
     pub fn inner(&self) -> &T {
@@ -278,6 +288,9 @@ impl<T: Target> FaultyTarget<T> {
         let i = s.pending.iter().position(|f| f.op == op && f.nth == n)?;
         let f = s.pending.remove(i);
         s.fired.push(f);
+        if self.announce {
+            eprintln!("dpone: injected fault {f} fired");
+        }
         Some(f)
     }
 

@@ -49,9 +49,9 @@ pub fn crash_point(point: &str) -> CrashPoint {
     CrashPoint { point, state, published }
 }
 
-/// Simulated faults (no abort): lost acknowledgements and a stopped lease renewal.
+/// Simulated faults (no abort): a stopped lease renewal.
 pub fn is_simulated(point: &str) -> bool {
-    point.ends_with("_ack_lost") || point.starts_with("lease.")
+    point.starts_with("lease.")
 }
 
 /// The abort failpoints `dpone_core::failpoint::POINTS` declares, in run order.

@@ -1,0 +1,271 @@
+//! Ports: what the engine needs from a source and a target.
+//!
+//! # Execution model
+//!
+//! The engine drives one run in this order, and adapters may rely on it:
+//!
+//! 1. [`Source::describe`] and [`Target::describe`] (read-only), then
+//!    [`Target::eligibility`] — all before any write;
+//! 2. [`Source::open_snapshot`] freezes one source version; every later
+//!    [`Source::read`] (possibly several concurrently) reads that version;
+//! 3. per chunk attempt: [`Target::create_staging`], then `Source::read`
+//!    pushes [`Frame`]s into a bounded channel while [`Target::load`] drains
+//!    it into that staging table (backpressure: a full channel pauses the
+//!    reader), then [`Target::inspect`] reports what the target stores;
+//! 4. [`Target::build_generation`] assembles the replacement (kept rows +
+//!    verified chunks) and [`Target::publish`] makes it visible in one atomic
+//!    step, reporting `published`, `absent` or `unknown`;
+//! 5. [`Target::window_stats`] for evidence, [`Target::drop_tables`] cleanup.
+//!
+//! Rows cross the port as RowBinary-encoded frames under the *target's*
+//! column types: the source adapter transcodes (exactly, or fails with the
+//! column name) and computes each frame's digest on the encoded bytes; the
+//! target adapter only moves or decodes those bytes. Every adapter error
+//! carries a class ([`ErrorClass`]) so the engine knows whether a retry is
+//! safe, and an indeterminate write is reconciled by inspection.
+
+mod channel;
+mod error;
+mod generation;
+
+pub use channel::{Frame, FrameGuard, FrameRx, FrameTx, frame_channel, guarded_frame_channel};
+pub use error::{AdapterError, ErrorClass, ErrorKind, Result};
+pub use generation::{GenerationBuild, PublicationOutcome};
+
+use crate::digest::RowDigest;
+use crate::error::Diagnostic;
+use crate::time::Timestamp;
+use crate::types::{Column, ColumnType};
+use crate::window::Chunk;
+use serde::Serialize;
+use std::future::Future;
+
+/// A frozen source version: what all chunk reads of one run see.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SourceVersion {
+    /// Stable text identifying the version (snapshot id, LSN, file state).
+    pub id: String,
+    /// Whether the version can be reopened after this process exits. When
+    /// false, a resumed run must re-extract the whole window.
+    pub durable: bool,
+}
+
+/// What one [`Source::read`] call streams.
+#[derive(Debug, Clone)]
+pub struct ReadRequest {
+    /// Source columns to read, in order.
+    pub columns: Vec<Column>,
+    /// Types to encode each column as (the target's column types).
+    pub target_types: Vec<ColumnType>,
+    /// `(window column, chunk)`; None reads the whole table.
+    pub bounds: Option<(String, Chunk)>,
+    pub block_rows: u64,
+    pub block_bytes: u64,
+    /// Largest encoded row; a larger one fails naming its widest column.
+    pub max_row_bytes: u64,
+}
+
+/// What a read produced: the digest is computed on the encoded stream.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ReadStats {
+    pub rows: u64,
+    pub encoded_bytes: u64,
+    pub digest: RowDigest,
+}
+
+/// Which rows of a table to inspect, relative to `[start, end)` on `column`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowFilter {
+    pub column: String,
+    pub start: Timestamp,
+    pub end: Timestamp,
+    /// `true`: rows inside; `false`: rows outside, NULL window values included.
+    pub inside: bool,
+}
+
+/// Which table of a target an operation reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableRole<'a> {
+    /// The visible target table.
+    Target,
+    /// A table this run owns (staging or generation), by name.
+    Owned(&'a str),
+}
+
+/// What a target table holds, computed by the target over stored rows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Contents {
+    pub rows: u64,
+    pub digest: RowDigest,
+}
+
+/// Facts about the published target, for evidence.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct WindowStats {
+    pub total_rows: u64,
+    pub window_rows: u64,
+    pub outside_rows: u64,
+    pub null_window_rows: u64,
+    /// Rows per UTC day (`YYYY-MM-DD`) inside the window.
+    pub rows_per_utc_day: std::collections::BTreeMap<String, u64>,
+    pub min: Option<Timestamp>,
+    pub max: Option<Timestamp>,
+}
+
+/// The columns of `all` named by `wanted`, in that order, or all of them
+/// when `wanted` is None: what [`Source::describe`] returns. An unknown
+/// name is an error suggesting the closest existing one.
+pub fn select_columns(all: Vec<Column>, wanted: Option<&[String]>) -> Result<Vec<Column>> {
+    let Some(wanted) = wanted else { return Ok(all) };
+    wanted
+        .iter()
+        .map(|name| {
+            all.iter().find(|c| &c.name == name).cloned().ok_or_else(|| {
+                let hint = match crate::error::did_you_mean(name, all.iter().map(|c| c.name.as_str())) {
+                    Some(s) => format!("did you mean `{s}`?"),
+                    None => "check source.options.columns".into(),
+                };
+                AdapterError::permanent("unknown_column", format!("source column `{name}` does not exist")).hint(hint)
+            })
+        })
+        .collect()
+}
+
+/// A typed row source.
+pub trait Source: Send + Sync + 'static {
+    /// Columns of `table` (all, or `columns` in that order) with canonical
+    /// types. Unsupported types are an error naming the column.
+    fn describe(&self, columns: Option<&[String]>) -> impl Future<Output = Result<Vec<Column>>> + Send;
+
+    /// Read-only checks of the source data that make a run impossible
+    /// (e.g. window values a range predicate cannot select exactly), as
+    /// refusals. Runs before any write.
+    fn preflight(&self, window_column: Option<&str>) -> impl Future<Output = Result<Vec<Diagnostic>>> + Send {
+        let _ = window_column;
+        async { Ok(Vec::new()) }
+    }
+
+    /// Refusals for columns this source cannot convert to the target's
+    /// types (the read would fail otherwise), checked before any write.
+    fn conversion_refusals(&self, columns: &[Column], target_types: &[ColumnType]) -> Vec<Diagnostic> {
+        let _ = (columns, target_types);
+        Vec::new()
+    }
+
+    /// Freezes the source version every later read sees.
+    fn open_snapshot(&self) -> impl Future<Output = Result<SourceVersion>> + Send;
+
+    /// Streams the requested rows into `out` as frames of at most
+    /// `block_rows` rows / `block_bytes` bytes (a single larger row is an
+    /// error naming the limit), by the protocol of [`crate::frames`].
+    /// Returns once every frame was accepted.
+    fn read(&self, request: ReadRequest, out: FrameTx) -> impl Future<Output = Result<ReadStats>> + Send;
+
+    /// Releases the snapshot (idempotent).
+    fn close_snapshot(&self) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// What an adapter needs, besides its manifest section, to build itself:
+/// the manifest's folder (relative paths are relative to it) and the
+/// environment (connection variables). The command line hands it in, so
+/// that adapters resolve their own configuration, defaults and policy and
+/// every problem is a diagnostic found before any I/O.
+pub struct Wiring<'a> {
+    pub base_dir: &'a std::path::Path,
+    pub env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+/// What the engine asks a target to check before any write.
+#[derive(Debug, Clone)]
+pub struct EligibilityRequest {
+    pub source_columns: Vec<Column>,
+    pub window_column: Option<String>,
+    /// The window `[start, end)` being replaced, if any.
+    pub window: Option<(Timestamp, Timestamp)>,
+    /// Prefix of this run's owned objects (to detect other runs' leftovers).
+    pub owned_prefix: String,
+}
+
+/// A staging-capable, atomically publishing target.
+pub trait Target: Send + Sync + 'static {
+    /// The target table's columns, or None when it does not exist.
+    fn describe(&self) -> impl Future<Output = Result<Option<Vec<Column>>>> + Send;
+
+    /// Every reason the target cannot take this run, as refusals (empty = eligible).
+    fn eligibility(&self, request: &EligibilityRequest) -> impl Future<Output = Result<Vec<Diagnostic>>> + Send;
+
+    /// Creates an empty table shaped like the target.
+    fn create_staging(&self, name: &str) -> impl Future<Output = Result<()>> + Send;
+
+    /// Appends every frame of `frames` to `table`; returns rows written.
+    fn load(&self, table: &str, frames: FrameRx) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Row count and digest of `table` (optionally filtered), computed over
+    /// what the target stores.
+    fn inspect(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> impl Future<Output = Result<Contents>> + Send;
+
+    /// Number of rows of `table` (optionally filtered).
+    fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Whether the publication removes exactly the window (or everything,
+    /// for a full refresh) and inserts the generation, leaving other rows
+    /// where they are: then the kept rows are only counted, never copied.
+    fn keeps_rows_in_place(&self) -> bool {
+        false
+    }
+
+    /// How a `Published` outcome is confirmed: by re-reading the published
+    /// rows (`Digest`, the default), or because the target's identity
+    /// proves the verified generation itself became visible (a table UUID,
+    /// a receipt committed in the publishing transaction).
+    fn publication_check(&self) -> crate::evidence::PublicationCheck {
+        crate::evidence::PublicationCheck::Digest
+    }
+
+    /// Creates `generation` holding the target's rows selected by `keep`
+    /// (all rows are replaced when None) plus the rows of `stagings`.
+    fn build_generation(
+        &self,
+        generation: &str,
+        keep: Option<&RowFilter>,
+        stagings: &[String],
+    ) -> impl Future<Output = Result<GenerationBuild>> + Send;
+
+    /// Number of row groups whose multiplicity differs between the target
+    /// and `generation` among rows selected by `keep` (0 = exactly equal).
+    fn compare_kept(&self, generation: &str, keep: &RowFilter) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Makes `generation` the visible target in one atomic step. Never
+    /// retried blindly: the outcome is judged from the target's state.
+    ///
+    /// When `keep` is given, the target re-checks (atomically with the
+    /// publication where it can) that its rows selected by `keep` are
+    /// still exactly those copied into the generation.
+    fn publish(&self, generation: &str, keep: Option<&RowFilter>, backup: &str) -> impl Future<Output = Result<PublicationOutcome>> + Send;
+
+    /// A stable name of the target table for leases and journals: system,
+    /// endpoint and table, never credentials.
+    fn scope(&self) -> String;
+
+    /// Identity of a table's current contents or object, or None when the
+    /// table does not exist. Publication is judged by comparing identities:
+    /// the target's identity equals the generation's once published.
+    fn identity(&self, table: TableRole<'_>) -> impl Future<Output = Result<Option<String>>> + Send;
+
+    /// Names of all tables in the target's databases that carry dpone's
+    /// owned-object prefix (any run's).
+    fn owned_tables(&self) -> impl Future<Output = Result<Vec<String>>> + Send;
+
+    /// Housekeeping after a publication, idempotent: e.g. keep the previous
+    /// generation under `backup`. Never changes the visible target.
+    fn after_publication(&self, generation: &str, backup: &str) -> impl Future<Output = Result<()>> + Send {
+        let _ = (generation, backup);
+        async { Ok(()) }
+    }
+
+    /// Evidence facts about the visible target.
+    fn window_stats(&self, filter: &RowFilter) -> impl Future<Output = Result<WindowStats>> + Send;
+
+    /// Drops tables this run owns (missing ones are ignored).
+    fn drop_tables(&self, names: &[String]) -> impl Future<Output = Result<()>> + Send;
+}

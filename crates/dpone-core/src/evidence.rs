@@ -65,9 +65,16 @@ pub struct GenerationEvidence {
     pub digest: RowDigest,
     /// Target rows kept because they lie outside the window (NULLs included).
     pub kept_rows: u64,
+    /// Digest of the kept rows that were copied (all kept rows, unless the
+    /// generation linked partitions: then only the straddling partitions').
     pub kept_digest: RowDigest,
     /// How the generation was checked before publication.
     pub verified_by: GenerationCheck,
+    /// What a partition-linked build linked, copied and replaced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<crate::ports::LinkReport>,
+    /// Seconds the generation took to build and verify.
+    pub build_seconds: f64,
 }
 
 /// How a generation was verified.
@@ -82,6 +89,12 @@ pub enum GenerationCheck {
     /// The generation is a view over the digest-verified staging tables (no
     /// row was copied); its row count matches.
     CountsViewOfVerifiedChunks,
+    /// The target's partitions outside the window were linked and checked
+    /// by part identity (the same parts, rows and checksums), the kept rows
+    /// of straddling partitions were copied and checked by digest, the
+    /// window's rows (the verified staging parts, linked) by digest; the
+    /// total row count matches. History is neither copied nor hashed.
+    LinkedPartitionsByIdentity,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -166,6 +179,7 @@ mod tests {
             (GenerationCheck::Digest, "digest"),
             (GenerationCheck::CountsKeptDigestLinkedChunks, "counts_kept_digest_linked_chunks"),
             (GenerationCheck::CountsViewOfVerifiedChunks, "counts_view_of_verified_chunks"),
+            (GenerationCheck::LinkedPartitionsByIdentity, "linked_partitions_by_identity"),
         ] {
             assert_eq!(serde_json::to_value(c).unwrap(), name);
             assert_eq!(serde_json::from_value::<GenerationCheck>(name.into()).unwrap(), c);

@@ -22,6 +22,7 @@ pub mod frames;
 pub mod identity;
 pub mod limits;
 pub mod manifest;
+pub mod partition;
 pub mod plan;
 pub mod ports;
 pub mod rowbinary;

@@ -298,6 +298,13 @@ pub struct GenerationRecord {
     /// the target (`rows` and the digest then cover the window only).
     #[serde(default)]
     pub in_place: bool,
+    /// A partition-linked build's report. Then `digest_sum` covers the
+    /// window's rows and `kept_digest_sum` the copied kept rows only.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub link: Option<crate::ports::LinkReport>,
+    /// Seconds the build and its verification took.
+    #[serde(default)]
+    pub build_seconds: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

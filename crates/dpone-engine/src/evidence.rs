@@ -85,6 +85,8 @@ pub(crate) fn build_evidence<S: Source, T: Target>(
             kept_digest: digest_from(generation.kept_rows, &generation.kept_digest_sum, &generation.kept_null_counts)
                 .unwrap_or_else(|| RowDigest::new(ncols)),
             verified_by: generation.check,
+            partitions: generation.link.clone(),
+            build_seconds: generation.build_seconds,
         },
         publication: PublicationEvidence {
             method: ctx.plan.publication.method.clone(),

@@ -11,7 +11,7 @@ use crate::journal::Journal;
 use dpone_core::digest::RowDigest;
 use dpone_core::evidence::{GenerationCheck, PublicationCheck};
 use dpone_core::identity;
-use dpone_core::ports::{AdapterError, Contents, GenerationBuild, RowFilter, Source, TableRole, Target};
+use dpone_core::ports::{AdapterError, Contents, GenerationBuild, GenerationMethod, LinkReport, Source, TableRole, Target};
 use dpone_core::state::{GenerationRecord, PublicationIntent, RunState};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -29,7 +29,6 @@ pub(crate) async fn prepare<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jou
         window_digest.merge(&c.digest().ok_or_else(|| AdapterError::internal("unreadable chunk digest in the journal"))?);
     }
     build(ctx, journal, &generation, &window_digest).await?;
-    ctx.failpoint("generation.after_build").await?;
     check_kept_rows(ctx, &generation).await?;
     ctx.add_phase(|p| p.prepare += started.elapsed().as_secs_f64());
     ctx.may_write()?;
@@ -69,7 +68,8 @@ pub(crate) async fn prepare<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jou
 /// Re-verifies a generation built by an earlier invocation before it is
 /// published: the generation (and, for a view, the staging it reads) must
 /// still hold exactly what was verified and recorded, or the run stops
-/// rather than publish unverified data.
+/// rather than publish unverified data. The kept rows are re-checked
+/// against the target right after ([`check_kept_rows`]).
 pub(crate) async fn reverify<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> Result<(), AdapterError> {
     let j = journal.snapshot().await;
     let record = j.generation.clone().ok_or_else(|| AdapterError::internal("the journal is publishing without a generation"))?;
@@ -78,17 +78,28 @@ pub(crate) async fn reverify<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jo
         AdapterError::verification("generation_changed", format!("the generation `{}` {what} since it was verified", record.table))
             .hint("someone changed dpone's generation or staging tables; see docs/recovery.md (abandon the run and rerun)")
     };
-    let digest = |rows: u64, sum: &str, nulls: &[u64]| {
-        dpone_core::state::digest_from(rows, sum, nulls)
-            .ok_or_else(|| AdapterError::internal("unreadable generation digest in the journal"))
-    };
+    let recorded = dpone_core::state::digest_from(record.rows, &record.digest_sum, &record.null_counts)
+        .ok_or_else(|| AdapterError::internal("unreadable generation digest in the journal"))?;
     match record.check {
-        // A copied or linked generation is digested whole (once, on this
-        // rare path): a count would miss a changed value in a linked part.
+        // A copied generation is digested whole (once, on this rare path):
+        // a count misses a changed value in a linked part.
         GenerationCheck::Digest | GenerationCheck::CountsKeptDigestLinkedChunks => {
             let now = ctx.target.inspect(table, None).await?;
-            if now.digest != digest(record.rows, &record.digest_sum, &record.null_counts)? {
+            if now.digest != recorded {
                 return Err(changed(format!("holds {} rows ({}), not the recorded ones", now.rows, now.digest)));
+            }
+        }
+        // History was linked, not copied: digest the window's rows (the
+        // record's digest covers them), count the whole; the kept rows are
+        // compared with the target's next.
+        GenerationCheck::LinkedPartitionsByIdentity => {
+            let total = ctx.target.count(table, None).await?;
+            let inside = ctx.target.inspect(table, ctx.window_filter(true).as_ref()).await?;
+            if total != record.rows || inside.digest.sum != recorded.sum || inside.digest.null_counts != recorded.null_counts {
+                return Err(changed(format!(
+                    "holds {total} rows, {} of them in the window ({}), not the recorded ones",
+                    inside.rows, inside.digest
+                )));
             }
         }
         GenerationCheck::CountsViewOfVerifiedChunks => {
@@ -123,18 +134,22 @@ pub(crate) async fn check_kept_rows<S: Source, T: Target>(ctx: &Ctx<S, T>, gener
 /// Generation = kept target rows + verified chunks; verified before it may
 /// be published, and recorded in the journal.
 async fn build<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, generation: &str, window: &RowDigest) -> Result<(), AdapterError> {
+    let started = Instant::now();
     let j = journal.snapshot().await;
     let ncols = ctx.probe.target_columns.len();
     let (keep, inside) = (ctx.window_filter(false), ctx.window_filter(true));
     ctx.options.cancel.check()?;
-    // Rows outside the window: copied into the generation by most targets
-    // (then their digest is what the copy must equal), merely counted by
-    // targets that replace the window in place.
     let in_place = ctx.target.keeps_rows_in_place();
-    let kept = match &keep {
-        Some(k) if in_place => Contents { rows: ctx.target.count(TableRole::Target, Some(k)).await?, digest: RowDigest::new(ncols) },
-        Some(k) => ctx.target.inspect(TableRole::Target, Some(k)).await?,
-        None => Contents { rows: 0, digest: RowDigest::new(ncols) },
+    let method = ctx.target.estimate_generation(keep.as_ref()).await?.method;
+    // Rows outside the window: merely counted by targets that replace the
+    // window in place, digested before a full copy (the copy must equal
+    // them), reported by a partition-linked build itself (history is
+    // neither copied nor hashed then).
+    let kept_before = match &keep {
+        None => Some(Contents { rows: 0, digest: RowDigest::new(ncols) }),
+        Some(k) if in_place => Some(Contents { rows: ctx.target.count(TableRole::Target, Some(k)).await?, digest: RowDigest::new(ncols) }),
+        Some(_) if method == GenerationMethod::PartitionLinks => None,
+        Some(k) => Some(ctx.target.inspect(TableRole::Target, Some(k)).await?),
     };
     // The rows being replaced are hashed only when their count says they
     // might equal the new window (to report an unchanged target).
@@ -144,80 +159,126 @@ async fn build<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, generat
     journal.update(|j| j.owned.insert(generation.to_string())).await?;
     ctx.may_write()?;
     let build = ctx.target.build_generation(generation, keep.as_ref(), &stagings).await?;
-    let window_only = matches!(build, GenerationBuild::WindowOnly | GenerationBuild::WindowOnlyView);
-    let (expected_rows, expected) = if window_only {
-        (window.rows, window.clone())
-    } else {
-        let mut all = kept.digest.clone();
-        all.merge(window);
-        (kept.rows + window.rows, all)
-    };
-    let check = verify(ctx, generation, build, expected_rows, &expected, keep.as_ref(), &kept).await?;
+    // Paused here, a test may change the generation: the verification below must see it.
+    ctx.failpoint("generation.after_build").await?;
+    let verified = verify(ctx, generation, build, window, kept_before).await?;
     let record = GenerationRecord {
         table: generation.to_string(),
-        rows: expected_rows,
+        rows: verified.rows,
         in_place,
-        digest_sum: expected.sum_hex(),
-        null_counts: expected.null_counts.clone(),
-        kept_rows: kept.rows,
-        kept_digest_sum: kept.digest.sum_hex(),
-        kept_null_counts: kept.digest.null_counts.clone(),
+        digest_sum: verified.digest.sum_hex(),
+        null_counts: verified.digest.null_counts.clone(),
+        kept_rows: verified.kept.rows,
+        kept_digest_sum: verified.kept.digest.sum_hex(),
+        kept_null_counts: verified.kept.digest.null_counts.clone(),
         replaced_rows,
         unchanged,
-        check,
+        check: verified.check,
+        link: verified.link,
+        build_seconds: started.elapsed().as_secs_f64(),
     };
     journal.update(|j| j.generation = Some(record)).await
 }
 
+/// What the verification of a generation established.
+struct Verified {
+    check: GenerationCheck,
+    /// Rows of the generation, and the digest checked (see `GenerationRecord`).
+    rows: u64,
+    digest: RowDigest,
+    /// Kept rows, and the digest of those that were copied.
+    kept: Contents,
+    link: Option<LinkReport>,
+}
+
 /// Checks the built generation the way its build allows: copied rows are
 /// re-digested; rows that are the verified staging storage itself (hard
-/// links, a view) are counted.
+/// links, a view) are counted, or digested when they are linked among
+/// linked history.
 async fn verify<S: Source, T: Target>(
     ctx: &Ctx<S, T>,
     generation: &str,
     build: GenerationBuild,
-    expected_rows: u64,
-    expected: &RowDigest,
-    keep: Option<&RowFilter>,
-    kept: &Contents,
-) -> Result<GenerationCheck, AdapterError> {
+    window: &RowDigest,
+    kept_before: Option<Contents>,
+) -> Result<Verified, AdapterError> {
+    let table = TableRole::Owned(generation);
     let mismatch = |what: &str, got: u64, gd: &RowDigest, want: u64, wd: &RowDigest| {
         AdapterError::verification("generation_verification_failed", format!("{what} holds {got} ({gd}), expected {want} ({wd})"))
     };
     let count_mismatch = |got: u64, want: u64| {
         AdapterError::verification("generation_verification_failed", format!("the generation holds {got} rows, expected {want}"))
     };
+    let missing = || AdapterError::internal("a generation build that copies kept rows had no digest of them");
+    let window_only = |check| Verified {
+        check,
+        rows: window.rows,
+        digest: window.clone(),
+        kept: kept_before.clone().unwrap_or(Contents { rows: 0, digest: RowDigest::new(window.null_counts.len()) }),
+        link: None,
+    };
     Ok(match build {
-        GenerationBuild::WindowOnly | GenerationBuild::Copied => {
-            let g = ctx.target.inspect(TableRole::Owned(generation), None).await?;
-            if g.rows != expected_rows || g.digest != *expected {
-                return Err(mismatch("the generation", g.rows, &g.digest, expected_rows, expected));
+        GenerationBuild::WindowOnly => {
+            let g = ctx.target.inspect(table, None).await?;
+            if g.rows != window.rows || g.digest != *window {
+                return Err(mismatch("the generation", g.rows, &g.digest, window.rows, window));
             }
-            GenerationCheck::Digest
-        }
-        GenerationBuild::Linked => {
-            // The chunk rows are the verified staging storage itself (hard
-            // links): count them; digest the kept rows, which were copied.
-            let total = ctx.target.count(TableRole::Owned(generation), None).await?;
-            if total != expected_rows {
-                return Err(count_mismatch(total, expected_rows));
-            }
-            if let Some(k) = keep {
-                let copied = ctx.target.inspect(TableRole::Owned(generation), Some(k)).await?;
-                if copied.rows != kept.rows || copied.digest != kept.digest {
-                    return Err(mismatch("the generation's kept rows", copied.rows, &copied.digest, kept.rows, &kept.digest));
-                }
-            }
-            GenerationCheck::CountsKeptDigestLinkedChunks
+            window_only(GenerationCheck::Digest)
         }
         GenerationBuild::WindowOnlyView => {
             // A view over the verified staging tables: the rows are the
             // verified rows themselves; only their number can differ.
-            let total = ctx.target.count(TableRole::Owned(generation), None).await?;
+            let total = ctx.target.count(table, None).await?;
+            if total != window.rows {
+                return Err(count_mismatch(total, window.rows));
+            }
+            window_only(GenerationCheck::CountsViewOfVerifiedChunks)
+        }
+        GenerationBuild::Copied => {
+            let kept = kept_before.ok_or_else(missing)?;
+            let mut expected = kept.digest.clone();
+            expected.merge(window);
+            let g = ctx.target.inspect(table, None).await?;
+            if g.rows != kept.rows + window.rows || g.digest != expected {
+                return Err(mismatch("the generation", g.rows, &g.digest, kept.rows + window.rows, &expected));
+            }
+            Verified { check: GenerationCheck::Digest, rows: g.rows, digest: expected, kept, link: None }
+        }
+        GenerationBuild::Linked => {
+            // The chunk rows are the verified staging storage itself (hard
+            // links): count them; digest the kept rows, which were copied.
+            let kept = kept_before.ok_or_else(missing)?;
+            let total = ctx.target.count(table, None).await?;
+            if total != kept.rows + window.rows {
+                return Err(count_mismatch(total, kept.rows + window.rows));
+            }
+            if let Some(k) = ctx.window_filter(false) {
+                let copied = ctx.target.inspect(table, Some(&k)).await?;
+                if copied.rows != kept.rows || copied.digest != kept.digest {
+                    return Err(mismatch("the generation's kept rows", copied.rows, &copied.digest, kept.rows, &kept.digest));
+                }
+            }
+            let mut expected = kept.digest.clone();
+            expected.merge(window);
+            Verified { check: GenerationCheck::CountsKeptDigestLinkedChunks, rows: total, digest: expected, kept, link: None }
+        }
+        GenerationBuild::PartitionsLinked(report) => {
+            // The target checked linked partitions by part identity and the
+            // copied rows by digest; here: the total, and the window's rows
+            // by digest (a count would miss a changed value).
+            let expected_rows = report.rows_linked + report.rows_copied + window.rows;
+            let total = ctx.target.count(table, None).await?;
             if total != expected_rows {
                 return Err(count_mismatch(total, expected_rows));
             }
-            GenerationCheck::CountsViewOfVerifiedChunks
+            let inside = ctx.target.inspect(table, ctx.window_filter(true).as_ref()).await?;
+            if inside.digest != *window {
+                return Err(mismatch("the generation's window", inside.rows, &inside.digest, window.rows, window));
+            }
+            let copied = dpone_core::state::digest_from(report.rows_copied, &report.copied_digest_sum, &report.copied_null_counts)
+                .ok_or_else(|| AdapterError::internal("the target reported an unreadable digest of the copied rows"))?;
+            let kept = Contents { rows: report.rows_linked + report.rows_copied, digest: copied };
+            Verified { check: GenerationCheck::LinkedPartitionsByIdentity, rows: total, digest: window.clone(), kept, link: Some(report) }
         }
     })
 }

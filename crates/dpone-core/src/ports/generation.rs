@@ -1,19 +1,26 @@
-//! How a target builds the replacement generation, and how a publication ended.
+//! How a target builds the replacement generation (and what it will cost),
+//! and how a publication ended.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How a target put the verified chunks into the generation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GenerationBuild {
     /// Rows were copied (re-written): the generation must be re-digested.
     Copied,
-    /// The staging tables' storage was attached by hard link: the chunk rows
-    /// are the verified staging bytes themselves and need only be counted.
+    /// Every kept row was copied, the staging tables' storage was attached
+    /// by hard link: the chunk rows are the verified staging bytes
+    /// themselves and need only be counted; the copied rows are digested.
     Linked,
+    /// The target's partitions outside the window were linked (hard links,
+    /// no row copied), the kept rows of partitions straddling a window
+    /// bound copied, the staged chunks attached; the target checked the
+    /// linked partitions by part identity and the copied rows by digest.
+    PartitionsLinked(LinkReport),
     /// The generation holds only the new rows: the publication replaces the
     /// window in place and never touches rows outside it (see
-    /// [`Target::keeps_rows_in_place`]).
+    /// [`super::Target::keeps_rows_in_place`]).
     WindowOnly,
     /// Like [`GenerationBuild::WindowOnly`], but the generation is a view
     /// over the verified staging tables themselves: nothing was copied, so
@@ -21,8 +28,66 @@ pub enum GenerationBuild {
     WindowOnlyView,
 }
 
+/// What a partition-linked build did, as the target verified it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkReport {
+    pub partitions_linked: u64,
+    pub partitions_copied: u64,
+    pub partitions_replaced: u64,
+    /// Rows of the linked partitions (not copied: hard links).
+    pub rows_linked: u64,
+    /// Kept rows copied out of straddling partitions, and their bytes.
+    pub rows_copied: u64,
+    pub bytes_copied: u64,
+    /// Digest of the copied rows: the target's before the copy, equal to
+    /// the generation's after it (hex sum and NULL counts).
+    pub copied_digest_sum: String,
+    pub copied_null_counts: Vec<u64>,
+}
+
+/// How a target will build a generation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GenerationMethod {
+    /// The publication replaces the window in place: nothing outside it is
+    /// copied (PostgreSQL).
+    InPlace,
+    /// Every kept row is copied into the generation (no partitioning the
+    /// window column's values decide).
+    #[default]
+    FullCopy,
+    /// Partitions outside the window are linked, partitions straddling a
+    /// window bound have their kept rows copied, partitions inside are
+    /// replaced by the staged chunks (ClickHouse, partitioned by an
+    /// expression of the window column).
+    PartitionLinks,
+}
+
+/// What building the generation will take, estimated read-only before any
+/// write: for `dpone plan` and for the disk admission.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct GenerationEstimate {
+    pub method: GenerationMethod,
+    /// Why this method, in words.
+    pub reason: String,
+    pub partitions_linked: u64,
+    pub partitions_copied: u64,
+    pub partitions_replaced: u64,
+    pub rows_linked: u64,
+    /// Kept rows the generation will copy (an upper bound when only whole
+    /// partitions' counts are known).
+    pub rows_copied: u64,
+    /// Bytes the run will add to the target's disk: the staged chunks
+    /// (estimated as the window's current size) and the copied rows (their
+    /// partitions' size on disk), an upper bound.
+    pub bytes_to_write: u64,
+    /// Free bytes of the target's disk minus the reserve, when known.
+    pub disk_free_bytes: Option<u64>,
+    pub disk_reserve_bytes: u64,
+}
+
 /// Outcome of an atomic publication, judged from the target's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PublicationOutcome {
     /// The generation is the visible target.

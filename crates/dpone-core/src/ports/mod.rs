@@ -30,7 +30,7 @@ mod generation;
 
 pub use channel::{Frame, FrameGuard, FrameRx, FrameTx, frame_channel, guarded_frame_channel};
 pub use error::{AdapterError, ErrorClass, ErrorKind, Result};
-pub use generation::{GenerationBuild, PublicationOutcome};
+pub use generation::{GenerationBuild, GenerationEstimate, GenerationMethod, LinkReport, PublicationOutcome};
 
 use crate::digest::RowDigest;
 use crate::error::Diagnostic;
@@ -230,6 +230,15 @@ pub trait Target: Send + Sync + 'static {
         keep: Option<&RowFilter>,
         stagings: &[String],
     ) -> impl Future<Output = Result<GenerationBuild>> + Send;
+
+    /// How the generation of a run keeping the rows `keep` selects (None:
+    /// a full refresh) will be built and what it will take, read-only
+    /// before any write. The default says: in place or a full copy.
+    fn estimate_generation(&self, keep: Option<&RowFilter>) -> impl Future<Output = Result<GenerationEstimate>> + Send {
+        let _ = keep;
+        let method = if self.keeps_rows_in_place() { GenerationMethod::InPlace } else { GenerationMethod::FullCopy };
+        async move { Ok(GenerationEstimate { method, ..GenerationEstimate::default() }) }
+    }
 
     /// Number of row groups whose multiplicity differs between the target
     /// and `generation` among rows selected by `keep` (0 = exactly equal).

@@ -199,11 +199,11 @@ pub async fn compare_kept_sees_a_changed_kept_row<H: TargetHarness>(h: &H) {
 
 /// Checks what a build produced: the generation's rows and the count the
 /// engine verifies for each kind of build.
-async fn check_generation<F: TargetFixture>(check: &str, f: &F, build: GenerationBuild, generation: &str, kept: &[Row], new: &[Row]) {
+async fn check_generation<F: TargetFixture>(check: &str, f: &F, build: &GenerationBuild, generation: &str, kept: &[Row], new: &[Row]) {
     let rows = f.rows(TableRole::Owned(generation)).await;
     let n = ok(check, "count", f.target().count(TableRole::Owned(generation), None).await);
     match build {
-        GenerationBuild::Copied | GenerationBuild::Linked => {
+        GenerationBuild::Copied | GenerationBuild::Linked | GenerationBuild::PartitionsLinked(_) => {
             assert_eq!(rows, union(kept, new), "[{check}] a {build:?} generation holds the kept rows and the new rows");
             assert_eq!(n, (kept.len() + new.len()) as u64, "[{check}] count of a {build:?} generation");
         }
@@ -227,8 +227,8 @@ pub async fn a_rebuilt_generation_replaces_the_previous_one<H: TargetHarness>(h:
     ok(C, "build_generation", f.target().build_generation(&generation, Some(&keep), &[stg(0)]).await);
     // A crash after the build; the resumed run builds again, from both chunks.
     let build = ok(C, "build_generation", f.target().build_generation(&generation, Some(&keep), &[stg(0), stg(1)]).await);
-    check_generation(C, &f, build, &generation, &filtered(&target_rows(), &keep), &new).await;
-    if build == GenerationBuild::Linked {
+    check_generation(C, &f, &build, &generation, &filtered(&target_rows(), &keep), &new).await;
+    if matches!(build, GenerationBuild::Linked | GenerationBuild::PartitionsLinked(_)) {
         let copied = ok(C, "inspect", f.target().inspect(TableRole::Owned(&generation), Some(&keep)).await);
         let kept = ok(C, "inspect", f.target().inspect(TableRole::Target, Some(&keep)).await);
         assert_eq!(copied, kept, "[{C}] the kept rows copied into a linked generation digest like the target's");
@@ -246,7 +246,7 @@ pub async fn publish_replaces_the_window<H: TargetHarness>(h: &H) {
     let keep = window(false);
     let build = ok(C, "build_generation", f.target().build_generation(&generation, Some(&keep), &[stg(0)]).await);
     let kept = filtered(&target_rows(), &keep);
-    check_generation(C, &f, build, &generation, &kept, &new_window_rows()).await;
+    check_generation(C, &f, &build, &generation, &kept, &new_window_rows()).await;
     let before = ok(C, "identity", f.target().identity(TableRole::Target).await);
     let gen_identity = ok(C, "identity", f.target().identity(TableRole::Owned(&generation)).await);
     assert!(gen_identity.is_some(), "[{C}] a built generation has an identity");
@@ -269,7 +269,7 @@ pub async fn a_full_refresh_replaces_everything<H: TargetHarness>(h: &H) {
     staged(C, &f, &types, &stg(1), new[1..].to_vec()).await;
     let (generation, backup) = (generation_table(RUN_ID, 1), backup_table(RUN_ID, 1));
     let build = ok(C, "build_generation", f.target().build_generation(&generation, None, &[stg(0), stg(1)]).await);
-    check_generation(C, &f, build, &generation, &[], &new).await;
+    check_generation(C, &f, &build, &generation, &[], &new).await;
     let gen_identity = ok(C, "identity", f.target().identity(TableRole::Owned(&generation)).await);
     let outcome = ok(C, "publish", f.target().publish(&generation, None, &backup).await);
     assert_eq!(outcome, PublicationOutcome::Published);

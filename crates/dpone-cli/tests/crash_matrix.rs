@@ -267,9 +267,9 @@ macro_rules! route_tests {
     };
 }
 
-/// The matrix: `<module>: <fixture>` per route.
+/// The matrix: `mod <module>: <fixture>;` per route.
 macro_rules! crash_matrix {
-    ($($route:ident: $fixture:ty,)*) => {
+    ($(mod $route:ident: $fixture:ty;)*) => {
         with_abort_points!(covered_points!(()));
         /// The routes the generated tests cover.
         const ROUTES: &[&str] = &[$(<$fixture as RouteFixture>::ROUTE),*];
@@ -278,10 +278,10 @@ macro_rules! crash_matrix {
 }
 
 crash_matrix! {
-    sqlite_to_sqlite: routes::SqliteToSqlite,
-    postgres_to_clickhouse: routes::PostgresToClickhouse,
-    clickhouse_to_postgres_delete_insert: routes::ClickhouseToPostgres<false>,
-    clickhouse_to_postgres_partition_swap: routes::ClickhouseToPostgres<true>,
+    mod sqlite_to_sqlite: routes::SqliteToSqlite;
+    mod postgres_to_clickhouse: routes::PostgresToClickhouse;
+    mod clickhouse_to_postgres_delete_insert: routes::ClickhouseToPostgres<false>;
+    mod clickhouse_to_postgres_partition_swap: routes::ClickhouseToPostgres<true>;
 }
 
 #[test]

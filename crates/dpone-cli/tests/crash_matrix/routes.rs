@@ -36,9 +36,11 @@ impl RouteFixture for SqliteToSqlite {
     fn set_up() -> Self {
         let fx = sqlite::Fixture::standard();
         fx.target_exec(
-            "CREATE TABLE test_inserted_rows (n INTEGER NOT NULL);
+            "BEGIN;
+             CREATE TABLE test_inserted_rows (n INTEGER NOT NULL);
              INSERT INTO test_inserted_rows VALUES (0);
-             CREATE TRIGGER test_count_inserted_rows AFTER INSERT ON t BEGIN UPDATE test_inserted_rows SET n = n + 1; END;",
+             CREATE TRIGGER test_count_inserted_rows AFTER INSERT ON t BEGIN UPDATE test_inserted_rows SET n = n + 1; END;
+             COMMIT;",
         );
         let (before, source) = (fx.target_rows(), fx.source_rows());
         let expected = Expected {

@@ -211,10 +211,13 @@ pub fn expected_after_replace(target_before: &[Row], source: &[Row]) -> Vec<Row>
 // Fixture
 // ---------------------------------------------------------------------------
 
+/// Creates the table and its rows in one transaction (one sync, not one per row).
 fn create_db(path: &Path, rows: &[Vec<Sql>]) {
-    let conn = Connection::open(path).expect("create database");
-    conn.execute_batch(DDL).expect("create table");
-    insert(&conn, rows);
+    let mut conn = Connection::open(path).expect("create database");
+    let tx = conn.transaction().expect("begin");
+    tx.execute_batch(DDL).expect("create table");
+    insert(&tx, rows);
+    tx.commit().expect("commit the table");
 }
 
 fn insert(conn: &Connection, rows: &[Vec<Sql>]) {

@@ -16,11 +16,11 @@ mod ch_postgres_common;
 mod harness;
 
 use ch_postgres_common::{
-    CHUNK_BOUNDS, Col, Fixture, Options, Row, Setup, TS, V, bytes, check_report, codes, col, date, dec, digits, event_cols,
-    expected_after_replace, in_range, in_window, int, messages, row, sparse, standard_fixture, standard_fixture_on, standard_source,
-    standard_target, text, ts, uuid, with,
+    CHUNK_BOUNDS, Col, Fixture, Options, Row, Setup, TS, V, bytes, check_report, col, date, dec, digits, event_cols,
+    expected_after_replace, in_range, in_window, int, row, sparse, standard_fixture, standard_fixture_on, standard_source, standard_target,
+    text, ts, uuid, with,
 };
-use harness::{assert_same_rows, state_of};
+use harness::{assert_same_rows, codes, messages, state_of};
 
 /// The evidence file a run report names.
 fn evidence(doc: &serde_json::Value) -> serde_json::Value {

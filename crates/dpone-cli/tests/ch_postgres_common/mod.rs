@@ -243,20 +243,6 @@ use crate::harness::{Run, assert_same_rows};
 /// The route, as run reports name it.
 pub const ROUTE: &str = "clickhouse->postgres";
 
-/// The messages of every diagnostic in a JSON report (`errors` or `refusals`), joined.
-pub fn messages(list: &serde_json::Value) -> String {
-    let lines: Vec<String> = list
-        .as_array()
-        .map(|a| a.iter().map(|d| format!("[{}] {}", d["code"].as_str().unwrap_or("?"), d["message"].as_str().unwrap_or(""))).collect())
-        .unwrap_or_default();
-    lines.join("\n")
-}
-
-/// Codes of the diagnostics in a JSON list.
-pub fn codes(list: &serde_json::Value) -> Vec<String> {
-    list.as_array().map(|a| a.iter().filter_map(|d| d["code"].as_str().map(str::to_string)).collect()).unwrap_or_default()
-}
-
 // ---------------------------------------------------------------------------
 // Fixture
 // ---------------------------------------------------------------------------

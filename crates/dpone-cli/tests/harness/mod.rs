@@ -1,20 +1,25 @@
 //! Running the real `dpone` binary and reading what it says; shared by the
-//! recovery tests (`recovery_*.rs`, `ch_postgres_*.rs`, `crash_matrix.rs`),
-//! which declare it at their crate root (`mod harness;`) so that every
-//! fixture of a test binary returns the same [`Run`].
+//! integration tests of the routes (`recovery_*.rs`, `ch_postgres_*.rs`,
+//! `pg_clickhouse_*.rs`, `crash_matrix.rs`), which declare it at their crate
+//! root (`mod harness;`) so that every fixture of a test binary returns the
+//! same [`Run`].
 //!
 //! - one invocation in the foreground ([`run`]) or the background
-//!   ([`spawn`]), with a clean `DPONE_*` environment;
+//!   ([`spawn`]), with a clean `DPONE_*` environment, killed (failing its
+//!   test) if it takes longer than [`DPONE_TIMEOUT`];
 //! - its exit status, JSON report and the failpoint it aborted at;
-//! - `dpone status --format json` ([`state_of`], [`verified_stagings`]);
+//! - `dpone status --format json` ([`state_of`], [`verified_stagings`]) and
+//!   diagnostics ([`codes`], [`messages`]);
 //! - exact multiset comparison of rows ([`assert_same_rows`]).
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
+use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The binary under test.
@@ -159,31 +164,51 @@ fn owned(args: &[&str], env: &[(&str, &str)]) -> (Vec<String>, Vec<(String, Stri
     )
 }
 
-/// Runs `dpone` to completion.
+/// Longest one invocation may take (they take about a second): a stalled
+/// run is killed and fails its test instead of hanging the suite.
+pub const DPONE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs `dpone` to completion (at most [`DPONE_TIMEOUT`]).
 pub fn run(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let out = command(cwd, args, env).output().expect("the dpone binary starts");
-    let (args, env) = owned(args, env);
-    Run::from_output(args, env, out.status, &out.stdout, &out.stderr)
+    spawn(cwd, args, env).wait()
 }
 
-/// A `dpone` process running in the background.
+/// Runs `dpone` to completion, killing it after `limit`.
+pub fn run_within(cwd: &Path, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Run {
+    spawn(cwd, args, env).wait_within(limit)
+}
+
+/// A `dpone` process running in the background, its output read as it comes.
 pub struct Background {
     child: Option<Child>,
+    stdout: Option<JoinHandle<Vec<u8>>>,
+    stderr: Option<JoinHandle<Vec<u8>>>,
     args: Vec<String>,
     env: Vec<(String, String)>,
     route: Option<&'static str>,
 }
 
+/// Reads a pipe to its end in a thread of its own.
+fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let _ = pipe.read_to_end(&mut out);
+        out
+    })
+}
+
 /// Starts `dpone` in the background (stdout and stderr captured).
 pub fn spawn(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Background {
-    let child = command(cwd, args, env)
+    let mut child = command(cwd, args, env)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("the dpone binary starts");
+    let stdout = child.stdout.take().map(drain);
+    let stderr = child.stderr.take().map(drain);
     let (args, env) = owned(args, env);
-    Background { child: Some(child), args, env, route: None }
+    Background { child: Some(child), stdout, stderr, args, env, route: None }
 }
 
 impl Background {
@@ -208,12 +233,34 @@ impl Background {
         assert!(status.success(), "kill -{signal} {} failed", self.pid());
     }
 
-    /// Waits for the process and returns what it produced.
-    pub fn wait(mut self) -> Run {
-        let child = self.child.take().expect("a running child");
-        let out = child.wait_with_output().expect("waiting for dpone");
-        let run = Run::from_output(std::mem::take(&mut self.args), std::mem::take(&mut self.env), out.status, &out.stdout, &out.stderr);
-        Run { route: self.route, ..run }
+    /// Waits for the process (at most [`DPONE_TIMEOUT`]) and returns what it produced.
+    pub fn wait(self) -> Run {
+        self.wait_within(DPONE_TIMEOUT)
+    }
+
+    /// Waits for the process and returns what it produced; after `limit`
+    /// it is killed and the test fails, showing what it printed.
+    pub fn wait_within(mut self, limit: Duration) -> Run {
+        let mut child = self.child.take().expect("a running child");
+        let pid = child.id();
+        let (done, finished) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let status = child.wait();
+            let _ = done.send(());
+            status
+        });
+        let timed_out = finished.recv_timeout(limit).is_err();
+        if timed_out {
+            // Our own child, by its id: not reaped before `waiter` returns, so the id is still its.
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        }
+        let status = waiter.join().expect("the waiting thread").expect("waiting for dpone");
+        let output = |h: Option<JoinHandle<Vec<u8>>>| h.map(|h| h.join().expect("a pipe reader")).unwrap_or_default();
+        let (stdout, stderr) = (output(self.stdout.take()), output(self.stderr.take()));
+        let run = Run::from_output(std::mem::take(&mut self.args), std::mem::take(&mut self.env), status, &stdout, &stderr);
+        let run = Run { route: self.route, ..run };
+        assert!(!timed_out, "expected dpone to finish within {limit:?}; it was killed:\n{}", run.describe());
+        run
     }
 }
 
@@ -243,6 +290,20 @@ pub fn wait_until(timeout: Duration, what: &str, mut done: impl FnMut() -> bool)
 /// The journal's state (`planned`, `staging`, ... or null when none).
 pub fn state_of(status: &serde_json::Value) -> String {
     status["state"].as_str().unwrap_or("none").to_string()
+}
+
+/// Codes of the diagnostics in a JSON list (`errors` of a run, `refusals` of a plan).
+pub fn codes(list: &serde_json::Value) -> Vec<String> {
+    list.as_array().map(|a| a.iter().filter_map(|d| d["code"].as_str().map(str::to_string)).collect()).unwrap_or_default()
+}
+
+/// The messages of every diagnostic in a JSON list, one `[code] message` a line.
+pub fn messages(list: &serde_json::Value) -> String {
+    let lines: Vec<String> = list
+        .as_array()
+        .map(|a| a.iter().map(|d| format!("[{}] {}", d["code"].as_str().unwrap_or("?"), d["message"].as_str().unwrap_or(""))).collect())
+        .unwrap_or_default();
+    lines.join("\n")
 }
 
 /// `(index, staging table)` of every chunk the journal records as verified.

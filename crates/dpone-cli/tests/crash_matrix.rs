@@ -83,8 +83,10 @@ trait RouteFixture: Sized {
     /// A fresh source and target holding the standard data set, and the manifest.
     fn set_up() -> Self;
 
+    /// What the standard data set is, and must become.
     fn expected(&self) -> &Expected;
 
+    /// The manifest's path.
     fn manifest(&self) -> String;
 
     /// `dpone <args>` with the route's connections plus `env` as the only
@@ -95,7 +97,7 @@ trait RouteFixture: Sized {
     fn target_rows(&self) -> Rows;
 
     /// What the target table is: ClickHouse its UUID, PostgreSQL its oid(s)
-    /// and latest receipt, SQLite a digest of its contents. Equal
+    /// and latest receipt, SQLite a hash of its contents. Equal
     /// identities: the same table version.
     fn identity(&self) -> String;
 
@@ -117,6 +119,7 @@ trait RouteFixture: Sized {
         None
     }
 
+    /// Drops what `set_up` created (called once the test has passed).
     fn finish(self);
 
     /// `dpone run <manifest> --interval-end <END> --format json` with `env`.

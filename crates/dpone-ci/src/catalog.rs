@@ -136,6 +136,11 @@ pub const CONTRACTS: &[CheckDef] = &[
     },
 ];
 
+/// The crash matrix's checks that every abort point and every route has its
+/// crash tests (`dpone-cli::crash_matrix`): part of each route's recovery check.
+const MATRIX_COMPLETE: &str = "every_abort_point_has_a_crash_test_on_every_route";
+const MATRIX_ROUTES: &str = "every_supported_route_has_a_crash_fixture";
+
 /// Route smokes and route recovery checks.
 pub const ROUTES: &[CheckDef] = &[
     CheckDef {
@@ -151,8 +156,13 @@ pub const ROUTES: &[CheckDef] = &[
         id: "recovery.sqlite-sqlite",
         group: Group::RouteRecovery,
         title: "state store conformance, crash recovery and resume, sqlite -> sqlite",
-        command: "cargo test -p dpone-sqlite --test state_store && cargo test -p dpone-cli --test recovery_sqlite",
-        junit: &[("dpone-sqlite::state_store", &[]), ("dpone-cli::recovery_sqlite", &[])],
+        command: "cargo test -p dpone-sqlite --test state_store && cargo test -p dpone-cli --test recovery_sqlite \
+                  && cargo test -p dpone-cli --test crash_matrix -- sqlite_to_sqlite:: every_",
+        junit: &[
+            ("dpone-sqlite::state_store", &[]),
+            ("dpone-cli::recovery_sqlite", &[]),
+            ("dpone-cli::crash_matrix", &["sqlite_to_sqlite::", MATRIX_COMPLETE, MATRIX_ROUTES]),
+        ],
         infrastructure: &[],
         route: Some("sqlite->sqlite"),
     },
@@ -169,8 +179,12 @@ pub const ROUTES: &[CheckDef] = &[
         id: "recovery.postgres-clickhouse",
         group: Group::RouteRecovery,
         title: "crash, resume and publication recovery postgres -> clickhouse",
-        command: "cargo test -p dpone-cli --test recovery_pg_clickhouse",
-        junit: &[("dpone-cli::recovery_pg_clickhouse", &[])],
+        command: "cargo test -p dpone-cli --test recovery_pg_clickhouse \
+                  && cargo test -p dpone-cli --test crash_matrix -- postgres_to_clickhouse:: every_",
+        junit: &[
+            ("dpone-cli::recovery_pg_clickhouse", &[]),
+            ("dpone-cli::crash_matrix", &["postgres_to_clickhouse::", MATRIX_COMPLETE, MATRIX_ROUTES]),
+        ],
         infrastructure: SERVERS,
         route: Some("postgres->clickhouse"),
     },
@@ -187,8 +201,15 @@ pub const ROUTES: &[CheckDef] = &[
         id: "recovery.clickhouse-postgres",
         group: Group::RouteRecovery,
         title: "crash recovery, receipt probe and source-free finish clickhouse -> postgres",
-        command: "cargo test -p dpone-cli --test ch_postgres_recovery",
-        junit: &[("dpone-cli::ch_postgres_recovery", &[])],
+        command: "cargo test -p dpone-cli --test ch_postgres_recovery \
+                  && cargo test -p dpone-cli --test crash_matrix -- clickhouse_to_postgres_ every_",
+        junit: &[
+            ("dpone-cli::ch_postgres_recovery", &[]),
+            (
+                "dpone-cli::crash_matrix",
+                &["clickhouse_to_postgres_delete_insert::", "clickhouse_to_postgres_partition_swap::", MATRIX_COMPLETE, MATRIX_ROUTES],
+            ),
+        ],
         infrastructure: SERVERS,
         route: Some("clickhouse->postgres"),
     },
@@ -218,6 +239,7 @@ pub const BROAD: CheckDef = CheckDef {
         ("dpone-cli::recovery_sqlite", &[]),
         ("dpone-cli::ch_postgres_route", &[]),
         ("dpone-cli::ch_postgres_recovery", &[]),
+        ("dpone-cli::crash_matrix", &[]),
         ("dpone-cli::ci_plan", &[]),
         ("dpone-cli::ci_verify", &[]),
     ],

@@ -32,7 +32,7 @@ pub mod verify;
 /// Version of the classification rules and of the check catalog. Bumped
 /// whenever a rule, a check or a check's JUnit proof changes; a plan is only
 /// verified by the classifier version that made it.
-pub const CLASSIFIER_VERSION: &str = "dpone-ci-classifier/2";
+pub const CLASSIFIER_VERSION: &str = "dpone-ci-classifier/3";
 /// Version of the plan document (`dpone ci plan`).
 pub const PLAN_SCHEMA_VERSION: &str = "dpone.ci.plan.v1";
 /// Version of the receipt document (`dpone ci verify`).

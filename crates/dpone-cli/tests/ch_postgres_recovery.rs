@@ -12,15 +12,20 @@
 //! publishing intent re-extracts the whole window. A run interrupted after it
 //! finishes from the target alone; the tests prove it by killing a private
 //! ClickHouse server (this test's own process) before the rerun.
+//!
+//! An abort at every failpoint, in both publications, is in the crash
+//! matrix of every route (`crash_matrix.rs`); this file holds the rest.
 
 mod ch_postgres_common;
 mod crash_points;
+mod harness;
 
 use ch_postgres_common::{
     CHUNK_BOUNDS, Fixture, Options, PrivateClickhouse, Row, Setup, TS, V, check_report, event_cols, expected_after_replace, in_window, int,
-    ping, row, sparse, standard_fixture, standard_fixture_on, standard_source, standard_target, state_of, ts,
+    ping, row, sparse, standard_fixture, standard_fixture_on, standard_source, standard_target, swap_setup, ts,
 };
-use crash_points::{ABORT_POINTS, crash_point, declared_abort_points};
+use crash_points::crash_point;
+use harness::{Run, assert_same_rows, state_of};
 
 /// Rows of the window in `source`.
 fn window_rows(source: &[Row]) -> usize {
@@ -29,7 +34,7 @@ fn window_rows(source: &[Row]) -> usize {
 
 /// After a success: target exact, report consistent, no staging or
 /// generation table, `dpone status` says succeeded. Returns the report.
-fn check_success(fx: &Fixture, run: &ch_postgres_common::Run, source: &[Row], expected: &[Row], what: &str) -> serde_json::Value {
+fn check_success(fx: &Fixture, run: &Run, source: &[Row], expected: &[Row], what: &str) -> serde_json::Value {
     let doc = run.assert_succeeded(what);
     fx.assert_target(expected, &format!("{what}: target (its rows outside the window + the source rows inside)"));
     check_report(&doc, source, expected, what);
@@ -89,132 +94,6 @@ fn a_crash_mid_stream_is_re_extracted_from_the_current_source() {
     assert_eq!(doc["reused_chunks"], 0, "a ClickHouse source has no durable snapshot: every chunk is re-extracted");
     assert_one_receipt(&fx, &intent_generation(&fx.status()), window_rows(&source), "rerun after an abort mid-stream");
     fx.finish();
-}
-
-// ---------------------------------------------------------------------------
-// One abort at every failpoint, then the same command again
-// ---------------------------------------------------------------------------
-
-/// The standard table, RANGE-partitioned on `ts`: one partition `t_window`
-/// that is exactly the window, and a DEFAULT partition for everything else.
-fn swap_setup(prefix: &'static str) -> Setup {
-    Setup {
-        pg_table_suffix: "PARTITION BY RANGE (ts)".into(),
-        pg_partitions: vec![
-            ("t_window".into(), format!("FOR VALUES FROM ('{}+00') TO ('{}+00')", CHUNK_BOUNDS[0], CHUNK_BOUNDS[3])),
-            ("t_rest".into(), "DEFAULT".into()),
-        ],
-        ..Setup::new(prefix, event_cols())
-    }
-}
-
-/// The oid of a table of the fixture's schema (a swapped partition is a new relation).
-fn oid(fx: &Fixture, name: &str) -> Option<String> {
-    fx.pg_scalar(&format!("SELECT to_regclass('{}')::oid::text", fx.pg_table(name)))
-}
-
-fn crash_then_rerun(point: &str, publication: Option<&'static str>) {
-    let crash_points::CrashPoint { state, published, .. } = crash_point(point);
-    let setup = match publication {
-        Some("partition_swap") => swap_setup("chpg_rec_swap"),
-        _ => Setup::new("chpg_rec_crash", event_cols()),
-    };
-    let fx = standard_fixture_on(setup);
-    // With a partition swap: the window's partition before the run.
-    let swap = publication == Some("partition_swap");
-    let window_oid = if swap { oid(&fx, "t_window") } else { None };
-    let old_window = if swap { fx.table_rows(&fx.pg_table("t_window")) } else { Vec::new() };
-    fx.write_manifest(&Options { publication, ..Options::default() });
-    let source = standard_source();
-    let before = standard_target();
-    let expected = expected_after_replace(&before, &source, TS);
-    let what = format!("abort at {point} ({})", publication.unwrap_or("delete_insert"));
-
-    let crashed = fx.run_with(&[("DPONE_FAILPOINT", point)]);
-    crashed.assert_aborted_at(point);
-    let status = fx.status();
-    assert_eq!(state_of(&status), state, "{what}: expected `dpone status` to say {state}: {status:#}");
-    if published {
-        fx.assert_target(&expected, &format!("{what}: target (the commit happened before the abort)"));
-        assert_eq!(fx.receipts().len(), 1, "{what}: the committed publication has its receipt");
-    } else {
-        fx.assert_target(&before, &format!("{what}: target unchanged (no publication yet)"));
-        assert_eq!(fx.receipts(), Vec::new(), "{what}: no receipt before the publication");
-    }
-
-    let rerun = fx.run();
-    let what = format!("rerun after an {what}");
-    let doc = check_success(&fx, &rerun, &source, &expected, &what);
-    match state {
-        // The rerun finishes the same run from the target alone.
-        "publishing" | "published" => {
-            assert_eq!(doc["run_id"], status["run_id"], "{what}: expected the interrupted run to be finished, not a new one");
-            assert_eq!(doc["resumed"], true, "{what}: expected `resumed: true`");
-            assert_eq!(doc["execution"], 1, "{what}: expected the first execution to be completed");
-        }
-        // The run had succeeded: the same command is a new execution, which publishes again.
-        "succeeded" => assert_eq!(doc["execution"], 2, "{what}: expected a second execution of a succeeded invocation"),
-        // Stage complete: the same run publishes from its verified staging.
-        "verified" => {
-            assert_eq!(doc["run_id"], status["run_id"], "{what}: expected the verified run to be finished, not a new one");
-            assert_eq!(doc["resumed"], true, "{what}: expected `resumed: true`");
-            assert!(
-                doc["reused_chunks"].as_u64().unwrap_or(0) > 0,
-                "{what}: expected the verified chunks reused without reading the source"
-            );
-        }
-        // No durable source snapshot: everything is re-extracted.
-        _ => assert_eq!(doc["reused_chunks"], 0, "{what}: expected no chunk reused from a ClickHouse source"),
-    }
-    let receipts = fx.receipts();
-    let publications = if state == "succeeded" { 2 } else { 1 };
-    assert_eq!(receipts.len(), publications, "{what}: expected exactly {publications} receipt(s): {receipts:?}");
-    assert_eq!(receipts.last().expect("a receipt").generation, intent_generation(&fx.status()), "{what}: receipt of this run");
-    if swap {
-        // Published by a swap: the window's partition is the generation (a
-        // new relation) and the old partition is kept, detached, as the backup.
-        assert_ne!(oid(&fx, "t_window"), window_oid, "{what}: expected the window partition to be swapped, not rewritten in place");
-        let backups = fx.backups();
-        assert_eq!(backups.len(), 1, "{what}: expected exactly one `_dpone_bak_` table (the old window partition): {backups:?}");
-        ch_postgres_common::assert_same_rows(&old_window, &fx.table_rows(&fx.pg_table(&backups[0])), &format!("{what}: backup"));
-    }
-    fx.finish();
-}
-
-macro_rules! crash_tests {
-    ($($name:ident: $point:literal, $publication:expr;)*) => {
-        $(
-            #[test]
-            fn $name() {
-                crash_then_rerun($point, $publication);
-            }
-        )*
-    };
-}
-
-crash_tests! {
-    crash_at_plan_after_persist: "plan.after_persist", None;
-    crash_at_staging_before_write: "staging.before_write", None;
-    crash_at_staging_mid_stream: "staging.mid_stream", None;
-    crash_at_staging_after_ack: "staging.after_ack", None;
-    crash_at_chunk_after_verify: "chunk.after_verify", None;
-    crash_at_checkpoint_after_write: "checkpoint.after_write", None;
-    crash_at_generation_after_build: "generation.after_build", None;
-    crash_at_publish_before_intent: "publish.before_intent", None;
-    crash_at_publish_before_exchange: "publish.before_exchange", None;
-    crash_at_publish_after_exchange: "publish.after_exchange", None;
-    crash_at_evidence_before_write: "evidence.before_write", None;
-    crash_at_evidence_after_write: "evidence.after_write", None;
-    crash_at_state_after_succeeded: "state.after_succeeded", None;
-    swap_crash_at_generation_after_build: "generation.after_build", Some("partition_swap");
-    swap_crash_at_publish_before_exchange: "publish.before_exchange", Some("partition_swap");
-    swap_crash_at_publish_after_exchange: "publish.after_exchange", Some("partition_swap");
-    swap_crash_at_evidence_before_write: "evidence.before_write", Some("partition_swap");
-}
-
-#[test]
-fn every_abort_point_is_covered() {
-    assert_eq!(ABORT_POINTS.to_vec(), declared_abort_points(), "ABORT_POINTS must list every abort failpoint of failpoint.rs, in order");
 }
 
 // ---------------------------------------------------------------------------
@@ -345,7 +224,7 @@ fn a_resumed_partition_swap_keeps_only_the_newest_backup() {
     check_success(&fx, &fx.run(), &source2, &expected2, "rerun after the second swap committed");
     let backups = fx.backups();
     assert_eq!(backups.len(), 1, "expected only the newest backup to be kept after the next success: {backups:?}");
-    ch_postgres_common::assert_same_rows(&first_window, &fx.table_rows(&fx.pg_table(&backups[0])), "backup = the first swap's window");
+    assert_same_rows(&first_window, &fx.table_rows(&fx.pg_table(&backups[0])), "backup = the first swap's window");
     fx.finish();
 }
 

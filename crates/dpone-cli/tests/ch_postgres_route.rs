@@ -13,12 +13,14 @@
 //! time, frames of at most 2 rows (chunks span several frames).
 
 mod ch_postgres_common;
+mod harness;
 
 use ch_postgres_common::{
-    CHUNK_BOUNDS, Col, Fixture, Options, Row, Setup, TS, V, bytes, check_report, codes, col, date, dec, digits, event_cols,
-    expected_after_replace, in_range, in_window, int, messages, row, sparse, standard_fixture, standard_fixture_on, standard_source,
-    standard_target, state_of, text, ts, uuid, with,
+    CHUNK_BOUNDS, Col, Fixture, Options, Row, Setup, TS, V, bytes, check_report, col, date, dec, digits, event_cols,
+    expected_after_replace, in_range, in_window, int, row, sparse, standard_fixture, standard_fixture_on, standard_source, standard_target,
+    text, ts, uuid, with,
 };
+use harness::{assert_same_rows, codes, messages, state_of};
 
 /// The evidence file a run report names.
 fn evidence(doc: &serde_json::Value) -> serde_json::Value {
@@ -228,7 +230,7 @@ fn partition_swap_replaces_exactly_the_window_partition() {
     assert_eq!(generation_check(&doc), "digest", "a swapped-in partition is a real table, verified by digest");
     // The window's partition holds exactly the source's window rows, under its own name and bound.
     let new_window: Vec<Row> = source.iter().filter(|r| in_window(&r[TS])).cloned().collect();
-    ch_postgres_common::assert_same_rows(&fx.expected(&new_window), &fx.table_rows(&fx.pg_table("t_window")), "t_window after the swap");
+    assert_same_rows(&fx.expected(&new_window), &fx.table_rows(&fx.pg_table("t_window")), "t_window after the swap");
     assert_eq!(partition_bound(&fx, "t_window").as_deref(), Some(bound.as_str()), "t_window is attached again with the same bound");
     let leftover_check = fx.pg_scalar(&format!(
         "SELECT count(*) FROM pg_constraint WHERE conrelid = to_regclass('{}') AND conname = '_dpone_bound'",
@@ -236,12 +238,12 @@ fn partition_swap_replaces_exactly_the_window_partition() {
     ));
     assert_eq!(leftover_check.as_deref(), Some("0"), "the generation's bound CHECK is dropped after the ATTACH");
     for (p, rows) in &others {
-        ch_postgres_common::assert_same_rows(rows, &fx.table_rows(&fx.pg_table(p)), &format!("{p} (not the window's partition) untouched"));
+        assert_same_rows(rows, &fx.table_rows(&fx.pg_table(p)), &format!("{p} (not the window's partition) untouched"));
     }
     // The replaced partition is kept as this run's backup, detached.
     let backups = fx.backups();
     assert_eq!(backups.len(), 1, "expected exactly one `_dpone_bak_` table: {backups:?}");
-    ch_postgres_common::assert_same_rows(&old_window, &fx.table_rows(&fx.pg_table(&backups[0])), "backup = the old window partition");
+    assert_same_rows(&old_window, &fx.table_rows(&fx.pg_table(&backups[0])), "backup = the old window partition");
     assert_eq!(partition_bound(&fx, &backups[0]), None, "the backup is not a partition of the target");
     assert_eq!(doc["replaced_rows"], old_window.len(), "replaced_rows = rows of the old window partition");
 
@@ -253,12 +255,12 @@ fn partition_swap_replaces_exactly_the_window_partition() {
     run_and_check(&fx, &source2, &expected_after_replace(&before, &source, TS), "second partition swap");
     let backups2 = fx.backups();
     assert_eq!(backups2.len(), 1, "one backup per target after the next success: {backups2:?}");
-    ch_postgres_common::assert_same_rows(&after_first, &fx.table_rows(&fx.pg_table(&backups2[0])), "backup = the first swap's window");
+    assert_same_rows(&after_first, &fx.table_rows(&fx.pg_table(&backups2[0])), "backup = the first swap's window");
     fx.finish();
 }
 
 fn assert_same_rows_of(fx: &Fixture, expected: &[Row], actual: &[ch_postgres_common::TextRow], what: &str) {
-    ch_postgres_common::assert_same_rows(&fx.expected(expected), actual, what);
+    assert_same_rows(&fx.expected(expected), actual, what);
 }
 
 /// Runs a manifest that must be refused with `code` before any write.
@@ -268,7 +270,7 @@ fn assert_refused_before_any_write(fx: &Fixture, code: &str, what: &str) -> serd
     let run = fx.run();
     let doc = run.assert_failed(what, 2, code);
     assert_eq!(doc["status"], "refused", "{what}: expected `status: refused`:\n{}", run.describe());
-    ch_postgres_common::assert_same_rows(&target, &fx.target_rows(), &format!("{what}: target unchanged"));
+    assert_same_rows(&target, &fx.target_rows(), &format!("{what}: target unchanged"));
     assert_eq!(fx.relations(), relations, "{what}: expected no relation created or dropped in the target's schema");
     assert_eq!(fx.owned_tables(), Vec::<String>::new(), "{what}: expected no `_dpone_` table");
     assert!(!fx.work_dir().join("state.db").exists(), "{what}: a refused run leaves no state store behind");

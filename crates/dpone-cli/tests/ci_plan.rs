@@ -62,7 +62,7 @@ fn base_equal_to_head_is_no_changes_with_full_commit_ids() {
     assert_eq!(p["head_sha"], base.as_str());
     assert_eq!(p["base_sha"].as_str().unwrap().len(), 40);
     assert_eq!(p["schema_version"], "dpone.ci.plan.v1");
-    assert_eq!(p["classifier_version"], "dpone-ci-classifier/2");
+    assert_eq!(p["classifier_version"], "dpone-ci-classifier/3");
 }
 
 #[test]

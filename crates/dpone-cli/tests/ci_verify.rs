@@ -82,7 +82,7 @@ fn clean_results_pass_and_the_receipt_records_commits_and_artifacts() {
     assert_eq!(receipt["schema_version"], "dpone.ci.receipt.v1");
     assert_eq!(receipt["base_sha"], plan["base_sha"]);
     assert_eq!(receipt["head_sha"], plan["head_sha"]);
-    assert_eq!(receipt["classifier_version"], "dpone-ci-classifier/2");
+    assert_eq!(receipt["classifier_version"], "dpone-ci-classifier/3");
     assert_eq!(receipt["classification"], "schedule_only");
     assert_eq!(receipt["all_passed"], true);
     assert_eq!(receipt["plan"]["path"], "plan.json");
@@ -210,7 +210,7 @@ fn an_edited_or_foreign_plan_is_refused_with_exit_2_and_no_receipt() {
         ("\"classification\": \"schedule_only\"", "\"classification\": \"no_changes\"", "invalid_plan"),
         ("\"suite\": \"dpone-core\"", "\"suite\": \"dpone-engine\"", "plan_check_mismatch"),
         ("dpone.ci.plan.v1", "dpone.ci.plan.v9", "unsupported_plan_version"),
-        ("dpone-ci-classifier/2", "dpone-ci-classifier/0", "classifier_version_mismatch"),
+        ("dpone-ci-classifier/3", "dpone-ci-classifier/0", "classifier_version_mismatch"),
         ("\"preserve_existing_required_checks\": true", "\"preserve_existing_required_checks\": false", "invalid_plan"),
     ] {
         assert!(original.contains(from), "{from}");

@@ -11,9 +11,11 @@
 //! server (chdb) has no writable access storage, so `CREATE ROW POLICY` is
 //! denied (ACCESS_DENIED) and a row policy cannot be set up.
 
+mod harness;
 mod pg_clickhouse_common;
 
-use pg_clickhouse_common::{Col, Fixture, ManifestOptions, Row, Setup, TABLE, codes, col, micros, rendered, sample_value};
+use harness::codes;
+use pg_clickhouse_common::{Col, Fixture, ManifestOptions, Row, Setup, TABLE, col, micros, rendered, sample_value};
 
 fn base_cols() -> Vec<Col> {
     vec![

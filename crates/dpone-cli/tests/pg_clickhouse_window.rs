@@ -10,11 +10,13 @@
 //! Window: `[2026-09-06, 2026-09-09)` in three chunks of one day, two chunks
 //! at a time, frames of at most 3 rows (chunks span several frames).
 
+mod harness;
 mod pg_clickhouse_common;
 
 use dpone_core::value::Value;
+use harness::codes;
 use pg_clickhouse_common::{
-    BOUNDS, Col, Fixture, ManifestOptions, Row, Setup, assert_same_rows, at, codes, col, date, dec, expected_after_replace,
+    BOUNDS, Col, Fixture, ManifestOptions, Row, Setup, assert_same_rows, at, col, date, dec, expected_after_replace,
     expected_after_replace_in, in_window, int, micros, rendered, rows_per_chunk, text, uuid,
 };
 

@@ -1,41 +1,29 @@
 //! Crash recovery of the PostgreSQL -> ClickHouse route, through the real
 //! `dpone` binary against real servers.
 //!
-//! Every abort failpoint gets its own test: run with
-//! `DPONE_FAILPOINT=<point>` (the process aborts there, no cleanup), check
-//! what `dpone status` and the target say, run the same command again, and
-//! require the published target to be exactly the expected multiset (the
-//! target's rows outside the window, NULL window values included, plus the
-//! source's rows inside it), no staging or generation table left and at most
-//! one backup. Then the simulated faults (lost INSERT / EXCHANGE
-//! acknowledgements), a lease held by a live run, a lease that expires, a
-//! source that changes between attempts, SIGINT, and a crash while recovering.
+//! After a crash or a fault the same command is run again and the published
+//! target must be exactly the expected multiset (the target's rows outside
+//! the window, NULL window values included, plus the source's rows inside
+//! it), with no staging or generation table left and at most one backup:
+//! the simulated faults (lost INSERT / EXCHANGE acknowledgements), a lease
+//! held by a live run, a lease that expires, a source that changes between
+//! attempts, SIGINT, and a crash while recovering. An abort at every
+//! failpoint is in the crash matrix of every route (`crash_matrix.rs`).
 //!
 //! PostgreSQL snapshots do not survive a process, so a run resumed before
 //! publication re-extracts the whole window; after the EXCHANGE it only
 //! finishes (no source access).
 
+mod harness;
 mod recovery_common;
 
 use dpone_core::value::Value;
+use harness::{Background, Run, state_of, wait_until};
 use recovery_common::pgch::{
-    BOUNDS, Fixture, Row, TS, assert_same_rows, at, expected_after_replace, in_window, row, rows_per_chunk, sparse, standard_source,
-    standard_target, with,
+    BOUNDS, Fixture, Row, TS, assert_same_rows, at, check_report, expected_after_replace, row, sparse, standard_source, standard_target,
+    with,
 };
-use recovery_common::{ABORT_POINTS, Run, crash_point, declared_abort_points, state_of, wait_until};
 use std::time::Duration;
-
-/// Checks a successful run's report against the expected target.
-fn check_report(doc: &serde_json::Value, source: &[Row], expected: &[Row], what: &str) {
-    let inside = source.iter().filter(|r| in_window(&r[TS])).count();
-    assert_eq!(doc["inserted_rows"], inside, "{what}: expected inserted_rows = source rows inside the window");
-    assert_eq!(doc["final_rows"], expected.len(), "{what}: expected final_rows = rows of the expected target");
-    assert_eq!(doc["kept_rows"], expected.len() - inside, "{what}: expected kept_rows = target rows outside the window");
-    let per_chunk: Vec<u64> = doc["chunks"].as_array().expect("chunks").iter().map(|c| c["rows"].as_u64().expect("rows")).collect();
-    assert_eq!(per_chunk, rows_per_chunk(source), "{what}: expected each chunk to carry exactly the source rows of its bounds");
-    let evidence = doc["evidence_path"].as_str().expect("an evidence path");
-    assert!(std::path::Path::new(evidence).is_file(), "{what}: expected the evidence file {evidence} to exist");
-}
 
 /// After a success: target exact, report consistent, no leftovers, status
 /// `succeeded`. Returns the backup table's name, if any.
@@ -57,99 +45,8 @@ fn assert_target_untouched(fx: &Fixture, before: &[Row], uuid_before: &str, what
 }
 
 // ---------------------------------------------------------------------------
-// One abort at every failpoint, then the same command again
+// The same command twice
 // ---------------------------------------------------------------------------
-
-fn crash_then_rerun(point: &str) {
-    let case = crash_point(point);
-    let fx = Fixture::standard("rec_pgch_crash");
-    let source = standard_source();
-    let before = fx.target_rows();
-    assert_same_rows(&standard_target(), &before, "target as inserted by the test");
-    let expected = expected_after_replace(&before, &source);
-    let uuid_before = fx.target_uuid();
-
-    // A succeeded run is run again as a new execution: keep the source's
-    // snapshot unchanged across both runs, as a quiet source would.
-    let quiet = (case.state == "succeeded").then(Fixture::quiet_source);
-    let crashed = fx.run_with(&[("DPONE_FAILPOINT", point)]);
-    crashed.assert_aborted_at(point);
-    let status = fx.status();
-    assert_eq!(state_of(&status), case.state, "after an abort at {point}: expected `dpone status` to say {}: {status:#}", case.state);
-    if case.published {
-        assert_same_rows(&expected, &fx.target_rows(), &format!("after an abort at {point} (after the EXCHANGE): target"));
-    } else {
-        assert_target_untouched(&fx, &before, &uuid_before, &format!("after an abort at {point} (before publication)"));
-    }
-
-    let rerun = fx.run();
-    drop(quiet);
-    let what = format!("rerun after an abort at {point}");
-    let (doc, backup) = check_success(&fx, &rerun, &source, &expected, &what);
-    match case.state {
-        // The rerun finishes the same run from the target alone.
-        "publishing" | "published" => {
-            assert_eq!(doc["run_id"], status["run_id"], "{what}: expected the interrupted run to be finished, not a new one");
-            assert_eq!(doc["resumed"], true, "{what}: expected `resumed: true`");
-            assert_eq!(doc["execution"], 1, "{what}: expected the first execution to be completed");
-        }
-        // The run had succeeded: the same command is a new execution.
-        "succeeded" => assert_eq!(doc["execution"], 2, "{what}: expected a second execution of a succeeded invocation"),
-        // Stage complete: the same run publishes from its verified staging.
-        "verified" => {
-            assert_eq!(doc["run_id"], status["run_id"], "{what}: expected the verified run to be finished, not a new one");
-            assert_eq!(doc["resumed"], true, "{what}: expected `resumed: true`");
-            assert_eq!(doc["reused_chunks"], 3, "{what}: expected every verified chunk reused without reading the source");
-        }
-        // A PostgreSQL snapshot does not survive: everything is re-extracted.
-        _ => assert_eq!(doc["reused_chunks"], 0, "{what}: expected no chunk reused from a PostgreSQL snapshot that is gone"),
-    }
-    // The backup is the target as the last publication found it.
-    let backup = backup.unwrap_or_else(|| panic!("{what}: expected a `_dpone_bak_` backup of the previous target"));
-    let previous = if case.state == "succeeded" { &expected } else { &before };
-    assert_same_rows(previous, &fx.table_rows(&backup), &format!("{what}: backup {backup} (the target before the last publication)"));
-    fx.finish();
-}
-
-#[test]
-fn every_abort_failpoint_has_a_crash_test() {
-    assert_eq!(
-        declared_abort_points(),
-        COVERED.to_vec(),
-        "expected a crash test for every abort failpoint of dpone_core::failpoint::POINTS (a new simulated fault must be \
-         recognised by `is_simulated`)"
-    );
-    assert_eq!(ABORT_POINTS.to_vec(), COVERED.to_vec(), "expected recovery_common::ABORT_POINTS to list the same points");
-}
-
-macro_rules! crash_tests {
-    ($($name:ident => $point:literal,)*) => {
-        /// The abort points covered by the tests below (one test each).
-        const COVERED: &[&str] = &[$($point),*];
-        $(
-            #[test]
-            fn $name() {
-                crash_then_rerun($point);
-            }
-        )*
-    };
-}
-
-crash_tests! {
-    abort_after_the_plan_is_persisted_then_rerun => "plan.after_persist",
-    abort_before_the_first_staging_write_then_rerun => "staging.before_write",
-    abort_in_the_middle_of_a_chunk_stream_then_rerun => "staging.mid_stream",
-    abort_after_a_staging_write_is_acknowledged_then_rerun => "staging.after_ack",
-    abort_after_a_chunk_is_verified_then_rerun => "chunk.after_verify",
-    abort_after_a_chunk_checkpoint_then_rerun => "checkpoint.after_write",
-    abort_after_the_generation_is_built_then_rerun => "generation.after_build",
-    abort_before_the_publication_intent_then_rerun => "publish.before_intent",
-    abort_before_the_exchange_then_rerun => "publish.before_exchange",
-    abort_after_the_exchange_then_rerun => "publish.after_exchange",
-    abort_before_the_evidence_is_written_then_rerun => "evidence.before_write",
-    abort_after_the_evidence_is_written_then_rerun => "evidence.after_write",
-    abort_after_success_is_recorded_then_rerun => "state.after_succeeded",
-}
 
 #[test]
 fn the_same_command_run_twice_on_an_unchanged_source_succeeds_both_times() {
@@ -232,7 +129,7 @@ fn a_lost_insert_acknowledgement_is_reconciled_by_inspecting_the_staging_table()
 
 /// Waits until the background run's journal records its generation (the
 /// run is then in its pause before the publication intent).
-fn wait_for_generation(fx: &Fixture, a: &mut recovery_common::Background) {
+fn wait_for_generation(fx: &Fixture, a: &mut Background) {
     wait_until(Duration::from_secs(60), "the background run has built its generation", || {
         assert!(a.is_running(), "expected the background run to be pausing before its publication intent");
         fx.work_dir().join("state.db").exists() && fx.status()["journal"]["generation"].is_object()

@@ -3,34 +3,33 @@
 //!
 //! A SQLite source is identified by its file state, so its version is
 //! durable: a run resumed before publication reuses the chunks it verified,
-//! after re-inspecting their staging tables. These tests crash runs at
-//! every abort failpoint and check the rerun, then tamper with what a
-//! crashed run left behind (a verified staging table dropped or modified,
+//! after re-inspecting their staging tables. These tests check that reuse,
+//! then tamper with what a crashed run left behind (a verified staging table dropped or modified,
 //! a different window, a target changed while publishing) and check that
 //! dpone refuses instead of publishing something it did not verify, until
 //! an operator abandons (`dpone abandon`) or resolves (`dpone resolve`) the
-//! run; the next run then publishes exactly.
+//! run; the next run then publishes exactly. An abort at every failpoint
+//! is in the crash matrix of every route (`crash_matrix.rs`).
 //!
 //! Window `[2026-09-06, 2026-09-09)` in five chunks of 16 hours, three at a
 //! time, frames of 2 rows.
 
+mod harness;
 mod recovery_common;
 
-use recovery_common::sqlite::{Fixture, Row, TS, assert_same_rows, expected_after_replace, rendered_in_window, row};
-use recovery_common::{ABORT_POINTS, crash_point, state_of, verified_stagings};
+use harness::{Run, assert_same_rows, state_of, verified_stagings};
+use recovery_common::sqlite::{Fixture, Row, check_report, expected_after_replace, row};
 
 /// The target expected after a successful run from the current files.
 fn expected(fx: &Fixture) -> Vec<Row> {
     expected_after_replace(&fx.target_rows(), &fx.source_rows())
 }
 
-/// After a success: target exact, no `_dpone_` table, status `succeeded`.
-fn check_success(fx: &Fixture, run: &recovery_common::Run, expected: &[Row], what: &str) -> serde_json::Value {
+/// After a success: target exact, report consistent, no `_dpone_` table, status `succeeded`.
+fn check_success(fx: &Fixture, run: &Run, expected: &[Row], what: &str) -> serde_json::Value {
     let doc = run.assert_succeeded(what);
     assert_same_rows(expected, &fx.target_rows(), &format!("{what}: target (its rows outside the window + the source rows inside)"));
-    let inside = fx.source_rows().iter().filter(|r| rendered_in_window(&r[TS])).count();
-    assert_eq!(doc["inserted_rows"], inside, "{what}: expected inserted_rows = source rows inside the window");
-    assert_eq!(doc["final_rows"], expected.len(), "{what}: expected final_rows = rows of the expected target");
+    check_report(&doc, &fx.source_rows(), expected, what);
     assert_eq!(fx.owned_tables(), Vec::<String>::new(), "{what}: expected no `_dpone_` table after success");
     let status = fx.status();
     assert_eq!(state_of(&status), "succeeded", "{what}: expected `dpone status` to say succeeded: {status:#}");
@@ -57,67 +56,6 @@ fn abandon_then_rerun(fx: &Fixture, what: &str) {
     let rerun = fx.run();
     let doc = check_success(fx, &rerun, &want, &format!("{what}: the run after `dpone abandon`"));
     assert_eq!(doc["reused_chunks"], 0, "{what}: expected the run after `dpone abandon` to stage every chunk anew");
-}
-
-// ---------------------------------------------------------------------------
-// Every abort failpoint
-// ---------------------------------------------------------------------------
-
-#[test]
-fn an_abort_at_every_failpoint_is_recovered_by_running_again() {
-    let mut problems = Vec::new();
-    for point in ABORT_POINTS {
-        let case = crash_point(point);
-        let fx = Fixture::standard();
-        let before = fx.target_rows();
-        let want = expected(&fx);
-
-        let crashed = fx.run_with(&[("DPONE_FAILPOINT", point)]);
-        crashed.assert_aborted_at(point);
-        let status = fx.status();
-        let mut p = Vec::new();
-        if state_of(&status) != case.state {
-            p.push(format!("expected `dpone status` to say {} after the abort, got {}", case.state, state_of(&status)));
-        }
-        let visible = fx.target_rows();
-        let (wanted, when) = if case.published { (&want, "the new window") } else { (&before, "the previous target") };
-        if visible != *wanted {
-            p.push(format!("expected the target to hold {when} after the abort"));
-        }
-        let verified_before = verified_stagings(&status).len();
-
-        let rerun = fx.run();
-        rerun.assert_no_panic();
-        if rerun.code != Some(0) {
-            p.push(format!("expected the rerun to succeed:\n{}", rerun.describe()));
-        } else {
-            let doc = rerun.json();
-            if fx.target_rows() != want {
-                p.push("expected the rerun to publish exactly the expected target".into());
-            }
-            if !fx.owned_tables().is_empty() {
-                p.push(format!("expected no `_dpone_` table after the rerun, found {:?}", fx.owned_tables()));
-            }
-            if state_of(&fx.status()) != "succeeded" {
-                p.push("expected `dpone status` to say succeeded after the rerun".into());
-            }
-            // Before publication the source version is unchanged: every
-            // chunk verified before the crash is reused.
-            if matches!(case.state, "planned" | "staging") && doc["reused_chunks"] != verified_before {
-                p.push(format!(
-                    "expected reused_chunks = {verified_before} (the chunks verified before the crash), got {}",
-                    doc["reused_chunks"]
-                ));
-            }
-            if matches!(case.state, "publishing" | "published") && (doc["resumed"] != true || doc["run_id"] != status["run_id"]) {
-                p.push(format!("expected the interrupted run {} to be finished (`resumed: true`), got {doc:#}", status["run_id"]));
-            }
-        }
-        if !p.is_empty() {
-            problems.push(format!("abort at {point}:\n  {}", p.join("\n  ")));
-        }
-    }
-    assert!(problems.is_empty(), "{}", problems.join("\n\n"));
 }
 
 // ---------------------------------------------------------------------------

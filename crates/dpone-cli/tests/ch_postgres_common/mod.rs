@@ -19,15 +19,11 @@
 //! more than two rows spans several frames.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+use crate::harness::WindowReport;
 use std::io::{Read, Write};
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// The binary under test.
-pub const DPONE: &str = env!("CARGO_BIN_EXE_dpone");
 
 /// The window anchor every test passes explicitly.
 pub const INTERVAL_END: &str = "2026-09-09T00:00:00Z";
@@ -37,9 +33,6 @@ pub const CHUNK_BOUNDS: [&str; 4] = ["2026-09-06 00:00:00", "2026-09-07 00:00:00
 
 /// The table name on both sides.
 pub const TABLE: &str = "t";
-
-/// SIGABRT: what `std::process::abort` at a failpoint ends with.
-pub const SIGABRT: i32 = 6;
 
 // ---------------------------------------------------------------------------
 // Values
@@ -241,149 +234,14 @@ pub fn rows_per_chunk(source: &[Row], window_col: usize) -> Vec<u64> {
     CHUNK_BOUNDS.windows(2).map(|b| source.iter().filter(|r| in_range(&r[window_col], b[0], b[1])).count() as u64).collect()
 }
 
-fn render(row: &TextRow) -> String {
-    let cells: Vec<String> = row.iter().map(|c| c.as_ref().map(|s| format!("{s:?}")).unwrap_or_else(|| "NULL".into())).collect();
-    format!("({})", cells.join(", "))
-}
-
-/// Panics with a readable difference unless `actual` is exactly the multiset `expected`.
-pub fn assert_same_rows(expected: &[TextRow], actual: &[TextRow], what: &str) {
-    let mut count: BTreeMap<&TextRow, i64> = BTreeMap::new();
-    for r in expected {
-        *count.entry(r).or_default() += 1;
-    }
-    for r in actual {
-        *count.entry(r).or_default() -= 1;
-    }
-    let lines: Vec<String> = count
-        .iter()
-        .filter(|(_, n)| **n != 0)
-        .take(30)
-        .map(|(r, n)| if *n > 0 { format!("  missing x{n}: {}", render(r)) } else { format!("  unexpected x{}: {}", -n, render(r)) })
-        .collect();
-    if !lines.is_empty() {
-        panic!("{what}: expected exactly {} rows, found {}\n{}", expected.len(), actual.len(), lines.join("\n"));
-    }
-}
-
 // ---------------------------------------------------------------------------
-// Running dpone
+// Running dpone (see `harness`)
 // ---------------------------------------------------------------------------
 
-/// What one invocation of `dpone` produced.
-#[derive(Debug)]
-pub struct Run {
-    pub args: Vec<String>,
-    /// Test variables set for this run (connections left out).
-    pub env: Vec<(String, String)>,
-    pub code: Option<i32>,
-    /// The signal that ended the process, if any.
-    pub signal: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
-}
+use crate::harness::{Run, assert_same_rows};
 
-impl Run {
-    fn from_output(args: &[&str], env: &[(&str, &str)], status: ExitStatus, stdout: &[u8], stderr: &[u8]) -> Run {
-        Run {
-            args: args.iter().map(|s| s.to_string()).collect(),
-            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            code: status.code(),
-            signal: status.signal(),
-            stdout: String::from_utf8_lossy(stdout).into_owned(),
-            stderr: String::from_utf8_lossy(stderr).into_owned(),
-        }
-    }
-
-    /// The command and its output, for assertion messages.
-    pub fn describe(&self) -> String {
-        let env: String = self.env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
-        format!(
-            "`{env}dpone {}` (exit {:?}, signal {:?})\n--- stdout ---\n{}\n--- stderr ---\n{}",
-            self.args.join(" "),
-            self.code,
-            self.signal,
-            self.stdout,
-            self.stderr
-        )
-    }
-
-    /// The single JSON document on stdout.
-    pub fn json(&self) -> serde_json::Value {
-        let docs: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&self.stdout)
-            .into_iter::<serde_json::Value>()
-            .collect::<Result<_, _>>()
-            .unwrap_or_else(|e| panic!("expected JSON on stdout ({e}):\n{}", self.describe()));
-        assert_eq!(docs.len(), 1, "expected exactly one JSON document on stdout:\n{}", self.describe());
-        docs.into_iter().next().expect("one document")
-    }
-
-    /// Panics if the process panicked instead of reporting an error.
-    pub fn assert_no_panic(&self) {
-        let all = format!("{}\n{}", self.stdout, self.stderr);
-        for needle in ["panicked", "stack backtrace"] {
-            assert!(!all.contains(needle), "expected no panic, found `{needle}`:\n{}", self.describe());
-        }
-    }
-
-    /// Asserts exit 0, `passed: true`, `status: succeeded`, `publication: published`.
-    pub fn assert_succeeded(&self, what: &str) -> serde_json::Value {
-        self.assert_no_panic();
-        assert_eq!(self.code, Some(0), "{what}: expected exit 0:\n{}", self.describe());
-        let doc = self.json();
-        assert_eq!(doc["passed"], true, "{what}: expected `passed: true`:\n{}", self.describe());
-        assert_eq!(doc["status"], "succeeded", "{what}: expected `status: succeeded`:\n{}", self.describe());
-        assert_eq!(doc["publication"], "published", "{what}: expected `publication: published`:\n{}", self.describe());
-        assert_eq!(doc["route"], "clickhouse->postgres", "{what}: expected the route clickhouse->postgres");
-        doc
-    }
-
-    /// Asserts a failed run: exit `exit`, JSON `error_code`, `passed: false`; returns the JSON.
-    pub fn assert_failed(&self, what: &str, exit: i32, error_code: &str) -> serde_json::Value {
-        self.assert_no_panic();
-        let doc = self.json();
-        assert!(
-            self.code == Some(exit) && doc["error_code"] == error_code && doc["passed"] == false,
-            "{what}: expected exit {exit} with `error_code: {error_code}` and `passed: false`:\n{}",
-            self.describe()
-        );
-        doc
-    }
-
-    /// Asserts that the process aborted at failpoint `point` (SIGABRT, no exit code).
-    pub fn assert_aborted_at(&self, point: &str) {
-        self.assert_no_panic();
-        assert!(
-            self.code.is_none() && self.signal == Some(SIGABRT),
-            "expected the process to abort (SIGABRT) at failpoint {point}:\n{}",
-            self.describe()
-        );
-        assert!(
-            self.stderr.contains(&format!("failpoint {point} fired")),
-            "expected stderr to say that failpoint {point} fired:\n{}",
-            self.describe()
-        );
-    }
-}
-
-/// The messages of every diagnostic in a JSON report (`errors` or `refusals`), joined.
-pub fn messages(list: &serde_json::Value) -> String {
-    let lines: Vec<String> = list
-        .as_array()
-        .map(|a| a.iter().map(|d| format!("[{}] {}", d["code"].as_str().unwrap_or("?"), d["message"].as_str().unwrap_or(""))).collect())
-        .unwrap_or_default();
-    lines.join("\n")
-}
-
-/// Codes of the diagnostics in a JSON list.
-pub fn codes(list: &serde_json::Value) -> Vec<String> {
-    list.as_array().map(|a| a.iter().filter_map(|d| d["code"].as_str().map(str::to_string)).collect()).unwrap_or_default()
-}
-
-/// The journal state `dpone status --format json` reports (`none` without a journal).
-pub fn state_of(status: &serde_json::Value) -> String {
-    status["state"].as_str().unwrap_or("none").to_string()
-}
+/// The route, as run reports name it.
+pub const ROUTE: &str = "clickhouse->postgres";
 
 // ---------------------------------------------------------------------------
 // Fixture
@@ -586,6 +444,12 @@ impl Fixture {
         rows[0][0].clone()
     }
 
+    /// The oid of a relation of the target's schema, if it exists (a
+    /// swapped partition is a new relation; a rewritten one keeps its oid).
+    pub fn oid(&self, name: &str) -> Option<String> {
+        self.pg_scalar(&format!("SELECT to_regclass({})::oid::text", quote_pg(&self.pg_table(name))))
+    }
+
     /// Inserts rows (one value per column) into the PostgreSQL target.
     pub fn insert_target(&self, rows: &[Row]) {
         self.insert_pg(&self.target_sql(), rows);
@@ -768,21 +632,12 @@ runtime:
     }
 
     /// Runs `dpone` in the fixture's dir with only the connections and `env`
-    /// as `DPONE_*` variables; `RUST_BACKTRACE=1` makes a panic visible.
+    /// as `DPONE_*` variables (`harness::run`).
     pub fn dpone(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
-        let mut cmd = Command::new(DPONE);
-        cmd.args(args).current_dir(self.dir()).env("RUST_BACKTRACE", "1");
-        for (k, _) in std::env::vars() {
-            if k.starts_with("DPONE_") {
-                cmd.env_remove(k);
-            }
-        }
-        cmd.env("DPONE_CONN_CH", &self.clickhouse_url).env("DPONE_CONN_PG", dpone_testkit::postgres_url());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().expect("the dpone binary starts");
-        Run::from_output(args, env, out.status, &out.stdout, &out.stderr)
+        let pg = dpone_testkit::postgres_url();
+        let mut all = vec![("DPONE_CONN_CH", self.clickhouse_url.as_str()), ("DPONE_CONN_PG", pg.as_str())];
+        all.extend_from_slice(env);
+        crate::harness::run(self.dir(), args, &all).of_route(ROUTE)
     }
 
     /// `dpone run <manifest> --interval-end <END> --format json` with extra variables.
@@ -1024,6 +879,20 @@ pub fn standard_fixture(prefix: &'static str) -> Fixture {
     standard_fixture_on(Setup::new(prefix, event_cols()))
 }
 
+/// The standard table, RANGE-partitioned on `ts`: one partition `t_window`
+/// that is exactly the window (what `publication: partition_swap` swaps),
+/// and a DEFAULT partition `t_rest` for everything else.
+pub fn swap_setup(prefix: &'static str) -> Setup {
+    Setup {
+        pg_table_suffix: "PARTITION BY RANGE (ts)".into(),
+        pg_partitions: vec![
+            ("t_window".into(), format!("FOR VALUES FROM ('{}+00') TO ('{}+00')", CHUNK_BOUNDS[0], CHUNK_BOUNDS[3])),
+            ("t_rest".into(), "DEFAULT".into()),
+        ],
+        ..Setup::new(prefix, event_cols())
+    }
+}
+
 /// [`standard_fixture`] on a given setup (another ClickHouse server, a partitioned target).
 pub fn standard_fixture_on(setup: Setup) -> Fixture {
     let fx = Fixture::create(setup);
@@ -1035,12 +904,7 @@ pub fn standard_fixture_on(setup: Setup) -> Fixture {
 
 /// Checks a successful window replace's report against `source` and the expected target.
 pub fn check_report(doc: &serde_json::Value, source: &[Row], expected: &[Row], what: &str) {
-    let inside = source.iter().filter(|r| in_window(&r[TS])).count();
-    assert_eq!(doc["inserted_rows"], inside, "{what}: expected inserted_rows = source rows inside the window");
-    assert_eq!(doc["final_rows"], expected.len(), "{what}: expected final_rows = rows of the expected target");
-    assert_eq!(doc["kept_rows"], expected.len() - inside, "{what}: expected kept_rows = target rows outside the window");
-    let per_chunk: Vec<u64> = doc["chunks"].as_array().expect("chunks").iter().map(|c| c["rows"].as_u64().expect("rows")).collect();
-    assert_eq!(per_chunk, rows_per_chunk(source, TS), "{what}: expected each chunk to carry exactly the source rows of its bounds");
-    let evidence = doc["evidence_path"].as_str().expect("an evidence path");
-    assert!(Path::new(evidence).is_file(), "{what}: expected the evidence file {evidence} to exist");
+    let inserted = source.iter().filter(|r| in_window(&r[TS])).count();
+    let rows_per_chunk = rows_per_chunk(source, TS);
+    crate::harness::check_window_report(doc, &WindowReport { inserted, final_rows: expected.len(), rows_per_chunk: &rows_per_chunk }, what);
 }

@@ -1,6 +1,6 @@
 //! The abort failpoints of `dpone_core::failpoint` and what a crash at each
-//! leaves behind; shared by the recovery suites (`recovery_common` includes
-//! it by path, `ch_postgres_recovery.rs` as a module).
+//! leaves behind; declared at the crate root of the crash matrix
+//! (`crash_matrix.rs`) and of `ch_postgres_recovery.rs`.
 #![allow(dead_code)]
 
 /// Every abort failpoint, in run order (crates/dpone-core/src/failpoint.rs).

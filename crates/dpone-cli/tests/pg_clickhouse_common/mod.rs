@@ -13,67 +13,20 @@
 mod values;
 pub use values::*;
 
+use crate::harness::{DPONE_TIMEOUT, Run};
 use dpone_clickhouse::{ChClient, ClickhouseConfig, Idempotence};
 use dpone_core::rowbinary::{decode_row, encode_row};
 use dpone_core::time::Timestamp;
 use dpone_core::types::{ColumnType, DType, parse_clickhouse_type};
 use dpone_core::value::Value;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// The binary under test.
-pub const DPONE: &str = env!("CARGO_BIN_EXE_dpone");
+/// The route, as run reports name it.
+pub const ROUTE: &str = "postgres->clickhouse";
 
 /// The table name on both sides.
 pub const TABLE: &str = "t";
-
-/// Longest a single `dpone` invocation may take (they take about a second).
-pub const DPONE_TIMEOUT: Duration = Duration::from_secs(60);
-
-// ---------------------------------------------------------------------------
-// Running dpone
-// ---------------------------------------------------------------------------
-
-/// What one invocation of `dpone` produced.
-#[derive(Debug)]
-pub struct Run {
-    pub args: Vec<String>,
-    pub code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-impl Run {
-    /// The command and its output, for assertion messages.
-    pub fn describe(&self) -> String {
-        format!("`dpone {}` (exit {:?})\n--- stdout ---\n{}\n--- stderr ---\n{}", self.args.join(" "), self.code, self.stdout, self.stderr)
-    }
-
-    /// The single JSON document on stdout.
-    pub fn json(&self) -> serde_json::Value {
-        let docs: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&self.stdout)
-            .into_iter::<serde_json::Value>()
-            .collect::<Result<_, _>>()
-            .unwrap_or_else(|e| panic!("expected JSON on stdout ({e}):\n{}", self.describe()));
-        assert_eq!(docs.len(), 1, "expected exactly one JSON document on stdout:\n{}", self.describe());
-        docs.into_iter().next().expect("one document")
-    }
-
-    /// Panics if the process panicked instead of reporting an error.
-    pub fn assert_no_panic(&self) {
-        let all = format!("{}\n{}", self.stdout, self.stderr);
-        for needle in ["panicked", "stack backtrace"] {
-            assert!(!all.contains(needle), "expected no panic, found `{needle}`:\n{}", self.describe());
-        }
-    }
-}
-
-/// Codes of the diagnostics in a JSON list (`errors` of a run, `refusals` of a plan).
-pub fn codes(list: &serde_json::Value) -> Vec<String> {
-    list.as_array().map(|a| a.iter().filter_map(|d| d["code"].as_str().map(str::to_string)).collect()).unwrap_or_default()
-}
 
 // ---------------------------------------------------------------------------
 // Fixture
@@ -405,55 +358,16 @@ runtime:
     }
 
     /// Runs `dpone` with the fixture's connections and no other `DPONE_*`
-    /// variable; `RUST_BACKTRACE=1` makes a panic visible. A run that takes
-    /// longer than `DPONE_TIMEOUT` is killed and reported, so a stalled run
-    /// fails its test instead of hanging the suite.
+    /// variable (`harness::run`: a stalled run fails its test).
     pub fn dpone(&self, args: &[&str]) -> Run {
         self.dpone_within(args, DPONE_TIMEOUT)
     }
 
     /// `dpone` with an explicit time limit.
     pub fn dpone_within(&self, args: &[&str], limit: Duration) -> Run {
-        let mut cmd = Command::new(DPONE);
-        cmd.args(args).current_dir(self.dir()).env("RUST_BACKTRACE", "1");
-        for (k, _) in std::env::vars() {
-            if k.starts_with("DPONE_") {
-                cmd.env_remove(k);
-            }
-        }
-        cmd.env("DPONE_CONN_PG", dpone_testkit::postgres_url()).env("DPONE_CONN_CH", &self.clickhouse_url);
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("the dpone binary starts");
-        let drain = |mut pipe: Box<dyn Read + Send>| {
-            std::thread::spawn(move || {
-                let mut out = Vec::new();
-                let _ = pipe.read_to_end(&mut out);
-                String::from_utf8_lossy(&out).into_owned()
-            })
-        };
-        let stdout = drain(Box::new(child.stdout.take().expect("piped stdout")));
-        let stderr = drain(Box::new(child.stderr.take().expect("piped stderr")));
-        let started = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().expect("wait for dpone") {
-                break Some(status);
-            }
-            if started.elapsed() > limit {
-                // Our own child, by its handle.
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let run = Run {
-            args: args.iter().map(|s| s.to_string()).collect(),
-            code: status.and_then(|s| s.code()),
-            stdout: stdout.join().expect("stdout reader"),
-            stderr: stderr.join().expect("stderr reader"),
-        };
-        assert!(status.is_some(), "expected dpone to finish within {limit:?}; it was killed:\n{}", run.describe());
-        run
+        let pg = dpone_testkit::postgres_url();
+        let env = [("DPONE_CONN_PG", pg.as_str()), ("DPONE_CONN_CH", self.clickhouse_url.as_str())];
+        crate::harness::run_within(self.dir(), args, &env, limit).of_route(ROUTE)
     }
 
     /// `dpone run <manifest> --interval-end <END> --format json`.

@@ -8,7 +8,7 @@
 //! is read back as RowBinary and decoded under its column types, so rows
 //! are compared as exact multisets of typed values.
 
-use super::{Background, Run};
+use crate::harness::{Background, Run, WindowReport};
 
 #[path = "../pg_clickhouse_common/values.rs"]
 mod values;
@@ -17,8 +17,11 @@ use dpone_core::rowbinary::{decode_row, encode_row};
 use dpone_core::types::{ColumnType, parse_clickhouse_type};
 use dpone_core::value::Value;
 use std::path::{Path, PathBuf};
-use std::sync::{RwLock, RwLockWriteGuard};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use values::*;
+
+/// The route, as run reports name it.
+pub const ROUTE: &str = "postgres->clickhouse";
 
 /// The table name on both sides.
 pub const TABLE: &str = "t";
@@ -75,6 +78,13 @@ pub fn expected_after_replace(target_before: &[Row], source: &[Row]) -> Vec<Row>
 /// Source rows inside each chunk, in chunk order.
 pub fn rows_per_chunk(source: &[Row]) -> Vec<u64> {
     values::rows_per_chunk(source, TS)
+}
+
+/// Checks a successful run's report against `source` and the expected target.
+pub fn check_report(doc: &serde_json::Value, source: &[Row], expected: &[Row], what: &str) {
+    let inserted = source.iter().filter(|r| in_window(&r[TS])).count();
+    let rows_per_chunk = rows_per_chunk(source);
+    crate::harness::check_window_report(doc, &WindowReport { inserted, final_rows: expected.len(), rows_per_chunk: &rows_per_chunk }, what);
 }
 
 // ---------------------------------------------------------------------------
@@ -216,6 +226,15 @@ impl Fixture {
         PG_WRITES.write().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// For a test of this binary that writes to PostgreSQL other than
+    /// through this fixture (another route's fixture, or `dpone` writing a
+    /// PostgreSQL target): hold this guard meanwhile, and take no other
+    /// guard of [`PG_WRITES`] while holding it (a waiting writer blocks
+    /// new readers).
+    pub fn postgres_writer() -> RwLockReadGuard<'static, ()> {
+        PG_WRITES.read().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn ch_exec(&self, sql: &str) {
         self.block_on(self.ch.execute(sql, Idempotence::Safe)).unwrap_or_else(|e| panic!("ClickHouse refused `{sql}`: {e}"));
     }
@@ -343,7 +362,7 @@ runtime:
     /// Runs `dpone <args>` with the fixture's connections plus `extra` variables.
     pub fn dpone(&self, args: &[&str], extra: &[(&str, &str)]) -> Run {
         let pg = dpone_testkit::postgres_url();
-        super::run(self.dir(), args, &self.env(&pg, extra))
+        crate::harness::run(self.dir(), args, &self.env(&pg, extra)).of_route(ROUTE)
     }
 
     fn run_args(&self) -> Vec<String> {
@@ -365,7 +384,7 @@ runtime:
     pub fn spawn_run(&self, extra: &[(&str, &str)]) -> Background {
         let pg = dpone_testkit::postgres_url();
         let args = self.run_args();
-        super::spawn(self.dir(), &args.iter().map(String::as_str).collect::<Vec<_>>(), &self.env(&pg, extra))
+        crate::harness::spawn(self.dir(), &args.iter().map(String::as_str).collect::<Vec<_>>(), &self.env(&pg, extra)).of_route(ROUTE)
     }
 
     /// `dpone status <manifest> --format json`, parsed.

@@ -6,11 +6,13 @@
 //! Tables are dumped as exact multisets of rendered values (with their
 //! SQLite storage classes).
 
-use super::Run;
+use crate::harness::{Run, WindowReport};
 use rusqlite::types::{Value as Sql, ValueRef};
 use rusqlite::{Connection, OpenFlags};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+/// The route, as run reports name it.
+pub const ROUTE: &str = "sqlite->sqlite";
 
 pub const INTERVAL_END: &str = "2026-09-09T00:00:00Z";
 
@@ -26,6 +28,10 @@ pub const END: &str = "2026-09-09 00:00:00.000000";
 
 /// Chunks of the window (16 hours each, the last one 8 hours).
 pub const CHUNKS: usize = 5;
+
+/// Bounds of the chunks, in SQLite's canonical timestamp text.
+pub const BOUNDS: [&str; CHUNKS + 1] =
+    [START, "2026-09-06 16:00:00.000000", "2026-09-07 08:00:00.000000", "2026-09-08 00:00:00.000000", "2026-09-08 16:00:00.000000", END];
 
 const MANIFEST: &str = r#"kind: dpone.batch.v1
 source:
@@ -163,16 +169,33 @@ pub fn dump(db: &Path, table: &str) -> Vec<Row> {
 
 /// Whether a rendered window value lies in `[START, END)`; NULL never does.
 pub fn rendered_in_window(v: &str) -> bool {
+    rendered_in_range(v, START, END)
+}
+
+/// Whether a rendered window value lies in `[start, end)` (canonical text); NULL never does.
+pub fn rendered_in_range(v: &str, start: &str, end: &str) -> bool {
     match v.strip_prefix("text:") {
         Some(quoted) => {
             let text: String = serde_json::from_str(quoted).expect("rendered text is a quoted string");
-            text.as_str() >= START && text.as_str() < END
+            text.as_str() >= start && text.as_str() < end
         }
         None => {
             assert_eq!(v, "null", "window values are canonical text or NULL");
             false
         }
     }
+}
+
+/// Source rows inside each chunk, in chunk order.
+pub fn rows_per_chunk(source: &[Row]) -> Vec<u64> {
+    BOUNDS.windows(2).map(|b| source.iter().filter(|r| rendered_in_range(&r[TS], b[0], b[1])).count() as u64).collect()
+}
+
+/// Checks a successful run's report against `source` and the expected target.
+pub fn check_report(doc: &serde_json::Value, source: &[Row], expected: &[Row], what: &str) {
+    let inserted = source.iter().filter(|r| rendered_in_window(&r[TS])).count();
+    let rows_per_chunk = rows_per_chunk(source);
+    crate::harness::check_window_report(doc, &WindowReport { inserted, final_rows: expected.len(), rows_per_chunk: &rows_per_chunk }, what);
 }
 
 /// The target after a window replace: target rows outside the window
@@ -184,35 +207,17 @@ pub fn expected_after_replace(target_before: &[Row], source: &[Row]) -> Vec<Row>
     out
 }
 
-/// Panics with a readable difference unless `actual` is exactly the sorted multiset `expected`.
-pub fn assert_same_rows(expected: &[Row], actual: &[Row], what: &str) {
-    if expected == actual {
-        return;
-    }
-    let mut count: BTreeMap<&Row, i64> = BTreeMap::new();
-    for r in expected {
-        *count.entry(r).or_default() += 1;
-    }
-    for r in actual {
-        *count.entry(r).or_default() -= 1;
-    }
-    let lines: Vec<String> = count
-        .iter()
-        .filter(|(_, n)| **n != 0)
-        .take(20)
-        .map(|(r, n)| if *n > 0 { format!("  missing x{n}: {r:?}") } else { format!("  unexpected x{}: {r:?}", -n) })
-        .collect();
-    panic!("{what}: expected exactly {} rows, found {}\n{}", expected.len(), actual.len(), lines.join("\n"));
-}
-
 // ---------------------------------------------------------------------------
 // Fixture
 // ---------------------------------------------------------------------------
 
+/// Creates the table and its rows in one transaction (one sync, not one per row).
 fn create_db(path: &Path, rows: &[Vec<Sql>]) {
-    let conn = Connection::open(path).expect("create database");
-    conn.execute_batch(DDL).expect("create table");
-    insert(&conn, rows);
+    let mut conn = Connection::open(path).expect("create database");
+    let tx = conn.transaction().expect("begin");
+    tx.execute_batch(DDL).expect("create table");
+    insert(&tx, rows);
+    tx.commit().expect("commit the table");
 }
 
 fn insert(conn: &Connection, rows: &[Vec<Sql>]) {
@@ -249,7 +254,7 @@ impl Fixture {
 
     /// `dpone run <manifest> --interval-end <end> --format json` with `extra` variables.
     pub fn run_until(&self, interval_end: &str, extra: &[(&str, &str)]) -> Run {
-        super::run(&self.dir, &["run", &self.manifest, "--interval-end", interval_end, "--format", "json"], extra)
+        crate::harness::run(&self.dir, &["run", &self.manifest, "--interval-end", interval_end, "--format", "json"], extra).of_route(ROUTE)
     }
 
     pub fn run_with(&self, extra: &[(&str, &str)]) -> Run {
@@ -262,7 +267,7 @@ impl Fixture {
 
     /// `dpone <args...> <manifest>`-style commands without test variables.
     pub fn dpone(&self, args: &[&str]) -> Run {
-        super::run(&self.dir, args, &[])
+        crate::harness::run(&self.dir, args, &[])
     }
 
     /// `dpone status <manifest> --format json`, parsed.

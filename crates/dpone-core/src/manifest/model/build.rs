@@ -1,0 +1,398 @@
+//! Builds the typed [`Manifest`] from a structurally valid YAML tree (see
+//! `schema`), applying the semantic rules: durations, connection blocks,
+//! which strategy combinations the runtime admits, and the rolling-window
+//! admission rules of SPEC §2 (`rolling_window_unsupported_policy:<field>`,
+//! `rolling_window_required_for_bounded_chunking`). Every problem is recorded
+//! with its path and position. Nothing here performs I/O.
+
+use super::{
+    ConnectionSpec, DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_ROWS, Manifest, NativeChunks, Schedule, SinkSpec, SourceSpec, Strategy, System,
+    TableRef, TransportMode, WindowSpec, Wire,
+};
+use crate::error::Diagnostic;
+use crate::manifest::schema::join;
+use crate::time::FixedDuration;
+use crate::window::MAX_CHUNKS;
+use crate::yaml::{Node, Value};
+use std::collections::BTreeMap;
+
+/// Reads typed values out of a structurally valid tree, recording semantic
+/// problems with their paths and positions.
+pub(crate) struct Reader<'a> {
+    pub diags: &'a mut Vec<Diagnostic>,
+}
+
+impl Reader<'_> {
+    pub fn error(&mut self, code: &str, path: &str, node: Option<&Node>, message: impl Into<String>, hint: impl Into<String>) {
+        let mut d = Diagnostic::new(code, path, message).hint(hint);
+        if let Some(n) = node {
+            d = d.at(n.line, n.column);
+        }
+        self.diags.push(d);
+    }
+}
+
+fn child<'n>(node: Option<&'n Node>, key: &str) -> Option<&'n Node> {
+    node.and_then(|n| n.get(key))
+}
+
+fn str_at<'n>(node: Option<&'n Node>, key: &str) -> Option<&'n str> {
+    child(node, key).and_then(Node::as_str)
+}
+
+fn int_at(node: Option<&Node>, key: &str) -> Option<u64> {
+    match child(node, key).map(|n| &n.value) {
+        Some(Value::Int(i)) => u64::try_from(*i).ok(),
+        _ => None,
+    }
+}
+
+fn scalar_text(v: &Value) -> Option<String> {
+    match v {
+        Value::Str(s) => Some(s.clone()),
+        Value::Int(i) => Some(i.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Float(f) => Some(f.to_string()),
+        _ => None,
+    }
+}
+
+fn connection(r: &mut Reader, node: Option<&Node>, path: &str) -> ConnectionSpec {
+    let kind = str_at(node, "connection_type").unwrap_or("env");
+    let id = child(node, "connection_id");
+    let params = child(node, "params");
+    match kind {
+        "params" => {
+            if let Some(idn) = id {
+                r.error(
+                    "connection_conflict",
+                    &join(path, "connection_id"),
+                    Some(idn),
+                    "`connection_id` is only used with `connection_type: env`",
+                    "remove `connection_id`, or switch to `connection_type: env`",
+                );
+            }
+            let mut map = BTreeMap::new();
+            match params.map(|p| &p.value) {
+                Some(Value::Map(entries)) if !entries.is_empty() => {
+                    for (k, v) in entries {
+                        if let Some(text) = scalar_text(&v.value) {
+                            map.insert(k.name.clone(), text);
+                        }
+                    }
+                }
+                _ => r.error(
+                    "missing_key",
+                    &join(path, "params"),
+                    node,
+                    "`connection_type: params` needs a non-empty `params` block",
+                    "add `params:` with e.g. `path` (sqlite) or `host`, `port`, `user`, `database`",
+                ),
+            }
+            ConnectionSpec::Params(map)
+        }
+        _ => {
+            if let Some(p) = params {
+                r.error(
+                    "connection_conflict",
+                    &join(path, "params"),
+                    Some(p),
+                    "`params` is only used with `connection_type: params`",
+                    "remove `params`, or switch to `connection_type: params`",
+                );
+            }
+            match id.and_then(Node::as_str) {
+                Some(s) if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => {
+                    ConnectionSpec::Env { id: s.to_string() }
+                }
+                Some(s) => {
+                    r.error(
+                        "invalid_value",
+                        &join(path, "connection_id"),
+                        id,
+                        format!("connection id `{s}` may contain only letters, digits and underscores"),
+                        "it names the environment variable DPONE_CONN_<CONNECTION_ID>",
+                    );
+                    ConnectionSpec::Env { id: String::new() }
+                }
+                None => {
+                    r.error(
+                        "missing_key",
+                        &join(path, "connection_id"),
+                        node,
+                        "`connection_type: env` needs a `connection_id`",
+                        "add `connection_id: MY_DB` and export DPONE_CONN_MY_DB=<url>",
+                    );
+                    ConnectionSpec::Env { id: String::new() }
+                }
+            }
+        }
+    }
+}
+
+fn table(node: Option<&Node>) -> TableRef {
+    TableRef { schema: str_at(node, "schema").map(str::to_string), name: str_at(node, "name").unwrap_or_default().to_string() }
+}
+
+fn duration(r: &mut Reader, node: Option<&Node>, key: &str, path: &str) -> FixedDuration {
+    let n = child(node, key);
+    let text = n.and_then(Node::as_str).unwrap_or_default();
+    match FixedDuration::parse_iso8601(text) {
+        Ok(d) => d,
+        Err(e) => {
+            r.error(
+                "invalid_duration",
+                &join(path, key),
+                n,
+                e.to_string(),
+                "write an ISO-8601 duration with days, hours, minutes or seconds, e.g. P7D, PT6H, P1DT12H",
+            );
+            FixedDuration(1)
+        }
+    }
+}
+
+/// Policies of the original that the rolling-window runtime refuses.
+const WINDOW_REFUSED_STRATEGY_KEYS: &[&str] =
+    &["overwrite_type", "unique_key", "predicate", "partition", "dedup", "pre_sql", "post_sql", "hooks"];
+
+pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: String) -> Option<Manifest> {
+    let mut r = Reader { diags };
+    let src = root.get("source");
+    let snk = root.get("sink");
+    let src_opts = child(src, "options");
+    let nt = child(src_opts, "native_transfer");
+    let wire_n = child(nt, "wire");
+    let exec = child(nt, "execution");
+    let chunking_n = child(exec, "chunking");
+    let strat_n = child(snk, "strategy");
+    let window_n = child(strat_n, "window");
+
+    let source_system = System::parse(str_at(src, "type").unwrap_or_default())?;
+    let sink_system = System::parse(str_at(snk, "type").unwrap_or_default())?;
+    let source_connection = connection(&mut r, child(src, "connection"), "source.connection");
+    let sink_connection = connection(&mut r, child(snk, "connection"), "sink.connection");
+
+    let columns = match child(src_opts, "columns").map(|n| &n.value) {
+        Some(Value::Seq(items)) => {
+            let names: Vec<String> = items.iter().filter_map(|n| n.as_str().map(str::to_string)).collect();
+            if names.is_empty() {
+                r.error(
+                    "invalid_value",
+                    "source.options.columns",
+                    child(src_opts, "columns"),
+                    "the column list is empty",
+                    "list the columns to move, or remove `columns` to move all",
+                );
+            }
+            for (i, name) in names.iter().enumerate() {
+                if names[..i].contains(name) {
+                    r.error(
+                        "duplicate_column",
+                        &format!("source.options.columns[{i}]"),
+                        child(src_opts, "columns"),
+                        format!("column `{name}` is listed twice"),
+                        "list each column once",
+                    );
+                }
+            }
+            Some(names)
+        }
+        _ => None,
+    };
+
+    let wire = Wire {
+        mode: str_at(wire_n, "mode").unwrap_or("auto").to_string(),
+        binary_format: str_at(wire_n, "binary_format").unwrap_or("rowbinary").to_string(),
+        source_native_format: str_at(wire_n, "source_native_format").unwrap_or("auto").to_string(),
+        block_rows: int_at(wire_n, "block_rows").unwrap_or(DEFAULT_BLOCK_ROWS),
+        block_bytes: int_at(wire_n, "block_bytes").unwrap_or(DEFAULT_BLOCK_BYTES),
+    };
+    let transport_mode = match str_at(child(exec, "transport"), "mode") {
+        Some("stream") => TransportMode::Stream,
+        Some("object") => TransportMode::Object,
+        Some("file") => TransportMode::File,
+        _ => TransportMode::Auto,
+    };
+    let chunking_parallelism = chunking_n.map(|c| int_at(Some(c), "parallelism").unwrap_or(1));
+    let native_chunks = child(exec, "native_chunks").map(|n| NativeChunks {
+        fields: match &n.value {
+            Value::Map(entries) => entries
+                .iter()
+                .filter_map(|(k, v)| match v.value {
+                    Value::Int(i) => u64::try_from(i).ok().map(|i| (k.name.clone(), i)),
+                    _ => None,
+                })
+                .collect(),
+            _ => BTreeMap::new(),
+        },
+    });
+
+    // Strategy.
+    let mode = str_at(strat_n, "mode").unwrap_or_default();
+    let strategy = match mode {
+        "full_refresh" => {
+            if let Some(w) = window_n {
+                r.error(
+                    "invalid_strategy",
+                    "sink.strategy.window",
+                    Some(w),
+                    "a window belongs to `mode: replace`, not `full_refresh`",
+                    "use `mode: replace` to replace a window, or remove `window`",
+                );
+            }
+            for key in ["atomicity", "unique_key", "predicate", "partition"] {
+                if let Some(n) = child(strat_n, key) {
+                    r.error(
+                        "invalid_strategy",
+                        &join("sink.strategy", key),
+                        Some(n),
+                        format!("`{key}` does not apply to `mode: full_refresh`"),
+                        "remove it",
+                    );
+                }
+            }
+            for key in ["dedup", "pre_sql", "post_sql", "hooks"] {
+                if let Some(n) = child(strat_n, key) {
+                    r.error(
+                        "unsupported_policy",
+                        &join("sink.strategy", key),
+                        Some(n),
+                        format!("`{key}` is not supported by this runtime"),
+                        "remove it; run such SQL outside dpone",
+                    );
+                }
+            }
+            Strategy::FullRefresh { overwrite_type: str_at(strat_n, "overwrite_type").unwrap_or("truncate_insert").to_string() }
+        }
+        "replace" => {
+            let Some(w) = window_n else {
+                r.error(
+                    "unsupported_strategy",
+                    "sink.strategy",
+                    strat_n,
+                    "`mode: replace` needs a `window`; predicate replaces are not supported by this runtime",
+                    "add `window: {column, anchor: data_interval_end, lookback, chunk_interval}`",
+                );
+                return None;
+            };
+            for key in WINDOW_REFUSED_STRATEGY_KEYS {
+                if let Some(n) = child(strat_n, key) {
+                    r.error(
+                        &format!("rolling_window_unsupported_policy:{key}"),
+                        &join("sink.strategy", key),
+                        Some(n),
+                        format!("`{key}` cannot be combined with a rolling window"),
+                        "remove it; the window replace publishes exactly the source rows of the window",
+                    );
+                }
+            }
+            if let Some(n) = child(src_opts, "incremental_column") {
+                r.error(
+                    "rolling_window_unsupported_policy:incremental_column",
+                    "source.options.incremental_column",
+                    Some(n),
+                    "`incremental_column` cannot be combined with a rolling window",
+                    "remove it; the window column selects the rows",
+                );
+            }
+            let path = "sink.strategy.window";
+            let lookback = duration(&mut r, Some(w), "lookback", path);
+            let chunk_interval = duration(&mut r, Some(w), "chunk_interval", path);
+            let count = (lookback.0 as i128 + chunk_interval.0 as i128 - 1) / chunk_interval.0 as i128;
+            if count > MAX_CHUNKS as i128 {
+                r.error(
+                    "too_many_chunks",
+                    &join(path, "chunk_interval"),
+                    child(Some(w), "chunk_interval"),
+                    format!("lookback {lookback} in chunks of {chunk_interval} gives {count} chunks; at most {MAX_CHUNKS} are allowed"),
+                    "use a longer chunk_interval",
+                );
+            }
+            let column = str_at(Some(w), "column").unwrap_or_default().to_string();
+            if let Some(cols) = &columns
+                && !cols.contains(&column)
+            {
+                r.error(
+                    "window_column_not_selected",
+                    "source.options.columns",
+                    child(src_opts, "columns"),
+                    format!("the window column `{column}` is not in the column list"),
+                    "add it to source.options.columns",
+                );
+            }
+            Strategy::Replace { window: WindowSpec { column, lookback, chunk_interval } }
+        }
+        other => {
+            r.error(
+                "unsupported_strategy",
+                "sink.strategy.mode",
+                child(strat_n, "mode"),
+                format!("`{other}` is a strategy of the Python dpone that this runtime does not implement yet"),
+                "use `full_refresh` or `replace` with a `window`",
+            );
+            return None;
+        }
+    };
+    if matches!(strategy, Strategy::FullRefresh { .. }) {
+        if let Some(c) = chunking_n {
+            r.error(
+                "rolling_window_required_for_bounded_chunking",
+                "source.options.native_transfer.execution.chunking",
+                Some(c),
+                "bounded window chunking needs a rolling window",
+                "add sink.strategy.window with `mode: replace`, or remove `chunking`",
+            );
+        }
+        if let Some(n) = child(src_opts, "incremental_column") {
+            r.error(
+                "unsupported_policy",
+                "source.options.incremental_column",
+                Some(n),
+                "`incremental_column` belongs to incremental strategies, which this runtime does not implement",
+                "remove it",
+            );
+        }
+    }
+
+    let manifest = Manifest {
+        source: SourceSpec {
+            system: source_system,
+            connection: source_connection,
+            table: table(child(src, "table")),
+            columns,
+            batch_size: int_at(src_opts, "batch_size"),
+            wire,
+            transport_mode,
+            chunking_parallelism,
+            native_chunks,
+        },
+        sink: SinkSpec {
+            system: sink_system,
+            connection: sink_connection,
+            table: table(child(snk, "table")),
+            staging_schema: str_at(child(snk, "staging"), "schema").map(str::to_string),
+            strategy,
+            bulk_mode: str_at(child(child(snk, "options"), "clickhouse_bulk"), "mode").unwrap_or("http").to_string(),
+            ingest_contract: str_at(child(child(snk, "options"), "clickhouse_bulk"), "ingest_contract").unwrap_or("auto").to_string(),
+            postgres_publication: str_at(child(child(snk, "options"), "postgres"), "publication").unwrap_or("delete_insert").to_string(),
+        },
+        work_dir: str_at(child(root.get("runtime"), "storage"), "work_dir").map(str::to_string),
+        schedule: str_at(root.get("schedule"), "cron").map(|c| Schedule { cron: c.to_string() }),
+        fingerprint,
+        positions: BTreeMap::new(),
+    };
+    for (label, t, n) in
+        [("source.table", &manifest.source.table, child(src, "table")), ("sink.table", &manifest.sink.table, child(snk, "table"))]
+    {
+        if t.name.is_empty() {
+            r.error("invalid_value", &join(label, "name"), n, "the table name is empty", "name the table");
+        }
+    }
+    if let Some(cron) = child(root.get("schedule"), "cron")
+        && let Err(e) = crate::cron::validate(cron.as_str().unwrap_or_default())
+    {
+        r.error("invalid_cron", "schedule.cron", Some(cron), e, "write five fields: minute hour day-of-month month day-of-week");
+    }
+    Some(manifest)
+}

@@ -306,12 +306,13 @@ seed_pg_table() {
   echo "created in $(($(date +%s) - t0)) s"
 }
 
-# write_pg_ch_manifest NAME TABLE [NATIVE_CHUNKS]: $TMP/NAME/manifest.yaml,
+# write_pg_ch_manifest NAME TABLE [NATIVE_CHUNKS] [TARGET]: $TMP/NAME/manifest.yaml,
 # a PostgreSQL -> ClickHouse `replace` of dpone_bench.TABLE's window `ts`
-# (P7D, chunk_interval ${CHUNK_INTERVAL:-P1D}, parallelism $PARALLELISM),
-# with `native_chunks: NATIVE_CHUNKS` when given.
+# (P7D, chunk_interval ${CHUNK_INTERVAL:-P1D}, parallelism $PARALLELISM)
+# into ClickHouse dpone_bench.TARGET (default TABLE), with `native_chunks:
+# NATIVE_CHUNKS` when given.
 write_pg_ch_manifest() {
-  local table=$2 nc=${3:-} dir=$TMP/$1
+  local table=$2 nc=${3:-} target=${4:-$2} dir=$TMP/$1
   mkdir -p "$dir"
   cat >"$dir/manifest.yaml" <<EOF
 # Written by scripts/bench/$BENCH_NAME.sh
@@ -328,7 +329,7 @@ ${nc:+        native_chunks: $nc}
 sink:
   type: clickhouse
   connection: {connection_type: env, connection_id: BENCH_CH}
-  table: {schema: dpone_bench, name: $table}
+  table: {schema: dpone_bench, name: $target}
   strategy:
     mode: replace
     atomicity: target_atomic

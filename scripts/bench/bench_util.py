@@ -84,6 +84,8 @@ def dpone_result(path):
         out["parallelism"] = limits.get("parallelism", limits.get("encoding_parallelism"))
         out["limits"] = ev.get("limits")
         out["memory"] = ev.get("memory")
+        g = ev.get("generation") or {}
+        out["generation"] = {k: g.get(k) for k in ("verified_by", "partitions", "build_seconds", "kept_rows")}
     print(json.dumps(out, separators=(",", ":")))
 
 
@@ -615,6 +617,66 @@ def report_ch2pg(meta_path, jsonl_path, out_path):
     load_note(samples, m)
 
 
+WINDOW_COST_GOALS = {"daily": 1.2, "monthly": 1.5}
+
+
+def report_window_cost(meta_path, jsonl_path, out_path):
+    """window_cost.sh: wall time and peak RSS per (layout, history), and the
+    ratio of the largest history to the empty target against the goals."""
+    with open(meta_path, encoding="utf-8") as f:
+        meta = json.load(f)
+    samples = load_samples(jsonl_path)
+    history = meta["history"]
+    layouts = {}
+    for layout in meta["layouts"].split():
+        points = {}
+        for h in history:
+            runs = [s for s in samples if s["dataset"] == layout and s["case"] == f"history_{h}" and s["ok"]]
+            if runs:
+                points[str(h)] = summarize(runs)
+                gen = [((r.get("dpone") or {}).get("generation") or {}) for r in runs]
+                points[str(h)]["generation"] = gen[0] if gen else None
+        verdict = None
+        lo, hi = str(min(history)), str(max(history))
+        if lo in points and hi in points and lo != hi:
+            ratio = points[hi]["median_wall_s"] / points[lo]["median_wall_s"]
+            goal = WINDOW_COST_GOALS.get(layout)
+            verdict = {"ratio_largest_to_empty": ratio, "goal": goal, "met": None if goal is None else ratio <= goal}
+        layouts[layout] = {"points": points, "verdict": verdict}
+    result = {"meta": meta, "layouts": layouts, "samples": samples}
+    with open(out_path, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    header(meta, "dpone window cost: a 7-day window into targets with history", out_path)
+    print(f"- window: {meta['window_rows']:,} rows from PostgreSQL; history rows lie before the window")
+    print()
+    print("| layout | history rows | median wall s | min-max s | peak RSS MiB | vs empty target |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for layout, d in layouts.items():
+        base = d["points"].get(str(min(history)))
+        for h in history:
+            v = d["points"].get(str(h))
+            if not v:
+                print(f"| {layout} | {h:,} | failed | | | |")
+                continue
+            ratio = v["median_wall_s"] / base["median_wall_s"] if base else None
+            print(
+                f"| {layout} | {h:,} | {fmt(v['median_wall_s'])} | {fmt(v['min_wall_s'])}-{fmt(v['max_wall_s'])} | "
+                f"{fmt(v['peak_rss_mib_max'], 0)} | {fmt(ratio)}x |"
+            )
+    print()
+    for layout, d in layouts.items():
+        v = d["verdict"]
+        if not v:
+            continue
+        if v["goal"] is None:
+            print(f"- {layout}: {fmt(v['ratio_largest_to_empty'])}x the empty-target run (reported for comparison)")
+        else:
+            met = "met" if v["met"] else "NOT met"
+            print(f"- {layout}: {fmt(v['ratio_largest_to_empty'])}x the empty-target run; goal <= {v['goal']}x: {met}")
+    load_note(samples, meta)
+
+
 def main(argv):
     if len(argv) < 2:
         sys.exit(__doc__)
@@ -639,6 +701,8 @@ def main(argv):
         rss_sample(*args)
     elif cmd == "report-ch2pg" and len(args) == 3:
         report_ch2pg(*args)
+    elif cmd == "report-window-cost" and len(args) == 3:
+        report_window_cost(*args)
     else:
         sys.exit(__doc__)
 

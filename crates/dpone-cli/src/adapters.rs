@@ -11,8 +11,8 @@ use dpone_clickhouse::{ClickhouseSource, ClickhouseTarget};
 use dpone_core::Diagnostic;
 use dpone_core::manifest::{Manifest, System};
 use dpone_core::ports::{
-    Contents, EligibilityRequest, FrameRx, FrameTx, GenerationBuild, PublicationOutcome, ReadRequest, ReadStats, Result, RowFilter, Source,
-    SourceVersion, TableRole, Target, WindowStats, Wiring,
+    Contents, EligibilityRequest, FrameRx, FrameTx, GenerationBuild, GenerationEstimate, PublicationOutcome, ReadRequest, ReadStats,
+    Result, RowFilter, Source, SourceVersion, TableRole, Target, WindowStats, Wiring,
 };
 use dpone_core::types::{Column, ColumnType};
 use dpone_postgres::{PostgresSource, PostgresTarget};
@@ -50,6 +50,15 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
+/// Failpoints inside the adapters' own steps: from the environment in a
+/// test build, none otherwise.
+fn test_failpoints() -> dpone_core::failpoint::Failpoints {
+    #[cfg(feature = "failpoints")]
+    return crate::failpoints::from_env();
+    #[cfg(not(feature = "failpoints"))]
+    dpone_core::failpoint::Failpoints::default()
+}
+
 fn not_implemented(path: &str, system: System) -> Diagnostic {
     let hint =
         if system == System::Mssql { "SQL Server is not implemented in this runtime yet" } else { dpone_core::plan::SUPPORTED_ROUTES_HINT };
@@ -59,7 +68,7 @@ fn not_implemented(path: &str, system: System) -> Diagnostic {
 impl AnySource {
     /// The source of `manifest.source`; `base` is the manifest's folder.
     pub fn build(manifest: &Manifest, base: &Path) -> std::result::Result<Self, Diagnostic> {
-        let wiring = Wiring { base_dir: base, env: &env };
+        let wiring = Wiring { base_dir: base, env: &env, failpoints: test_failpoints() };
         Ok(match manifest.source.system {
             System::Sqlite => AnySource::Sqlite(SqliteSource::build(manifest, &wiring)?),
             System::Postgres => AnySource::Postgres(PostgresSource::build(manifest, &wiring)?),
@@ -71,7 +80,7 @@ impl AnySource {
 
 /// The target of `manifest.sink`; `base` is the manifest's folder.
 pub fn build_target(manifest: &Manifest, base: &Path) -> std::result::Result<AnyTarget, Diagnostic> {
-    let wiring = Wiring { base_dir: base, env: &env };
+    let wiring = Wiring { base_dir: base, env: &env, failpoints: test_failpoints() };
     let target = match manifest.sink.system {
         System::Sqlite => RealTarget::Sqlite(SqliteTarget::build(manifest, &wiring)?),
         System::Postgres => RealTarget::Postgres(PostgresTarget::build(manifest, &wiring)?),
@@ -178,6 +187,10 @@ impl Target for RealTarget {
 
     async fn build_generation(&self, generation: &str, keep: Option<&RowFilter>, stagings: &[String]) -> Result<GenerationBuild> {
         dispatch!(self, RealTarget, |t| t.build_generation(generation, keep, stagings).await)
+    }
+
+    async fn estimate_generation(&self, keep: Option<&RowFilter>) -> Result<GenerationEstimate> {
+        dispatch!(self, RealTarget, |t| t.estimate_generation(keep).await)
     }
 
     async fn compare_kept(&self, generation: &str, keep: &RowFilter) -> Result<u64> {

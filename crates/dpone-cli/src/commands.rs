@@ -134,6 +134,7 @@ pub fn plan(path: &Path, args: &IntervalArgs, format: Format, offline: bool) -> 
         match probed {
             Ok(mut p) => {
                 p.refusals.iter_mut().for_each(|d| manifest.locate(d));
+                plan.generation = p.generation.clone();
                 plan.add_probe(Some(p.read_columns.clone()).filter(|c| !c.is_empty()), p.refusals)
             }
             Err(e) => {

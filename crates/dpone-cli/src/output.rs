@@ -100,6 +100,9 @@ pub fn print_plan(plan: &Plan, format: Format) {
         if plan.publication.atomic { " (atomic)" } else { "" },
         plan.publication.description
     );
+    if let Some(g) = &plan.generation {
+        print_generation(g);
+    }
     match &plan.columns {
         Some(cols) => {
             println!("columns     {} (probed)", cols.len());
@@ -118,6 +121,45 @@ pub fn print_plan(plan: &Plan, format: Format) {
             println!("  {d}");
         }
     }
+}
+
+/// What building the generation will take, in words.
+fn print_generation(g: &dpone_core::ports::GenerationEstimate) {
+    use dpone_core::ports::GenerationMethod;
+    let bytes = |b: u64| bytes_text(b);
+    match g.method {
+        GenerationMethod::InPlace => println!("generation  the window is replaced in place: no row outside it is copied"),
+        GenerationMethod::PartitionLinks => println!(
+            "generation  {} partitions linked ({} rows, not copied), {} straddling a window bound (their kept rows copied, at most {} rows), {} replaced",
+            thousands(g.partitions_linked),
+            thousands(g.rows_linked),
+            thousands(g.partitions_copied),
+            thousands(g.rows_copied),
+            thousands(g.partitions_replaced)
+        ),
+        GenerationMethod::FullCopy => println!("generation  full copy: at most {} rows are copied", thousands(g.rows_copied)),
+    }
+    if !g.reason.is_empty() {
+        println!("            {}", g.reason);
+    }
+    if g.method != GenerationMethod::InPlace {
+        let disk = match g.disk_free_bytes {
+            Some(free) => format!("{} free after a reserve of {}", bytes(free), bytes(g.disk_reserve_bytes)),
+            None => "free space unknown".into(),
+        };
+        println!("            writes at most {} to the target's disk ({disk})", bytes(g.bytes_to_write));
+    }
+}
+
+fn bytes_text(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{b} B") } else { format!("{v:.1} {}", UNITS[u]) }
 }
 
 /// The JSON document of a run that did not succeed; one shape for every

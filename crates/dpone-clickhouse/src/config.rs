@@ -162,7 +162,9 @@ impl crate::ClickhouseTarget {
             manifest.sink.table.name.clone(),
             manifest.sink.staging_schema.clone(),
             manifest.source.wire.block_bytes.saturating_mul(MAX_REQUEST_FRAMES),
-        ))
+        )
+        .with_failpoints(wiring.failpoints.clone())
+        .with_disk_reserve(manifest.sink.clickhouse_disk_reserve_bytes.unwrap_or(crate::sink::DEFAULT_DISK_RESERVE_BYTES)))
     }
 }
 

@@ -7,21 +7,27 @@
 //! - Verification is computed by the server over what it stores:
 //!   `sum(reinterpretAsUInt256(SHA256(formatRowNoNewline('RowBinary', ...))))`
 //!   equals the stream's digest when the stored rows are the sent rows.
-//! - Generation: `CREATE TABLE gen AS target`, the target's rows outside the
-//!   window (NULL window values included) copied by `INSERT ... SELECT`, the
-//!   verified chunks attached by `ATTACH PARTITION ... FROM` (hard links).
+//! - Generation: `CREATE TABLE gen AS target`; the target's partitions
+//!   outside the window linked and straddling partitions' kept rows copied
+//!   when the window column is in the partition key (`sink/generation.rs`),
+//!   else every row outside the window (NULL window values included)
+//!   copied by `INSERT ... SELECT`; the verified chunks attached by
+//!   `ATTACH PARTITION ... FROM` (hard links).
 //! - Publication: exactly one `EXCHANGE TABLES target AND gen`; the outcome
 //!   is read from the tables' UUIDs, never assumed from the response. The
 //!   previous generation is kept as `_dpone_bak_<run>` (one per target).
 //!
 //! The eligibility checks run before any write live in `sink/eligibility.rs`.
 
+/// Bytes of the target's disk a run leaves free by default (1 GiB).
+pub const DEFAULT_DISK_RESERVE_BYTES: u64 = 1 << 30;
+
 use crate::client::{ChClient, Idempotence, quote_ident, quote_str};
 use dpone_core::Diagnostic;
 use dpone_core::digest::RowDigest;
 use dpone_core::ports::{
-    AdapterError, Contents, EligibilityRequest, ErrorClass, FrameRx, GenerationBuild, PublicationOutcome, Result, RowFilter, TableRole,
-    Target, WindowStats,
+    AdapterError, Contents, EligibilityRequest, ErrorClass, FrameRx, GenerationBuild, GenerationEstimate, PublicationOutcome, Result,
+    RowFilter, TableRole, Target, WindowStats,
 };
 use dpone_core::time::Timestamp;
 use dpone_core::types::{Column, parse_clickhouse_type};
@@ -29,6 +35,7 @@ use serde_json::Value as Json;
 use std::sync::OnceLock;
 
 mod eligibility;
+mod generation;
 
 /// Oldest major version with Atomic databases and EXCHANGE TABLES that dpone admits.
 pub const MIN_MAJOR_VERSION: u32 = 21;
@@ -40,6 +47,10 @@ pub struct ClickhouseTarget {
     staging_database: String,
     max_request_bytes: u64,
     columns: OnceLock<Vec<Column>>,
+    /// Bytes of the target's disk the generation must leave free.
+    disk_reserve_bytes: u64,
+    /// Test failpoints inside the generation build (none in production).
+    failpoints: dpone_core::failpoint::Failpoints,
 }
 
 fn text(row: &serde_json::Map<String, Json>, key: &str) -> String {
@@ -65,7 +76,23 @@ impl ClickhouseTarget {
             staging_database,
             max_request_bytes: max_request_bytes.max(1),
             columns: OnceLock::new(),
+            disk_reserve_bytes: DEFAULT_DISK_RESERVE_BYTES,
+            failpoints: Default::default(),
         }
+    }
+
+    /// Leaves `bytes` of the target's disk free (see `estimate_generation`).
+    #[must_use]
+    pub fn with_disk_reserve(mut self, bytes: u64) -> Self {
+        self.disk_reserve_bytes = bytes;
+        self
+    }
+
+    /// Failpoints inside the generation build (tests only).
+    #[must_use]
+    pub fn with_failpoints(mut self, failpoints: dpone_core::failpoint::Failpoints) -> Self {
+        self.failpoints = failpoints;
+        self
     }
 
     pub fn client(&self) -> &ChClient {
@@ -124,6 +151,25 @@ impl ClickhouseTarget {
             }
         }
         Err(last.expect("at least one attempt"))
+    }
+
+    /// Row count and digest of the rows of `table_sql` that `where_sql` selects.
+    pub(crate) async fn contents_where(&self, table_sql: &str, where_sql: &str) -> Result<Contents> {
+        let cols = self.columns()?;
+        let list = self.column_list()?;
+        let nulls: Vec<String> =
+            cols.iter().enumerate().map(|(i, c)| format!("countIf(isNull({})) AS _dpone_n{i}", quote_ident(&c.name))).collect();
+        let sql = format!(
+            "SELECT count() AS _dpone_rows, toString(sum(reinterpretAsUInt256(SHA256(formatRowNoNewline('RowBinary', {list}))))) AS _dpone_digest, {} FROM {table_sql} WHERE {where_sql}",
+            nulls.join(", "),
+        );
+        let rows = self.client.query_rows(&sql).await?;
+        let r = rows.first().ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "an aggregate returned no row"))?;
+        let sum = RowDigest::parse_sum(&text(r, "_dpone_digest"))
+            .ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "the digest is not a UInt256"))?;
+        let null_counts = (0..cols.len()).map(|i| num(r, &format!("_dpone_n{i}"))).collect::<Result<Vec<_>>>()?;
+        let count = num(r, "_dpone_rows")?;
+        Ok(Contents { rows: count, digest: RowDigest { rows: count, sum, null_counts } })
     }
 
     async fn ddl(&self, sql: &str) -> Result<()> {
@@ -237,26 +283,8 @@ impl Target for ClickhouseTarget {
     }
 
     async fn inspect(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<Contents> {
-        let cols = self.columns()?;
-        let list = self.column_list()?;
-        let nulls: Vec<String> =
-            cols.iter().enumerate().map(|(i, c)| format!("countIf(isNull({})) AS _dpone_n{i}", quote_ident(&c.name))).collect();
-        let mut sql = format!(
-            "SELECT count() AS _dpone_rows, toString(sum(reinterpretAsUInt256(SHA256(formatRowNoNewline('RowBinary', {list}))))) AS _dpone_digest, {} FROM {}",
-            nulls.join(", "),
-            self.role_sql(table)
-        );
-        if let Some(f) = filter {
-            sql.push_str(" WHERE ");
-            sql.push_str(&filter_sql(f));
-        }
-        let rows = self.client.query_rows(&sql).await?;
-        let r = rows.first().ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "an aggregate returned no row"))?;
-        let sum = RowDigest::parse_sum(&text(r, "_dpone_digest"))
-            .ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "the digest is not a UInt256"))?;
-        let null_counts = (0..cols.len()).map(|i| num(r, &format!("_dpone_n{i}"))).collect::<Result<Vec<_>>>()?;
-        let count = num(r, "_dpone_rows")?;
-        Ok(Contents { rows: count, digest: RowDigest { rows: count, sum, null_counts } })
+        let w = filter.map(filter_sql).unwrap_or_else(|| "1".into());
+        self.contents_where(&self.role_sql(table), &w).await
     }
 
     async fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<u64> {
@@ -276,15 +304,21 @@ impl Target for ClickhouseTarget {
         let gen_sql = self.owned_sql(generation);
         self.ddl(&format!("DROP TABLE IF EXISTS {gen_sql} SYNC")).await?;
         self.ddl(&format!("CREATE TABLE {gen_sql} AS {}", self.target_sql())).await?;
-        if let Some(k) = keep {
-            let list = self.column_list()?;
-            self.client
-                .execute(
-                    &format!("INSERT INTO {gen_sql} ({list}) SELECT {list} FROM {} WHERE {}", self.target_sql(), filter_sql(k)),
-                    Idempotence::Unsafe,
-                )
-                .await?;
+        let mut link = None;
+        match keep {
+            Some(k) if self.partitioned_by(&k.column).await? => link = Some(self.link_history(&gen_sql, generation, k).await?),
+            Some(k) => {
+                let list = self.column_list()?;
+                self.client
+                    .execute(
+                        &format!("INSERT INTO {gen_sql} ({list}) SELECT {list} FROM {} WHERE {}", self.target_sql(), filter_sql(k)),
+                        Idempotence::Unsafe,
+                    )
+                    .await?;
+            }
+            None => {}
         }
+        self.failpoint("generation.after_link")?;
         for s in stagings {
             let parts = self
                 .client
@@ -307,20 +341,19 @@ impl Target for ClickhouseTarget {
                     .await?;
             }
         }
-        Ok(GenerationBuild::Linked)
+        self.failpoint("generation.after_attach")?;
+        Ok(match link {
+            Some(report) => GenerationBuild::PartitionsLinked(report),
+            None => GenerationBuild::Linked,
+        })
+    }
+
+    async fn estimate_generation(&self, keep: Option<&RowFilter>) -> Result<GenerationEstimate> {
+        self.estimate(keep).await
     }
 
     async fn compare_kept(&self, generation: &str, keep: &RowFilter) -> Result<u64> {
-        let list = self.column_list()?;
-        let w = filter_sql(keep);
-        let sql = format!(
-            "SELECT count() FROM (SELECT {list}, sum(_dpone_w) AS _dpone_s FROM (\
-             SELECT {list}, toInt64(1) AS _dpone_w FROM {} WHERE {w} \
-             UNION ALL SELECT {list}, toInt64(-1) AS _dpone_w FROM {} WHERE {w}) GROUP BY {list} HAVING _dpone_s != 0)",
-            self.target_sql(),
-            self.owned_sql(generation)
-        );
-        self.client.scalar(&sql).await?.parse().map_err(|_| AdapterError::permanent("clickhouse_protocol", "expected a count"))
+        self.kept_difference(generation, keep).await
     }
 
     async fn publish(&self, generation: &str, _keep: Option<&RowFilter>, _backup: &str) -> Result<PublicationOutcome> {
@@ -414,20 +447,28 @@ impl Target for ClickhouseTarget {
         Ok(())
     }
 
+    /// Computed at the window's cost: the total from part metadata, the
+    /// window's figures from its own partitions (pruned by the min-max
+    /// index), NULL window values from the parts that hold any.
     async fn window_stats(&self, f: &RowFilter) -> Result<WindowStats> {
         let c = quote_ident(&f.column);
         let inside = filter_sql(&RowFilter { inside: true, ..f.clone() });
         let target = self.target_sql();
+        let count = |sql: String| async move {
+            self.client.scalar(&sql).await?.parse::<u64>().map_err(|_| AdapterError::permanent("clickhouse_protocol", "expected a count"))
+        };
+        let total = count(format!("SELECT count() FROM {target}")).await?;
+        let nullable = self.columns()?.iter().any(|col| col.name == f.column && col.ty.nullable);
+        let nulls = if nullable { count(format!("SELECT count() FROM {target} WHERE {c} IS NULL")).await? } else { 0 };
         let rows = self
             .client
             .query_rows(&format!(
-                "SELECT count() AS _dpone_total, countIf({inside}) AS _dpone_window, countIf(isNull({c})) AS _dpone_nulls, \
-                 toString(toUnixTimestamp64Micro(minIf({c}, {inside}))) AS _dpone_min, toString(toUnixTimestamp64Micro(maxIf({c}, {inside}))) AS _dpone_max \
-                 FROM {target}"
+                "SELECT count() AS _dpone_window, toString(toUnixTimestamp64Micro(min({c}))) AS _dpone_min, \
+                 toString(toUnixTimestamp64Micro(max({c}))) AS _dpone_max FROM {target} WHERE {inside}"
             ))
             .await?;
         let r = rows.first().ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "an aggregate returned no row"))?;
-        let (total, window, nulls) = (num(r, "_dpone_total")?, num(r, "_dpone_window")?, num(r, "_dpone_nulls")?);
+        let window = num(r, "_dpone_window")?;
         let micros = |k: &str| text(r, &format!("_dpone_{k}")).parse::<i64>().ok().map(Timestamp);
         let per_day = self
             .client

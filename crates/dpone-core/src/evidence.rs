@@ -62,6 +62,8 @@ pub struct PhaseTimers {
 pub struct GenerationEvidence {
     pub table: String,
     pub rows: u64,
+    /// Digest of every row, or, when partitions were linked, of the
+    /// window's rows (its `rows` says how many it covers).
     pub digest: RowDigest,
     /// Target rows kept because they lie outside the window (NULLs included).
     pub kept_rows: u64,

@@ -91,6 +91,10 @@ pub struct Plan {
     /// Source columns and their canonical types (after probing).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub columns: Option<Vec<Column>>,
+    /// How the target will build the generation and what it will take
+    /// (after probing the target).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<crate::ports::GenerationEstimate>,
     pub probed: bool,
     pub refusals: Vec<Diagnostic>,
 }
@@ -345,6 +349,7 @@ impl Plan {
             limits_stored: limits.stored(),
             publication,
             columns: None,
+            generation: None,
             probed: false,
             refusals,
         })

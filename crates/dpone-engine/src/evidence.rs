@@ -77,16 +77,25 @@ pub(crate) fn build_evidence<S: Source, T: Target>(
                 seconds: c.seconds,
             })
             .collect(),
-        generation: GenerationEvidence {
-            table: generation.table.clone(),
-            rows: generation.rows,
-            digest: digest_from(generation.rows, &generation.digest_sum, &generation.null_counts).unwrap_or_else(|| RowDigest::new(ncols)),
-            kept_rows: generation.kept_rows,
-            kept_digest: digest_from(generation.kept_rows, &generation.kept_digest_sum, &generation.kept_null_counts)
-                .unwrap_or_else(|| RowDigest::new(ncols)),
-            verified_by: generation.check,
-            partitions: generation.link.clone(),
-            build_seconds: generation.build_seconds,
+        generation: {
+            // A partition-linked generation records the digest of its window
+            // rows and of its copied kept rows (history is not hashed): the
+            // digests carry those rows' counts.
+            let (digest_rows, kept_digest_rows) = match &generation.link {
+                Some(link) => (generation.rows - generation.kept_rows, link.rows_copied),
+                None => (generation.rows, generation.kept_rows),
+            };
+            GenerationEvidence {
+                table: generation.table.clone(),
+                rows: generation.rows,
+                digest: digest_from(digest_rows, &generation.digest_sum, &generation.null_counts).unwrap_or_else(|| RowDigest::new(ncols)),
+                kept_rows: generation.kept_rows,
+                kept_digest: digest_from(kept_digest_rows, &generation.kept_digest_sum, &generation.kept_null_counts)
+                    .unwrap_or_else(|| RowDigest::new(ncols)),
+                verified_by: generation.check,
+                partitions: generation.link.clone(),
+                build_seconds: generation.build_seconds,
+            }
         },
         publication: PublicationEvidence {
             method: ctx.plan.publication.method.clone(),

@@ -3,7 +3,7 @@
 use dpone_core::Diagnostic;
 use dpone_core::manifest::Manifest;
 use dpone_core::plan::{Plan, read_columns, schema_refusals};
-use dpone_core::ports::{AdapterError, EligibilityRequest, ErrorClass, Source, Target};
+use dpone_core::ports::{AdapterError, EligibilityRequest, ErrorClass, GenerationEstimate, RowFilter, Source, Target};
 use dpone_core::types::Column;
 
 /// What the probes found.
@@ -13,6 +13,8 @@ pub struct Probe {
     pub target_columns: Vec<Column>,
     /// Source columns in target order: what each chunk reads.
     pub read_columns: Vec<Column>,
+    /// How the target will build the generation, and what it will take.
+    pub generation: Option<GenerationEstimate>,
     pub refusals: Vec<Diagnostic>,
 }
 
@@ -146,6 +148,28 @@ async fn probe_inner<S: Source, T: Target>(
             let types: Vec<_> = p.target_columns.iter().map(|c| c.ty.clone()).collect();
             p.refusals.extend(source.conversion_refusals(&p.read_columns, &types));
         }
+        if p.refusals.is_empty() {
+            let keep = plan.window.as_ref().map(|w| RowFilter { column: w.column.clone(), start: w.start, end: w.end, inside: false });
+            let estimate = target.estimate_generation(keep.as_ref()).await?;
+            p.refusals.extend(disk_refusal(&estimate));
+            p.generation = Some(estimate);
+        }
     }
     Ok(p)
+}
+
+/// Refuses a run whose generation would not fit the target's disk.
+fn disk_refusal(e: &GenerationEstimate) -> Option<Diagnostic> {
+    let free = e.disk_free_bytes?;
+    (e.bytes_to_write > free).then(|| {
+        Diagnostic::new(
+            "insufficient_disk_space",
+            "sink.table",
+            format!(
+                "the run would write up to {} bytes to the target's disk, which has {free} bytes free after a reserve of {} bytes",
+                e.bytes_to_write, e.disk_reserve_bytes
+            ),
+        )
+        .hint("free disk space on the target, lower sink.options.clickhouse.disk_reserve_bytes, or move a smaller window")
+    })
 }

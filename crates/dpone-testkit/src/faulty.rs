@@ -40,6 +40,7 @@ pub enum TargetOp {
     Inspect,
     Count,
     BuildGeneration,
+    EstimateGeneration,
     CompareKept,
     Publish,
     Identity,
@@ -50,7 +51,7 @@ pub enum TargetOp {
 }
 
 impl TargetOp {
-    pub const ALL: [TargetOp; 14] = [
+    pub const ALL: [TargetOp; 15] = [
         TargetOp::Describe,
         TargetOp::Eligibility,
         TargetOp::CreateStaging,
@@ -58,6 +59,7 @@ impl TargetOp {
         TargetOp::Inspect,
         TargetOp::Count,
         TargetOp::BuildGeneration,
+        TargetOp::EstimateGeneration,
         TargetOp::CompareKept,
         TargetOp::Publish,
         TargetOp::Identity,
@@ -77,6 +79,7 @@ impl TargetOp {
             TargetOp::Inspect => "inspect",
             TargetOp::Count => "count",
             TargetOp::BuildGeneration => "build_generation",
+            TargetOp::EstimateGeneration => "estimate_generation",
             TargetOp::CompareKept => "compare_kept",
             TargetOp::Publish => "publish",
             TargetOp::Identity => "identity",
@@ -344,6 +347,10 @@ impl<T: Target> Target for FaultyTarget<T> {
 
     async fn build_generation(&self, generation: &str, keep: Option<&RowFilter>, stagings: &[String]) -> Result<GenerationBuild> {
         self.run(TargetOp::BuildGeneration, self.inner.build_generation(generation, keep, stagings)).await
+    }
+
+    async fn estimate_generation(&self, keep: Option<&RowFilter>) -> Result<dpone_core::ports::GenerationEstimate> {
+        self.run(TargetOp::EstimateGeneration, self.inner.estimate_generation(keep)).await
     }
 
     async fn compare_kept(&self, generation: &str, keep: &RowFilter) -> Result<u64> {

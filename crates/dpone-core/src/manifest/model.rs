@@ -182,6 +182,8 @@ pub struct SinkSpec {
     pub ingest_contract: String,
     /// PostgreSQL publication: `delete_insert` or `partition_swap`.
     pub postgres_publication: String,
+    /// ClickHouse: bytes of the target's disk a run leaves free (None: the adapter's default).
+    pub clickhouse_disk_reserve_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -222,6 +222,15 @@ fn sink() -> Shape {
                     )]),
                     "PostgreSQL target",
                 ),
+                field(
+                    "clickhouse",
+                    obj(vec![field(
+                        "disk_reserve_bytes",
+                        int(0, i64::MAX as i128),
+                        "Bytes of the target's disk a run must leave free; a run whose generation would not fit is refused before any write (default 1073741824)",
+                    )]),
+                    "ClickHouse target",
+                ),
             ]),
             "Sink options",
         ),

@@ -173,6 +173,8 @@ pub trait Source: Send + Sync + 'static {
 pub struct Wiring<'a> {
     pub base_dir: &'a std::path::Path,
     pub env: &'a dyn Fn(&str) -> Option<String>,
+    /// Failpoints inside an adapter's own steps (tests only; none in production).
+    pub failpoints: crate::failpoint::Failpoints,
 }
 
 /// What the engine asks a target to check before any write.

@@ -376,6 +376,7 @@ pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: Strin
             bulk_mode: str_at(child(child(snk, "options"), "clickhouse_bulk"), "mode").unwrap_or("http").to_string(),
             ingest_contract: str_at(child(child(snk, "options"), "clickhouse_bulk"), "ingest_contract").unwrap_or("auto").to_string(),
             postgres_publication: str_at(child(child(snk, "options"), "postgres"), "publication").unwrap_or("delete_insert").to_string(),
+            clickhouse_disk_reserve_bytes: int_at(child(child(snk, "options"), "clickhouse"), "disk_reserve_bytes"),
         },
         work_dir: str_at(child(root.get("runtime"), "storage"), "work_dir").map(str::to_string),
         schedule: str_at(root.get("schedule"), "cron").map(|c| Schedule { cron: c.to_string() }),

@@ -1,0 +1,389 @@
+//! The generation of a ClickHouse window replace, built at the window's
+//! cost rather than the table's.
+//!
+//! When the window column is part of the target's partition key, every
+//! partition's range of window values comes from the parts' min-max index
+//! (`SELECT _partition_id, min(c), max(c), count() ... GROUP BY
+//! _partition_id` is answered from metadata by `_minmax_count_projection`,
+//! checked on 26.9) and decides its fate (`dpone_core::partition`):
+//!
+//! - wholly outside the window: `ATTACH PARTITION ID ... FROM target`
+//!   links its parts (hard links, no row copied); checked by part identity
+//!   (the same multiset of `(rows, hash_of_all_files)` as the target's);
+//! - wholly inside: not taken, the staged chunks replace it;
+//! - straddling a bound: its kept rows are copied with `INSERT ... SELECT
+//!   ... WHERE _partition_id IN (...) AND <outside>`, checked by digest.
+//!
+//! Otherwise (no partition key, or one without the window column) every
+//! kept row is copied, as before. Right before the `EXCHANGE`, the kept
+//! rows are compared without state: partitions whose parts are identical
+//! in the target and the generation are equal; the others (a background
+//! merge, a straddling or window partition, a concurrent write) get the
+//! exact multiplicity check, restricted to them and with ClickHouse's
+//! external aggregation, so no check needs memory proportional to the
+//! table.
+
+use super::{ClickhouseTarget, filter_sql, num, text};
+use crate::client::{Idempotence, quote_ident, quote_str};
+use dpone_core::digest::RowDigest;
+use dpone_core::failpoint::Action;
+use dpone_core::partition::{PartitionFate, PartitionRange, fate};
+use dpone_core::ports::{AdapterError, Contents, ErrorKind, GenerationEstimate, GenerationMethod, LinkReport, Result, RowFilter};
+use dpone_core::time::Timestamp;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A `GROUP BY` over rows spills to disk beyond this many bytes of state.
+const EXTERNAL_GROUP_BY_BYTES: u64 = 256 << 20;
+/// Partitions attached per `ALTER TABLE` statement.
+const ATTACH_BATCH: usize = 200;
+
+/// One partition of a table, from its parts' metadata.
+#[derive(Debug, Clone)]
+pub(super) struct Partition {
+    pub id: String,
+    pub rows: u64,
+    pub bytes: u64,
+    pub range: PartitionRange,
+}
+
+/// The partitions of a replace of `[start, end)`, by fate.
+#[derive(Debug, Default)]
+struct Fates {
+    link: Vec<Partition>,
+    copy: Vec<Partition>,
+    replace: Vec<Partition>,
+}
+
+impl Fates {
+    fn of(partitions: Vec<Partition>, keep: &RowFilter) -> Fates {
+        let mut f = Fates::default();
+        for p in partitions {
+            match fate(p.range, keep.start, keep.end) {
+                PartitionFate::Link => f.link.push(p),
+                PartitionFate::Copy => f.copy.push(p),
+                PartitionFate::Replace => f.replace.push(p),
+            }
+        }
+        f
+    }
+}
+
+fn sum(parts: &[Partition], f: impl Fn(&Partition) -> u64) -> u64 {
+    parts.iter().map(f).sum()
+}
+
+fn id_list(parts: &[Partition]) -> String {
+    parts.iter().map(|p| quote_str(&p.id)).collect::<Vec<_>>().join(", ")
+}
+
+impl ClickhouseTarget {
+    /// Whether the window column is part of the target's partition key.
+    pub(super) async fn partitioned_by(&self, column: &str) -> Result<bool> {
+        let v = self
+            .client
+            .scalar(&format!(
+                "SELECT max(is_in_partition_key) FROM system.columns WHERE database = {} AND table = {} AND name = {}",
+                quote_str(&self.database),
+                quote_str(&self.table),
+                quote_str(column)
+            ))
+            .await?;
+        Ok(v == "1")
+    }
+
+    /// The target's partitions and the range of `column` in each.
+    pub(super) async fn partitions(&self, column: &str) -> Result<Vec<Partition>> {
+        let c = quote_ident(column);
+        let ranges = self
+            .client
+            .query_rows(&format!(
+                "SELECT _partition_id AS id, count() AS n, toString(toUnixTimestamp64Micro(min({c}))) AS lo, \
+                 toString(toUnixTimestamp64Micro(max({c}))) AS hi FROM {} GROUP BY _partition_id",
+                self.target_sql()
+            ))
+            .await?;
+        let bytes: BTreeMap<String, u64> = self
+            .client
+            .query_rows(&format!(
+                "SELECT partition_id AS id, sum(bytes_on_disk) AS b FROM system.parts WHERE database = {} AND table = {} AND active GROUP BY id",
+                quote_str(&self.database),
+                quote_str(&self.table)
+            ))
+            .await?
+            .iter()
+            .map(|r| Ok((text(r, "id"), num(r, "b")?)))
+            .collect::<Result<_>>()?;
+        // NULL window values: the min-max index lets ClickHouse read only
+        // the parts that have any.
+        let nullable = self.columns()?.iter().any(|col| col.name == column && col.ty.nullable);
+        let with_nulls: BTreeSet<String> = if nullable {
+            self.client
+                .query_rows(&format!("SELECT DISTINCT _partition_id AS id FROM {} WHERE {c} IS NULL", self.target_sql()))
+                .await?
+                .iter()
+                .map(|r| text(r, "id"))
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
+        let micros = |s: String| s.parse::<i64>().ok().map(Timestamp);
+        ranges
+            .iter()
+            .map(|r| {
+                let id = text(r, "id");
+                Ok(Partition {
+                    rows: num(r, "n")?,
+                    bytes: bytes.get(&id).copied().unwrap_or(0),
+                    range: PartitionRange { min: micros(text(r, "lo")), max: micros(text(r, "hi")), has_nulls: with_nulls.contains(&id) },
+                    id,
+                })
+            })
+            .collect()
+    }
+
+    /// Free bytes of the disks of the target's storage policy (the least
+    /// of them), minus what ClickHouse keeps free.
+    async fn disk_free(&self) -> Result<Option<u64>> {
+        let rows = self
+            .client
+            .query_rows(&format!(
+                "SELECT toString(min(d.free_space - d.keep_free_space)) AS free FROM system.disks AS d WHERE has(\
+                 (SELECT any(disks) FROM system.storage_policies WHERE policy_name = \
+                 (SELECT storage_policy FROM system.tables WHERE database = {} AND name = {})), d.name)",
+                quote_str(&self.database),
+                quote_str(&self.table)
+            ))
+            .await?;
+        Ok(rows.first().and_then(|r| text(r, "free").parse::<i64>().ok()).map(|f| f.max(0) as u64))
+    }
+
+    pub(super) async fn estimate(&self, keep: Option<&RowFilter>) -> Result<GenerationEstimate> {
+        let free = self.disk_free().await?;
+        let base = GenerationEstimate {
+            disk_free_bytes: free.map(|f| f.saturating_sub(self.disk_reserve_bytes)),
+            disk_reserve_bytes: self.disk_reserve_bytes,
+            ..GenerationEstimate::default()
+        };
+        let Some(k) = keep else {
+            let (rows, bytes) = self.table_size().await?;
+            return Ok(GenerationEstimate {
+                method: GenerationMethod::FullCopy,
+                reason: format!("a full refresh: the generation holds only the new rows ({rows} rows are replaced), nothing is copied"),
+                // The new rows, estimated as the table's current size.
+                bytes_to_write: bytes,
+                ..base
+            });
+        };
+        if !self.partitioned_by(&k.column).await? {
+            let (rows, bytes) = self.table_size().await?;
+            return Ok(GenerationEstimate {
+                method: GenerationMethod::FullCopy,
+                reason: format!(
+                    "the target is not partitioned by an expression of `{}`: every row outside the window is copied into the generation \
+                     (at most {rows} rows, {bytes} bytes; partition the table by e.g. toYYYYMMDD({}) to link history instead)",
+                    k.column, k.column
+                ),
+                rows_copied: rows,
+                bytes_to_write: bytes,
+                ..base
+            });
+        }
+        let f = Fates::of(self.partitions(&k.column).await?, k);
+        Ok(GenerationEstimate {
+            method: GenerationMethod::PartitionLinks,
+            reason: format!(
+                "the target is partitioned by an expression of `{}`: partitions outside the window are linked, not copied",
+                k.column
+            ),
+            partitions_linked: f.link.len() as u64,
+            partitions_copied: f.copy.len() as u64,
+            partitions_replaced: f.replace.len() as u64,
+            rows_linked: sum(&f.link, |p| p.rows),
+            rows_copied: sum(&f.copy, |p| p.rows),
+            // The staged window (estimated as the window's current size)
+            // and the copied rows: at most the straddling and window partitions.
+            bytes_to_write: sum(&f.copy, |p| p.bytes) + sum(&f.replace, |p| p.bytes),
+            ..base
+        })
+    }
+
+    /// Rows and bytes on disk of the target (metadata only).
+    async fn table_size(&self) -> Result<(u64, u64)> {
+        let rows = self
+            .client
+            .query_rows(&format!(
+                "SELECT sum(rows) AS r, sum(bytes_on_disk) AS b FROM system.parts WHERE database = {} AND table = {} AND active",
+                quote_str(&self.database),
+                quote_str(&self.table)
+            ))
+            .await?;
+        let r = rows.first().ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "an aggregate returned no row"))?;
+        Ok((num(r, "r")?, num(r, "b")?))
+    }
+
+    /// Stops here when a test crashes this failpoint (a test build's
+    /// injector aborts the process itself).
+    pub(super) fn failpoint(&self, point: &str) -> Result<()> {
+        match self.failpoints.at(point) {
+            Some(Action::Crash) => {
+                Err(AdapterError::of(ErrorKind::Crashed, "crashed", format!("crashed at failpoint {point} (simulated)")))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Links, copies or leaves out each of the target's partitions into
+    /// `gen_sql` (already created like the target) and checks the result.
+    pub(super) async fn link_history(&self, gen_sql: &str, generation: &str, keep: &RowFilter) -> Result<LinkReport> {
+        let f = Fates::of(self.partitions(&keep.column).await?, keep);
+        for batch in f.link.chunks(ATTACH_BATCH) {
+            let attach: Vec<String> =
+                batch.iter().map(|p| format!("ATTACH PARTITION ID {} FROM {}", quote_str(&p.id), self.target_sql())).collect();
+            self.client.execute(&format!("ALTER TABLE {gen_sql} {}", attach.join(", ")), Idempotence::Unsafe).await?;
+        }
+        let mut copied = Contents { rows: 0, digest: RowDigest::new(self.columns()?.len()) };
+        let mut bytes_copied = 0;
+        if !f.copy.is_empty() {
+            let only = format!("_partition_id IN ({}) AND {}", id_list(&f.copy), filter_sql(keep));
+            let before = self.contents_where(&self.target_sql(), &only).await?;
+            let list = self.column_list()?;
+            self.client
+                .execute(
+                    &format!("INSERT INTO {gen_sql} ({list}) SELECT {list} FROM {} WHERE {only}", self.target_sql()),
+                    Idempotence::Unsafe,
+                )
+                .await?;
+            let after = self.contents_where(gen_sql, &only).await?;
+            if after != before {
+                return Err(AdapterError::verification(
+                    "generation_verification_failed",
+                    format!(
+                        "the kept rows copied from {} straddling partitions hold {} ({}), the target's held {} ({})",
+                        f.copy.len(),
+                        after.rows,
+                        after.digest,
+                        before.rows,
+                        before.digest
+                    ),
+                )
+                .hint("the target changed while the generation was built; run again"));
+            }
+            bytes_copied = self.parts_bytes(generation, &f.copy).await?;
+            copied = after;
+        }
+        self.check_linked(generation, &f.link).await?;
+        Ok(LinkReport {
+            partitions_linked: f.link.len() as u64,
+            partitions_copied: f.copy.len() as u64,
+            partitions_replaced: f.replace.len() as u64,
+            rows_linked: sum(&f.link, |p| p.rows),
+            rows_copied: copied.rows,
+            bytes_copied,
+            copied_digest_sum: copied.digest.sum_hex(),
+            copied_null_counts: copied.digest.null_counts,
+        })
+    }
+
+    /// Bytes on disk of `table`'s parts in `partitions`.
+    async fn parts_bytes(&self, table: &str, partitions: &[Partition]) -> Result<u64> {
+        let v = self
+            .client
+            .scalar(&format!(
+                "SELECT sum(bytes_on_disk) FROM system.parts WHERE database = {} AND table = {} AND active AND partition_id IN ({})",
+                quote_str(self.owned_db(table)),
+                quote_str(table),
+                id_list(partitions)
+            ))
+            .await?;
+        v.parse().map_err(|_| AdapterError::permanent("clickhouse_protocol", "expected a number of bytes"))
+    }
+
+    /// Each partition's parts as a sorted multiset of `(rows, checksum of
+    /// all files)`: equal multisets mean equal data, whatever the parts are
+    /// called (linking renumbers them).
+    async fn part_identities(
+        &self,
+        database: &str,
+        table: &str,
+        only: Option<&[Partition]>,
+    ) -> Result<BTreeMap<String, Vec<(u64, String)>>> {
+        let filter = only.map(|p| format!(" AND partition_id IN ({})", id_list(p))).unwrap_or_default();
+        let rows = self
+            .client
+            .query_rows(&format!(
+                "SELECT partition_id AS id, rows AS n, hash_of_all_files AS h FROM system.parts \
+                 WHERE database = {} AND table = {} AND active{filter}",
+                quote_str(database),
+                quote_str(table)
+            ))
+            .await?;
+        let mut out: BTreeMap<String, Vec<(u64, String)>> = BTreeMap::new();
+        for r in &rows {
+            out.entry(text(r, "id")).or_default().push((num(r, "n")?, text(r, "h")));
+        }
+        out.values_mut().for_each(|v| v.sort());
+        Ok(out)
+    }
+
+    /// The linked partitions of the generation are the target's, part by
+    /// part; a partition the target merged meanwhile must still hold the
+    /// same rows (count and digest).
+    async fn check_linked(&self, generation: &str, linked: &[Partition]) -> Result<()> {
+        if linked.is_empty() {
+            return Ok(());
+        }
+        let mut differing = Vec::new();
+        for batch in linked.chunks(ATTACH_BATCH) {
+            let t = self.part_identities(&self.database, &self.table, Some(batch)).await?;
+            let g = self.part_identities(&self.database, generation, Some(batch)).await?;
+            differing.extend(batch.iter().filter(|p| t.get(&p.id) != g.get(&p.id)).cloned());
+        }
+        if differing.is_empty() {
+            return Ok(());
+        }
+        let only = format!("_partition_id IN ({})", id_list(&differing));
+        let (t, g) =
+            (self.contents_where(&self.target_sql(), &only).await?, self.contents_where(&self.owned_sql(generation), &only).await?);
+        if t != g {
+            return Err(AdapterError::verification(
+                "generation_verification_failed",
+                format!(
+                    "{} linked partitions hold {} ({}) in the generation but {} ({}) in the target",
+                    differing.len(),
+                    g.rows,
+                    g.digest,
+                    t.rows,
+                    t.digest
+                ),
+            )
+            .hint("the target changed while the generation was built; run again"));
+        }
+        Ok(())
+    }
+
+    /// Number of row groups whose multiplicity differs between the target
+    /// and the generation among rows outside the window (0 = exactly equal).
+    pub(super) async fn kept_difference(&self, generation: &str, keep: &RowFilter) -> Result<u64> {
+        let mut only = String::new();
+        if self.partitioned_by(&keep.column).await? {
+            let t = self.part_identities(&self.database, &self.table, None).await?;
+            let g = self.part_identities(&self.database, generation, None).await?;
+            let ids: BTreeSet<&String> = t.keys().chain(g.keys()).filter(|id| t.get(*id) != g.get(*id)).collect();
+            if ids.is_empty() {
+                return Ok(0);
+            }
+            only = format!("_partition_id IN ({}) AND ", ids.iter().map(|id| quote_str(id)).collect::<Vec<_>>().join(", "));
+        }
+        let list = self.column_list()?;
+        let w = format!("{only}{}", filter_sql(keep));
+        let sql = format!(
+            "SELECT count() FROM (SELECT {list}, sum(_dpone_w) AS _dpone_s FROM (\
+             SELECT {list}, toInt64(1) AS _dpone_w FROM {} WHERE {w} \
+             UNION ALL SELECT {list}, toInt64(-1) AS _dpone_w FROM {} WHERE {w}) GROUP BY {list} HAVING _dpone_s != 0) \
+             SETTINGS max_bytes_before_external_group_by = {EXTERNAL_GROUP_BY_BYTES}",
+            self.target_sql(),
+            self.owned_sql(generation)
+        );
+        self.client.scalar(&sql).await?.parse().map_err(|_| AdapterError::permanent("clickhouse_protocol", "expected a count"))
+    }
+}

@@ -63,12 +63,14 @@ partition_of() {
 # Appends history rows [from, to) of the deterministic sequence: ids far
 # above the source's, timestamps spread evenly over the two years.
 add_history() {
-  local t=$1 from=$2 to=$3 total=$4
+  local t=$1 from=$2 to=$3 total=$4 step
   [ "$to" -gt "$from" ] || return 0
+  step=$((HIST_SPAN_US / total))
   log "$t: adding history rows $from..$to"
-  chq "INSERT INTO dpone_bench.$t SELECT toInt64(1000000000 + number), $HIST_START + toIntervalMicrosecond(intDiv(number * $HIST_SPAN_US, $total)), \
+  # Daily partitions over two years: one INSERT block spans ~730 partitions.
+  chq "INSERT INTO dpone_bench.$t SELECT toInt64(1000000000 + number), $HIST_START + toIntervalMicrosecond(number * $step), \
 toInt32(number % 100000), toDecimal64(number % 1000000, 4), concat('history-', toString(number % 9973)), repeat('h', toUInt32(number % 17)) \
-FROM numbers($from, $((to - from))) SETTINGS max_insert_threads = 2" >/dev/null
+FROM numbers($from, $((to - from))) SETTINGS max_insert_threads = 2, max_partitions_per_insert_block = 0" >/dev/null
 }
 
 history_count() {

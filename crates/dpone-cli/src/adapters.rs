@@ -88,6 +88,38 @@ pub fn build_target(manifest: &Manifest, base: &Path) -> std::result::Result<Any
     Ok(target)
 }
 
+/// `source_is_target` decided by file identity: the plan compares the
+/// manifest's strings, which miss `./source.db`, a symlink or a hard link
+/// to the source. Two SQLite paths name one database when they resolve to
+/// the same device and inode; table names are compared as SQLite does
+/// (ASCII case-insensitively, `main` being the default schema). Reads file
+/// metadata only.
+pub fn same_sqlite_table(manifest: &Manifest, base: &Path) -> Option<Diagnostic> {
+    use std::os::unix::fs::MetadataExt;
+    if manifest.source.system != System::Sqlite || manifest.sink.system != System::Sqlite {
+        return None;
+    }
+    let wiring = Wiring { base_dir: base, env: &env };
+    let path = |spec, at| dpone_sqlite::resolve_path(spec, base, at, wiring.env).ok();
+    let (src, dst) = (path(&manifest.source.connection, "source.connection")?, path(&manifest.sink.connection, "sink.connection")?);
+    let same_file = match (std::fs::metadata(&src), std::fs::metadata(&dst)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        // A file that does not exist yet is the other only if the paths agree.
+        _ => std::path::absolute(&src).ok()? == std::path::absolute(&dst).ok()?,
+    };
+    let schema = |t: &dpone_core::manifest::TableRef| t.schema.clone().unwrap_or_else(|| "main".into()).to_ascii_lowercase();
+    let (s, t) = (&manifest.source.table, &manifest.sink.table);
+    let same_table = s.name.eq_ignore_ascii_case(&t.name) && schema(s) == schema(t);
+    (same_file && same_table && !(manifest.source.connection == manifest.sink.connection && s == t)).then(|| {
+        Diagnostic::new(
+            "source_is_target",
+            "sink.table",
+            format!("the sink table is the source table: {} and {} are one file", src.display(), dst.display()),
+        )
+        .hint("write into a different table or database file")
+    })
+}
+
 /// The adapters of a manifest.
 pub struct Adapters {
     pub source: Arc<AnySource>,

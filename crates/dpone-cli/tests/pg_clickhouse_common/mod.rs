@@ -179,6 +179,8 @@ pub struct Fixture {
     pg: tokio_postgres::Client,
     pub ch: ChClient,
     pub clickhouse_url: String,
+    /// The PostgreSQL URL `dpone` gets (`DPONE_CONN_PG`).
+    pub postgres_url: String,
     /// PostgreSQL schema of the source table.
     pub schema: String,
     /// ClickHouse database of the target table.
@@ -204,7 +206,9 @@ impl Fixture {
         let name = dpone_testkit::unique_name(setup.prefix);
         let tmp = tempfile::tempdir().expect("a temp dir");
         let manifest = tmp.path().join("manifest.yaml");
-        let fx = Fixture { rt, pg, ch, clickhouse_url: setup.clickhouse_url.clone(), schema: name.clone(), db: name, setup, tmp, manifest };
+        let clickhouse_url = setup.clickhouse_url.clone();
+        let postgres_url = dpone_testkit::postgres_url();
+        let fx = Fixture { rt, pg, ch, clickhouse_url, postgres_url, schema: name.clone(), db: name, setup, tmp, manifest };
         let s = &fx.setup;
         fx.pg_exec(&format!("CREATE SCHEMA {}", fx.schema));
         let pg_cols: Vec<String> = s.source.iter().map(|c| format!("{} {}", pg_ident(&c.name), c.pg)).collect();
@@ -421,7 +425,7 @@ runtime:
                 cmd.env_remove(k);
             }
         }
-        cmd.env("DPONE_CONN_PG", dpone_testkit::postgres_url()).env("DPONE_CONN_CH", &self.clickhouse_url);
+        cmd.env("DPONE_CONN_PG", &self.postgres_url).env("DPONE_CONN_CH", &self.clickhouse_url);
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("the dpone binary starts");
         let drain = |mut pipe: Box<dyn Read + Send>| {

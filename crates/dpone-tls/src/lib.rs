@@ -125,10 +125,12 @@ pub fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<String> {
         if let Some(r) = err.downcast_ref::<rustls::Error>() {
             return Some(r.to_string());
         }
+        // An I/O error carrying the TLS error (tokio-rustls, hyper-rustls)
+        // hides it from `source()` in some versions: look inside too.
         if let Some(inner) = err.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref())
-            && let Some(r) = inner.downcast_ref::<rustls::Error>()
+            && let Some(found) = tls_failure(inner)
         {
-            return Some(r.to_string());
+            return Some(found);
         }
         next = err.source();
     }

@@ -173,7 +173,7 @@ fn report_none(scope: &str, format: Format) {
     if format == Format::Json {
         print_json(&json!({"target_scope": scope, "state": null, "visible": "the target as it is: dpone has no run journal for it"}));
     } else {
-        println!("target      {}", crate::output::safe(&scope));
+        println!("target      {}", crate::output::safe(scope));
         println!("state       no run recorded in this work dir");
     }
 }

@@ -5,6 +5,7 @@
 //! path, the line and column, and a hint. Loading performs no I/O: the
 //! caller reads the file, and connections are only resolved later.
 
+mod connection;
 pub mod model;
 pub mod schema;
 

@@ -31,6 +31,13 @@ pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// Makes [`provider`] the process's default, for code that builds its own
+/// HTTP client (tests talking to their servers): the workspace's reqwest
+/// has no provider of its own. Idempotent.
+pub fn install_default_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// How much of the server's certificate is checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verify {

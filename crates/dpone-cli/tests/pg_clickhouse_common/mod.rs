@@ -254,6 +254,7 @@ impl Fixture {
         let mut url = reqwest::Url::parse(&self.clickhouse_url).expect("a ClickHouse URL");
         url.query_pairs_mut().extend_pairs(settings);
         let response = self.block_on(async {
+            dpone_tls::install_default_provider();
             let r = reqwest::Client::new().post(url).body(sql.to_string()).send().await?;
             let status = r.status();
             Ok::<_, reqwest::Error>((status, r.text().await?))

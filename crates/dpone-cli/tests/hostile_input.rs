@@ -42,9 +42,10 @@ fn refused(run: &Run, code: &str) {
 /// it was spawned from until it execs, so spawned from this (large) test
 /// process it would measure the test, not dpone. Python's own ~10 MiB is
 /// an upper bound's floor; the unbounded read of /dev/zero reached GBs.
+/// A child still running after 10 s is killed and the test fails.
 fn measured(args: &[&str]) -> (i32, String, Duration, i64) {
     const PARENT: &str = "import resource, subprocess, sys\n\
-        r = subprocess.run(sys.argv[1:], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)\n\
+        r = subprocess.run(sys.argv[1:], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=10)\n\
         sys.stderr.write(r.stderr.decode(errors='replace'))\n\
         print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n\
         sys.exit(r.returncode)\n";

@@ -13,6 +13,11 @@
 #     virtualenv cached in $DPONE_CACHE_DIR.
 #   - ClickHouse 18.16 from Debian (installed with apt if missing): an old
 #     server without EXCHANGE, to prove dpone refuses such targets.
+#   - TLS endpoints (scripts/services/tls_proxy.py, Python's standard
+#     library): https in front of ClickHouse 26.9 and PostgreSQL's TLS
+#     (SSLRequest, then TLS) in front of the machine's PostgreSQL, with a
+#     certificate signed by a CA generated per start (openssl), plus a second
+#     CA that signed nothing (the "wrong CA" of the tests).
 # Both ClickHouse servers listen on free loopback ports and keep all their
 # state in $DPONE_SERVICES_DIR, so several sets can run side by side.
 #
@@ -41,6 +46,8 @@ PG_URL=postgresql://postgres@$PG_HOST:$PG_PORT/test
 OLD_CH_BIN=/usr/sbin/clickhouse-server # Debian ships the server in sbin
 # The two ClickHouse servers this script runs; each gets $STATE_DIR/<name>/.
 SERVICES=(chdb ch18)
+# The TLS proxies; each gets $STATE_DIR/<name>/ too, certificates $STATE_DIR/tls/.
+PROXIES=(chtls pgtls)
 
 log() { echo "services: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -230,6 +237,64 @@ launch_ch18() {
   echo $!
 }
 
+# ------------------------------------------------------------ TLS proxies --
+
+# A CA, a server certificate it signs (localhost and 127.0.0.1), and a
+# second CA that signed nothing. EC keys: fast to make; valid for 2 days.
+make_certificates() {
+  local dir=$STATE_DIR/tls ext
+  command -v openssl >/dev/null || as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o DPkg::Lock::Timeout=300 openssl >/dev/null
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  ext=$dir/server.ext
+  printf '%s\n' "subjectAltName=DNS:localhost,IP:127.0.0.1" "basicConstraints=critical,CA:FALSE" \
+    "keyUsage=critical,digitalSignature" "extendedKeyUsage=serverAuth" >"$ext"
+  local ca
+  for ca in ca wrong-ca; do
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+      -subj "/CN=dpone test $ca" -keyout "$dir/$ca.key" -out "$dir/$ca.pem" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+  done
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=localhost" \
+    -keyout "$dir/server.key" -out "$dir/server.csr" 2>/dev/null
+  openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" -CAcreateserial \
+    -days 2 -extfile "$ext" -out "$dir/server.pem" 2>/dev/null
+  [ -s "$dir/server.pem" ] || die "tls: could not make the test certificates"
+}
+
+# Start proxy $1 in front of $2 (host:port), with extra flags $3...
+start_proxy() {
+  local name=$1 upstream=$2 dir=$STATE_DIR/$1 port pid i
+  shift 2
+  mkdir -p "$dir"
+  port=$(free_port)
+  nohup python3 -u "$SCRIPTS_DIR/services/tls_proxy.py" --port "$port" --upstream "$upstream" \
+    --cert "$STATE_DIR/tls/server.pem" --key "$STATE_DIR/tls/server.key" "$@" \
+    </dev/null >"$dir/server.log" 2>&1 &
+  pid=$!
+  echo "$pid" >"$dir/pid"
+  for ((i = 0; i < TIMEOUT * 5; i++)); do
+    if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), 1)" "$port" 2>/dev/null; then
+      echo "$port" >"$dir/port"
+      log "$name: TLS at 127.0.0.1:$port -> $upstream (pid $pid)"
+      return 0
+    fi
+    pid_alive "$pid" || break
+    sleep 0.2
+  done
+  show_logs "$dir/server.log"
+  die "$name: the TLS proxy did not start"
+}
+
+start_tls() {
+  make_certificates
+  start_proxy chtls "127.0.0.1:$(cat "$STATE_DIR/chdb/port")"
+  start_proxy pgtls "$PG_HOST:$PG_PORT" --postgres
+  # End to end: the ClickHouse server answers through TLS, our CA trusted.
+  [ "$(curl -sS --max-time 5 --cacert "$STATE_DIR/tls/ca.pem" "https://127.0.0.1:$(cat "$STATE_DIR/chtls/port")/ping")" = "Ok." ] ||
+    die "chtls: ClickHouse does not answer over TLS"
+}
+
 # -------------------------------------------------------- start / stop --
 
 # Start service $1 on a free port, retrying with a fresh port when the server
@@ -275,6 +340,11 @@ all_running() {
     pid_alive "$pid" && pid_is_ours "$pid" || return 1
     [ "$(curl -sS --max-time 2 "$(service_url "$name")/ping" 2>/dev/null)" = "Ok." ] || return 1
   done
+  for name in "${PROXIES[@]}"; do
+    [ -f "$STATE_DIR/$name/pid" ] && [ -f "$STATE_DIR/$name/port" ] || return 1
+    pid=$(cat "$STATE_DIR/$name/pid")
+    pid_alive "$pid" && pid_is_ours "$pid" || return 1
+  done
 }
 
 write_env() {
@@ -287,6 +357,10 @@ export DPONE_TEST_REQUIRE_SERVERS=1
 export DPONE_SERVICES_DIR=$STATE_DIR
 export DPONE_TEST_CHDB_PYTHON=$VENV/bin/python
 export DPONE_TEST_CHDB_LAUNCHER=$SCRIPTS_DIR/services/chdb_server.py
+export DPONE_TEST_TLS_CA=$STATE_DIR/tls/ca.pem
+export DPONE_TEST_TLS_WRONG_CA=$STATE_DIR/tls/wrong-ca.pem
+export DPONE_TEST_CLICKHOUSE_TLS_URL=https://127.0.0.1:$(cat "$STATE_DIR/chtls/port")
+export DPONE_TEST_POSTGRES_TLS_URL=postgresql://postgres@127.0.0.1:$(cat "$STATE_DIR/pgtls/port")/test
 EOF
   mv "$tmp" "$STATE_DIR/env.sh"
 }
@@ -309,6 +383,7 @@ cmd_start() {
   ensure_old_clickhouse_installed
   start_with_retries chdb
   start_with_retries ch18
+  start_tls
   write_env
   trap - EXIT
   log "all servers up; environment in $STATE_DIR/env.sh"
@@ -318,7 +393,7 @@ cmd_stop() {
   local name pid quiet=${1:-}
   [ -d "$STATE_DIR" ] || { [ -n "$quiet" ] || log "nothing to stop in $STATE_DIR"; return 0; }
   STATE_DIR=$(cd "$STATE_DIR" && pwd)
-  for name in "${SERVICES[@]}"; do
+  for name in "${PROXIES[@]}" "${SERVICES[@]}"; do
     if [ -f "$STATE_DIR/$name/pid" ]; then
       pid=$(cat "$STATE_DIR/$name/pid")
       stop_pid "$name" "$pid"
@@ -332,6 +407,7 @@ cmd_stop() {
       rmdir "$STATE_DIR/$name" 2>/dev/null || true
     fi
   done
+  rm -rf "$STATE_DIR/tls"
   rm -f "$STATE_DIR/env.sh" "$STATE_DIR/env.sh.tmp" "$STATE_DIR/apt.log"
   rmdir "$STATE_DIR" 2>/dev/null || true
 }
@@ -339,7 +415,7 @@ cmd_stop() {
 cmd_status() {
   local name pid url
   [ -d "$STATE_DIR" ] || { echo "not running (no $STATE_DIR)"; return 1; }
-  for name in "${SERVICES[@]}"; do
+  for name in "${SERVICES[@]}" "${PROXIES[@]}"; do
     pid=$(cat "$STATE_DIR/$name/pid" 2>/dev/null || true)
     url=$(service_url "$name" 2>/dev/null || echo "?")
     if [ -n "$pid" ] && pid_alive "$pid"; then

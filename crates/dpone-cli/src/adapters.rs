@@ -7,6 +7,7 @@
 //! source/target pairs form a supported route is the plan's decision
 //! (`Plan::build` refuses the others before any I/O).
 
+use crate::redact::Secrets;
 use dpone_clickhouse::{ClickhouseSource, ClickhouseTarget};
 use dpone_core::Diagnostic;
 use dpone_core::manifest::{Manifest, System};
@@ -22,17 +23,30 @@ use std::sync::Arc;
 
 // Built once per run and shared through an Arc: the variants' sizes do not matter.
 #[allow(clippy::large_enum_variant)]
-pub enum AnySource {
+pub enum SourceKind {
     Sqlite(SqliteSource),
     Postgres(PostgresSource),
     Clickhouse(ClickhouseSource),
 }
 
 #[allow(clippy::large_enum_variant)]
-pub enum RealTarget {
+pub enum TargetKind {
     Sqlite(SqliteTarget),
     Postgres(PostgresTarget),
     Clickhouse(ClickhouseTarget),
+}
+
+/// The chosen source; its errors leave with the manifest's credentials
+/// redacted (`redact.rs`).
+pub struct AnySource {
+    kind: SourceKind,
+    secrets: Secrets,
+}
+
+/// The chosen target; its errors leave with the credentials redacted.
+pub struct RealTarget {
+    kind: TargetKind,
+    secrets: Secrets,
 }
 
 /// The target a run uses: the chosen adapter.
@@ -69,24 +83,26 @@ impl AnySource {
     /// The source of `manifest.source`; `base` is the manifest's folder.
     pub fn build(manifest: &Manifest, base: &Path) -> std::result::Result<Self, Diagnostic> {
         let wiring = Wiring { base_dir: base, env: &env, failpoints: test_failpoints() };
-        Ok(match manifest.source.system {
-            System::Sqlite => AnySource::Sqlite(SqliteSource::build(manifest, &wiring)?),
-            System::Postgres => AnySource::Postgres(PostgresSource::build(manifest, &wiring)?),
-            System::Clickhouse => AnySource::Clickhouse(ClickhouseSource::build(manifest, &wiring)?),
+        let kind = match manifest.source.system {
+            System::Sqlite => SourceKind::Sqlite(SqliteSource::build(manifest, &wiring)?),
+            System::Postgres => SourceKind::Postgres(PostgresSource::build(manifest, &wiring)?),
+            System::Clickhouse => SourceKind::Clickhouse(ClickhouseSource::build(manifest, &wiring)?),
             other => return Err(not_implemented("source.type", other)),
-        })
+        };
+        Ok(AnySource { kind, secrets: Secrets::of(manifest, &env) })
     }
 }
 
 /// The target of `manifest.sink`; `base` is the manifest's folder.
 pub fn build_target(manifest: &Manifest, base: &Path) -> std::result::Result<AnyTarget, Diagnostic> {
     let wiring = Wiring { base_dir: base, env: &env, failpoints: test_failpoints() };
-    let target = match manifest.sink.system {
-        System::Sqlite => RealTarget::Sqlite(SqliteTarget::build(manifest, &wiring)?),
-        System::Postgres => RealTarget::Postgres(PostgresTarget::build(manifest, &wiring)?),
-        System::Clickhouse => RealTarget::Clickhouse(ClickhouseTarget::build(manifest, &wiring)?),
+    let kind = match manifest.sink.system {
+        System::Sqlite => TargetKind::Sqlite(SqliteTarget::build(manifest, &wiring)?),
+        System::Postgres => TargetKind::Postgres(PostgresTarget::build(manifest, &wiring)?),
+        System::Clickhouse => TargetKind::Clickhouse(ClickhouseTarget::build(manifest, &wiring)?),
         other => return Err(not_implemented("sink.type", other)),
     };
+    let target = RealTarget { kind, secrets: Secrets::of(manifest, &env) };
     #[cfg(feature = "failpoints")]
     {
         use dpone_testkit::faulty::FAULTS_ENV;
@@ -95,6 +111,38 @@ pub fn build_target(manifest: &Manifest, base: &Path) -> std::result::Result<Any
     }
     #[cfg(not(feature = "failpoints"))]
     Ok(target)
+}
+
+/// `source_is_target` decided by file identity: the plan compares the
+/// manifest's strings, which miss `./source.db`, a symlink or a hard link
+/// to the source. Two SQLite paths name one database when they resolve to
+/// the same device and inode; table names are compared as SQLite does
+/// (ASCII case-insensitively, `main` being the default schema). Reads file
+/// metadata only.
+pub fn same_sqlite_table(manifest: &Manifest, base: &Path) -> Option<Diagnostic> {
+    use std::os::unix::fs::MetadataExt;
+    if manifest.source.system != System::Sqlite || manifest.sink.system != System::Sqlite {
+        return None;
+    }
+    let wiring = Wiring { base_dir: base, env: &env, failpoints: Default::default() };
+    let path = |spec, at| dpone_sqlite::resolve_path(spec, base, at, wiring.env).ok();
+    let (src, dst) = (path(&manifest.source.connection, "source.connection")?, path(&manifest.sink.connection, "sink.connection")?);
+    let same_file = match (std::fs::metadata(&src), std::fs::metadata(&dst)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        // A file that does not exist yet is the other only if the paths agree.
+        _ => std::path::absolute(&src).ok()? == std::path::absolute(&dst).ok()?,
+    };
+    let schema = |t: &dpone_core::manifest::TableRef| t.schema.clone().unwrap_or_else(|| "main".into()).to_ascii_lowercase();
+    let (s, t) = (&manifest.source.table, &manifest.sink.table);
+    let same_table = s.name.eq_ignore_ascii_case(&t.name) && schema(s) == schema(t);
+    (same_file && same_table && !(manifest.source.connection == manifest.sink.connection && s == t)).then(|| {
+        Diagnostic::new(
+            "source_is_target",
+            "sink.table",
+            format!("the sink table is the source table: {} and {} are one file", src.display(), dst.display()),
+        )
+        .hint("write into a different table or database file")
+    })
 }
 
 /// The adapters of a manifest.
@@ -111,28 +159,35 @@ pub fn build(manifest: &Manifest, base: &Path) -> std::result::Result<Adapters, 
 /// `$body` with `$a` bound to the chosen adapter of `$any`.
 macro_rules! dispatch {
     ($any:expr, AnySource, |$a:ident| $body:expr) => {
-        match $any {
-            AnySource::Sqlite($a) => $body,
-            AnySource::Postgres($a) => $body,
-            AnySource::Clickhouse($a) => $body,
+        match &$any.kind {
+            SourceKind::Sqlite($a) => $body,
+            SourceKind::Postgres($a) => $body,
+            SourceKind::Clickhouse($a) => $body,
         }
     };
     ($any:expr, RealTarget, |$a:ident| $body:expr) => {
-        match $any {
-            RealTarget::Sqlite($a) => $body,
-            RealTarget::Postgres($a) => $body,
-            RealTarget::Clickhouse($a) => $body,
+        match &$any.kind {
+            TargetKind::Sqlite($a) => $body,
+            TargetKind::Postgres($a) => $body,
+            TargetKind::Clickhouse($a) => $body,
         }
+    };
+}
+
+/// `dispatch!` for a fallible call: its error leaves redacted.
+macro_rules! redacted {
+    ($any:expr, $kind:ident, |$a:ident| $body:expr) => {
+        dispatch!($any, $kind, |$a| $body).map_err(|e| $any.secrets.error(e))
     };
 }
 
 impl Source for AnySource {
     async fn describe(&self, columns: Option<&[String]>) -> Result<Vec<Column>> {
-        dispatch!(self, AnySource, |s| s.describe(columns).await)
+        redacted!(self, AnySource, |s| s.describe(columns).await)
     }
 
     async fn preflight(&self, window_column: Option<&str>) -> Result<Vec<Diagnostic>> {
-        dispatch!(self, AnySource, |s| s.preflight(window_column).await)
+        redacted!(self, AnySource, |s| s.preflight(window_column).await)
     }
 
     fn conversion_refusals(&self, columns: &[Column], target_types: &[ColumnType]) -> Vec<Diagnostic> {
@@ -140,41 +195,41 @@ impl Source for AnySource {
     }
 
     async fn open_snapshot(&self) -> Result<SourceVersion> {
-        dispatch!(self, AnySource, |s| s.open_snapshot().await)
+        redacted!(self, AnySource, |s| s.open_snapshot().await)
     }
 
     async fn read(&self, request: ReadRequest, out: FrameTx) -> Result<ReadStats> {
-        dispatch!(self, AnySource, |s| s.read(request, out).await)
+        redacted!(self, AnySource, |s| s.read(request, out).await)
     }
 
     async fn close_snapshot(&self) -> Result<()> {
-        dispatch!(self, AnySource, |s| s.close_snapshot().await)
+        redacted!(self, AnySource, |s| s.close_snapshot().await)
     }
 }
 
 impl Target for RealTarget {
     async fn describe(&self) -> Result<Option<Vec<Column>>> {
-        dispatch!(self, RealTarget, |t| t.describe().await)
+        redacted!(self, RealTarget, |t| t.describe().await)
     }
 
     async fn eligibility(&self, request: &EligibilityRequest) -> Result<Vec<Diagnostic>> {
-        dispatch!(self, RealTarget, |t| t.eligibility(request).await)
+        redacted!(self, RealTarget, |t| t.eligibility(request).await)
     }
 
     async fn create_staging(&self, name: &str) -> Result<()> {
-        dispatch!(self, RealTarget, |t| t.create_staging(name).await)
+        redacted!(self, RealTarget, |t| t.create_staging(name).await)
     }
 
     async fn load(&self, table: &str, frames: FrameRx) -> Result<u64> {
-        dispatch!(self, RealTarget, |t| t.load(table, frames).await)
+        redacted!(self, RealTarget, |t| t.load(table, frames).await)
     }
 
     async fn inspect(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<Contents> {
-        dispatch!(self, RealTarget, |t| t.inspect(table, filter).await)
+        redacted!(self, RealTarget, |t| t.inspect(table, filter).await)
     }
 
     async fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<u64> {
-        dispatch!(self, RealTarget, |t| t.count(table, filter).await)
+        redacted!(self, RealTarget, |t| t.count(table, filter).await)
     }
 
     fn keeps_rows_in_place(&self) -> bool {
@@ -186,19 +241,19 @@ impl Target for RealTarget {
     }
 
     async fn build_generation(&self, generation: &str, keep: Option<&RowFilter>, stagings: &[String]) -> Result<GenerationBuild> {
-        dispatch!(self, RealTarget, |t| t.build_generation(generation, keep, stagings).await)
+        redacted!(self, RealTarget, |t| t.build_generation(generation, keep, stagings).await)
     }
 
     async fn estimate_generation(&self, keep: Option<&RowFilter>) -> Result<GenerationEstimate> {
-        dispatch!(self, RealTarget, |t| t.estimate_generation(keep).await)
+        redacted!(self, RealTarget, |t| t.estimate_generation(keep).await)
     }
 
     async fn compare_kept(&self, generation: &str, keep: &RowFilter) -> Result<u64> {
-        dispatch!(self, RealTarget, |t| t.compare_kept(generation, keep).await)
+        redacted!(self, RealTarget, |t| t.compare_kept(generation, keep).await)
     }
 
     async fn publish(&self, generation: &str, keep: Option<&RowFilter>, backup: &str) -> Result<PublicationOutcome> {
-        dispatch!(self, RealTarget, |t| t.publish(generation, keep, backup).await)
+        redacted!(self, RealTarget, |t| t.publish(generation, keep, backup).await)
     }
 
     fn scope(&self) -> String {
@@ -206,22 +261,22 @@ impl Target for RealTarget {
     }
 
     async fn identity(&self, table: TableRole<'_>) -> Result<Option<String>> {
-        dispatch!(self, RealTarget, |t| t.identity(table).await)
+        redacted!(self, RealTarget, |t| t.identity(table).await)
     }
 
     async fn owned_tables(&self) -> Result<Vec<String>> {
-        dispatch!(self, RealTarget, |t| t.owned_tables().await)
+        redacted!(self, RealTarget, |t| t.owned_tables().await)
     }
 
     async fn after_publication(&self, generation: &str, backup: &str) -> Result<()> {
-        dispatch!(self, RealTarget, |t| t.after_publication(generation, backup).await)
+        redacted!(self, RealTarget, |t| t.after_publication(generation, backup).await)
     }
 
     async fn window_stats(&self, filter: &RowFilter) -> Result<WindowStats> {
-        dispatch!(self, RealTarget, |t| t.window_stats(filter).await)
+        redacted!(self, RealTarget, |t| t.window_stats(filter).await)
     }
 
     async fn drop_tables(&self, names: &[String]) -> Result<()> {
-        dispatch!(self, RealTarget, |t| t.drop_tables(names).await)
+        redacted!(self, RealTarget, |t| t.drop_tables(names).await)
     }
 }

@@ -15,12 +15,54 @@ pub use dpone_engine::{EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK};
 
 /// Reads and validates a manifest; problems are printed with the file name.
 fn load(path: &Path) -> Result<Manifest, Diagnostics> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        Diagnostics::one(
-            Diagnostic::new("manifest_unreadable", "", format!("cannot read {}: {e}", path.display())).hint("check the manifest path"),
-        )
-    })?;
+    let text = read_manifest(path).map_err(Diagnostics::one)?;
     manifest::load(&text)
+}
+
+/// The manifest's text, read with a bound: only a regular file (not a
+/// FIFO, which would block, nor a device such as /dev/zero, which never
+/// ends), and at most the document limit plus one byte, so that neither
+/// the time nor the memory spent depends on what the path points to.
+fn read_manifest(path: &Path) -> Result<String, Diagnostic> {
+    use std::io::Read;
+    let unreadable = |e: std::io::Error| {
+        Diagnostic::new("manifest_unreadable", "", format!("cannot read {}: {e}", path.display())).hint("check the manifest path")
+    };
+    let not_a_file = |what: &str| {
+        Diagnostic::new("manifest_not_a_file", "", format!("{} is {what}, not a regular file", path.display()))
+            .hint("pass the path of a manifest file (a YAML file)")
+    };
+    let kind = |m: &std::fs::Metadata| {
+        use std::os::unix::fs::FileTypeExt;
+        let t = m.file_type();
+        match () {
+            _ if t.is_file() => None,
+            _ if t.is_dir() => Some("a directory"),
+            _ if t.is_fifo() => Some("a FIFO"),
+            _ if t.is_char_device() || t.is_block_device() => Some("a device"),
+            _ if t.is_socket() => Some("a socket"),
+            _ => Some("not a file"),
+        }
+    };
+    // Checked before opening: opening a FIFO blocks until a writer comes.
+    if let Some(what) = kind(&std::fs::metadata(path).map_err(unreadable)?) {
+        return Err(not_a_file(what));
+    }
+    let file = std::fs::File::open(path).map_err(unreadable)?;
+    // Again on the opened file, in case the path changed in between.
+    if let Some(what) = kind(&file.metadata().map_err(unreadable)?) {
+        return Err(not_a_file(what));
+    }
+    let limit = dpone_core::yaml::MAX_DOCUMENT_BYTES as u64;
+    let mut bytes = Vec::new();
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(unreadable)?;
+    if bytes.len() as u64 > limit {
+        return Err(Diagnostic::new("manifest_too_large", "", format!("{} is larger than the limit of {limit} bytes", path.display()))
+            .hint("split the manifest; dpone manifests describe one transfer each"));
+    }
+    String::from_utf8(bytes).map_err(|_| {
+        Diagnostic::new("manifest_unreadable", "", format!("{} is not UTF-8 text", path.display())).hint("save the manifest as UTF-8")
+    })
 }
 
 fn interval(args: &IntervalArgs) -> Interval {
@@ -50,12 +92,38 @@ pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("dpone-worker").build().expect("the async runtime starts")
 }
 
+/// Loads the manifest and lets each adapter build itself from it (no I/O:
+/// connections open on use), so that `params` blocks are checked too:
+/// unknown keys, ports out of range, TLS settings. A connection read from
+/// an environment variable that is not set here is not an error of the
+/// manifest: the run's environment provides it.
+fn load_and_check_connections(path: &Path) -> Result<Manifest, Diagnostics> {
+    let m = load(path)?;
+    let base = base_dir(path);
+    let mut found: Vec<Diagnostic> = [adapters::AnySource::build(&m, &base).err(), adapters::build_target(&m, &base).err()]
+        .into_iter()
+        .flatten()
+        .filter(|d| d.code != "missing_connection_env")
+        .collect();
+    if found.is_empty() {
+        return Ok(m);
+    }
+    found.iter_mut().for_each(|d| m.locate(d));
+    Err(Diagnostics(found))
+}
+
 pub fn validate(path: &Path, format: Format) -> u8 {
-    match load(path) {
+    match load_and_check_connections(path) {
         Ok(m) => {
             match format {
                 Format::Json => output::print_json(&serde_json::json!({"valid": true, "manifest": path, "fingerprint": m.fingerprint})),
-                Format::Text => println!("{}: valid ({} -> {}, {})", path.display(), m.source.system, m.sink.system, strategy_name(&m)),
+                Format::Text => println!(
+                    "{}: valid ({} -> {}, {})",
+                    output::safe(&path.display().to_string()),
+                    m.source.system,
+                    m.sink.system,
+                    strategy_name(&m)
+                ),
             }
             EXIT_OK
         }
@@ -95,8 +163,10 @@ fn prepare(path: &Path, args: &IntervalArgs) -> Result<(Manifest, Plan, Adapters
         Diagnostics::one(d)
     };
     let mut plan = Plan::build(&manifest, &interval(args)).map_err(located)?;
-    plan.refusals.iter_mut().for_each(|d| manifest.locate(d));
     let adapters = adapters::build(&manifest, &base_dir(path)).map_err(located)?;
+    // Paths name files: two spellings of one file are one database.
+    plan.refusals.extend(adapters::same_sqlite_table(&manifest, &base_dir(path)));
+    plan.refusals.iter_mut().for_each(|d| manifest.locate(d));
     Ok((manifest, plan, adapters))
 }
 
@@ -135,14 +205,15 @@ pub fn plan(path: &Path, args: &IntervalArgs, format: Format, offline: bool) -> 
             Ok(mut p) => {
                 p.refusals.iter_mut().for_each(|d| manifest.locate(d));
                 plan.generation = p.generation.clone();
+                plan.null_checks = p.null_checks.clone();
                 plan.add_probe(Some(p.read_columns.clone()).filter(|c| !c.is_empty()), p.refusals)
             }
             Err(e) => {
-                eprintln!("error[{}]: probing failed: {}", e.code, e.message);
-                if let Some(h) = e.hint {
-                    eprintln!("  hint: {h}");
-                }
-                return EXIT_FAILED;
+                // The plan writes nothing: a server that cannot be probed
+                // is a run that could not start (exit 2, README).
+                let d = Diagnostic { hint: e.hint, ..Diagnostic::new(e.code, "", format!("probing failed: {}", e.message)) };
+                output::print_diagnostics(path, &Diagnostics::one(d));
+                return EXIT_CONFIG;
             }
         }
     }
@@ -270,14 +341,14 @@ pub const QUICKSTART_INTERVAL_END: &str = "2026-09-09T00:00:00Z";
 pub fn quickstart(dir: &Path, format: Format) -> u8 {
     if let Err(e) = std::fs::create_dir_all(dir) {
         eprintln!("error[quickstart_dir]: cannot create {}: {e}", dir.display());
-        return EXIT_FAILED;
+        return EXIT_CONFIG;
     }
     let manifest_path = dir.join("manifest.yaml");
     if !manifest_path.exists()
         && let Err(e) = std::fs::write(&manifest_path, QUICKSTART_MANIFEST)
     {
         eprintln!("error[quickstart_dir]: cannot write {}: {e}", manifest_path.display());
-        return EXIT_FAILED;
+        return EXIT_CONFIG;
     }
     match dpone_sqlite::demo::seed_quickstart(&dir.join("source.db"), &dir.join("target.db")) {
         Ok((src, dst)) => {
@@ -294,7 +365,7 @@ pub fn quickstart(dir: &Path, format: Format) -> u8 {
         }
         Err(e) => {
             eprintln!("error[quickstart_seed]: seeding the example databases failed: {e}");
-            return EXIT_FAILED;
+            return EXIT_CONFIG;
         }
     }
     let args = IntervalArgs { interval_end: Some(QUICKSTART_INTERVAL_END.to_string()), interval_start: None };

@@ -13,6 +13,7 @@ mod failpoints;
 mod host;
 mod output;
 mod progress;
+mod redact;
 mod status;
 
 use clap::{Parser, Subcommand, ValueEnum};

@@ -6,10 +6,10 @@
 
 use crate::Format;
 use crate::commands::{EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK};
-use dpone_core::Diagnostics;
 use dpone_core::plan::Plan;
 use dpone_core::ports::PublicationOutcome;
 use dpone_core::types::{CLICKHOUSE_TO_POSTGRES, MappingRow, POSTGRES_TO_CLICKHOUSE, SQLITE_TYPES};
+use dpone_core::{Diagnostic, Diagnostics};
 use dpone_engine::{RunFailure, RunReport};
 use serde_json::json;
 use std::path::Path;
@@ -20,15 +20,44 @@ pub enum RunOutcome {
     Interrupted,
 }
 
+/// Text safe for a terminal: control characters (C0 including NUL, DEL,
+/// C1: escape sequences could move the cursor, recolour, retitle or hide
+/// text) and Unicode's bidirectional and invisible format controls (which
+/// reorder or hide what is shown) are escaped as `\u{..}` (`\n`, `\t`,
+/// `\r` for those). Manifest values, file names and server messages pass
+/// through here before text output; JSON output escapes them by itself.
+pub fn safe(s: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char =
+        |c: char| c.is_control() || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}');
+    if !s.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    s.chars().map(|c| if unsafe_char(c) { c.escape_default().to_string() } else { c.to_string() }).collect::<String>().into()
+}
+
+/// A diagnostic whose fields are [`safe`] for a terminal.
+pub fn safe_diagnostic(d: &Diagnostic) -> Diagnostic {
+    Diagnostic {
+        code: safe(&d.code).into_owned(),
+        path: safe(&d.path).into_owned(),
+        message: safe(&d.message).into_owned(),
+        hint: d.hint.as_deref().map(|h| safe(h).into_owned()),
+        ..d.clone()
+    }
+}
+
 pub fn print_json(v: &serde_json::Value) {
     println!("{}", serde_json::to_string_pretty(v).expect("JSON values serialize"));
 }
 
 pub fn print_diagnostics(file: &Path, diags: &Diagnostics) {
+    let file = file.display().to_string();
+    let file = safe(&file);
     for d in &diags.0 {
+        let d = safe_diagnostic(d);
         match (d.line, d.column) {
-            (Some(l), Some(c)) => eprintln!("{}:{l}:{c}: {}", file.display(), d.without_position()),
-            _ => eprintln!("{}: {d}", file.display()),
+            (Some(l), Some(c)) => eprintln!("{file}:{l}:{c}: {}", d.without_position()),
+            _ => eprintln!("{file}: {d}"),
         }
     }
 }
@@ -64,7 +93,7 @@ pub fn print_plan(plan: &Plan, format: Format) {
     }
     let r = &plan.route;
     println!("plan        {} (contract {})", plan.plan_version, plan.contract_version);
-    println!("route       {}: {} -> {}", r.name, r.source_table, r.target_table);
+    println!("route       {}: {} -> {}", r.name, safe(&r.source_table), safe(&r.target_table));
     println!(
         "transport   {} [wire {}/{}, transport {}]",
         r.transport,
@@ -76,7 +105,12 @@ pub fn print_plan(plan: &Plan, format: Format) {
     if let Some(w) = &plan.window {
         println!(
             "window      {} in [{}, {})  lookback {}, chunks of {}, anchor {} (UTC)",
-            w.column, w.start, w.end, w.lookback, w.chunk_interval, w.anchor
+            safe(&w.column),
+            w.start,
+            w.end,
+            w.lookback,
+            w.chunk_interval,
+            w.anchor
         );
         println!("chunks      {} (parallelism {})", w.chunk_count, plan.staging.parallelism);
         let show = |c: &dpone_core::window::Chunk| println!("  #{:<5} [{}, {})", c.index, c.start, c.end);
@@ -92,7 +126,10 @@ pub fn print_plan(plan: &Plan, format: Format) {
     }
     println!(
         "staging     one table per chunk attempt ({}) in {}; frames of <= {} rows / {} bytes",
-        plan.staging.name_pattern, plan.staging.location, plan.staging.block_rows, plan.staging.block_bytes
+        plan.staging.name_pattern,
+        safe(&plan.staging.location),
+        plan.staging.block_rows,
+        plan.staging.block_bytes
     );
     println!(
         "publication {}{}: {}",
@@ -107,18 +144,24 @@ pub fn print_plan(plan: &Plan, format: Format) {
         Some(cols) => {
             println!("columns     {} (probed)", cols.len());
             for c in cols {
-                println!("  {:<24} {:<28} <- {}", c.name, c.ty.to_string(), c.native_type);
+                println!("  {:<24} {:<28} <- {}", safe(&c.name), c.ty.to_string(), safe(&c.native_type));
             }
         }
         None if !plan.probed => println!("columns     not probed (--offline)"),
         None => {}
+    }
+    for c in &plan.null_checks {
+        println!(
+            "null check  `{}` may be NULL in the source but is NOT NULL in the target: every row is checked; the first NULL fails the run naming the column (nothing coerced, nothing published)",
+            safe(c)
+        );
     }
     if plan.refusals.is_empty() {
         println!("refusals    none: the plan is runnable");
     } else {
         println!("refusals    {} (nothing will be written)", plan.refusals.len());
         for d in &plan.refusals {
-            println!("  {d}");
+            println!("  {}", safe_diagnostic(d));
         }
     }
 }
@@ -237,7 +280,10 @@ pub fn report_run(file: &Path, plan: &Plan, outcome: &RunOutcome, format: Format
                 }));
             }
             if f.refusals.is_empty() {
-                eprintln!("{f}");
+                eprintln!("error[{}]: {}", safe(&f.code), safe(&f.message));
+                if let Some(h) = &f.hint {
+                    eprintln!("  hint: {}", safe(h));
+                }
             } else {
                 eprintln!("refused: {} problem(s); nothing was written", f.refusals.len());
                 print_diagnostics(file, &Diagnostics(f.refusals.clone()));
@@ -265,7 +311,7 @@ pub fn report_run(file: &Path, plan: &Plan, outcome: &RunOutcome, format: Format
 fn print_success(plan: &Plan, r: &RunReport) {
     println!("run         {} ({})", r.run_id, plan.route.name);
     if let Some(w) = &plan.window {
-        println!("window      {} in [{}, {}), {} chunks of {}", w.column, w.start, w.end, r.chunks.len(), w.chunk_interval);
+        println!("window      {} in [{}, {}), {} chunks of {}", safe(&w.column), w.start, w.end, r.chunks.len(), w.chunk_interval);
     }
     for c in &r.chunks {
         match (c.start, c.end) {
@@ -278,7 +324,7 @@ fn print_success(plan: &Plan, r: &RunReport) {
             "kept        {} target rows outside the window ({} of them with NULL {})",
             thousands(r.kept_rows),
             thousands(r.kept_null_window_rows),
-            w.column
+            safe(&w.column)
         );
     }
     println!(
@@ -298,6 +344,6 @@ fn print_success(plan: &Plan, r: &RunReport) {
     } else {
         println!("changed     the window's rows differ from before this run");
     }
-    println!("evidence    {}", r.evidence_path.display());
+    println!("evidence    {}", safe(&r.evidence_path.display().to_string()));
     println!("duration    {:.2} s", r.duration_seconds);
 }

@@ -2,7 +2,7 @@
 //! target, what is visible, and what the operator does next.
 
 use crate::Format;
-use crate::commands::{EXIT_CONFIG, EXIT_FAILED, EXIT_OK, open_store};
+use crate::commands::{EXIT_CONFIG, EXIT_OK, open_store};
 use crate::output::{print_diagnostics, print_json};
 use dpone_core::Diagnostics;
 use dpone_core::ports::Target;
@@ -42,20 +42,43 @@ pub fn explain(state: RunState) -> (&'static str, &'static str) {
     }
 }
 
-fn find_journal(store: &dyn StateStore, scope: &str, run_id: Option<&str>) -> Result<Option<RunJournal>, String> {
-    let current = dpone_engine::read_journal(store, scope).map_err(|e| e.message)?.map(|(_, j)| j);
+/// Why a journal could not be picked.
+enum Lookup {
+    Unreadable(String),
+    /// The `--run-id` prefix names several runs: their ids.
+    Ambiguous(Vec<String>),
+}
+
+/// The target's current journal, or the one of the run `run_id` names (a
+/// prefix is enough when it names one run: the current journal if it is
+/// that run, else its latest execution in the target's history).
+fn find_journal(store: &dyn StateStore, scope: &str, run_id: Option<&str>) -> Result<Option<RunJournal>, Lookup> {
+    let current = dpone_engine::read_journal(store, scope).map_err(|e| Lookup::Unreadable(e.message))?.map(|(_, j)| j);
     let Some(wanted) = run_id else { return Ok(current) };
-    if let Some(j) = current.filter(|j| j.run_id.starts_with(wanted)) {
-        return Ok(Some(j));
-    }
-    for key in store.keys("history/").map_err(|e| e.to_string())? {
+    let mut matches: Vec<RunJournal> = current.into_iter().filter(|j| j.run_id.starts_with(wanted)).collect();
+    let current_matched = !matches.is_empty();
+    // History keys are `history/<this target's invocation>/<run id>-<execution>`.
+    let invocation = dpone_engine::journal_key(scope)["run/".len()..].to_string();
+    let unreadable = |e: String| Lookup::Unreadable(e);
+    for key in store.keys(&format!("history/{invocation}/")).map_err(|e| unreadable(e.to_string()))? {
         if key.split('/').nth(2).is_some_and(|k| k.starts_with(wanted))
-            && let Some(v) = store.get(&key).map_err(|e| e.to_string())?
+            && let Some(v) = store.get(&key).map_err(|e| unreadable(e.to_string()))?
         {
-            return serde_json::from_str(&v.body).map(Some).map_err(|e| e.to_string());
+            matches.push(serde_json::from_str(&v.body).map_err(|e: serde_json::Error| unreadable(e.to_string()))?);
         }
     }
-    Ok(None)
+    let mut ids: Vec<String> = matches.iter().map(|j| j.run_id.clone()).collect();
+    ids.sort();
+    ids.dedup();
+    if ids.len() > 1 {
+        return Err(Lookup::Ambiguous(ids));
+    }
+    // One run: the current journal (listed first) is its latest state;
+    // else its latest execution in the history.
+    if current_matched {
+        return Ok(matches.into_iter().next());
+    }
+    Ok(matches.into_iter().max_by_key(|j| j.execution))
 }
 
 pub fn status(path: &Path, run_id: Option<&str>, format: Format) -> u8 {
@@ -76,7 +99,7 @@ pub fn status(path: &Path, run_id: Option<&str>, format: Format) -> u8 {
         }
         Err(e) => {
             eprintln!("error[{}]: {}", e.code, e.message);
-            return EXIT_FAILED;
+            return EXIT_CONFIG;
         }
     };
     let journal = match find_journal(store.as_ref(), &scope, run_id) {
@@ -85,9 +108,19 @@ pub fn status(path: &Path, run_id: Option<&str>, format: Format) -> u8 {
             report_none(&scope, format);
             return EXIT_OK;
         }
-        Err(e) => {
+        Err(Lookup::Unreadable(e)) => {
             eprintln!("error[journal_unreadable]: {e}");
-            return EXIT_FAILED;
+            return EXIT_CONFIG;
+        }
+        Err(Lookup::Ambiguous(ids)) => {
+            let d = dpone_core::Diagnostic::new(
+                "ambiguous_run_id",
+                "--run-id",
+                format!("`{}` is the prefix of {} runs: {}", run_id.unwrap_or_default(), ids.len(), ids.join(", ")),
+            )
+            .hint("pass a longer prefix that names one run");
+            print_diagnostics(path, &Diagnostics::one(d));
+            return EXIT_CONFIG;
         }
     };
     let (visible, next) = explain(journal.state);
@@ -105,7 +138,7 @@ pub fn status(path: &Path, run_id: Option<&str>, format: Format) -> u8 {
         }));
         return EXIT_OK;
     }
-    println!("target      {scope}");
+    println!("target      {}", crate::output::safe(&scope));
     println!("run         {} (execution {})", journal.run_id, journal.execution);
     println!("state       {}", journal.state.as_str());
     println!("visible     {visible}");
@@ -128,7 +161,7 @@ pub fn status(path: &Path, run_id: Option<&str>, format: Format) -> u8 {
         println!("evidence    {p}");
     }
     if let Some(e) = &journal.error {
-        println!("error       [{}] {}", e.code, e.message);
+        println!("error       [{}] {}", e.code, crate::output::safe(&e.message));
     }
     println!("source      version {}{}", journal.source_version.id, if journal.source_version.durable { "" } else { " (not reopenable)" });
     println!("written by  {}", journal.last_holder);
@@ -140,7 +173,7 @@ fn report_none(scope: &str, format: Format) {
     if format == Format::Json {
         print_json(&json!({"target_scope": scope, "state": null, "visible": "the target as it is: dpone has no run journal for it"}));
     } else {
-        println!("target      {scope}");
+        println!("target      {}", crate::output::safe(scope));
         println!("state       no run recorded in this work dir");
     }
 }
@@ -161,7 +194,7 @@ pub fn resolve(path: &Path, outcome: Option<&str>) -> u8 {
         Ok(Some(s)) => s,
         _ => {
             eprintln!("error[no_journal]: no run journal in {}", work_dir.display());
-            return EXIT_FAILED;
+            return EXIT_CONFIG;
         }
     };
     let published = match outcome {
@@ -196,7 +229,7 @@ pub fn resolve(path: &Path, outcome: Option<&str>) -> u8 {
             if let Some(h) = e.hint {
                 eprintln!("  hint: {h}");
             }
-            EXIT_FAILED
+            EXIT_CONFIG
         }
     }
 }

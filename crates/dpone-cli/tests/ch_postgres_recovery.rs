@@ -134,7 +134,8 @@ fn finishes_without_the_source(point: &str) {
     // Control: a new run needs the source, and there is none.
     let control = fx.run();
     control.assert_no_panic();
-    assert_eq!(control.code, Some(1), "{what}: expected a new run to fail without its source:\n{}", control.describe());
+    // Nothing was written: a run that cannot start exits 2 (README, exit codes).
+    assert_eq!(control.code, Some(2), "{what}: expected a new run to be refused without its source:\n{}", control.describe());
     fx.assert_target(&expected, &format!("{what}: target after the failed control run"));
     fx.finish();
 }

@@ -748,8 +748,12 @@ fn source_columns_left_out_with_options_columns_are_not_read() {
     fx.finish();
 }
 
+/// Issue 13: a Nullable ClickHouse column into a NOT NULL PostgreSQL
+/// column is admitted with a per-row check: the first NULL fails the run
+/// naming the column, nothing published; `nullable_into_not_null: refuse`
+/// keeps the old refusal.
 #[test]
-fn a_nullable_source_column_into_a_not_null_target_column_is_refused() {
+fn a_nullable_source_column_into_a_not_null_target_column_is_checked_row_by_row() {
     let cols = vec![
         col("id", "Int64", "bigint NOT NULL"),
         col("ts", "DateTime64(6, 'UTC')", "timestamptz"),
@@ -758,7 +762,17 @@ fn a_nullable_source_column_into_a_not_null_target_column_is_refused() {
     let fx = Fixture::new("chpg_notnull", cols);
     fx.insert_source(&[vec![int(1), ts("2026-09-07 00:00:00"), V::Null]]);
     fx.insert_target(&[vec![int(100), ts("2026-09-07 01:00:00"), int(5)]]);
-    let doc = assert_refused_before_any_write(&fx, "schema_mismatch", "Nullable(Int32) into integer NOT NULL");
+    let target = fx.target_rows();
+    let run = fx.run();
+    let doc = run.assert_failed("a NULL into integer NOT NULL", 1, "invalid_value");
+    assert_eq!(doc["publication"], "absent", "{}", run.describe());
+    assert!(messages(&doc["errors"]).contains("`n`"), "the failure names the column: {doc:#}");
+    assert_same_rows(&target, &fx.target_rows(), "target unchanged after the NULL");
+    let yaml = std::fs::read_to_string(&fx.manifest).unwrap();
+    std::fs::write(&fx.manifest, yaml.replace("  strategy:", "  options: {nullable_into_not_null: refuse}\n  strategy:")).unwrap();
+    // The failed run's journal is history; the refusal must write nothing new.
+    std::fs::remove_dir_all(fx.work_dir()).unwrap();
+    let doc = assert_refused_before_any_write(&fx, "schema_mismatch", "Nullable(Int32) into integer NOT NULL, refused by option");
     assert!(messages(&doc["errors"]).contains("`n`"), "the refusal names the column: {doc:#}");
     fx.finish();
 }

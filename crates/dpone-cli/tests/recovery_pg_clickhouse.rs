@@ -147,7 +147,7 @@ fn a_run_refuses_while_another_live_run_holds_the_lease() {
     let mut a = fx.spawn_run(&[("DPONE_FAILPOINT_SLEEP", "publish.before_intent:4000")]);
     wait_for_generation(&fx, &mut a);
     let b = fx.run();
-    b.assert_failed("a second run while the first holds the lease", 1, "lease_held");
+    b.assert_failed("a second run while the first holds the lease", 2, "lease_held");
     assert!(
         b.stderr.contains(&format!("pid {}", a.pid())),
         "expected the refusal to name the lease holder (pid {}):\n{}",

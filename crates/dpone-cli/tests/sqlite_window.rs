@@ -386,6 +386,33 @@ fn a_value_that_violates_its_declared_type_fails_the_run_and_leaves_the_target_u
     }
 }
 
+/// A nullable source column into a NOT NULL target column is checked row
+/// by row (issue 13): clean data is published; the first NULL fails the
+/// run naming the column with the target unchanged; `plan` says so; the
+/// old refusal stays available as `nullable_into_not_null: refuse`.
+#[test]
+fn a_nullable_source_into_a_not_null_target_is_checked_row_by_row() {
+    let not_null = DDL.replace("name TEXT", "name TEXT NOT NULL");
+    let target_rows = vec![row(10, Some("2026-09-07 00:00:00.000000"))];
+    let clean = vec![row(1, Some("2026-09-07 00:00:00.000000")), row(2, Some("2026-09-01 00:00:00.000000"))];
+    let fx = Fixture::with_ddl(DDL, &clean, &not_null, &target_rows);
+    let plan = fx.plan("json");
+    let doc = plan.single_json().unwrap();
+    assert_eq!((plan.code, doc["null_checks"].clone()), (Some(0), serde_json::json!(["name"])), "{}", plan.describe());
+    let run = fx.run();
+    assert_eq!(run.code, Some(0), "clean data is published: {}", run.describe());
+
+    let mut with_null = row(3, Some("2026-09-08 00:00:00.000000"));
+    with_null[3] = Sql::Null;
+    let fx = Fixture::with_ddl(DDL, &[clean[0].clone(), with_null], &not_null, &target_rows);
+    let run = fx.run_expect_failure(1, "failed", "invalid_value", "`name`");
+    assert!(run.stderr.contains("NULL"), "{}", run.describe());
+
+    let yaml = std::fs::read_to_string(&fx.manifest).unwrap();
+    std::fs::write(&fx.manifest, yaml.replace("  strategy:", "  options: {nullable_into_not_null: refuse}\n  strategy:")).unwrap();
+    fx.run_expect_failure(2, "refused", "schema_mismatch", "`name`");
+}
+
 #[test]
 fn schema_mismatches_are_refused_before_any_write() {
     // (case, target DDL, expected refusal code, column the refusal must name)
@@ -393,7 +420,6 @@ fn schema_mismatches_are_refused_before_any_write() {
         ("different_type", DDL.replace("amount DECIMAL(12,2)", "amount TEXT"), "schema_mismatch", "`amount`"),
         ("missing_column", DDL.replace(", f REAL", ""), "schema_mismatch", "`f`"),
         ("extra_column", DDL.replace("f REAL)", "f REAL, g TEXT)"), "schema_mismatch", "`g`"),
-        ("not_null_target_for_nullable_source", DDL.replace("name TEXT", "name TEXT NOT NULL"), "schema_mismatch", "`name`"),
         ("window_column_not_a_timestamp", DDL.replace("ts TIMESTAMP", "ts TEXT"), "window_column_type", "`ts`"),
     ];
     let source = vec![row(1, Some("2026-09-07 00:00:00.000000")), row(2, Some("2026-09-01 00:00:00.000000"))];

@@ -15,9 +15,14 @@ use dpone_core::ports::{AdapterError, Result};
 use serde_json::Value as Json;
 use std::time::Duration;
 
+/// The HTTP client, built on first use: building it reads the trusted
+/// root certificates (TLS), and adapters do no I/O while they are built
+/// from the manifest. Shared by the clones of one `ChClient`.
+type LazyHttp = std::sync::Arc<std::sync::OnceLock<std::result::Result<reqwest::Client, AdapterError>>>;
+
 #[derive(Clone)]
 pub struct ChClient {
-    http: reqwest::Client,
+    http: LazyHttp,
     config: ClickhouseConfig,
 }
 
@@ -38,21 +43,49 @@ pub struct WriteSummary {
 }
 
 impl ChClient {
+    /// A client for `config`; no I/O (the HTTP client is built on first use).
     pub fn new(config: ClickhouseConfig) -> Result<Self> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build()
-            .map_err(|e| AdapterError::permanent("clickhouse_client", format!("building the HTTP client failed: {e}")))?;
-        Ok(ChClient { http, config })
+        Ok(ChClient { http: LazyHttp::default(), config })
+    }
+
+    /// The HTTP client: TLS through dpone-tls (system roots plus the
+    /// configured CA file, certificate and host name checked), and no
+    /// redirects (a redirect would carry the credential headers elsewhere).
+    fn http(&self) -> Result<&reqwest::Client> {
+        let built = self.http.get_or_init(|| {
+            let tls = dpone_tls::TlsSettings { verify: dpone_tls::Verify::Full, ca_file: self.config.ca_file.clone(), system_roots: true };
+            let tls = if self.config.url.scheme() == "https" {
+                dpone_tls::client_config(&tls).map_err(|e| {
+                    AdapterError::permanent(format!("clickhouse_{}", e.code), e.message)
+                        .hint("check ca_file in the ClickHouse connection (a PEM file of the CA that signed the server's certificate)")
+                })?
+            } else {
+                // Never used (http:// has no TLS); given so that no default
+                // crypto provider is ever looked up.
+                dpone_tls::client_config(&dpone_tls::TlsSettings {
+                    verify: dpone_tls::Verify::EncryptOnly,
+                    ca_file: None,
+                    system_roots: false,
+                })
+                .map_err(|e| AdapterError::permanent("clickhouse_client", e.message))?
+            };
+            reqwest::Client::builder()
+                .tls_backend_preconfigured(tls)
+                .redirect(reqwest::redirect::Policy::none())
+                .connect_timeout(Duration::from_secs(10))
+                .tcp_nodelay(true)
+                .pool_idle_timeout(Duration::from_secs(30))
+                .build()
+                .map_err(|e| AdapterError::permanent("clickhouse_client", format!("building the HTTP client failed: {e}")))
+        });
+        built.as_ref().map_err(Clone::clone)
     }
 
     pub fn config(&self) -> &ClickhouseConfig {
         &self.config
     }
 
-    fn request(&self, params: &[(&str, &str)]) -> reqwest::RequestBuilder {
+    fn request(&self, params: &[(&str, &str)]) -> Result<reqwest::RequestBuilder> {
         let mut url = self.config.url.clone();
         {
             let mut q = url.query_pairs_mut();
@@ -66,11 +99,11 @@ impl ChClient {
         if url.query() == Some("") {
             url.set_query(None);
         }
-        let mut rb = self.http.post(url).header("X-ClickHouse-User", &self.config.user);
+        let mut rb = self.http()?.post(url).header("X-ClickHouse-User", &self.config.user);
         if let Some(p) = &self.config.password {
             rb = rb.header("X-ClickHouse-Key", p);
         }
-        rb
+        Ok(rb)
     }
 
     async fn send(&self, rb: reqwest::RequestBuilder, what: &str, idem: Idempotence) -> Result<reqwest::Response> {
@@ -83,7 +116,7 @@ impl ChClient {
 
     /// Runs a statement and returns the response body as text.
     pub async fn query_text(&self, sql: &str, idem: Idempotence) -> Result<String> {
-        let resp = self.send(self.request(&[]).body(sql.to_string()), "a ClickHouse query", idem).await?;
+        let resp = self.send(self.request(&[])?.body(sql.to_string()), "a ClickHouse query", idem).await?;
         resp.text().await.map_err(|e| from_transport(e, "reading a ClickHouse response", idem))
     }
 
@@ -107,21 +140,21 @@ impl ChClient {
 
     /// Runs a read query returning raw bytes (e.g. `FORMAT RowBinary`).
     pub async fn query_bytes(&self, sql: &str) -> Result<Bytes> {
-        let resp = self.send(self.request(&[]).body(sql.to_string()), "a ClickHouse query", Idempotence::Safe).await?;
+        let resp = self.send(self.request(&[])?.body(sql.to_string()), "a ClickHouse query", Idempotence::Safe).await?;
         resp.bytes().await.map_err(|e| from_transport(e, "reading a ClickHouse response", Idempotence::Safe))
     }
 
     /// Streams a read query's body (e.g. `FORMAT RowBinary`).
     pub async fn query_stream(&self, sql: &str, query_id: Option<&str>) -> Result<reqwest::Response> {
         let params: Vec<(&str, &str)> = query_id.map(|q| vec![("query_id", q)]).unwrap_or_default();
-        self.send(self.request(&params).body(sql.to_string()), "a ClickHouse query", Idempotence::Safe).await
+        self.send(self.request(&params)?.body(sql.to_string()), "a ClickHouse query", Idempotence::Safe).await
     }
 
     /// `INSERT INTO {table_sql} FORMAT RowBinary` with `body` as data.
     pub async fn insert_rowbinary(&self, table_sql: &str, body: reqwest::Body, query_id: &str) -> Result<WriteSummary> {
         let query = format!("INSERT INTO {table_sql} FORMAT RowBinary");
         let params = [("query", query.as_str()), ("query_id", query_id)];
-        let resp = self.send(self.request(&params).body(body), "a RowBinary INSERT", Idempotence::Unsafe).await?;
+        let resp = self.send(self.request(&params)?.body(body), "a RowBinary INSERT", Idempotence::Unsafe).await?;
         let summary = parse_summary(resp.headers().get("X-ClickHouse-Summary").and_then(|v| v.to_str().ok()));
         // Drain the (empty) body so the connection returns to the pool.
         let _ = resp.bytes().await;

@@ -14,6 +14,9 @@ pub struct ClickhouseConfig {
     pub password: Option<String>,
     /// Default database for unqualified names (`database` URL parameter).
     pub database: Option<String>,
+    /// Extra trusted root certificates (PEM) for `https://`, besides the
+    /// system's: `ca_file` in `params` or as a URL parameter.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl fmt::Debug for ClickhouseConfig {
@@ -23,6 +26,7 @@ impl fmt::Debug for ClickhouseConfig {
             .field("user", &self.user)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("database", &self.database)
+            .field("ca_file", &self.ca_file)
             .finish()
     }
 }
@@ -39,12 +43,16 @@ impl ClickhouseConfig {
         }
         let user = if url.username().is_empty() { "default".to_string() } else { decode(url.username()) };
         let password = url.password().map(decode);
-        let database = url.query_pairs().find(|(k, _)| k == "database").map(|(_, v)| v.into_owned());
+        let param = |name: &str| url.query_pairs().find(|(k, _)| k == name).map(|(_, v)| v.into_owned());
+        let (database, ca_file) = (param("database"), param("ca_file").map(std::path::PathBuf::from));
+        if ca_file.is_some() && url.scheme() != "https" {
+            return Err("`ca_file` needs an https:// URL".into());
+        }
         let _ = url.set_username("");
         let _ = url.set_password(None);
         url.set_query(None);
         url.set_path("/");
-        Ok(ClickhouseConfig { url, user, password, database })
+        Ok(ClickhouseConfig { url, user, password, database, ca_file })
     }
 
     pub fn resolve(spec: &ConnectionSpec, manifest_path: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Self, Diagnostic> {
@@ -65,15 +73,35 @@ impl ClickhouseConfig {
                 })
             }
             ConnectionSpec::Params(p) => {
+                const KEYS: [&str; 8] = ["url", "host", "port", "user", "password", "database", "secure", "ca_file"];
                 for k in p.keys() {
-                    if !["url", "host", "port", "user", "password", "database", "secure"].contains(&k.as_str()) {
+                    if !KEYS.contains(&k.as_str()) {
+                        let hint = match dpone_core::error::did_you_mean(k, KEYS) {
+                            Some(close) => format!("did you mean `{close}`?"),
+                            None => "use url, or host, port, user, password, database, secure, ca_file".into(),
+                        };
                         return Err(Diagnostic::new(
                             "unknown_key",
                             format!("{manifest_path}.params.{k}"),
                             format!("ClickHouse connections take no `{k}`"),
                         )
-                        .hint("use url, or host, port, user, password, database, secure"));
+                        .hint(hint));
                     }
+                }
+                let secure = match p.get("secure").map(String::as_str) {
+                    None | Some("false") => false,
+                    Some("true") => true,
+                    Some(other) => {
+                        return Err(Diagnostic::new(
+                            "invalid_value",
+                            format!("{manifest_path}.params.secure"),
+                            format!("`secure` is true or false, not `{other}`"),
+                        )
+                        .hint("write `secure: true` for https"));
+                    }
+                };
+                if let Some(port) = p.get("port") {
+                    check_port(port, &format!("{manifest_path}.params.port"))?;
                 }
                 let mut cfg = match p.get("url") {
                     Some(u) => Self::from_url(u).map_err(|e| {
@@ -88,7 +116,7 @@ impl ClickhouseConfig {
                             )
                             .hint("add `host` (and `port`, default 8123)")
                         })?;
-                        let scheme = if p.get("secure").map(String::as_str) == Some("true") { "https" } else { "http" };
+                        let scheme = if secure { "https" } else { "http" };
                         let port = p.get("port").map(String::as_str).unwrap_or("8123");
                         Self::from_url(&format!("{scheme}://{host}:{port}/")).map_err(|e| {
                             Diagnostic::new("invalid_connection", format!("{manifest_path}.params.host"), e).hint("check host and port")
@@ -104,10 +132,29 @@ impl ClickhouseConfig {
                 if let Some(db) = p.get("database") {
                     cfg.database = Some(db.clone());
                 }
+                if let Some(ca) = p.get("ca_file") {
+                    if cfg.url.scheme() != "https" {
+                        return Err(Diagnostic::new(
+                            "invalid_value",
+                            format!("{manifest_path}.params.ca_file"),
+                            "`ca_file` applies to https connections only",
+                        )
+                        .hint("use an https:// url or `secure: true`, or remove ca_file"));
+                    }
+                    cfg.ca_file = Some(ca.into());
+                }
                 Ok(cfg)
             }
         }
     }
+}
+
+/// A TCP port: an integer in 1..=65535.
+fn check_port(port: &str, path: &str) -> Result<u16, Diagnostic> {
+    port.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
+        Diagnostic::new("invalid_value", path, format!("`{port}` is not a TCP port (1..=65535)"))
+            .hint("use e.g. 8123 (http) or 8443 (https)")
+    })
 }
 
 fn decode(s: &str) -> String {
@@ -137,7 +184,9 @@ pub const MAX_REQUEST_FRAMES: u64 = 64;
 /// A client for the connection at `path`, and the database of `table`:
 /// the table's schema, else the URL's `database`, else `default`.
 fn client_for(spec: &ConnectionSpec, table: &TableRef, path: &str, wiring: &Wiring) -> Result<(crate::ChClient, String), Diagnostic> {
-    let config = ClickhouseConfig::resolve(spec, path, wiring.env)?;
+    let mut config = ClickhouseConfig::resolve(spec, path, wiring.env)?;
+    // A relative CA file is relative to the manifest, like a SQLite path.
+    config.ca_file = config.ca_file.map(|f| if f.is_absolute() { f } else { wiring.base_dir.join(f) });
     let database = table.schema.clone().or_else(|| config.database.clone()).unwrap_or_else(|| "default".into());
     let client = crate::ChClient::new(config).map_err(|e| Diagnostic::new(e.code, path, e.message))?;
     Ok((client, database))
@@ -181,5 +230,33 @@ mod tests {
         assert_eq!(c.database.as_deref(), Some("analytics"));
         assert!(!format!("{c:?}").contains("cret"));
         assert!(ClickhouseConfig::from_url("tcp://x:9000").is_err());
+        let tls = ClickhouseConfig::from_url("https://h:8443/?database=d&ca_file=/etc/ca.pem").unwrap();
+        assert_eq!((tls.url.as_str(), tls.ca_file.as_deref()), ("https://h:8443/", Some(std::path::Path::new("/etc/ca.pem"))));
+        assert!(ClickhouseConfig::from_url("http://h:8123/?ca_file=/etc/ca.pem").is_err(), "a CA file without TLS");
+    }
+
+    /// `params` blocks are checked without I/O: typos, ports out of range,
+    /// a `secure` that is not a boolean, a CA file without TLS.
+    #[test]
+    fn params_are_checked() {
+        let params = |pairs: &[(&str, &str)]| ConnectionSpec::Params(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        let err = |pairs: &[(&str, &str)]| ClickhouseConfig::resolve(&params(pairs), "sink.connection", &|_| None).unwrap_err();
+        let d = err(&[("host", "h"), ("passwrod", "x")]);
+        assert_eq!(
+            (d.code.as_str(), d.path.as_str(), d.hint.as_deref()),
+            ("unknown_key", "sink.connection.params.passwrod", Some("did you mean `password`?"))
+        );
+        for port in ["0", "65536", "99999", "http", "-1"] {
+            let d = err(&[("host", "h"), ("port", port)]);
+            assert_eq!((d.code.as_str(), d.path.as_str()), ("invalid_value", "sink.connection.params.port"), "{port}");
+        }
+        assert_eq!(err(&[("host", "h"), ("secure", "yes")]).path, "sink.connection.params.secure");
+        assert_eq!(err(&[("host", "h"), ("ca_file", "ca.pem")]).path, "sink.connection.params.ca_file");
+        let ok =
+            ClickhouseConfig::resolve(&params(&[("host", "h"), ("port", "8443"), ("secure", "true"), ("ca_file", "ca.pem")]), "p", &|_| {
+                None
+            })
+            .unwrap();
+        assert_eq!((ok.url.as_str(), ok.ca_file.is_some()), ("https://h:8443/", true));
     }
 }

@@ -11,6 +11,12 @@ const TRANSIENT_CODES: &[u32] = &[159, 164, 202, 203, 209, 210, 236, 241, 242, 2
 const AUTH_CODES: &[u32] = &[192, 193, 194, 195, 516];
 
 pub(crate) fn from_transport(e: reqwest::Error, what: &str, idem: Idempotence) -> AdapterError {
+    // A certificate the checks refused is not an outage: retrying cannot help.
+    if let Some(tls) = dpone_tls::tls_failure(&e) {
+        return AdapterError::permanent("clickhouse_tls_failed", format!("{what} failed: TLS: {tls}")).hint(
+            "the server's certificate is not trusted or not valid for its host: check the URL's host and ca_file (the CA that signed the server's certificate)",
+        );
+    }
     // A refused or failed connect sent nothing; anything later may have
     // reached the server.
     let class = if e.is_connect() || idem == Idempotence::Safe { ErrorClass::Transient } else { ErrorClass::Indeterminate };

@@ -52,10 +52,10 @@ pub struct ColumnCodec {
 }
 
 /// Chooses the exact conversion of source column `name` from `source` to `target`.
+///
+/// A Nullable source into a NOT NULL target is admitted: each row is
+/// checked, and the first NULL is an error naming the column.
 pub fn codec_for(name: &str, source: &ColumnType, target: &ColumnType) -> Result<ColumnCodec, String> {
-    if source.nullable && !target.nullable {
-        return Err(format!("column `{name}` is Nullable in ClickHouse but the target column is NOT NULL"));
-    }
     let s = &source.dtype;
     let t = &target.dtype;
     let codec = match (s, t) {
@@ -129,7 +129,8 @@ impl RowParser {
             p += 1;
             src += 1;
             match flag {
-                1 => return Ok(Some((src, 1, true))),
+                1 if c.target_nullable => return Ok(Some((src, 1, true))),
+                1 => return Err(TranscodeError::new(c.name.as_str(), "NULL in a column whose target is NOT NULL (nothing is coerced)")),
                 0 => {}
                 b => return Err(TranscodeError::new(c.name.as_str(), format!("invalid Nullable prefix {b}"))),
             }
@@ -319,7 +320,7 @@ mod tests {
     fn refusals() {
         assert!(codec_for("c", &ct("Int64"), &ct("Int32")).is_err(), "narrowing");
         assert!(codec_for("c", &ct("UInt64"), &ct("Int64")).is_err(), "UInt64 does not fit Int64");
-        assert!(codec_for("c", &ct("Nullable(Int32)"), &ct("Int32")).is_err(), "NULL into NOT NULL");
+        assert!(codec_for("c", &ct("Nullable(Int32)"), &ct("Int32")).is_ok(), "NULL into NOT NULL: checked per row");
         assert!(codec_for("c", &ct("DateTime64(9)"), &ct("DateTime64(6)")).is_err(), "precision loss");
         assert!(codec_for("c", &ct("Float64"), &ct("Float32")).is_err());
         let nan = f64::NAN.to_le_bytes();
@@ -327,6 +328,23 @@ mod tests {
         let mut parser = RowParser::new(vec![codec]);
         let mut frame = FrameBuf::unbudgeted(1, limits(10, 64));
         assert!(parser.parse(&nan, &mut frame).unwrap_err().reason.contains("NaN"));
+    }
+
+    /// Nullable(Int32) into Int32: values pass as Int32 bytes; the first
+    /// NULL is an error naming the column.
+    #[test]
+    fn a_null_into_a_not_null_target_fails_naming_the_column() {
+        let codec = codec_for("amount", &ct("Nullable(Int32)"), &ct("Int32")).unwrap();
+        let mut parser = RowParser::new(vec![codec.clone()]);
+        let mut frame = FrameBuf::unbudgeted(1, limits(10, 64));
+        let mut data = vec![0u8];
+        data.extend_from_slice(&7i32.to_le_bytes());
+        assert_eq!(parser.parse(&data, &mut frame).unwrap().0, data.len());
+        let mut parser = RowParser::new(vec![codec]);
+        let mut frame = FrameBuf::unbudgeted(1, limits(10, 64));
+        let e = parser.parse(&[1u8], &mut frame).unwrap_err();
+        assert_eq!(e.column, "amount");
+        assert!(e.reason.contains("NULL in a column whose target is NOT NULL"), "{}", e.reason);
     }
 
     #[test]

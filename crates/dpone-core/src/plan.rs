@@ -96,6 +96,11 @@ pub struct Plan {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub generation: Option<crate::ports::GenerationEstimate>,
     pub probed: bool,
+    /// Nullable source columns written into NOT NULL target columns: each
+    /// row is checked, and the first NULL fails the run naming the column
+    /// (nothing coerced, nothing published). Known after probing.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub null_checks: Vec<String>,
     pub refusals: Vec<Diagnostic>,
 }
 
@@ -351,6 +356,7 @@ impl Plan {
             columns: None,
             generation: None,
             probed: false,
+            null_checks: Vec::new(),
             refusals,
         })
     }
@@ -371,9 +377,11 @@ pub fn type_compatible(source: &DType, target: &DType) -> bool {
 }
 
 /// Refusals for a target whose columns do not take the source's rows
-/// exactly: names must match one to one, types must be compatible, and a
-/// nullable source column needs a nullable target column.
-pub fn schema_refusals(source: &[Column], target: &[Column]) -> Vec<Diagnostic> {
+/// exactly: names must match one to one and types must be compatible. A
+/// nullable source column into a NOT NULL target column is admitted with a
+/// per-row check (see [`null_checks`]) unless `refuse_nullable` asks for
+/// the refusal (`sink.options.nullable_into_not_null: refuse`).
+pub fn schema_refusals(source: &[Column], target: &[Column], refuse_nullable: bool) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     for t in target {
         match source.iter().find(|s| s.name == t.name) {
@@ -395,14 +403,14 @@ pub fn schema_refusals(source: &[Column], target: &[Column]) -> Vec<Diagnostic> 
                         .hint("make the target column type equal the mapping shown by `dpone schema type-matrix`"),
                     );
                 }
-                if s.ty.nullable && !t.ty.nullable {
+                if refuse_nullable && s.ty.nullable && !t.ty.nullable {
                     out.push(
                         Diagnostic::new(
                             "schema_mismatch",
                             "sink.table",
                             format!("column `{}` may be NULL in the source but the target column is not nullable", t.name),
                         )
-                        .hint("make the target column nullable, or the source column NOT NULL"),
+                        .hint("make the target column nullable or the source column NOT NULL, or drop `sink.options.nullable_into_not_null: refuse` to check the rows instead"),
                     );
                 }
             }
@@ -421,6 +429,12 @@ pub fn schema_refusals(source: &[Column], target: &[Column]) -> Vec<Diagnostic> 
         }
     }
     out
+}
+
+/// Target columns that are NOT NULL while their source column may be NULL:
+/// the rows are checked as they are read, and the first NULL fails the run.
+pub fn null_checks(source: &[Column], target: &[Column]) -> Vec<String> {
+    target.iter().filter(|t| !t.ty.nullable && source.iter().any(|s| s.name == t.name && s.ty.nullable)).map(|t| t.name.clone()).collect()
 }
 
 /// The source columns in the target's column order (after `schema_refusals` passed).

@@ -22,6 +22,57 @@ pub const DATE_MAX_DAYS: i64 = 65_535;
 pub const DATE32_MIN_DAYS: i64 = -25_567;
 pub const DATE32_MAX_DAYS: i64 = 120_529;
 
+/// 0000-01-01T00:00:00Z and 10000-01-01T00:00:00Z in seconds since 1970.
+const YEAR_0_SECONDS: i64 = -62_167_219_200;
+const YEAR_10000_SECONDS: i64 = 253_402_300_800;
+
+/// The ticks a `DateTime64(precision)` column holds, as ClickHouse documents
+/// them ("Supported range of values: [0000-01-01 00:00:00, 9999-12-31
+/// 23:59:59.999999999]; the full range is available for precision up to 7;
+/// ticks are an Int64, so higher precisions cover less: at precision 8 the
+/// maximum is about 4892-10-07, at 9 the range is 1677-09-21 00:12:44 to
+/// 2262-04-11 23:47:16 UTC"). A value outside is not stored as sent: the
+/// server clamps it (a year-20000 instant reads back as 9999-12-31).
+/// Precisions above 9 do not exist (None).
+pub fn datetime64_range(precision: u8) -> Option<(i64, i64)> {
+    let scale = 10i64.checked_pow(u32::from(precision)).filter(|_| precision <= 9)?;
+    let min = YEAR_0_SECONDS.checked_mul(scale).unwrap_or(-9_223_372_036 * scale);
+    let max = YEAR_10000_SECONDS.checked_mul(scale).map_or(i64::MAX, |m| m - 1);
+    Some((min, max))
+}
+
+/// The range of [`datetime64_range`] as text, for error messages.
+pub fn datetime64_range_text(precision: u8) -> String {
+    let Some((min, max)) = datetime64_range(precision) else { return format!("no DateTime64({precision})") };
+    let scale = 10i64.pow(u32::from(precision));
+    // By hand: the calendar library stops short of 9999-12-31.
+    let show = |ticks: i64| {
+        let (secs, frac) = (ticks.div_euclid(scale), ticks.rem_euclid(scale));
+        let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+        let t = secs.rem_euclid(86_400);
+        let mut out = format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60);
+        if frac != 0 {
+            out.push_str(&format!(".{frac:0width$}", width = usize::from(precision)));
+        }
+        out
+    };
+    format!("{} ..= {}", show(min), show(max))
+}
+
+/// Proleptic Gregorian (year, month, day) of a day count since 1970-01-01
+/// (Howard Hinnant's `civil_from_days`).
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EncodeError {
     #[error("NULL in a non-nullable {0} column")]
@@ -234,6 +285,10 @@ fn encode_scalar(out: &mut Vec<u8>, t: &DType, v: &Value) -> Result<(), EncodeEr
                 Value::Ticks { .. } => return Err(domain(t, v, "different precision")),
                 _ => return Err(mismatch()),
             };
+            match datetime64_range(*precision) {
+                Some((min, max)) if (min..=max).contains(&ticks) => {}
+                _ => return Err(domain(t, v, format!("DateTime64({precision}) holds {}", datetime64_range_text(*precision)))),
+            }
             out.extend_from_slice(&ticks.to_le_bytes());
         }
     }
@@ -365,6 +420,34 @@ mod tests {
     fn enc(t: &str, v: Value) -> Result<Vec<u8>, EncodeError> {
         let mut out = Vec::new();
         encode_value(&mut out, &ct(t), &v).map(|_| out)
+    }
+
+    /// ClickHouse's documented DateTime64 range, per precision, applied
+    /// exactly: the first and last tick inside are written, one tick beyond
+    /// is refused naming the range.
+    #[test]
+    fn datetime64_values_are_range_checked_per_precision() {
+        let text = |p| datetime64_range_text(p);
+        assert_eq!(text(0), "0000-01-01 00:00:00 ..= 9999-12-31 23:59:59");
+        assert_eq!(text(6), "0000-01-01 00:00:00 ..= 9999-12-31 23:59:59.999999");
+        assert_eq!(text(7), "0000-01-01 00:00:00 ..= 9999-12-31 23:59:59.9999999");
+        assert_eq!(datetime64_range(7).unwrap().1, 253_402_300_800 * 10_000_000 - 1);
+        assert_eq!(datetime64_range(8), Some((-62_167_219_200 * 100_000_000, i64::MAX)));
+        assert_eq!(text(8), "0000-01-01 00:00:00 ..= 4892-10-07 21:52:48.54775807");
+        assert_eq!(datetime64_range(9), Some((-9_223_372_036_000_000_000, i64::MAX)));
+        assert_eq!(text(9), "1677-09-21 00:12:44 ..= 2262-04-11 23:47:16.854775807");
+        assert_eq!(datetime64_range(10), None);
+        // Microsecond values at the edges of DateTime64(6).
+        let (min, max) = datetime64_range(6).unwrap();
+        assert!(enc("DateTime64(6, 'UTC')", Value::Micros(min)).is_ok());
+        assert!(enc("DateTime64(6, 'UTC')", Value::Micros(max)).is_ok());
+        for v in [min - 1, max + 1, 568_000_000_000_000_000 /* ~ year 20000 */] {
+            let e = enc("DateTime64(6, 'UTC')", Value::Micros(v)).unwrap_err().to_string();
+            assert!(e.contains("DateTime64(6) holds 0000-01-01 00:00:00 ..= 9999-12-31 23:59:59.999999"), "{e}");
+        }
+        assert!(enc("DateTime64(9)", Value::Micros(-9_223_372_037_000_000)).is_err(), "before 1677-09-21 00:12:44");
+        assert!(enc("DateTime64(9)", Value::Micros(-9_223_372_036_000_000)).is_ok());
+        assert!(enc("DateTime64(3)", Value::Ticks { ticks: max / 1000 + 1, precision: 3 }).is_err());
     }
 
     #[test]

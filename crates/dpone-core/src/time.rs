@@ -23,11 +23,21 @@ pub enum TimeError {
     TooPrecise(String),
     #[error("`{0}` is out of the supported range")]
     Range(String),
+    #[error("`{0}` names a leap second; dpone's instants have none (UTC is read as POSIX time)")]
+    LeapSecond(String),
+    #[error("`{0}` has a UTC offset outside -23:59..=+23:59")]
+    Offset(String),
 }
 
 impl Timestamp {
     /// Parses an RFC 3339 instant; an explicit offset (`Z` or `+hh:mm`) is required.
+    ///
+    /// Stricter than the parser underneath: a leap second (`23:59:60`) is
+    /// refused instead of being read as `23:59:59` (which would shift a
+    /// window by one second without telling), and an offset must be a real
+    /// one (RFC 3339 allows at most `23:59`; `+24:00` is refused).
     pub fn parse_rfc3339(s: &str) -> Result<Timestamp, TimeError> {
+        check_fields(s.trim()).map_err(|kind| kind(s.to_string()))?;
         let t: jiff::Timestamp = s.trim().parse().map_err(|_| TimeError::Syntax(s.to_string()))?;
         if t.subsec_nanosecond() % 1000 != 0 {
             return Err(TimeError::TooPrecise(s.to_string()));
@@ -91,9 +101,38 @@ impl Timestamp {
     }
 }
 
+/// The fields the parser underneath is lenient about: the seconds (a leap
+/// second `60`) and the offset's hours (up to 25). `s` is
+/// `YYYY-MM-DD(T|t| )HH:MM:SS[.f](Z|z|±HH:MM)`; anything else is left to
+/// the parser.
+fn check_fields(s: &str) -> Result<(), fn(String) -> TimeError> {
+    let b = s.as_bytes();
+    if b.len() < 19 || !b.is_ascii() {
+        return Ok(());
+    }
+    if &s[17..19] == "60" {
+        return Err(TimeError::LeapSecond);
+    }
+    let rest = &s[19..];
+    if let Some(i) = rest.find(['+', '-']) {
+        let offset = &rest[i + 1..];
+        let hours: Option<u32> = offset.get(..2).and_then(|h| h.parse().ok());
+        let minutes: Option<u32> = offset.get(3..5).and_then(|m| m.parse().ok());
+        if hours.is_some_and(|h| h > 23) || minutes.is_some_and(|m| m > 59) {
+            return Err(TimeError::Offset);
+        }
+    }
+    Ok(())
+}
+
 impl fmt::Display for Timestamp {
-    /// RFC 3339 in UTC with only as many fractional digits as needed.
+    /// RFC 3339 in UTC with only as many fractional digits as needed; an
+    /// instant beyond the calendar (a source value out of every range) as
+    /// its microseconds since the epoch.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.in_range() {
+            return write!(f, "{} microseconds from 1970-01-01T00:00:00Z", self.0);
+        }
         let dt = jiff::tz::Offset::UTC.to_datetime(self.to_jiff());
         write!(f, "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}", dt.year(), dt.month(), dt.day(), dt.hour(), dt.minute(), dt.second())?;
         let micros = dt.subsec_nanosecond() / 1000;
@@ -322,5 +361,17 @@ mod tests {
         assert_eq!(Timestamp::parse_canonical("2026-09-09T00:00:00.000000"), None);
         assert_eq!(Timestamp::parse_canonical("2026-02-30 00:00:00.000000"), None);
         assert_eq!(Timestamp(-1).utc_day(), -1);
+    }
+
+    #[test]
+    fn leap_seconds_and_impossible_offsets_are_refused() {
+        assert!(matches!(Timestamp::parse_rfc3339("2016-12-31T23:59:60Z"), Err(TimeError::LeapSecond(_))));
+        assert!(matches!(Timestamp::parse_rfc3339("2026-09-09T00:00:00+24:00"), Err(TimeError::Offset(_))));
+        assert!(matches!(Timestamp::parse_rfc3339("2026-09-09T00:00:00-25:00"), Err(TimeError::Offset(_))));
+        assert!(matches!(Timestamp::parse_rfc3339("2026-09-09T00:00:00+05:60"), Err(TimeError::Offset(_))));
+        assert!(matches!(Timestamp::parse_rfc3339("2016-12-31T23:59:60.5+01:00"), Err(TimeError::LeapSecond(_))));
+        let t = Timestamp::parse_rfc3339("2026-09-09T23:59:59.999999+23:59").unwrap();
+        assert_eq!(t.to_string(), "2026-09-09T00:00:59.999999Z");
+        assert!(Timestamp::parse_rfc3339("2026-09-09T00:00:00-00:00").is_ok());
     }
 }

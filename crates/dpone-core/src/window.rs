@@ -46,11 +46,22 @@ pub enum WindowError {
     TooManyChunks { count: u128 },
     #[error("the window start lies outside the supported time range")]
     OutOfRange,
+    #[error("the window would start at {start}, before 0001-01-01T00:00:00Z")]
+    BeforeYearOne { start: Timestamp },
 }
+
+/// 0001-01-01T00:00:00Z: no window starts earlier. Year 0 exists in ISO
+/// 8601 but not in the calendars of the databases dpone moves data between
+/// (PostgreSQL reads it as 1 BC), so its bounds could not be written as
+/// predicates that mean the same everywhere.
+pub const MIN_WINDOW_START: Timestamp = Timestamp(-62_135_596_800 * 1_000_000);
 
 /// Resolves `[anchor - lookback, anchor)` and its chunks.
 pub fn resolve(anchor: Timestamp, lookback: FixedDuration, chunk_interval: FixedDuration) -> Result<ResolvedWindow, WindowError> {
     let start = anchor.checked_sub(lookback).ok_or(WindowError::OutOfRange)?;
+    if start < MIN_WINDOW_START {
+        return Err(WindowError::BeforeYearOne { start });
+    }
     chunk(start, anchor, chunk_interval)
 }
 
@@ -116,6 +127,15 @@ mod tests {
         assert!(matches!(resolve(anchor, FixedDuration(100_001), FixedDuration(1)), Err(WindowError::TooManyChunks { count: 100_001 })));
         assert!(matches!(chunk(anchor, anchor, FixedDuration(1)), Err(WindowError::EmptyOrReversed { .. })));
         assert!(matches!(resolve(Timestamp(0), FixedDuration(i64::MAX / 2), FixedDuration(MICROS_PER_DAY)), Err(WindowError::OutOfRange)));
+    }
+
+    #[test]
+    fn no_window_starts_before_year_one() {
+        let day = FixedDuration(MICROS_PER_DAY);
+        assert_eq!(MIN_WINDOW_START.to_string(), "0001-01-01T00:00:00Z");
+        assert!(matches!(resolve(ts("0001-01-01T00:00:00Z"), day, day), Err(WindowError::BeforeYearOne { .. })));
+        let ok = resolve(ts("0001-01-02T00:00:00Z"), day, day).unwrap();
+        assert_eq!(ok.start, MIN_WINDOW_START);
     }
 
     proptest! {

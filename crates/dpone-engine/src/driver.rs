@@ -26,6 +26,13 @@ use dpone_core::state::RunState;
 pub(crate) async fn drive<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> Result<RunReport, RunFailure> {
     loop {
         let state = journal.state().await;
+        // A signal stops the run at the next step boundary, whatever the
+        // phase: a publication in progress completes (it is one atomic
+        // step, never abandoned halfway), then the run stops as
+        // interrupted and the next invocation finishes it.
+        if state != RunState::Succeeded && ctx.options.cancel.is_cancelled() {
+            return Err(failure::stop(ctx, journal, Phase::of(state), AdapterError::interrupted().into()).await);
+        }
         let step = match state {
             RunState::Planned | RunState::Staging => stage::stage_all(ctx, journal).await,
             RunState::Verified => generation::prepare(ctx, journal).await,

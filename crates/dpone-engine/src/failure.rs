@@ -17,7 +17,18 @@ use dpone_core::ports::{AdapterError, ErrorKind, PublicationOutcome, Source, Tar
 use dpone_core::state::{JournalError, PublicationIntent, RunState};
 use serde::Serialize;
 
-/// Exit codes of `dpone run` (SPEC §1).
+/// Exit codes of `dpone run` (SPEC §1), one rule for every path:
+///
+/// - 0: the run succeeded;
+/// - 1: the run started writing (its journal, the target's staging or the
+///   publication) and then failed: `publication` says what is visible and
+///   `dpone status` what to do (including an unknown outcome);
+/// - 2: nothing was written: a configuration error, a refusal, or a run
+///   that could not start (a server unreachable, authentication refused,
+///   the target's lease held by another run, the state store unusable):
+///   fix the cause or wait, then run again; there is nothing to recover;
+/// - 130: interrupted by a signal in any phase (also while publishing: the
+///   publication completes or not, and the next run finishes or resumes).
 pub const EXIT_OK: u8 = 0;
 pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_CONFIG: u8 = 2;
@@ -28,6 +39,9 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 pub enum FailureKind {
     /// Refused before any write (exit 2).
     Refused,
+    /// Could not start, and wrote nothing (exit 2): a server, the state
+    /// store or the target's lease was not available.
+    Unavailable,
     /// Failed; see `publication` for what is visible (exit 1).
     Failed,
     /// Publication outcome could not be established (exit 1, operator action).
@@ -40,7 +54,7 @@ impl FailureKind {
     /// The process exit code of a run that ended this way.
     pub fn exit_code(self) -> u8 {
         match self {
-            FailureKind::Refused => EXIT_CONFIG,
+            FailureKind::Refused | FailureKind::Unavailable => EXIT_CONFIG,
             FailureKind::Failed | FailureKind::OutcomeUnknown => EXIT_FAILED,
             FailureKind::Interrupted => EXIT_INTERRUPTED,
         }
@@ -50,6 +64,7 @@ impl FailureKind {
     pub fn status(self) -> &'static str {
         match self {
             FailureKind::Refused => "refused",
+            FailureKind::Unavailable => "unavailable",
             FailureKind::Failed => "failed",
             FailureKind::OutcomeUnknown => "outcome_unknown",
             FailureKind::Interrupted => "interrupted",
@@ -99,8 +114,10 @@ pub struct RunFailure {
 impl RunFailure {
     /// A failure in `phase` caused by `e`.
     pub(crate) fn at(phase: Phase, e: AdapterError, run_id: Option<&str>) -> Self {
-        let kind = match e.kind {
-            ErrorKind::Interrupted | ErrorKind::Crashed => FailureKind::Interrupted,
+        let kind = match (e.kind, phase) {
+            (ErrorKind::Interrupted | ErrorKind::Crashed, _) => FailureKind::Interrupted,
+            // Admission writes nothing of the run: it could not start.
+            (_, Phase::Admission) => FailureKind::Unavailable,
             _ => FailureKind::Failed,
         };
         let publication = match phase {
@@ -255,9 +272,10 @@ mod tests {
 
     #[test]
     fn exit_codes_and_statuses_follow_the_kind() {
-        let all = [FailureKind::Refused, FailureKind::Failed, FailureKind::OutcomeUnknown, FailureKind::Interrupted];
+        let all =
+            [FailureKind::Refused, FailureKind::Unavailable, FailureKind::Failed, FailureKind::OutcomeUnknown, FailureKind::Interrupted];
         let got: Vec<(u8, &str)> = all.iter().map(|k| (k.exit_code(), k.status())).collect();
-        assert_eq!(got, vec![(2, "refused"), (1, "failed"), (1, "outcome_unknown"), (130, "interrupted")]);
+        assert_eq!(got, vec![(2, "refused"), (2, "unavailable"), (1, "failed"), (1, "outcome_unknown"), (130, "interrupted")]);
     }
 
     #[test]
@@ -268,5 +286,6 @@ mod tests {
         assert_eq!(RunFailure::at(Phase::Publishing, e(), None).publication, Some(PublicationOutcome::Unknown));
         assert_eq!(RunFailure::at(Phase::AfterPublication, e(), None).publication, Some(PublicationOutcome::Published));
         assert_eq!(RunFailure::at(Phase::Admission, AdapterError::interrupted(), None).kind, FailureKind::Interrupted);
+        assert_eq!(RunFailure::at(Phase::Admission, e(), None).kind, FailureKind::Unavailable);
     }
 }

@@ -2,7 +2,7 @@
 
 use dpone_core::Diagnostic;
 use dpone_core::manifest::Manifest;
-use dpone_core::plan::{Plan, read_columns, schema_refusals};
+use dpone_core::plan::{Plan, null_checks, read_columns, schema_refusals};
 use dpone_core::ports::{AdapterError, EligibilityRequest, ErrorClass, GenerationEstimate, RowFilter, Source, Target};
 use dpone_core::types::Column;
 
@@ -15,6 +15,8 @@ pub struct Probe {
     pub read_columns: Vec<Column>,
     /// How the target will build the generation, and what it will take.
     pub generation: Option<GenerationEstimate>,
+    /// Target columns checked row by row for NULLs (nullable in the source).
+    pub null_checks: Vec<String>,
     pub refusals: Vec<Diagnostic>,
 }
 
@@ -141,7 +143,8 @@ async fn probe_inner<S: Source, T: Target>(
             Err(e) => return Err(e),
         }
         if !p.target_columns.is_empty() {
-            p.refusals.extend(schema_refusals(&p.source_columns, &p.target_columns));
+            p.refusals.extend(schema_refusals(&p.source_columns, &p.target_columns, manifest.sink.refuse_nullable_into_not_null));
+            p.null_checks = null_checks(&p.source_columns, &p.target_columns);
         }
         p.read_columns = read_columns(&p.source_columns, &p.target_columns);
         if p.refusals.is_empty() {

@@ -57,6 +57,9 @@ async fn record_published(journal: &Journal) -> Step {
 async fn publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, intent: &PublicationIntent) -> Step {
     let run_id = journal.snapshot().await.run_id;
     ctx.failpoint("publish.before_exchange").await?;
+    // Last check before the one publishing call: a run asked to stop (or
+    // that lost its lease) does not start it, and nothing became visible.
+    ctx.may_write().map_err(Stop::Unpublished)?;
     if let Some(p) = ctx.progress() {
         p.phase("publishing", ctx.chunks().len() as u64);
     }

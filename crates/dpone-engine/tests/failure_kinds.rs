@@ -291,3 +291,77 @@ async fn a_resumed_publication_refuses_a_generation_changed_after_the_crash() {
         w.assert_succeeded(&report, "the run after the refusal");
     }
 }
+
+/// README's exit-code rule at the engine: a run that could not start wrote
+/// nothing and exits 2 (`unavailable`): a server down during the probe, the
+/// target's lease held by another run, a state store that cannot be opened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_cannot_start_writes_nothing_and_exits_2() {
+    use dpone_core::ports::Target;
+    use dpone_core::state::StateStore;
+    for model in Publication::ALL {
+        let mut w = World::new(model);
+        w.faults = faults("describe:transient:1");
+        w.target.clear_calls();
+        let f = w.run().await.unwrap_err();
+        assert_eq!((f.kind, f.exit_code(), f.kind.status()), (FailureKind::Unavailable, 2, "unavailable"), "{}: {f}", model.name());
+        assert!(w.target.writes().is_empty() && w.journal().is_none(), "{}: nothing written", model.name());
+
+        let w = World::new(model);
+        w.store.acquire(&w.target.handle().scope(), "another run", 60_000).unwrap();
+        let f = w.run().await.unwrap_err();
+        assert_eq!((f.kind, f.exit_code(), f.code.as_str()), (FailureKind::Unavailable, 2, "lease_held"), "{}: {f}", model.name());
+        assert!(w.journal().is_none(), "{}: no journal", model.name());
+
+        let w = World::new(model);
+        w.store.set_unreachable(true);
+        let f = w.run().await.unwrap_err();
+        assert_eq!((f.kind, f.exit_code()), (FailureKind::Unavailable, 2), "{}: {f}", model.name());
+        w.store.set_unreachable(false);
+        w.assert_target_untouched("with the state store away at the start");
+    }
+}
+
+/// A stop asked for while the publication runs lets the publication finish
+/// (one atomic step), then stops: exit 130 with the new data visible, and
+/// the next run finishes (it used to run to success and exit 0). Asked
+/// just before the publishing call, it publishes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_the_publication_exits_130_and_the_next_run_finishes() {
+    use dpone_core::failpoint::{Action, Failpoints, Injector};
+    /// Signals the stop (as SIGINT would) when the run reaches `point`.
+    #[derive(Debug)]
+    struct StopAt(&'static str, dpone_engine::Cancel);
+    impl Injector for StopAt {
+        fn at(&self, point: &str) -> Option<Action> {
+            if point == self.0 {
+                self.1.trigger();
+            }
+            None
+        }
+    }
+    for (point, visible, state) in [
+        ("publish.after_exchange", PublicationOutcome::Published, RunState::Published),
+        ("publish.before_exchange", PublicationOutcome::Absent, RunState::Publishing),
+    ] {
+        for model in Publication::ALL {
+            let w = World::new(model);
+            let mut options = dpone_engine::RunOptions::new("/work".into(), "interrupted publication".into(), w.host.clone());
+            options.failpoints = Failpoints::new(Arc::new(StopAt(point, options.cancel.clone())));
+            let f = w.run_options(options).await.unwrap_err();
+            assert_eq!(
+                (f.kind, f.exit_code(), f.publication),
+                (FailureKind::Interrupted, 130, Some(visible)),
+                "{point} {}: {f}",
+                model.name()
+            );
+            assert_eq!(w.state(), Some(state), "{point} {}", model.name());
+            if visible == PublicationOutcome::Absent {
+                w.assert_target_untouched("stopped before the publishing call");
+            }
+            w.host.dead_holders.lock().unwrap().insert("interrupted publication".into());
+            let report = w.run().await.unwrap();
+            w.assert_succeeded(&report, "the run after the interrupted publication");
+        }
+    }
+}

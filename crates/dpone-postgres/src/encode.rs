@@ -312,7 +312,8 @@ mod tests {
                     Value::Uuid(0),
                     Value::Date(120_529),
                     Value::Micros(0),
-                    Value::Micros(i64::MAX / 2),
+                    // The last microsecond DateTime64(6) holds.
+                    Value::Micros(253_402_300_800_000_000 - 1),
                     Value::Decimal { unscaled: I256::ZERO, scale: 0 },
                     Value::Decimal { unscaled: I256::from(1), scale: 20 },
                 ],

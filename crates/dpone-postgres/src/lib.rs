@@ -4,6 +4,7 @@
 //! - `catalog`: column introspection and the PostgreSQL -> canonical type map;
 //! - `transcode`: binary COPY -> RowBinary, exact, no allocation per value;
 //! - `source`: [`PostgresSource`], snapshot-consistent chunk reads;
+//! - `tls`: libpq's `sslmode` over rustls (the workspace's one provider);
 //! - `error`: SQLSTATE -> transient / permanent.
 
 pub mod catalog;
@@ -12,6 +13,7 @@ pub mod encode;
 mod error;
 pub mod sink;
 pub mod source;
+pub mod tls;
 pub mod transcode;
 
 pub use sink::PostgresTarget;

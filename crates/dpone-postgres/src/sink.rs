@@ -37,7 +37,7 @@ use dpone_core::types::{Column, DType};
 use futures_util::SinkExt;
 use std::collections::HashMap;
 use std::sync::OnceLock;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 mod publish;
 use publish::SwapPartition;
@@ -49,6 +49,8 @@ pub const FRAME_RETRIES: u32 = 2;
 
 pub struct PostgresTarget {
     config: tokio_postgres::Config,
+    /// How connections are encrypted (`sslmode`); set by `build`.
+    pub(crate) tls: crate::tls::PgTls,
     table: TableRef,
     staging_schema: String,
     /// Publish by swapping the window's partition instead of DELETE + INSERT.
@@ -77,6 +79,7 @@ impl PostgresTarget {
         let staging_schema = staging_schema.or_else(|| table.schema.clone()).unwrap_or_else(|| "public".into());
         PostgresTarget {
             config,
+            tls: Default::default(),
             table,
             staging_schema,
             partition_swap,
@@ -110,15 +113,10 @@ impl PostgresTarget {
     }
 
     async fn connect(&self) -> Result<Client> {
-        let (client, connection) = self.config.connect(NoTls).await.map_err(|e| {
-            let mut err = classify("connecting to the PostgreSQL target", e);
-            err.hint = Some("check sink.connection and that the server accepts connections".into());
+        crate::tls::connect(&self.config, &self.tls, "connecting to the PostgreSQL target").await.map_err(|mut err| {
+            err.hint = err.hint.or_else(|| Some("check sink.connection and that the server accepts connections".into()));
             err
-        })?;
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        Ok(client)
+        })
     }
 
     fn columns(&self) -> Result<&Vec<Column>> {

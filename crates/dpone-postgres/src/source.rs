@@ -22,7 +22,7 @@ use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::{Mutex, OnceLock};
-use tokio_postgres::{Client, CopyOutStream, NoTls};
+use tokio_postgres::{Client, CopyOutStream};
 
 /// Frames are flushed at this size (or earlier at `block_rows`): small
 /// frames keep memory low and the pipeline busy. At 1 MiB a run's peak RSS
@@ -38,6 +38,8 @@ struct Keeper {
 
 pub struct PostgresSource {
     config: tokio_postgres::Config,
+    /// How connections are encrypted (`sslmode`); set by `build`.
+    pub(crate) tls: crate::tls::PgTls,
     table: TableRef,
     /// Column name -> type oid, filled by `describe`.
     oids: OnceLock<HashMap<String, u32>>,
@@ -79,7 +81,7 @@ fn timestamptz_literal(t: Timestamp) -> String {
 
 impl PostgresSource {
     pub fn new(config: tokio_postgres::Config, table: TableRef) -> Self {
-        PostgresSource { config, table, oids: OnceLock::new(), keeper: Mutex::new(None) }
+        PostgresSource { config, tls: Default::default(), table, oids: OnceLock::new(), keeper: Mutex::new(None) }
     }
 
     fn table_sql(&self) -> String {
@@ -90,17 +92,10 @@ impl PostgresSource {
     }
 
     async fn connect(&self, purpose: &str) -> Result<Client> {
-        let (client, connection) = self.config.connect(NoTls).await.map_err(|e| {
-            let mut err = classify(&format!("connecting to PostgreSQL ({purpose})"), e);
-            err.hint = Some("check source.connection and that the server accepts connections".into());
+        crate::tls::connect(&self.config, &self.tls, &format!("connecting to PostgreSQL ({purpose})")).await.map_err(|mut err| {
+            err.hint = err.hint.or_else(|| Some("check source.connection and that the server accepts connections".into()));
             err
-        })?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!("postgres connection ended: {e}");
-            }
-        });
-        Ok(client)
+        })
     }
 
     fn keeper(&self) -> Result<std::sync::Arc<Keeper>> {

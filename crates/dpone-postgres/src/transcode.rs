@@ -24,6 +24,9 @@ pub use dpone_core::frames::TranscodeError;
 const PG_EPOCH_DAYS: i64 = 10_957;
 /// Microseconds from 1970-01-01 to 2000-01-01.
 const PG_EPOCH_MICROS: i64 = PG_EPOCH_DAYS * 86_400_000_000;
+/// What a DateTime64(6) column holds (ClickHouse's documented range).
+const DT64_6_MIN: i64 = -62_167_219_200_000_000;
+const DT64_6_MAX: i64 = 253_402_300_800_000_000 - 1;
 pub const COPY_SIGNATURE: &[u8; 11] = b"PGCOPY\n\xff\r\n\0";
 
 /// How one PostgreSQL column becomes one RowBinary column.
@@ -205,6 +208,15 @@ impl RowCodec {
                     return Err(err("infinite timestamps have no DateTime64 value".into()));
                 }
                 let micros = pg.checked_add(PG_EPOCH_MICROS).ok_or_else(|| err("timestamp out of range".into()))?;
+                // PostgreSQL keeps years up to 294276; ClickHouse would clamp
+                // what DateTime64(6) cannot hold instead of storing it.
+                if !(DT64_6_MIN..=DT64_6_MAX).contains(&micros) {
+                    return Err(err(format!(
+                        "timestamp {} is outside DateTime64(6) ({})",
+                        fmt_micros(micros),
+                        dpone_core::rowbinary::datetime64_range_text(6)
+                    )));
+                }
                 out.extend_from_slice(&micros.to_le_bytes());
             }
             FieldCodec::Numeric { precision, scale, width } => {
@@ -235,6 +247,16 @@ fn fmt_days(days: i64) -> String {
     match i32::try_from(days) {
         Ok(d) if (-719_162..=2_932_896).contains(&d) => dpone_core::value::format_date(d),
         _ => format!("{days} days from 1970-01-01"),
+    }
+}
+
+/// An instant as text; beyond the calendar years 0000..9999 (which
+/// PostgreSQL reaches, up to 294276) its approximate year.
+fn fmt_micros(micros: i64) -> String {
+    let days = micros.div_euclid(86_400_000_000);
+    match i32::try_from(days) {
+        Ok(d) if (-719_162..=2_932_896).contains(&d) => format!("on {}", dpone_core::value::format_date(d)),
+        _ => format!("in year ~{}", 1970 + micros / 31_556_952_000_000),
     }
 }
 

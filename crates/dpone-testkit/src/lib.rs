@@ -2,7 +2,9 @@
 //!
 //! - Real servers: integration tests talk to the servers that
 //!   `scripts/test.sh` starts and announces through environment variables
-//!   ([`postgres_url`], [`clickhouse_url`]). A missing variable is a test
+//!   ([`postgres_url`], [`clickhouse_url`], and TLS endpoints in front of
+//!   them with their CA: [`postgres_tls_url`], [`clickhouse_tls_url`],
+//!   [`tls_ca`]). A missing variable is a test
 //!   failure, never a skip: a test that did not run must not count as passed.
 //! - Fakes of the ports, modelled on Materialize persist's `MemConsensus`:
 //!   [`MemStateStore`], [`MemSource`] and [`MemTarget`] (three publication
@@ -71,6 +73,28 @@ pub fn clickhouse_old_url() -> String {
 /// URL of the PostgreSQL test database.
 pub fn postgres_url() -> String {
     required("DPONE_TEST_POSTGRES_URL")
+}
+
+/// `https://127.0.0.1:PORT`: the ClickHouse 26.x test server behind a TLS
+/// endpoint whose certificate [`tls_ca`] signed (names 127.0.0.1, localhost).
+pub fn clickhouse_tls_url() -> String {
+    required("DPONE_TEST_CLICKHOUSE_TLS_URL")
+}
+
+/// The PostgreSQL test database behind a TLS endpoint (SSLRequest, then
+/// TLS) whose certificate [`tls_ca`] signed; it refuses plain connections.
+pub fn postgres_tls_url() -> String {
+    required("DPONE_TEST_POSTGRES_TLS_URL")
+}
+
+/// PEM file of the CA that signed the TLS endpoints' certificate.
+pub fn tls_ca() -> String {
+    required("DPONE_TEST_TLS_CA")
+}
+
+/// PEM file of a CA that signed nothing the tests talk to.
+pub fn tls_wrong_ca() -> String {
+    required("DPONE_TEST_TLS_WRONG_CA")
 }
 
 /// A name unique to this process and call, for per-test databases/schemas.

@@ -361,7 +361,10 @@ impl Fixture {
         let mut fx = Fixture {
             rt,
             pg,
-            http: reqwest::Client::new(),
+            http: {
+                dpone_tls::install_default_provider();
+                reqwest::Client::new()
+            },
             clickhouse_url: setup.clickhouse_url.clone(),
             db: name.clone(),
             schema: name,

@@ -132,6 +132,8 @@ pub struct Fixture {
     pg: tokio_postgres::Client,
     pub ch: ChClient,
     pub clickhouse_url: String,
+    /// The PostgreSQL URL `dpone` gets (`DPONE_CONN_PG`).
+    pub postgres_url: String,
     /// PostgreSQL schema of the source table.
     pub schema: String,
     /// ClickHouse database of the target table.
@@ -157,7 +159,9 @@ impl Fixture {
         let name = dpone_testkit::unique_name(setup.prefix);
         let tmp = tempfile::tempdir().expect("a temp dir");
         let manifest = tmp.path().join("manifest.yaml");
-        let fx = Fixture { rt, pg, ch, clickhouse_url: setup.clickhouse_url.clone(), schema: name.clone(), db: name, setup, tmp, manifest };
+        let clickhouse_url = setup.clickhouse_url.clone();
+        let postgres_url = dpone_testkit::postgres_url();
+        let fx = Fixture { rt, pg, ch, clickhouse_url, postgres_url, schema: name.clone(), db: name, setup, tmp, manifest };
         let s = &fx.setup;
         fx.pg_exec(&format!("CREATE SCHEMA {}", fx.schema));
         let pg_cols: Vec<String> = s.source.iter().map(|c| format!("{} {}", pg_ident(&c.name), c.pg)).collect();
@@ -203,6 +207,7 @@ impl Fixture {
         let mut url = reqwest::Url::parse(&self.clickhouse_url).expect("a ClickHouse URL");
         url.query_pairs_mut().extend_pairs(settings);
         let response = self.block_on(async {
+            dpone_tls::install_default_provider();
             let r = reqwest::Client::new().post(url).body(sql.to_string()).send().await?;
             let status = r.status();
             Ok::<_, reqwest::Error>((status, r.text().await?))
@@ -365,8 +370,7 @@ runtime:
 
     /// `dpone` with an explicit time limit.
     pub fn dpone_within(&self, args: &[&str], limit: Duration) -> Run {
-        let pg = dpone_testkit::postgres_url();
-        let env = [("DPONE_CONN_PG", pg.as_str()), ("DPONE_CONN_CH", self.clickhouse_url.as_str())];
+        let env = [("DPONE_CONN_PG", self.postgres_url.as_str()), ("DPONE_CONN_CH", self.clickhouse_url.as_str())];
         crate::harness::run_within(self.dir(), args, &env, limit).of_route(ROUTE)
     }
 

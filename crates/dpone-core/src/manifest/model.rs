@@ -184,6 +184,10 @@ pub struct SinkSpec {
     pub postgres_publication: String,
     /// ClickHouse: bytes of the target's disk a run leaves free (None: the adapter's default).
     pub clickhouse_disk_reserve_bytes: Option<u64>,
+    /// `sink.options.nullable_into_not_null: refuse`: a nullable source
+    /// column into a NOT NULL target column is refused at plan time
+    /// instead of checked row by row.
+    pub refuse_nullable_into_not_null: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -231,6 +231,11 @@ fn sink() -> Shape {
                     )]),
                     "ClickHouse target",
                 ),
+                field(
+                    "nullable_into_not_null",
+                    Shape::Enum(&["check_rows", "refuse"]),
+                    "A nullable source column into a NOT NULL target column: check_rows (default) admits it and fails the run on the first NULL, naming the column; refuse refuses the plan",
+                ),
             ]),
             "Sink options",
         ),

@@ -79,3 +79,16 @@ fn semantic_errors() {
         vec![("too_many_chunks".into(), "sink.strategy.window.chunk_interval".into())]
     );
 }
+
+/// An invalid chunk_interval reports its own error only: no chunk count is
+/// derived from a stand-in value (it used to add `too_many_chunks`).
+#[test]
+fn an_invalid_chunk_interval_reports_only_itself() {
+    for bad in ["P1M", "P0D", "PT0.0000001S", "nonsense"] {
+        assert_eq!(
+            codes(&VALID.replace("chunk_interval: P1D", &format!("chunk_interval: {bad}"))),
+            vec![("invalid_duration".into(), "sink.strategy.window.chunk_interval".into())],
+            "{bad}"
+        );
+    }
+}

@@ -134,22 +134,21 @@ fn table(node: Option<&Node>) -> TableRef {
     TableRef { schema: str_at(node, "schema").map(str::to_string), name: str_at(node, "name").unwrap_or_default().to_string() }
 }
 
-fn duration(r: &mut Reader, node: Option<&Node>, key: &str, path: &str) -> FixedDuration {
+/// The duration at `key`, or None after recording why it is invalid.
+fn duration(r: &mut Reader, node: Option<&Node>, key: &str, path: &str) -> Option<FixedDuration> {
     let n = child(node, key);
     let text = n.and_then(Node::as_str).unwrap_or_default();
-    match FixedDuration::parse_iso8601(text) {
-        Ok(d) => d,
-        Err(e) => {
+    FixedDuration::parse_iso8601(text)
+        .map_err(|e| {
             r.error(
                 "invalid_duration",
                 &join(path, key),
                 n,
                 e.to_string(),
                 "write an ISO-8601 duration with days, hours, minutes or seconds, e.g. P7D, PT6H, P1DT12H",
-            );
-            FixedDuration(1)
-        }
-    }
+            )
+        })
+        .ok()
 }
 
 /// Policies of the original that the rolling-window runtime refuses.
@@ -297,9 +296,16 @@ pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: Strin
                 );
             }
             let path = "sink.strategy.window";
-            let lookback = duration(&mut r, Some(w), "lookback", path);
-            let chunk_interval = duration(&mut r, Some(w), "chunk_interval", path);
-            let count = (lookback.0 as i128 + chunk_interval.0 as i128 - 1) / chunk_interval.0 as i128;
+            // The chunk count is only known when both durations are valid:
+            // an invalid one reports its own error and nothing derived from it.
+            let (lookback, chunk_interval) =
+                (duration(&mut r, Some(w), "lookback", path), duration(&mut r, Some(w), "chunk_interval", path));
+            let count = match (lookback, chunk_interval) {
+                (Some(l), Some(c)) => (l.0 as i128 + c.0 as i128 - 1) / c.0 as i128,
+                _ => 0,
+            };
+            // Stand-ins for invalid durations: the manifest is refused anyway.
+            let (lookback, chunk_interval) = (lookback.unwrap_or(FixedDuration(1)), chunk_interval.unwrap_or(FixedDuration(1)));
             if count > MAX_CHUNKS as i128 {
                 r.error(
                     "too_many_chunks",
@@ -377,6 +383,7 @@ pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: Strin
             ingest_contract: str_at(child(child(snk, "options"), "clickhouse_bulk"), "ingest_contract").unwrap_or("auto").to_string(),
             postgres_publication: str_at(child(child(snk, "options"), "postgres"), "publication").unwrap_or("delete_insert").to_string(),
             clickhouse_disk_reserve_bytes: int_at(child(child(snk, "options"), "clickhouse"), "disk_reserve_bytes"),
+            refuse_nullable_into_not_null: str_at(child(snk, "options"), "nullable_into_not_null") == Some("refuse"),
         },
         work_dir: str_at(child(root.get("runtime"), "storage"), "work_dir").map(str::to_string),
         schedule: str_at(root.get("schedule"), "cron").map(|c| Schedule { cron: c.to_string() }),

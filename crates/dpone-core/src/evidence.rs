@@ -65,9 +65,28 @@ pub struct GenerationEvidence {
     pub digest: RowDigest,
     /// Target rows kept because they lie outside the window (NULLs included).
     pub kept_rows: u64,
-    pub kept_digest: RowDigest,
+    /// Digest of the kept rows copied into the generation; null when they
+    /// stayed in place (never copied, so never digested: see `kept_verified_by`).
+    pub kept_digest: Option<RowDigest>,
+    /// How the kept rows were checked.
+    pub kept_verified_by: KeptCheck,
     /// How the generation was checked before publication.
     pub verified_by: GenerationCheck,
+}
+
+/// How the target rows outside the window were checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeptCheck {
+    /// Nothing is kept (a full refresh).
+    None,
+    /// Copied into the generation: the copy's digest equals the target's,
+    /// and the target's were compared with the copy right before publishing.
+    Digest,
+    /// Kept in place: the target fingerprinted them when the generation was
+    /// built and compared that fingerprint again inside the publishing
+    /// transaction, under a lock that keeps writers out.
+    FingerprintAtPublication,
 }
 
 /// How a generation was verified.

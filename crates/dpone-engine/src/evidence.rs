@@ -4,7 +4,7 @@
 use crate::context::Ctx;
 use dpone_core::digest::RowDigest;
 use dpone_core::evidence::{
-    ChunkEvidence, DIGEST_NOTE, EVIDENCE_VERSION, Evidence, GenerationEvidence, MEMORY_NOTE, MemoryEvidence, PublicationCheck,
+    ChunkEvidence, DIGEST_NOTE, EVIDENCE_VERSION, Evidence, GenerationEvidence, KeptCheck, MEMORY_NOTE, MemoryEvidence, PublicationCheck,
     PublicationEvidence, WindowEvidence,
 };
 use dpone_core::ports::{PublicationOutcome, Source, Target, WindowStats};
@@ -82,8 +82,16 @@ pub(crate) fn build_evidence<S: Source, T: Target>(
             rows: generation.rows,
             digest: digest_from(generation.rows, &generation.digest_sum, &generation.null_counts).unwrap_or_else(|| RowDigest::new(ncols)),
             kept_rows: generation.kept_rows,
-            kept_digest: digest_from(generation.kept_rows, &generation.kept_digest_sum, &generation.kept_null_counts)
-                .unwrap_or_else(|| RowDigest::new(ncols)),
+            // Rows kept in place were counted and fingerprinted by the
+            // target, never digested: no digest is shown for them.
+            kept_digest: (!generation.in_place)
+                .then(|| digest_from(generation.kept_rows, &generation.kept_digest_sum, &generation.kept_null_counts))
+                .flatten(),
+            kept_verified_by: match (ctx.plan.window.is_some(), generation.in_place) {
+                (false, _) => KeptCheck::None,
+                (true, false) => KeptCheck::Digest,
+                (true, true) => KeptCheck::FingerprintAtPublication,
+            },
             verified_by: generation.check,
         },
         publication: PublicationEvidence {

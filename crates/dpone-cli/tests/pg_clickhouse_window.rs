@@ -7,6 +7,11 @@
 //! target is read back as RowBinary and decoded under the target's column
 //! types, so a single changed bit, a lost duplicate or a rounded digit fails.
 //!
+//! Every successful run is also checked in text: ClickHouse's own
+//! `toString` of the target against PostgreSQL's own text of the source
+//! (`pg_clickhouse_common/render.rs`), so a value dpone's decoder and
+//! encoder agreed on but ClickHouse reads differently still fails.
+//!
 //! Window: `[2026-09-06, 2026-09-09)` in three chunks of one day, two chunks
 //! at a time, frames of at most 3 rows (chunks span several frames).
 
@@ -56,6 +61,7 @@ fn replace_and_check(fx: &Fixture, source: &[Row], target: &[Row]) -> serde_json
 /// Runs and checks against the current target; `source` is the whole source table.
 fn run_and_check(fx: &Fixture, source: &[Row]) -> serde_json::Value {
     let before = fx.target_rows();
+    let rendered_before = fx.ch_rendered();
     let expected = expected_after_replace(&before, source, TS);
     let run = fx.run();
     run.assert_no_panic();
@@ -64,6 +70,7 @@ fn run_and_check(fx: &Fixture, source: &[Row]) -> serde_json::Value {
     assert_eq!(doc["passed"], true, "expected `passed: true`:\n{}", run.describe());
     assert_eq!(doc["publication"], "published", "expected the window to be published");
     assert_same_rows(&expected, &fx.target_rows(), "target after the run (its rows outside the window + the source rows inside)");
+    fx.assert_rendered_alike(&rendered_before, "target after the run, as ClickHouse itself prints it");
 
     let inside = source.iter().filter(|r| in_window(&r[TS])).count();
     let nulls = before.iter().filter(|r| r[TS].is_null()).count();

@@ -10,7 +10,9 @@
 //! chunks of one day (`BOUNDS`).
 #![allow(dead_code)]
 
+mod render;
 mod values;
+pub use render::*;
 pub use values::*;
 
 use dpone_clickhouse::{ChClient, ClickhouseConfig, Idempotence};

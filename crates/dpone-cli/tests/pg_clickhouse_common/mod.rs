@@ -12,6 +12,7 @@
 
 mod render;
 mod values;
+#[allow(unused_imports)] // not every test binary compares text
 pub use render::*;
 pub use values::*;
 

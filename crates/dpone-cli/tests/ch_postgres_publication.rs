@@ -13,7 +13,9 @@
 //!   comment and storage parameters over, and refuses, before writing, a
 //!   partition with its own trigger;
 //! - `dpone status` names the target `postgres://host:port/db#schema.table`,
-//!   and a one-chunk run says "1 chunk".
+//!   and a one-chunk run says "1 chunk";
+//! - the evidence shows no digest for kept rows it never read (they stay in
+//!   place), and says how they were checked.
 //!
 //! The server is slowed where a race needs room with test triggers calling
 //! `pg_sleep` (statement triggers run inside the INSERT, deferred
@@ -275,4 +277,19 @@ fn url_of(url: &str) -> String {
     let rest = url.split_once("://").expect("a URL").1;
     let rest = rest.rsplit_once('@').map(|(_, r)| r).unwrap_or(rest);
     rest.split('?').next().unwrap_or(rest).to_string()
+}
+
+#[test]
+fn evidence_shows_no_digest_for_kept_rows_that_stayed_in_place() {
+    let fx = standard_fixture("pub_chpg_evidence");
+    let doc = fx.run().assert_succeeded("a window replace");
+    let path = doc["evidence_path"].as_str().expect("an evidence path");
+    let ev: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).expect("the evidence")).expect("JSON");
+    let kept = standard_target().iter().filter(|r| !in_window(&r[TS])).count();
+    let nulls = standard_target().iter().filter(|r| r[TS] == ch_postgres_common::V::Null).count();
+    assert_eq!(ev["generation"]["kept_rows"], kept, "{ev:#}");
+    assert_eq!(ev["target"]["null_window_rows"], nulls, "kept rows with a NULL window value exist: {ev:#}");
+    assert!(ev["generation"]["kept_digest"].is_null(), "no digest of rows that were never read: {:#}", ev["generation"]);
+    assert_eq!(ev["generation"]["kept_verified_by"], "fingerprint_at_publication", "{:#}", ev["generation"]);
+    fx.finish();
 }

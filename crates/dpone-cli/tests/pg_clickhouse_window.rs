@@ -353,6 +353,11 @@ fn check_evidence(fx: &Fixture, doc: &serde_json::Value, source: &[Row], target_
     let kept = target_before.iter().filter(|r| !in_window(&r[TS])).count() as u64;
     assert_eq!(ev["generation"]["kept_rows"], kept, "expected generation.kept_rows = target rows outside the window");
     assert_eq!(ev["generation"]["rows"], kept + inside, "expected generation.rows = kept + window rows");
+    // The kept rows were copied and digested: their digest counts their NULL window values.
+    let null_window = target_before.iter().filter(|r| r[TS].is_null()).count() as u64;
+    assert_eq!(ev["generation"]["kept_verified_by"], "digest", "expected the copied kept rows to be digested");
+    assert_eq!(ev["generation"]["kept_digest"]["rows"], kept, "expected the kept digest to count the kept rows");
+    assert_eq!(ev["generation"]["kept_digest"]["null_counts"][TS], null_window, "expected the kept digest's NULL window values");
     let backup = ev["publication"]["backup_table"].as_str().expect("the evidence names the backup table").to_string();
     assert_eq!(fx.owned_tables(), vec![backup.clone()], "expected the evidence's backup table to be the only `_dpone_` table");
     assert_same_rows(target_before, &fx.table_rows(&backup), "backup table (the target as it was before the run)");

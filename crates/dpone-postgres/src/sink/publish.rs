@@ -206,8 +206,11 @@ impl PostgresTarget {
         let client = self.connect().await?;
         client.batch_execute(SESSION).await.map_err(|e| classify("comparing the kept rows", e))?;
         let recorded = fingerprint::recorded(&client, &self.owned_sql(generation)).await?.and_then(|r| r.get("kept")).ok_or_else(|| {
-            AdapterError::permanent("generation_missing", format!("the generation {generation} carries no fingerprint of the kept rows"))
-                .hint("abandon the run and rerun")
+            AdapterError::verification(
+                "generation_verification_failed",
+                format!("the generation {generation} carries no fingerprint of the kept rows"),
+            )
+            .hint("the generation was not built by this version of dpone, or was replaced; abandon the run and rerun")
         })?;
         Ok(self.kept_fingerprint(&client, keep).await?.differing_groups(&recorded))
     }

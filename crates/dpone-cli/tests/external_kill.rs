@@ -17,9 +17,7 @@
 mod common;
 mod guards_common;
 
-#[allow(dead_code)]
 mod ch_postgres_common;
-#[allow(dead_code)]
 mod pg_clickhouse_common;
 
 use guards_common::{Rng, json, kill9, seed, spawn, wait};

@@ -7,18 +7,24 @@
 //!   COPY is retried at most twice with the same sealed bytes, after
 //!   checking whether the rows landed.
 //! - Verification reads the staging table back with binary COPY and
-//!   computes the same canonical digest the stream carried.
+//!   computes the same canonical digest the stream carried; in the same
+//!   snapshot it records the table's server-side fingerprint.
 //! - Generation: the new rows only (the union of the verified stagings);
 //!   rows outside the window are never copied, because the publication
-//!   deletes exactly the frozen window and nothing else.
-//! - Publication: one `SERIALIZABLE` transaction: `TRUNCATE` (full refresh)
-//!   or `DELETE` of the frozen window, `INSERT` from the generation, and a
-//!   receipt row naming the generation. A lost commit acknowledgement is
-//!   resolved by probing for the receipt (`identity`).
+//!   deletes exactly the frozen window and nothing else. It records the sum
+//!   of its stagings' fingerprints and the kept rows' fingerprint.
+//! - Publication: one `SERIALIZABLE` transaction under a lock of the
+//!   target: kept rows re-fingerprinted, `TRUNCATE` (full refresh) or
+//!   `DELETE` of the frozen window, `INSERT` from the generation checked
+//!   against the verified fingerprint, the window counted, and a receipt row
+//!   naming the generation. A lost commit acknowledgement is resolved by
+//!   probing for the receipt (`identity`), after waiting for any publishing
+//!   session still running.
 //!
 //! `sink/publish.rs` holds what surrounds the publishing transaction: the
 //! partition a swap replaces, the generation, the receipt identity and the
-//! backup a swap keeps.
+//! backup a swap keeps; `sink/transaction.rs` the transaction and its lock;
+//! `sink/fingerprint.rs` the fingerprints.
 
 use crate::catalog::{CatalogColumn, DESCRIBE_SQL, map_target_type};
 use crate::encode::{COPY_HEADER, COPY_TRAILER, CopyEncoder};

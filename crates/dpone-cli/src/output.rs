@@ -311,7 +311,15 @@ pub fn report_run(file: &Path, plan: &Plan, outcome: &RunOutcome, format: Format
 fn print_success(plan: &Plan, r: &RunReport) {
     println!("run         {} ({})", r.run_id, plan.route.name);
     if let Some(w) = &plan.window {
-        println!("window      {} in [{}, {}), {} chunks of {}", safe(&w.column), w.start, w.end, r.chunks.len(), w.chunk_interval);
+        let n = r.chunks.len();
+        println!(
+            "window      {} in [{}, {}), {n} {} of {}",
+            safe(&w.column),
+            w.start,
+            w.end,
+            if n == 1 { "chunk" } else { "chunks" },
+            w.chunk_interval
+        );
     }
     for c in &r.chunks {
         match (c.start, c.end) {

@@ -7,6 +7,11 @@
 //! target is read back as RowBinary and decoded under the target's column
 //! types, so a single changed bit, a lost duplicate or a rounded digit fails.
 //!
+//! Every successful run is also checked in text: ClickHouse's own
+//! `toString` of the target against PostgreSQL's own text of the source
+//! (`pg_clickhouse_common/render.rs`), so a value dpone's decoder and
+//! encoder agreed on but ClickHouse reads differently still fails.
+//!
 //! Window: `[2026-09-06, 2026-09-09)` in three chunks of one day, two chunks
 //! at a time, frames of at most 3 rows (chunks span several frames).
 
@@ -58,6 +63,7 @@ fn replace_and_check(fx: &Fixture, source: &[Row], target: &[Row]) -> serde_json
 /// Runs and checks against the current target; `source` is the whole source table.
 fn run_and_check(fx: &Fixture, source: &[Row]) -> serde_json::Value {
     let before = fx.target_rows();
+    let rendered_before = fx.ch_rendered();
     let expected = expected_after_replace(&before, source, TS);
     let run = fx.run();
     run.assert_no_panic();
@@ -66,6 +72,7 @@ fn run_and_check(fx: &Fixture, source: &[Row]) -> serde_json::Value {
     assert_eq!(doc["passed"], true, "expected `passed: true`:\n{}", run.describe());
     assert_eq!(doc["publication"], "published", "expected the window to be published");
     assert_same_rows(&expected, &fx.target_rows(), "target after the run (its rows outside the window + the source rows inside)");
+    fx.assert_rendered_alike(&rendered_before, "target after the run, as ClickHouse itself prints it");
 
     let inside = source.iter().filter(|r| in_window(&r[TS])).count();
     let nulls = before.iter().filter(|r| r[TS].is_null()).count();
@@ -348,6 +355,11 @@ fn check_evidence(fx: &Fixture, doc: &serde_json::Value, source: &[Row], target_
     let kept = target_before.iter().filter(|r| !in_window(&r[TS])).count() as u64;
     assert_eq!(ev["generation"]["kept_rows"], kept, "expected generation.kept_rows = target rows outside the window");
     assert_eq!(ev["generation"]["rows"], kept + inside, "expected generation.rows = kept + window rows");
+    // The kept rows were copied and digested: their digest counts their NULL window values.
+    let null_window = target_before.iter().filter(|r| r[TS].is_null()).count() as u64;
+    assert_eq!(ev["generation"]["kept_verified_by"], "digest", "expected the copied kept rows to be digested");
+    assert_eq!(ev["generation"]["kept_digest"]["rows"], kept, "expected the kept digest to count the kept rows");
+    assert_eq!(ev["generation"]["kept_digest"]["null_counts"][TS], null_window, "expected the kept digest's NULL window values");
     let backup = ev["publication"]["backup_table"].as_str().expect("the evidence names the backup table").to_string();
     assert_eq!(fx.owned_tables(), vec![backup.clone()], "expected the evidence's backup table to be the only `_dpone_` table");
     assert_same_rows(target_before, &fx.table_rows(&backup), "backup table (the target as it was before the run)");

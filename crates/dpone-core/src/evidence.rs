@@ -67,9 +67,13 @@ pub struct GenerationEvidence {
     pub digest: RowDigest,
     /// Target rows kept because they lie outside the window (NULLs included).
     pub kept_rows: u64,
-    /// Digest of the kept rows that were copied (all kept rows, unless the
-    /// generation linked partitions: then only the straddling partitions').
-    pub kept_digest: RowDigest,
+    /// Digest of the kept rows copied into the generation (all of them, or,
+    /// when partitions were linked, only the straddling partitions'); null
+    /// when they stayed in place (never copied, so never digested: see
+    /// `kept_verified_by`).
+    pub kept_digest: Option<RowDigest>,
+    /// How the kept rows were checked.
+    pub kept_verified_by: KeptCheck,
     /// How the generation was checked before publication.
     pub verified_by: GenerationCheck,
     /// What a partition-linked build linked, copied and replaced.
@@ -77,6 +81,25 @@ pub struct GenerationEvidence {
     pub partitions: Option<crate::ports::LinkReport>,
     /// Seconds the generation took to build and verify.
     pub build_seconds: f64,
+}
+
+/// How the target rows outside the window were checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeptCheck {
+    /// Nothing is kept (a full refresh).
+    None,
+    /// Copied into the generation: the copy's digest equals the target's,
+    /// and the target's were compared with the copy right before publishing.
+    Digest,
+    /// Kept in place: the target fingerprinted them when the generation was
+    /// built and compared that fingerprint again inside the publishing
+    /// transaction, under a lock that keeps writers out.
+    FingerprintAtPublication,
+    /// Partitions outside the window linked and checked by part identity,
+    /// straddling partitions' kept rows copied and digested; compared with
+    /// the target's partitions again right before publishing.
+    LinkedPartitions,
 }
 
 /// How a generation was verified.

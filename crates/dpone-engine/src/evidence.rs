@@ -4,7 +4,7 @@
 use crate::context::Ctx;
 use dpone_core::digest::RowDigest;
 use dpone_core::evidence::{
-    ChunkEvidence, DIGEST_NOTE, EVIDENCE_VERSION, Evidence, GenerationEvidence, MEMORY_NOTE, MemoryEvidence, PublicationCheck,
+    ChunkEvidence, DIGEST_NOTE, EVIDENCE_VERSION, Evidence, GenerationEvidence, KeptCheck, MEMORY_NOTE, MemoryEvidence, PublicationCheck,
     PublicationEvidence, WindowEvidence,
 };
 use dpone_core::ports::{PublicationOutcome, Source, Target, WindowStats};
@@ -80,7 +80,9 @@ pub(crate) fn build_evidence<S: Source, T: Target>(
         generation: {
             // A partition-linked generation records the digest of its window
             // rows and of its copied kept rows (history is not hashed): the
-            // digests carry those rows' counts.
+            // digests carry those rows' counts. Rows kept in place were
+            // counted and fingerprinted by the target, never digested: no
+            // digest is shown for them.
             let (digest_rows, kept_digest_rows) = match &generation.link {
                 Some(link) => (generation.rows - generation.kept_rows, link.rows_copied),
                 None => (generation.rows, generation.kept_rows),
@@ -90,8 +92,15 @@ pub(crate) fn build_evidence<S: Source, T: Target>(
                 rows: generation.rows,
                 digest: digest_from(digest_rows, &generation.digest_sum, &generation.null_counts).unwrap_or_else(|| RowDigest::new(ncols)),
                 kept_rows: generation.kept_rows,
-                kept_digest: digest_from(kept_digest_rows, &generation.kept_digest_sum, &generation.kept_null_counts)
-                    .unwrap_or_else(|| RowDigest::new(ncols)),
+                kept_digest: (!generation.in_place)
+                    .then(|| digest_from(kept_digest_rows, &generation.kept_digest_sum, &generation.kept_null_counts))
+                    .flatten(),
+                kept_verified_by: match (ctx.plan.window.is_some(), generation.in_place, generation.link.is_some()) {
+                    (false, _, _) => KeptCheck::None,
+                    (true, true, _) => KeptCheck::FingerprintAtPublication,
+                    (true, false, true) => KeptCheck::LinkedPartitions,
+                    (true, false, false) => KeptCheck::Digest,
+                },
                 verified_by: generation.check,
                 partitions: generation.link.clone(),
                 build_seconds: generation.build_seconds,

@@ -7,18 +7,24 @@
 //!   COPY is retried at most twice with the same sealed bytes, after
 //!   checking whether the rows landed.
 //! - Verification reads the staging table back with binary COPY and
-//!   computes the same canonical digest the stream carried.
+//!   computes the same canonical digest the stream carried; in the same
+//!   snapshot it records the table's server-side fingerprint.
 //! - Generation: the new rows only (the union of the verified stagings);
 //!   rows outside the window are never copied, because the publication
-//!   deletes exactly the frozen window and nothing else.
-//! - Publication: one `SERIALIZABLE` transaction: `TRUNCATE` (full refresh)
-//!   or `DELETE` of the frozen window, `INSERT` from the generation, and a
-//!   receipt row naming the generation. A lost commit acknowledgement is
-//!   resolved by probing for the receipt (`identity`).
+//!   deletes exactly the frozen window and nothing else. It records the sum
+//!   of its stagings' fingerprints and the kept rows' fingerprint.
+//! - Publication: one `SERIALIZABLE` transaction under a lock of the
+//!   target: kept rows re-fingerprinted, `TRUNCATE` (full refresh) or
+//!   `DELETE` of the frozen window, `INSERT` from the generation checked
+//!   against the verified fingerprint, the window counted, and a receipt row
+//!   naming the generation. A lost commit acknowledgement is resolved by
+//!   probing for the receipt (`identity`), after waiting for any publishing
+//!   session still running.
 //!
 //! `sink/publish.rs` holds what surrounds the publishing transaction: the
 //! partition a swap replaces, the generation, the receipt identity and the
-//! backup a swap keeps.
+//! backup a swap keeps; `sink/transaction.rs` the transaction and its lock;
+//! `sink/fingerprint.rs` the fingerprints.
 
 use crate::catalog::{CatalogColumn, DESCRIBE_SQL, map_target_type};
 use crate::encode::{COPY_HEADER, COPY_TRAILER, CopyEncoder};
@@ -27,6 +33,7 @@ use crate::source::{CopyInput, quote_ident};
 use crate::transcode::{CopyParser, RowCodec, codec_for};
 use dpone_core::Diagnostic;
 use dpone_core::frames::{self, DigestOnly, FrameLimits};
+use dpone_core::identity::OWNED_PREFIX;
 use dpone_core::manifest::TableRef;
 use dpone_core::ports::{
     AdapterError, Contents, EligibilityRequest, ErrorClass, FrameRx, GenerationBuild, PublicationOutcome, Result, RowFilter, TableRole,
@@ -39,7 +46,9 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 use tokio_postgres::Client;
 
+mod fingerprint;
 mod publish;
+mod transaction;
 use publish::SwapPartition;
 
 /// The table holding one receipt per publication, next to the staging.
@@ -129,7 +138,7 @@ impl PostgresTarget {
 
     /// Reads `SELECT cols FROM table [WHERE filter]` back through binary
     /// COPY and digests it under the target's canonical types.
-    async fn read_back(&self, table_sql: &str, filter: Option<&RowFilter>) -> Result<Contents> {
+    async fn read_back(&self, client: &Client, table_sql: &str, filter: Option<&RowFilter>) -> Result<Contents> {
         let cols = self.columns()?;
         let oids = self.oids.get().ok_or_else(|| AdapterError::permanent("internal_error", "target used before describe"))?;
         let codecs = cols
@@ -143,7 +152,6 @@ impl PostgresTarget {
             sql.push_str(&format!(" WHERE {}", filter_sql(f)));
         }
         sql.push_str(") TO STDOUT (FORMAT binary)");
-        let client = self.connect().await?;
         let stream = client.copy_out(&sql).await.map_err(|e| classify("reading staged rows back", e))?;
         futures_util::pin_mut!(stream);
         let mut input = CopyInput { stream, reading: "reading staged rows back", finishing: "reading staged rows back" };
@@ -338,7 +346,10 @@ impl Target for PostgresTarget {
     }
 
     async fn inspect(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<Contents> {
-        self.read_back(&self.role_sql(table), filter).await
+        match (table, filter) {
+            (TableRole::Owned(name), None) if name.starts_with(&format!("{OWNED_PREFIX}stg_")) => self.inspect_staging(name).await,
+            _ => self.read_back(&self.connect().await?, &self.role_sql(table), filter).await,
+        }
     }
 
     async fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<u64> {
@@ -358,14 +369,14 @@ impl Target for PostgresTarget {
         self.build_view_or_table(generation, keep, stagings).await
     }
 
-    async fn compare_kept(&self, _generation: &str, _keep: &RowFilter) -> Result<u64> {
-        // Rows outside the window are never copied or rewritten: the
-        // publication deletes exactly the frozen window.
-        Ok(0)
+    async fn compare_kept(&self, generation: &str, keep: &RowFilter) -> Result<u64> {
+        // The kept rows are never copied: their fingerprint now is compared
+        // with the one recorded when the generation was built (and again in
+        // the publishing transaction, under its lock).
+        self.kept_difference(generation, keep).await
     }
 
     async fn publish(&self, generation: &str, keep: Option<&RowFilter>, backup: &str) -> Result<PublicationOutcome> {
-        let list = self.column_list()?;
         self.execute(
             &format!(
                 "CREATE TABLE IF NOT EXISTS {} (id bigserial PRIMARY KEY, target text NOT NULL, generation text NOT NULL, \
@@ -375,58 +386,7 @@ impl Target for PostgresTarget {
             "creating the receipts table",
         )
         .await?;
-        let receipt = format!(
-            "INSERT INTO {} (target, generation, rows) SELECT {}, {}, count(*) FROM {}",
-            self.receipts_sql(),
-            crate::source::quote_literal(&self.target_sql()),
-            crate::source::quote_literal(generation),
-            self.owned_sql(generation)
-        );
-        let sql = if let Some(p) = self.swap_partition(keep).await? {
-            // The old partition leaves the target as this run's backup; the
-            // verified generation takes its name and its place.
-            let old = format!("{}.{}", quote_ident(&p.schema), quote_ident(&p.name));
-            let set_schema = if p.schema != self.staging_schema {
-                format!("ALTER TABLE {} SET SCHEMA {};", self.owned_sql(generation), quote_ident(&p.schema))
-            } else {
-                String::new()
-            };
-            format!(
-                "BEGIN ISOLATION LEVEL SERIALIZABLE; {receipt}; ALTER TABLE {t} DETACH PARTITION {old}; ALTER TABLE {old} RENAME TO {bak}; \
-                 COMMENT ON TABLE {sch}.{bak} IS {comment}; {set_schema} ALTER TABLE {sch}.{gen} RENAME TO {name}; \
-                 ALTER TABLE {t} ATTACH PARTITION {old} FOR VALUES FROM ({lo}) TO ({hi}); ALTER TABLE {old} DROP CONSTRAINT _dpone_bound; COMMIT;",
-                t = self.target_sql(),
-                bak = quote_ident(backup),
-                sch = quote_ident(&p.schema),
-                gen = quote_ident(generation),
-                comment = crate::source::quote_literal(&format!("dpone backup of {}", self.target_sql())),
-                name = quote_ident(&p.name),
-                lo = ts_literal(p.start),
-                hi = ts_literal(p.end),
-            )
-        } else {
-            let remove = match keep {
-                Some(k) => format!("DELETE FROM {} WHERE {}", self.target_sql(), filter_sql(&RowFilter { inside: true, ..k.clone() })),
-                None => format!("TRUNCATE {}", self.target_sql()),
-            };
-            format!(
-                "BEGIN ISOLATION LEVEL SERIALIZABLE; {remove}; INSERT INTO {t} ({list}) SELECT {list} FROM {g}; {receipt}; COMMIT;",
-                t = self.target_sql(),
-                g = self.owned_sql(generation),
-            )
-        };
-        let client = self.connect().await?;
-        let result = client.batch_execute(&sql).await.map_err(|e| classify("publishing", e));
-        match result {
-            Ok(()) => Ok(PublicationOutcome::Published),
-            // Nothing was sent or the server refused: the transaction
-            // rolled back. Anything else is judged by the receipt.
-            Err(e) if e.class == ErrorClass::Permanent => Err(e),
-            Err(e) => Err(AdapterError::indeterminate(
-                "outcome_unknown",
-                format!("the publishing transaction's outcome is unknown: {}", e.message),
-            )),
-        }
+        self.publish_in_transaction(generation, keep, backup).await
     }
 
     async fn after_publication(&self, _generation: &str, backup: &str) -> Result<()> {
@@ -437,10 +397,17 @@ impl Target for PostgresTarget {
         dpone_core::evidence::PublicationCheck::Receipt
     }
 
+    /// `postgres://host:port/database#schema.table`: readable in `status`,
+    /// and the key of the target's lease and journal.
     fn scope(&self) -> String {
-        let host = self.config.get_hosts().first().map(|h| format!("{h:?}")).unwrap_or_default();
+        let host = match self.config.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+            #[cfg(unix)]
+            Some(tokio_postgres::config::Host::Unix(path)) => path.display().to_string(),
+            None => String::new(),
+        };
         let port = self.config.get_ports().first().copied().unwrap_or(5432);
-        format!("postgres://{host}:{port}/{}#{}", self.config.get_dbname().unwrap_or(""), self.target_sql())
+        format!("postgres://{host}:{port}/{}#{}.{}", self.config.get_dbname().unwrap_or(""), self.schema(), self.table.name)
     }
 
     /// The generation named by the target's latest receipt.

@@ -41,8 +41,7 @@ impl TargetHarness for Harness {
     type Fixture = Fixture;
 
     fn caps(&self) -> Caps {
-        // compare_kept always returns 0 (issue "guards", item 3).
-        Caps { compare_kept_detects_changes: false }
+        Caps::FULL
     }
 
     async fn fresh(&self, names: ColumnNames) -> Fixture {

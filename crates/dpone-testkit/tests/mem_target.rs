@@ -29,6 +29,8 @@ async fn frames(types: &[ColumnType], batches: &[Vec<Row>]) -> FrameRx {
 async fn stage(t: &MemTarget, types: &[ColumnType], name: &str, rows: Vec<Row>) {
     t.create_staging(name).await.unwrap();
     t.load(name, frames(types, &[rows]).await).await.unwrap();
+    // The engine verifies every staging table before a generation uses it.
+    t.inspect(dpone_core::ports::TableRole::Owned(name), None).await.unwrap();
 }
 
 #[tokio::test]
@@ -92,17 +94,26 @@ async fn receipt_publication_deletes_the_window_and_writes_a_receipt() {
     assert_eq!(t.identity(dpone_core::ports::TableRole::Target).await.unwrap().as_deref(), Some("receipt:none"));
     stage(&t, &types, &stg, new_window_rows()).await;
     t.build_generation(&generation, Some(&window(false)), std::slice::from_ref(&stg)).await.unwrap();
-    // A kept row changed by another writer: PostgreSQL does not notice it.
+    // A kept row changed by another writer: seen by compare_kept, refused
+    // by the publication, which changes nothing.
     t.update_rows("events", |r| {
         if r[0] == Value::int(6) {
             r[2] = Value::str("changed");
         }
     });
-    assert_eq!(t.compare_kept(&generation, &window(false)).await.unwrap(), 0, "the documented gap (guards, item 3)");
-    t.set_compare_kept_gap(false);
-    assert_eq!(t.compare_kept(&generation, &window(false)).await.unwrap(), 2, "without the gap the change is seen");
+    assert_eq!(t.compare_kept(&generation, &window(false)).await.unwrap(), 2, "the changed kept row: its old and new groups");
+    let before = t.contents();
+    let err = t.publish(&generation, Some(&window(false)), "bak").await.unwrap_err();
+    assert_eq!((err.kind, err.code.as_str()), (dpone_core::ports::ErrorKind::Verification, "kept_rows_changed"));
+    assert_eq!(t.contents(), before, "a refused publication changes nothing");
+    // Changed back: the publication goes through and leaves the kept rows in place.
+    t.update_rows("events", |r| {
+        if r[0] == Value::int(6) {
+            r[2] = Value::str("null window");
+        }
+    });
     t.publish(&generation, Some(&window(false)), "bak").await.unwrap();
-    assert!(t.target_rows().iter().any(|r| r[2] == Value::str("changed")), "rows outside the window stay in place");
+    assert!(t.target_rows().iter().any(|r| r[0] == Value::int(6)), "rows outside the window stay in place");
     assert_eq!(t.receipts().len(), 1);
     assert_eq!((t.receipts()[0].generation.as_str(), t.receipts()[0].rows), (generation.as_str(), 4));
     assert!(t.has_table(RECEIPTS_TABLE) && !t.owned_tables().await.unwrap().contains(&RECEIPTS_TABLE.to_string()));
@@ -151,7 +162,7 @@ async fn a_new_handle_must_describe_first_and_the_log_shows_every_call() {
     stage(&t, &types, &stg, new_window_rows()).await;
     t.count(dpone_core::ports::TableRole::Owned(&stg), None).await.unwrap();
     let ops: Vec<TargetOp> = t.calls().iter().map(|c| c.op).collect();
-    assert_eq!(ops, vec![TargetOp::CreateStaging, TargetOp::Load, TargetOp::Count]);
+    assert_eq!(ops, vec![TargetOp::CreateStaging, TargetOp::Load, TargetOp::Inspect, TargetOp::Count]);
     assert_eq!(t.writes().len(), 2);
     assert_eq!(t.calls()[1].tables, vec![stg]);
 }

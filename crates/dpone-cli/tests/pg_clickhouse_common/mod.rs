@@ -10,7 +10,10 @@
 //! chunks of one day (`BOUNDS`).
 #![allow(dead_code)]
 
+mod render;
 mod values;
+#[allow(unused_imports)] // not every test binary compares text
+pub use render::*;
 pub use values::*;
 
 use crate::harness::{DPONE_TIMEOUT, Run};

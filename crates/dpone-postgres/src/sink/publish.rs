@@ -7,11 +7,13 @@
 //! partition); a publication is visible exactly when its receipt is
 //! committed, so a lost commit acknowledgement is judged by the receipt.
 
-use super::{PostgresTarget, ts_literal};
+use super::fingerprint::{self, Fingerprint, Recorded, SESSION};
+use super::{PostgresTarget, filter_sql, ts_literal};
 use crate::error::classify;
-use crate::source::quote_ident;
+use crate::source::{quote_ident, quote_literal};
 use dpone_core::ports::{AdapterError, GenerationBuild, Result, RowFilter, TableRole};
 use dpone_core::time::Timestamp;
+use tokio_postgres::Client;
 
 /// The partition a swap replaces.
 #[derive(Debug, Clone)]
@@ -90,11 +92,36 @@ impl PostgresTarget {
         if b.get::<_, String>(2) != "r" {
             return Ok(Err("the window's partition is itself partitioned".into()));
         }
-        Ok(Ok(SwapPartition { schema: b.get(0), name: b.get(1), column: column.to_string(), start, end }))
+        let p = SwapPartition { schema: b.get(0), name: b.get(1), column: column.to_string(), start, end };
+        // What the swap cannot carry over to the new partition is refused
+        // before anything is written (the rest carries over: see the build).
+        let own: Vec<String> = client
+            .query(
+                "SELECT 'trigger ' || tgname FROM pg_trigger WHERE tgrelid = to_regclass($1) AND NOT tgisinternal AND tgparentid = 0 \
+                 UNION ALL SELECT 'foreign key ' || conname FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'f' \
+                 AND conparentid = 0 UNION ALL SELECT 'row security policy ' || polname FROM pg_policy WHERE polrelid = to_regclass($1) \
+                 UNION ALL SELECT 'rule ' || rulename FROM pg_rewrite WHERE ev_class = to_regclass($1) AND rulename <> '_RETURN' ORDER BY 1",
+                &[&format!("{}.{}", quote_ident(&p.schema), quote_ident(&p.name))],
+            )
+            .await
+            .map_err(|e| classify("checking partitions", e))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        if !own.is_empty() {
+            return Ok(Err(format!(
+                "the window's partition {} has its own {}, which a partition swap would leave on the backup",
+                p.name,
+                own.join(", ")
+            )));
+        }
+        Ok(Ok(p))
     }
 
     /// The generation: a `UNION ALL` view over the verified staging tables,
     /// or (partition swaps, very many chunks) a table holding their rows.
+    /// Recorded on it: the sum of its stagings' verified fingerprints and
+    /// the kept rows' fingerprint now (`sink/fingerprint.rs`).
     pub(super) async fn build_view_or_table(
         &self,
         generation: &str,
@@ -104,9 +131,13 @@ impl PostgresTarget {
         let list = self.column_list()?;
         let gen_sql = self.owned_sql(generation);
         let client = self.connect().await?;
-        // A rebuild after a crash replaces whatever the last attempt left.
-        let mut sql = format!("BEGIN; {}", self.drop_sql(&client, &[generation.to_string()]).await?);
         let swap = self.swap_partition(keep).await?;
+        let with = match swap {
+            Some(p) => partition_storage(&client, p).await?,
+            None => String::new(),
+        };
+        // A rebuild after a crash replaces whatever the last attempt left.
+        let mut sql = format!("BEGIN; {} {SESSION};", self.drop_sql(&client, &[generation.to_string()]).await?);
         let build = if swap.is_none() && stagings.len() <= MAX_VIEW_ARMS {
             // The publication inserts from the verified staging tables
             // through a view: no row is copied twice.
@@ -118,9 +149,20 @@ impl PostgresTarget {
             sql.push_str(&format!(" CREATE VIEW {gen_sql} AS {};", arms.join(" UNION ALL ")));
             GenerationBuild::WindowOnlyView
         } else {
-            // A partition swap attaches the generation itself: a real table,
-            // with the target's CHECK constraints, which ATTACH requires.
-            sql.push_str(&format!(" CREATE TABLE {gen_sql} (LIKE {} INCLUDING CONSTRAINTS);", self.target_sql()));
+            match swap {
+                // A partition swap attaches the generation itself: shaped like
+                // the partition it replaces, so that the partition's own
+                // CHECKs (which ATTACH requires of the parent's too), indexes,
+                // column storage and statistics targets, and its storage
+                // parameters carry over (docs/manifest.md).
+                Some(p) => sql.push_str(&format!(
+                    " CREATE TABLE {gen_sql} (LIKE {}.{} INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES \
+                     INCLUDING STORAGE INCLUDING COMPRESSION INCLUDING STATISTICS INCLUDING COMMENTS){with};",
+                    quote_ident(&p.schema),
+                    quote_ident(&p.name)
+                )),
+                None => sql.push_str(&format!(" CREATE TABLE {gen_sql} (LIKE {} INCLUDING CONSTRAINTS);", self.target_sql())),
+            }
             for s in stagings {
                 sql.push_str(&format!(" INSERT INTO {gen_sql} ({list}) SELECT {list} FROM {};", self.owned_sql(s)));
             }
@@ -135,9 +177,42 @@ impl PostgresTarget {
             }
             GenerationBuild::WindowOnly
         };
-        sql.push_str(" COMMIT;");
         client.batch_execute(&sql).await.map_err(|e| classify("building the generation", e))?;
+        let staging_sql: Vec<String> = stagings.iter().map(|s| self.owned_sql(s)).collect();
+        let mut recorded = Recorded::default().with("window", fingerprint::sum_of_verified(&client, &staging_sql).await?);
+        if let Some(k) = keep {
+            recorded = recorded.with("kept", self.kept_fingerprint(&client, k).await?);
+        }
+        let kind = if build == GenerationBuild::WindowOnlyView { "VIEW" } else { "TABLE" };
+        fingerprint::record(&client, &gen_sql, kind, &recorded).await?;
+        client.batch_execute("COMMIT").await.map_err(|e| classify("building the generation", e))?;
         Ok(build)
+    }
+
+    /// The fingerprint of the target's rows outside `keep`'s window.
+    async fn kept_fingerprint(&self, client: &Client, keep: &RowFilter) -> Result<Fingerprint> {
+        let filter = filter_sql(&RowFilter { inside: false, ..keep.clone() });
+        fingerprint::query(
+            client,
+            &fingerprint::select_sql(&self.column_list()?, &self.target_sql(), Some(&filter)),
+            "fingerprinting the kept rows",
+        )
+        .await
+    }
+
+    /// How many row groups outside the window differ, at least, between the
+    /// target now and the target when `generation` was built.
+    pub(super) async fn kept_difference(&self, generation: &str, keep: &RowFilter) -> Result<u64> {
+        let client = self.connect().await?;
+        client.batch_execute(SESSION).await.map_err(|e| classify("comparing the kept rows", e))?;
+        let recorded = fingerprint::recorded(&client, &self.owned_sql(generation)).await?.and_then(|r| r.get("kept")).ok_or_else(|| {
+            AdapterError::verification(
+                "generation_verification_failed",
+                format!("the generation {generation} carries no fingerprint of the kept rows"),
+            )
+            .hint("the generation was not built by this version of dpone, or was replaced; abandon the run and rerun")
+        })?;
+        Ok(self.kept_fingerprint(&client, keep).await?.differing_groups(&recorded))
     }
 
     /// Partition swaps keep the replaced partition as `backup`; only the
@@ -179,6 +254,9 @@ impl PostgresTarget {
                 Ok(exists.then(|| format!("receipt:{name}")))
             }
             TableRole::Target => {
+                // A publishing session still running (its client may have
+                // died) could commit after this read: wait for it first.
+                self.wait_for_publishers(&client).await?;
                 let has_receipts: bool = client
                     .query_one("SELECT to_regclass($1) IS NOT NULL", &[&self.receipts_sql()])
                     .await
@@ -198,4 +276,24 @@ impl PostgresTarget {
             }
         }
     }
+}
+
+/// ` WITH (...)`: the storage parameters of the partition `p` (its own and
+/// its TOAST table's), empty when it has none.
+async fn partition_storage(client: &Client, p: &SwapPartition) -> Result<String> {
+    let row = client
+        .query_one(
+            "SELECT coalesce(c.reloptions, '{}'), coalesce(t.reloptions, '{}') FROM pg_class c \
+             LEFT JOIN pg_class t ON t.oid = c.reltoastrelid WHERE c.oid = to_regclass($1)",
+            &[&format!("{}.{}", quote_ident(&p.schema), quote_ident(&p.name))],
+        )
+        .await
+        .map_err(|e| classify("reading the partition's storage parameters", e))?;
+    let (own, toast): (Vec<String>, Vec<String>) = (row.get(0), row.get(1));
+    let option = |prefix: &str, o: &String| {
+        let (k, v) = o.split_once('=').unwrap_or((o, ""));
+        format!("{prefix}{} = {}", quote_ident(k), quote_literal(v))
+    };
+    let all: Vec<String> = own.iter().map(|o| option("", o)).chain(toast.iter().map(|o| option("toast.", o))).collect();
+    Ok(if all.is_empty() { String::new() } else { format!(" WITH ({})", all.join(", ")) })
 }

@@ -10,6 +10,7 @@ use super::{MemTarget, Publication, RECEIPTS_TABLE};
 use crate::faulty::TargetOp;
 use dpone_core::Diagnostic;
 use dpone_core::evidence::PublicationCheck;
+use dpone_core::identity::OWNED_PREFIX;
 use dpone_core::ports::{
     AdapterError, Contents, EligibilityRequest, FrameRx, GenerationBuild, PublicationOutcome, Result, RowFilter, TableRole, Target,
     WindowStats,
@@ -142,9 +143,15 @@ impl Target for MemTarget {
         let name = self.name_of(table);
         self.log(TargetOp::Inspect, vec![name.clone()]);
         let ncols = self.columns()?.len();
-        let db = self.lock();
+        let mut db = self.lock();
         let (columns, rows) = db.read(&name)?;
-        contents(&columns, ncols, &select(&columns, rows, filter)?)
+        let selected = select(&columns, rows, filter)?;
+        let c = contents(&columns, ncols, &selected)?;
+        // PostgreSQL records the fingerprint of a staging table it verified.
+        if self.model == Publication::InPlaceReceipt && filter.is_none() && name.starts_with(&format!("{OWNED_PREFIX}stg_")) {
+            db.tables.get_mut(&name).expect("just read").verified_rows = Some(selected);
+        }
+        Ok(c)
     }
 
     async fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<u64> {
@@ -205,6 +212,14 @@ impl Target for MemTarget {
                 }
                 let columns = db.get(&self.table)?.columns.clone();
                 let kept = keep.map(|k| self.target_selected(&db, k)).transpose()?;
+                // The sum of the stagings' verified fingerprints.
+                let mut verified = Vec::new();
+                for s in stagings {
+                    let rows = db.get(s)?.verified_rows.clone().ok_or_else(|| {
+                        AdapterError::verification("generation_verification_failed", format!("staging table {s} was never verified"))
+                    })?;
+                    verified.extend(rows);
+                }
                 db.tables.remove(generation);
                 let build = if stagings.len() <= MAX_VIEW_ARMS {
                     db.create(generation, columns, Body::View(stagings.to_vec()))?;
@@ -217,7 +232,9 @@ impl Target for MemTarget {
                     db.create(generation, columns, Body::Rows(rows))?;
                     GenerationBuild::WindowOnly
                 };
-                db.tables.get_mut(generation).expect("just created").kept_at_build = kept;
+                let g = db.tables.get_mut(generation).expect("just created");
+                g.kept_at_build = kept;
+                g.verified_rows = Some(verified);
                 Ok(build)
             }
             Publication::InPlaceDigest => {
@@ -271,7 +288,28 @@ impl Target for MemTarget {
                 if !db.tables.contains_key(RECEIPTS_TABLE) {
                     db.create(RECEIPTS_TABLE, Vec::new(), Body::Receipts(Vec::new()))?;
                 }
+                // LOCK the target; the kept rows' fingerprint must be the
+                // one recorded at the build, and the rows inserted the ones
+                // the stagings held when they were verified.
+                if let Some(k) = keep
+                    && !db.compare_kept_gap
+                {
+                    let diff = self.kept_difference(&db, generation, k)?;
+                    if diff > 0 {
+                        return Err(AdapterError::verification(
+                            "kept_rows_changed",
+                            format!("the target's rows outside the window changed since the generation was built ({diff} groups)"),
+                        ));
+                    }
+                }
                 let (_, new_rows) = db.read(generation)?;
+                let verified = db.get(generation)?.verified_rows.clone().unwrap_or_default();
+                if multiplicity_difference(&new_rows, &verified) != 0 {
+                    return Err(AdapterError::verification(
+                        "generation_verification_failed",
+                        format!("the generation {generation} no longer holds the rows its stagings held when verified"),
+                    ));
+                }
                 let (tc, old) = db.read(&self.table)?;
                 let kept = match keep {
                     Some(k) => select(&tc, old, Some(&RowFilter { inside: false, ..k.clone() }))?,

@@ -47,9 +47,14 @@ pub(crate) struct Table {
     pub body: Body,
     pub comment: Option<String>,
     /// The target's kept rows when an in-place generation was built: what
-    /// a `compare_kept` without PostgreSQL's gap compares against, since
-    /// such a generation holds only the window's rows.
+    /// `compare_kept` and the publication compare against, since such a
+    /// generation holds only the window's rows (PostgreSQL's fingerprint of
+    /// the kept rows).
     pub kept_at_build: Option<Vec<Vec<u8>>>,
+    /// `InPlaceReceipt`: the rows `inspect` verified (a staging table), or
+    /// their union (a generation): what the publication compares the rows
+    /// it inserts with (PostgreSQL's recorded fingerprints).
+    pub verified_rows: Option<Vec<Vec<u8>>>,
 }
 
 #[derive(Debug)]
@@ -81,7 +86,7 @@ impl Db {
         }
         let id = self.next_id;
         self.next_id += 1;
-        self.tables.insert(name.to_string(), Table { id, columns, body, comment: None, kept_at_build: None });
+        self.tables.insert(name.to_string(), Table { id, columns, body, comment: None, kept_at_build: None, verified_rows: None });
         Ok(())
     }
 

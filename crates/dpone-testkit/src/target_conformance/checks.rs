@@ -38,11 +38,14 @@ async fn load<T: Target>(target: &T, table: &str, types: &[ColumnType], batches:
     target.load(table, rx).await
 }
 
-/// A staging table loaded with `rows` in one frame.
+/// A staging table loaded with `rows` in one frame and verified (inspected),
+/// as the engine verifies every staging table before a generation uses it.
 async fn staged<F: TargetFixture>(check: &str, f: &F, types: &[ColumnType], name: &str, rows: Vec<Row>) {
     ok(check, "create_staging", f.target().create_staging(name).await);
     let n = ok(check, "load", load(f.target(), name, types, std::slice::from_ref(&rows)).await);
     assert_eq!(n, rows.len() as u64, "[{check}] load reports the rows written");
+    let c = ok(check, "inspect", f.target().inspect(TableRole::Owned(name), None).await);
+    assert_eq!(c.rows, rows.len() as u64, "[{check}] inspect counts the staged rows");
 }
 
 fn stg(i: u32) -> String {

@@ -16,8 +16,7 @@ impl TargetHarness for MemHarness {
     type Fixture = MemFixture;
 
     fn caps(&self) -> Caps {
-        // The fake mirrors PostgreSQL's compare_kept gap by default.
-        Caps { compare_kept_detects_changes: self.model != Publication::InPlaceReceipt }
+        Caps::FULL
     }
 
     async fn fresh(&self, names: ColumnNames) -> MemFixture {

@@ -29,9 +29,10 @@ use std::future::Future;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Caps {
     /// `compare_kept` counts kept rows that changed after the generation
-    /// was built. PostgreSQL's always returns 0 today (issue "guards",
-    /// item 3): its publication deletes only the window, so the kept rows
-    /// are never copied, and a concurrent change to them goes unnoticed.
+    /// was built. Every adapter does today (PostgreSQL, which never copies
+    /// its kept rows, by a fingerprint recorded with the generation, and
+    /// reports a lower bound of the groups that differ, exact for the
+    /// checks' single changes); the flag stays for a target that cannot.
     pub compare_kept_detects_changes: bool,
 }
 

@@ -1,0 +1,226 @@
+//! Every guard of the ClickHouse -> PostgreSQL route fires, on real servers.
+//!
+//! A run pauses at a failpoint (`DPONE_FAILPOINT_SLEEP`), the test changes
+//! one row of dpone's tables or of the target there, and the run must end
+//! with the documented refusal, exit 1, nothing published: the target's
+//! rows as they were and no receipt (its identity).
+//!
+//! - `staging.after_ack` (a chunk's load acknowledged, not verified yet):
+//!   a staging row inserted, deleted or changed -> `staging_verification_failed`;
+//! - `generation.after_build`: the generation is a view over the staging
+//!   tables, so a row of it is a staging row: inserted, deleted or changed
+//!   -> `generation_verification_failed` (the publishing transaction
+//!   fingerprints the rows it inserts against what the staging held when
+//!   verified); a partition swap's generation is a table, re-digested;
+//! - a kept row (outside the window) changed after the build ->
+//!   `kept_rows_changed`, by `compare_kept` before the intent, or inside the
+//!   publishing transaction when it changes after the intent;
+//! - a row a target trigger adds to the window inside the publishing
+//!   transaction -> `publication_verification_failed`.
+//!
+//! One chunk (`chunk_interval: P3D`) so that one pause covers the whole window.
+
+mod ch_postgres_common;
+mod guards_common;
+mod harness;
+
+use ch_postgres_common::{
+    CHUNK_BOUNDS, Fixture, INTERVAL_END, NAME, Options, Row, Setup, TS, V, event_cols, row, standard_fixture, standard_fixture_on,
+    standard_source, standard_target, text, ts, with,
+};
+use guards_common::{assert_refused, spawn, wait, wait_until};
+use harness::state_of;
+use std::process::Output;
+use std::time::Duration;
+
+/// Long enough for the test to see the pause and tamper, short enough to keep the test quick.
+const PAUSE_MS: &str = "2000";
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Rows of the standard source inside the window.
+fn window_rows() -> usize {
+    standard_source().iter().filter(|r| ch_postgres_common::in_window(&r[TS])).count()
+}
+
+fn one_chunk(fx: &Fixture, publication: Option<&'static str>) {
+    fx.write_manifest(&Options { chunk_interval: "P3D", publication, ..Options::default() });
+}
+
+/// `dpone run` with the fixture's connections plus `extra`, in the background.
+fn spawn_run(fx: &Fixture, extra: &[(&str, &str)]) -> std::process::Child {
+    let mut env =
+        vec![("DPONE_CONN_CH".to_string(), fx.clickhouse_url.clone()), ("DPONE_CONN_PG".to_string(), dpone_testkit::postgres_url())];
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let m = fx.manifest.display().to_string();
+    spawn(fx.dir(), &["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], &env)
+}
+
+/// A run paused at `point`: once `ready` finds what to tamper with, `tamper`
+/// changes it; the run's output.
+fn tampered_run<T>(fx: &Fixture, point: &str, mut ready: impl FnMut() -> Option<T>, tamper: impl FnOnce(T)) -> Output {
+    let pause = format!("{point}:{PAUSE_MS}");
+    let child = spawn_run(fx, &[("DPONE_FAILPOINT_SLEEP", &pause)]);
+    let mut found = None;
+    wait_until(&format!("the run pauses at {point}"), LIMIT, || {
+        found = ready();
+        found.is_some()
+    });
+    tamper(found.expect("found"));
+    wait(child, LIMIT)
+}
+
+fn count(fx: &Fixture, table: &str) -> usize {
+    fx.pg_scalar(&format!("SELECT count(*) FROM {}", fx.pg_table(table))).expect("a count").parse().expect("a number")
+}
+
+/// The staging table, once it holds every row of the window (the load was acknowledged).
+fn loaded_staging(fx: &Fixture) -> Option<String> {
+    fx.owned_tables().into_iter().filter(|t| t.starts_with("_dpone_stg_")).find(|t| count(fx, t) == window_rows())
+}
+
+/// The generation, once built.
+fn generation_built(fx: &Fixture) -> Option<String> {
+    fx.owned_tables().into_iter().find(|t| t.starts_with("_dpone_gen_"))
+}
+
+/// Inserts a row into, deletes one row of, or changes one row of `table`.
+fn tamper(fx: &Fixture, table: &str, how: &str) {
+    let t = fx.pg_table(table);
+    match how {
+        "insert" => fx.insert_pg(&t, &[row(900, ts("2026-09-07 01:00:00"))]),
+        "delete" => fx.pg_exec(&format!("DELETE FROM {t} WHERE ctid = (SELECT ctid FROM {t} WHERE id = 6)")),
+        "change" => fx.pg_exec(&format!("UPDATE {t} SET name = 'tampered' WHERE ctid = (SELECT ctid FROM {t} WHERE id = 6)")),
+        other => panic!("no tamper `{other}`"),
+    }
+}
+
+/// Nothing was published: the target holds `expected` and no receipt exists.
+fn assert_unpublished(fx: &Fixture, expected: &[Row], what: &str) {
+    fx.assert_target(expected, &format!("{what}: the target is unchanged"));
+    assert_eq!(fx.receipts(), Vec::new(), "{what}: no receipt: the target's identity is unchanged");
+    assert_eq!(state_of(&fx.status()), "failed", "{what}: the journal records the failure");
+}
+
+#[test]
+fn a_staging_table_tampered_after_its_load_is_refused() {
+    let fx = standard_fixture("guard_chpg_stg");
+    one_chunk(&fx, None);
+    for how in ["insert", "delete", "change"] {
+        let what = format!("a staging row {how} at staging.after_ack");
+        let out = tampered_run(&fx, "staging.after_ack", || loaded_staging(&fx), |staging| tamper(&fx, &staging, how));
+        assert_refused(&out, "staging_verification_failed", &what);
+        assert_unpublished(&fx, &standard_target(), &what);
+    }
+    fx.finish();
+}
+
+#[test]
+fn a_generation_tampered_after_its_build_is_refused() {
+    let fx = standard_fixture("guard_chpg_gen");
+    one_chunk(&fx, None);
+    for how in ["insert", "delete", "change"] {
+        let what = format!("a generation row {how} at generation.after_build");
+        let out = tampered_run(
+            &fx,
+            "generation.after_build",
+            || generation_built(&fx),
+            |_| {
+                // The generation is a view over the staging table: its rows are the staging's.
+                let staging = fx.owned_tables().into_iter().find(|t| t.starts_with("_dpone_stg_")).expect("a staging table");
+                tamper(&fx, &staging, how)
+            },
+        );
+        let doc = assert_refused(&out, "generation_verification_failed", &what);
+        if how == "change" {
+            // The view's row count is unchanged: only the publishing
+            // transaction's fingerprint of what it inserts sees the change.
+            assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains("verified staging"), "{what}: {doc:#}");
+        }
+        assert_unpublished(&fx, &standard_target(), &what);
+    }
+    fx.finish();
+}
+
+#[test]
+fn a_partition_swap_generation_tampered_after_its_build_is_refused() {
+    let setup = Setup {
+        pg_table_suffix: "PARTITION BY RANGE (ts)".into(),
+        pg_partitions: vec![
+            ("t_window".into(), format!("FOR VALUES FROM ('{}+00') TO ('{}+00')", CHUNK_BOUNDS[0], CHUNK_BOUNDS[3])),
+            ("t_rest".into(), "DEFAULT".into()),
+        ],
+        ..Setup::new("guard_chpg_swap", event_cols())
+    };
+    let fx = standard_fixture_on(setup);
+    one_chunk(&fx, Some("partition_swap"));
+    let what = "a row of the swap's generation table changed at generation.after_build";
+    let out = tampered_run(&fx, "generation.after_build", || generation_built(&fx), |generation| tamper(&fx, &generation, "change"));
+    assert_refused(&out, "generation_verification_failed", what);
+    assert_unpublished(&fx, &standard_target(), what);
+    fx.finish();
+}
+
+/// The standard target with its kept row 100 renamed.
+fn with_row_100_renamed() -> Vec<Row> {
+    standard_target().into_iter().map(|r| if r[0] == ch_postgres_common::int(100) { with(r, NAME, text("changed")) } else { r }).collect()
+}
+
+#[test]
+fn a_kept_row_changed_after_the_build_is_refused() {
+    let fx = standard_fixture("guard_chpg_kept");
+    one_chunk(&fx, None);
+    let what = "a kept row changed at generation.after_build";
+    let out = tampered_run(
+        &fx,
+        "generation.after_build",
+        || generation_built(&fx),
+        |_| fx.pg_exec(&format!("UPDATE {} SET name = 'changed' WHERE id = 100", fx.target_sql())),
+    );
+    assert_refused(&out, "kept_rows_changed", what);
+    assert_unpublished(&fx, &with_row_100_renamed(), what);
+    fx.finish();
+}
+
+#[test]
+fn a_kept_row_changed_after_the_intent_is_refused_by_the_publishing_transaction() {
+    let fx = standard_fixture("guard_chpg_kept_tx");
+    one_chunk(&fx, None);
+    let what = "a kept row changed at publish.before_exchange";
+    // The intent is recorded: compare_kept has passed; only the publishing
+    // transaction can see the change now.
+    let out = tampered_run(
+        &fx,
+        "publish.before_exchange",
+        || (state_of(&fx.status()) == "publishing").then_some(()),
+        |_| fx.pg_exec(&format!("UPDATE {} SET name = 'changed' WHERE id = 100", fx.target_sql())),
+    );
+    let doc = assert_refused(&out, "kept_rows_changed", what);
+    assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains("rolled back"), "{what}: refused inside the transaction: {doc:#}");
+    assert_unpublished(&fx, &with_row_100_renamed(), what);
+    fx.finish();
+}
+
+#[test]
+fn a_row_a_trigger_adds_to_the_window_fails_the_publication_verification() {
+    let fx = standard_fixture("guard_chpg_trigger");
+    one_chunk(&fx, None);
+    // A statement trigger of the target adds a row to the window whenever
+    // dpone's publishing session inserts: the window then holds more than
+    // the generation, inside the publishing transaction.
+    let extra = ch_postgres_common::pg_literal(&V::Int(999), "bigint");
+    fx.pg_exec(&format!(
+        "CREATE FUNCTION {s}.add_one() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           IF current_setting('application_name') = 'dpone publish' AND pg_trigger_depth() = 1 THEN \
+             INSERT INTO {t} (id, ts) VALUES ({extra}, '2026-09-07 12:00:00+00'); END IF; RETURN NULL; END $$; \
+         CREATE TRIGGER add_one AFTER INSERT ON {t} FOR EACH STATEMENT EXECUTE FUNCTION {s}.add_one();",
+        s = ch_postgres_common::ident(&fx.schema),
+        t = fx.target_sql()
+    ));
+    let what = "a trigger adding a window row during the publication";
+    let out = spawn_run(&fx, &[]);
+    let out = wait(out, LIMIT);
+    let doc = assert_refused(&out, "publication_verification_failed", what);
+    assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains(&format!("holds {}", window_rows() + 1)), "{what}: {doc:#}");
+    assert_unpublished(&fx, &standard_target(), what);
+    fx.finish();
+}

@@ -1,0 +1,190 @@
+//! Every guard of the PostgreSQL -> ClickHouse route fires, on real servers.
+//!
+//! A run pauses at a failpoint (`DPONE_FAILPOINT_SLEEP`), the test changes
+//! one row there by ClickHouse's own SQL, and the run must end with the
+//! documented refusal, exit 1, and the target as it was: its rows and its
+//! table UUID (the identity an `EXCHANGE` would change).
+//!
+//! - `staging.after_ack`: a staging row inserted, deleted (lightweight
+//!   `DELETE`) or changed (`ALTER TABLE ... UPDATE`, a mutation) ->
+//!   `staging_verification_failed`;
+//! - `generation.after_build`: the generation holds the kept rows (copied)
+//!   and the staging parts (hard links); a row of it inserted, deleted or
+//!   changed -> `generation_verification_failed` (a changed row keeps the
+//!   count: only the generation's digest sees it);
+//! - a kept row of the target changed after the build -> `kept_rows_changed`.
+//!
+//! `publication_verification_failed` cannot happen here: the publication
+//! is `EXCHANGE TABLES`, which makes the verified generation table itself
+//! the target, proven by its UUID (docs/recovery.md).
+
+mod guards_common;
+mod harness;
+mod pg_clickhouse_common;
+
+use dpone_core::value::Value;
+use guards_common::{assert_refused, spawn, wait, wait_until};
+use pg_clickhouse_common::{BOUNDS, Col, Fixture, INTERVAL_END, Row, TABLE, assert_same_rows, at, col, dec, int, text};
+use std::process::Output;
+use std::time::Duration;
+
+const PAUSE_MS: &str = "2000";
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn cols() -> Vec<Col> {
+    vec![
+        col("id", "bigint NOT NULL", "Int64"),
+        col("ts", "timestamptz", "Nullable(DateTime64(6, 'UTC'))"),
+        col("amount", "numeric(18,4)", "Nullable(Decimal(18, 4))"),
+        col("name", "text", "Nullable(String)"),
+    ]
+}
+
+fn row(id: i64, ts: Value) -> Row {
+    vec![int(id), ts, dec(&format!("{}.{:04}", id * 7, id % 10_000), 4), text(&format!("name {id} ✓"))]
+}
+
+fn source() -> Vec<Row> {
+    vec![
+        row(1, at(BOUNDS[0], 0)),
+        row(2, at(BOUNDS[0], 3_600_000_000)),
+        row(3, at(BOUNDS[1], 1)),
+        row(3, at(BOUNDS[1], 1)),
+        row(4, at(BOUNDS[3], -1)),
+        row(5, at(BOUNDS[3], 0)),
+    ]
+}
+
+const WINDOW_ROWS: usize = 5;
+
+fn target() -> Vec<Row> {
+    vec![row(100, at(BOUNDS[0], -1)), row(101, at(BOUNDS[3], 0)), row(102, Value::Null), row(200, at(BOUNDS[1], 0))]
+}
+
+/// The fixture with one chunk covering the window.
+fn fixture(prefix: &'static str) -> Fixture {
+    let fx = Fixture::new(prefix, cols());
+    fx.insert_source(&source());
+    fx.insert_target(&target());
+    let yaml = format!(
+        r#"kind: dpone.batch.v1
+source:
+  type: postgres
+  connection: {{connection_type: env, connection_id: PG}}
+  table: {{schema: {schema}, name: {TABLE}}}
+  options:
+    native_transfer:
+      wire: {{block_rows: 2}}
+sink:
+  type: clickhouse
+  connection: {{connection_type: env, connection_id: CH}}
+  table: {{schema: {db}, name: {TABLE}}}
+  strategy:
+    mode: replace
+    atomicity: target_atomic
+    window: {{column: ts, anchor: data_interval_end, lookback: P3D, chunk_interval: P3D}}
+runtime:
+  storage: {{work_dir: {work}}}
+"#,
+        schema = fx.schema,
+        db = fx.db,
+        work = fx.work_dir().display(),
+    );
+    std::fs::write(&fx.manifest, yaml).expect("write the manifest");
+    fx
+}
+
+fn uuid(fx: &Fixture) -> String {
+    fx.ch_scalar(&format!("SELECT toString(uuid) FROM system.tables WHERE database = '{}' AND name = '{TABLE}'", fx.db))
+}
+
+fn count(fx: &Fixture, table: &str) -> usize {
+    fx.ch_scalar(&format!("SELECT count() FROM {}.{table}", fx.db)).trim().parse().expect("a count")
+}
+
+fn owned(fx: &Fixture, prefix: &str) -> Option<String> {
+    fx.owned_tables().into_iter().find(|t| t.starts_with(prefix))
+}
+
+/// A run paused at `point`: once `ready` finds what to tamper with, `tamper` changes it.
+fn tampered_run<T>(fx: &Fixture, point: &str, mut ready: impl FnMut() -> Option<T>, tamper: impl FnOnce(T)) -> Output {
+    let env = vec![
+        ("DPONE_CONN_PG".to_string(), dpone_testkit::postgres_url()),
+        ("DPONE_CONN_CH".to_string(), fx.clickhouse_url.clone()),
+        ("DPONE_FAILPOINT_SLEEP".to_string(), format!("{point}:{PAUSE_MS}")),
+    ];
+    let m = fx.manifest.display().to_string();
+    let child = spawn(fx.dir(), &["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], &env);
+    let mut found = None;
+    wait_until(&format!("the run pauses at {point}"), LIMIT, || {
+        found = ready();
+        found.is_some()
+    });
+    tamper(found.expect("found"));
+    wait(child, LIMIT)
+}
+
+/// Inserts a row into, deletes the row with id 2 of, or changes it in `table`.
+fn tamper(fx: &Fixture, table: &str, how: &str) {
+    let t = format!("{}.{table}", fx.db);
+    match how {
+        "insert" => fx.ch_exec(&format!("INSERT INTO {t} (id, ts, amount, name) VALUES (900, '2026-09-07 01:00:00', 1, 'tampered in')")),
+        "delete" => fx.ch_exec(&format!("DELETE FROM {t} WHERE id = 2")),
+        "change" => fx.ch_exec(&format!("ALTER TABLE {t} UPDATE name = 'tampered' WHERE id = 2 SETTINGS mutations_sync = 2")),
+        other => panic!("no tamper `{other}`"),
+    }
+}
+
+fn assert_unchanged(fx: &Fixture, expected: &[Row], uuid_before: &str, what: &str) {
+    assert_same_rows(expected, &fx.target_rows(), &format!("{what}: the target's rows"));
+    assert_eq!(uuid(fx), uuid_before, "{what}: the target's identity (UUID) is unchanged");
+}
+
+#[test]
+fn a_staging_table_tampered_after_its_load_is_refused() {
+    let fx = fixture("guard_pgch_stg");
+    let uuid_before = uuid(&fx);
+    for how in ["insert", "delete", "change"] {
+        let what = format!("a staging row {how} at staging.after_ack");
+        let loaded = || owned(&fx, "_dpone_stg_").filter(|t| count(&fx, t) == WINDOW_ROWS);
+        let out = tampered_run(&fx, "staging.after_ack", loaded, |staging| tamper(&fx, &staging, how));
+        assert_refused(&out, "staging_verification_failed", &what);
+        assert_unchanged(&fx, &target(), &uuid_before, &what);
+    }
+    fx.finish();
+}
+
+#[test]
+fn a_generation_tampered_after_its_build_is_refused() {
+    let fx = fixture("guard_pgch_gen");
+    let uuid_before = uuid(&fx);
+    for how in ["insert", "delete", "change"] {
+        let what = format!("a generation row {how} at generation.after_build");
+        let out = tampered_run(&fx, "generation.after_build", || owned(&fx, "_dpone_gen_"), |generation| tamper(&fx, &generation, how));
+        assert_refused(&out, "generation_verification_failed", &what);
+        assert_unchanged(&fx, &target(), &uuid_before, &what);
+    }
+    fx.finish();
+}
+
+#[test]
+fn a_kept_row_changed_after_the_build_is_refused() {
+    let fx = fixture("guard_pgch_kept");
+    let uuid_before = uuid(&fx);
+    let what = "a kept row changed at generation.after_build";
+    let out = tampered_run(
+        &fx,
+        "generation.after_build",
+        || owned(&fx, "_dpone_gen_"),
+        |_| fx.ch_exec(&format!("ALTER TABLE {}.{TABLE} UPDATE name = 'changed' WHERE id = 100 SETTINGS mutations_sync = 2", fx.db)),
+    );
+    assert_refused(&out, "kept_rows_changed", what);
+    let expected: Vec<Row> = target().into_iter().map(|r| if r[0] == int(100) { with_name(r, "changed") } else { r }).collect();
+    assert_unchanged(&fx, &expected, &uuid_before, what);
+    fx.finish();
+}
+
+fn with_name(mut r: Row, name: &str) -> Row {
+    r[3] = text(name);
+    r
+}

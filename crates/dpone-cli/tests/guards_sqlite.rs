@@ -1,0 +1,208 @@
+//! Every guard of the SQLite -> SQLite route fires.
+//!
+//! A run pauses at a failpoint (`DPONE_FAILPOINT_SLEEP`), the test changes
+//! one row there, and the run must end with the documented refusal and
+//! exit 1:
+//!
+//! - `staging.after_ack`: a staging row inserted, deleted or changed ->
+//!   `staging_verification_failed`, target unchanged;
+//! - `generation.after_build` (a copied generation: kept + new rows): a row
+//!   inserted, deleted or changed -> `generation_verification_failed`; a
+//!   kept target row changed -> `kept_rows_changed`; target unchanged;
+//! - `publish.after_exchange` (the publishing transaction committed): a
+//!   target row changed before the published contents are re-digested ->
+//!   `publication_verification_failed`, the publication reported as
+//!   having happened (SQLite's identity is its contents; the other routes
+//!   prove the publication by a table UUID or a receipt committed with it).
+//!
+//! One chunk, so one pause covers the window.
+
+mod common;
+mod guards_common;
+
+use common::{INTERVAL_END, Row, dump, owned_tables};
+use guards_common::{assert_refused, json, spawn, wait, wait_until};
+use rusqlite::Connection;
+use rusqlite::types::Value as Sql;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const DDL: &str = "CREATE TABLE t (id INTEGER NOT NULL, ts TIMESTAMP, name TEXT)";
+const PAUSE_MS: &str = "2000";
+const LIMIT: Duration = Duration::from_secs(60);
+
+const MANIFEST: &str = r#"kind: dpone.batch.v1
+source:
+  type: sqlite
+  connection: {connection_type: params, params: {path: source.db}}
+  table: {name: t}
+  options:
+    native_transfer:
+      wire: {block_rows: 2}
+sink:
+  type: sqlite
+  connection: {connection_type: params, params: {path: target.db}}
+  table: {name: t}
+  strategy:
+    mode: replace
+    window: {column: ts, anchor: data_interval_end, lookback: P3D, chunk_interval: P3D}
+runtime:
+  storage: {work_dir: work}
+"#;
+
+fn row(id: i64, ts: Option<&str>) -> Vec<Sql> {
+    vec![Sql::Integer(id), ts.map(|t| Sql::Text(t.into())).unwrap_or(Sql::Null), Sql::Text(format!("name {id}"))]
+}
+
+/// Source: 5 rows inside the window `[2026-09-06, 2026-09-09)`, one outside.
+fn source_rows() -> Vec<Vec<Sql>> {
+    vec![
+        row(1, Some("2026-09-06 00:00:00.000000")),
+        row(2, Some("2026-09-06 12:00:00.000000")),
+        row(3, Some("2026-09-07 12:00:00.000000")),
+        row(3, Some("2026-09-07 12:00:00.000000")),
+        row(4, Some("2026-09-08 23:59:59.999999")),
+        row(5, Some("2026-09-09 00:00:00.000000")),
+    ]
+}
+
+/// Target: kept rows (before, at the end, NULL) and stale window rows.
+fn target_rows() -> Vec<Vec<Sql>> {
+    vec![
+        row(100, Some("2026-09-01 00:00:00.000000")),
+        row(101, Some("2026-09-09 00:00:00.000000")),
+        row(102, None),
+        row(200, Some("2026-09-07 00:00:00.000000")),
+    ]
+}
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    target: PathBuf,
+    manifest: String,
+}
+
+fn create_db(path: &Path, rows: &[Vec<Sql>]) {
+    let conn = Connection::open(path).expect("create database");
+    conn.execute_batch(DDL).expect("create table");
+    for r in rows {
+        conn.execute("INSERT INTO t VALUES (?1, ?2, ?3)", rusqlite::params_from_iter(r.iter())).expect("insert row");
+    }
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let dir = tmp.path().to_path_buf();
+        create_db(&dir.join("source.db"), &source_rows());
+        create_db(&dir.join("target.db"), &target_rows());
+        let manifest = dir.join("manifest.yaml");
+        std::fs::write(&manifest, MANIFEST).expect("write manifest");
+        Fixture { target: dir.join("target.db"), _tmp: tmp, dir, manifest: manifest.display().to_string() }
+    }
+
+    fn exec(&self, sql: &str) {
+        let conn = Connection::open(&self.target).expect("open the target");
+        conn.busy_timeout(Duration::from_secs(30)).expect("a busy timeout");
+        conn.execute_batch(sql).unwrap_or_else(|e| panic!("`{sql}`: {e}"));
+    }
+
+    fn count(&self, table: &str) -> usize {
+        dump(&self.target, table).len()
+    }
+
+    fn target_rows(&self) -> Vec<Row> {
+        dump(&self.target, "t")
+    }
+
+    /// A run paused at `point`: once `ready` finds what to tamper with,
+    /// `tamper` changes it; the run's output.
+    fn tampered_run<T>(&self, point: &str, mut ready: impl FnMut() -> Option<T>, tamper: impl FnOnce(T)) -> std::process::Output {
+        let pause = vec![("DPONE_FAILPOINT_SLEEP".to_string(), format!("{point}:{PAUSE_MS}"))];
+        let child = spawn(&self.dir, &["run", &self.manifest, "--interval-end", INTERVAL_END, "--format", "json"], &pause);
+        let mut found = None;
+        wait_until(&format!("the run pauses at {point}"), LIMIT, || {
+            found = ready();
+            found.is_some()
+        });
+        tamper(found.expect("found"));
+        wait(child, LIMIT)
+    }
+
+    fn owned(&self, prefix: &str) -> Option<String> {
+        owned_tables(&self.target).into_iter().find(|t| t.starts_with(prefix))
+    }
+}
+
+/// Inserts a row into, deletes one row of, or changes one row of `table`.
+fn tamper(fx: &Fixture, table: &str, how: &str) {
+    fx.exec(&match how {
+        "insert" => format!("INSERT INTO \"{table}\" (id, ts, name) VALUES (900, '2026-09-07 01:00:00.000000', 'tampered in')"),
+        "delete" => format!("DELETE FROM \"{table}\" WHERE rowid = (SELECT rowid FROM \"{table}\" WHERE id = 3 LIMIT 1)"),
+        "change" => format!("UPDATE \"{table}\" SET name = 'tampered' WHERE rowid = (SELECT rowid FROM \"{table}\" WHERE id = 2)"),
+        other => panic!("no tamper `{other}`"),
+    });
+}
+
+const WINDOW_ROWS: usize = 5;
+
+#[test]
+fn a_staging_table_tampered_after_its_load_is_refused() {
+    let fx = Fixture::new();
+    let before = fx.target_rows();
+    for how in ["insert", "delete", "change"] {
+        let what = format!("a staging row {how} at staging.after_ack");
+        let loaded = || fx.owned("_dpone_stg_").filter(|t| fx.count(t) == WINDOW_ROWS);
+        let out = fx.tampered_run("staging.after_ack", loaded, |staging| tamper(&fx, &staging, how));
+        assert_refused(&out, "staging_verification_failed", &what);
+        assert_eq!(fx.target_rows(), before, "{what}: the target is unchanged");
+    }
+}
+
+#[test]
+fn a_generation_tampered_after_its_build_is_refused() {
+    let fx = Fixture::new();
+    let before = fx.target_rows();
+    for how in ["insert", "delete", "change"] {
+        let what = format!("a generation row {how} at generation.after_build");
+        let out = fx.tampered_run("generation.after_build", || fx.owned("_dpone_gen_"), |generation| tamper(&fx, &generation, how));
+        assert_refused(&out, "generation_verification_failed", &what);
+        assert_eq!(fx.target_rows(), before, "{what}: the target is unchanged");
+    }
+}
+
+#[test]
+fn a_kept_row_changed_after_the_build_is_refused() {
+    let fx = Fixture::new();
+    let what = "a kept row changed at generation.after_build";
+    let out = fx.tampered_run(
+        "generation.after_build",
+        || fx.owned("_dpone_gen_"),
+        |_| fx.exec("UPDATE t SET name = 'changed by another writer' WHERE id = 100"),
+    );
+    assert_refused(&out, "kept_rows_changed", what);
+    let mut expected: Vec<Vec<Sql>> = target_rows();
+    expected[0][2] = Sql::Text("changed by another writer".into());
+    let conn = Connection::open_in_memory().unwrap();
+    conn.execute_batch(DDL).unwrap();
+    for r in &expected {
+        conn.execute("INSERT INTO t VALUES (?1, ?2, ?3)", rusqlite::params_from_iter(r.iter())).unwrap();
+    }
+    assert_eq!(fx.target_rows(), common::dump_conn(&conn, "t"), "{what}: the target holds only the other writer's change");
+}
+
+#[test]
+fn a_target_changed_right_after_the_publication_fails_its_verification() {
+    let fx = Fixture::new();
+    let what = "a target row changed at publish.after_exchange";
+    // Published: the window's stale row 200 is gone and the new rows are in.
+    let published = || (fx.count("t") == 3 + WINDOW_ROWS && !fx.target_rows().iter().any(|r| r[0] == "int:200")).then_some(());
+    let out = fx.tampered_run("publish.after_exchange", published, |_| fx.exec("UPDATE t SET name = 'changed' WHERE id = 4"));
+    let doc = json(&out);
+    assert!(
+        out.status.code() == Some(1) && doc["error_code"] == "publication_verification_failed" && doc["publication"] == "published",
+        "{what}: expected exit 1, publication_verification_failed, the publication reported as done:\n{}",
+        guards_common::describe(&out)
+    );
+}

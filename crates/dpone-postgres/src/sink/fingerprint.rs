@@ -1,0 +1,194 @@
+//! Server-side fingerprints: what ties the rows a PostgreSQL publication
+//! inserts, and the target rows it keeps, to what was verified.
+//!
+//! A fingerprint is a row count and the exact (`numeric`) sum of a 64-bit
+//! hash of each row's text, `hashtextextended(ROW(c1, ...)::text, 0)`, under
+//! fixed session settings ([`SESSION`]) so that a value's text never depends
+//! on the session. Like the digest it ignores order and keeps multiplicity;
+//! unlike it, the server computes it in one scan and no row leaves the
+//! server. Summed 64-bit hashes are weaker evidence than the SHA-256 digest:
+//! enough to see an accidental or concurrent change, not a forgery.
+//!
+//! Fingerprints are recorded as comments on dpone's own relations, so they
+//! live and go with them:
+//!
+//! - a staging table's, when `inspect` verifies it, in the same snapshot as
+//!   the digest read back (the rows the digest verified);
+//! - a generation's, when it is built: the sum of its staging tables'
+//!   recorded fingerprints (not a new scan: what was verified, not what the
+//!   tables hold now) and, for a window, the fingerprint of the target's
+//!   rows outside it at that moment (the kept rows).
+//!
+//! The publishing transaction recomputes both under its lock and refuses
+//! to commit unless they are equal (`sink/transaction.rs`).
+
+use crate::error::classify;
+use dpone_core::ports::{AdapterError, Contents, Result};
+use std::collections::BTreeMap;
+use tokio_postgres::GenericClient;
+
+/// Session settings every fingerprint is computed under (`ROW(...)::text`
+/// of a timestamptz, a float or a bytea depends on them).
+pub(super) const SESSION: &str = "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'postgres'; \
+     SET extra_float_digits = 1; SET bytea_output = 'hex'";
+
+/// What a comment starts with when dpone recorded a fingerprint in it.
+const TAG: &str = "dpone fingerprint v1:";
+
+/// Row count and sum of row hashes of a multiset of rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Fingerprint {
+    pub rows: u64,
+    pub sum: i128,
+}
+
+impl std::fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} rows, hash sum {}", self.rows, self.sum)
+    }
+}
+
+impl Fingerprint {
+    /// Multiset union (None on an overflow no real table reaches).
+    fn plus(self, other: Fingerprint) -> Option<Fingerprint> {
+        Some(Fingerprint { rows: self.rows.checked_add(other.rows)?, sum: self.sum.checked_add(other.sum)? })
+    }
+
+    /// A lower bound of the number of row groups whose multiplicity differs
+    /// between the two multisets (0 exactly when the fingerprints are equal):
+    /// a count difference of n is at least n groups; equal counts with other
+    /// sums mean at least one row was replaced by another (two groups).
+    pub(crate) fn differing_groups(&self, other: &Fingerprint) -> u64 {
+        match (self == other, self.rows.abs_diff(other.rows)) {
+            (true, _) => 0,
+            (false, 0) => 2,
+            (false, n) => n,
+        }
+    }
+}
+
+/// `SELECT count, sum` of the fingerprint of `columns` (a quoted list) over
+/// `from` (a relation, or a CTE name), restricted by `filter` (SQL).
+pub(super) fn select_sql(columns: &str, from: &str, filter: Option<&str>) -> String {
+    let filter = filter.map(|f| format!(" WHERE {f}")).unwrap_or_default();
+    format!("SELECT count(*)::int8, coalesce(sum(hashtextextended(ROW({columns})::text, 0)), 0)::text FROM {from}{filter}")
+}
+
+/// Runs a query built by [`select_sql`] (or ending in the same two columns).
+pub(super) async fn query(client: &impl GenericClient, sql: &str, what: &str) -> Result<Fingerprint> {
+    let row = client.query_one(sql, &[]).await.map_err(|e| classify(what, e))?;
+    let (rows, sum): (i64, String) = (row.get(0), row.get(1));
+    let sum = sum.parse().map_err(|_| AdapterError::internal(format!("{what}: the hash sum `{sum}` is not an integer")))?;
+    Ok(Fingerprint { rows: rows as u64, sum })
+}
+
+/// The fingerprints recorded on a relation, by name (`window`, `kept`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Recorded(BTreeMap<String, Fingerprint>);
+
+impl Recorded {
+    pub(crate) fn get(&self, name: &str) -> Option<Fingerprint> {
+        self.0.get(name).copied()
+    }
+
+    pub(crate) fn with(mut self, name: &str, fp: Fingerprint) -> Self {
+        self.0.insert(name.to_string(), fp);
+        self
+    }
+
+    /// The comment text: `dpone fingerprint v1: window=12:-345 kept=3:77`.
+    pub(crate) fn to_comment(&self) -> String {
+        let parts: Vec<String> = self.0.iter().map(|(k, f)| format!("{k}={}:{}", f.rows, f.sum)).collect();
+        format!("{TAG} {}", parts.join(" "))
+    }
+
+    /// Parses a comment written by [`Recorded::to_comment`]; None for any other text.
+    pub(crate) fn parse(comment: &str) -> Option<Recorded> {
+        let body = comment.strip_prefix(TAG)?;
+        let mut out = BTreeMap::new();
+        for part in body.split_whitespace() {
+            let (name, value) = part.split_once('=')?;
+            let (rows, sum) = value.split_once(':')?;
+            out.insert(name.to_string(), Fingerprint { rows: rows.parse().ok()?, sum: sum.parse().ok()? });
+        }
+        Some(Recorded(out))
+    }
+}
+
+/// The fingerprints recorded on `relation` (quoted, qualified), if any.
+pub(super) async fn recorded(client: &impl GenericClient, relation: &str) -> Result<Option<Recorded>> {
+    let comment: Option<String> = client
+        .query_one("SELECT obj_description(to_regclass($1), 'pg_class')", &[&relation])
+        .await
+        .map_err(|e| classify("reading a recorded fingerprint", e))?
+        .get(0);
+    Ok(comment.as_deref().and_then(Recorded::parse))
+}
+
+/// Records `fps` on `relation` (a table or a view, quoted and qualified).
+pub(super) async fn record(client: &impl GenericClient, relation: &str, kind: &str, fps: &Recorded) -> Result<()> {
+    let sql = format!("COMMENT ON {kind} {relation} IS {}", crate::source::quote_literal(&fps.to_comment()));
+    client.batch_execute(&sql).await.map_err(|e| classify("recording a fingerprint", e))
+}
+
+/// The sum of the `window` fingerprints recorded on `stagings` (quoted,
+/// qualified) when they were verified; an error names one without.
+pub(super) async fn sum_of_verified(client: &impl GenericClient, stagings: &[String]) -> Result<Fingerprint> {
+    let mut total = Fingerprint::default();
+    for s in stagings {
+        let fp = recorded(client, s).await?.and_then(|r| r.get("window")).ok_or_else(|| {
+            AdapterError::verification(
+                "generation_verification_failed",
+                format!("staging table {s} carries no fingerprint of its verification"),
+            )
+            .hint("a staging table is verified (inspected) before a generation uses it; abandon the run and rerun")
+        })?;
+        total = total.plus(fp).ok_or_else(|| AdapterError::internal("fingerprint sum overflow"))?;
+    }
+    Ok(total)
+}
+
+impl super::PostgresTarget {
+    /// Verifies a staging table: its digest read back by binary COPY and
+    /// its fingerprint, in one snapshot; the fingerprint is recorded on it.
+    pub(super) async fn inspect_staging(&self, name: &str) -> Result<Contents> {
+        let table = self.owned_sql(name);
+        let client = self.connect().await?;
+        let begin = format!("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; {SESSION}");
+        client.batch_execute(&begin).await.map_err(|e| classify("verifying a staging table", e))?;
+        let fp = query(&client, &select_sql(&self.column_list()?, &table, None), "fingerprinting a staging table").await?;
+        let contents = self.read_back(&client, &table, None).await?;
+        client.batch_execute("COMMIT").await.map_err(|e| classify("verifying a staging table", e))?;
+        if fp.rows != contents.rows {
+            return Err(AdapterError::internal(format!("one snapshot of {table} counted {} and {} rows", fp.rows, contents.rows)));
+        }
+        // Recorded after the snapshot: a change made since is what the
+        // publishing transaction will see, and refuse.
+        record(&client, &table, "TABLE", &Recorded::default().with("window", fp)).await?;
+        Ok(contents)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comments_round_trip_and_other_text_is_not_a_record() {
+        let r = Recorded::default()
+            .with("window", Fingerprint { rows: 12, sum: -345 })
+            .with("kept", Fingerprint { rows: 0, sum: i128::from(i64::MAX) * 3 });
+        assert_eq!(Recorded::parse(&r.to_comment()), Some(r));
+        assert_eq!(Recorded::parse("dpone backup of x"), None);
+        assert_eq!(Recorded::parse("dpone fingerprint v1: window=1"), None);
+    }
+
+    #[test]
+    fn differing_groups_is_a_lower_bound_and_zero_only_for_equal_fingerprints() {
+        let a = Fingerprint { rows: 5, sum: 10 };
+        assert_eq!(a.differing_groups(&a), 0);
+        assert_eq!(a.differing_groups(&Fingerprint { rows: 5, sum: 11 }), 2, "a replaced row: its old and new groups");
+        assert_eq!(a.differing_groups(&Fingerprint { rows: 6, sum: 17 }), 1, "one more row");
+        assert_eq!(a.differing_groups(&Fingerprint { rows: 2, sum: 10 }), 3);
+    }
+}

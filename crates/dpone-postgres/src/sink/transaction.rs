@@ -1,0 +1,242 @@
+//! The publishing transaction of a PostgreSQL target, and the lock that
+//! makes its outcome judgeable.
+//!
+//! One SERIALIZABLE transaction, one statement at a time:
+//!
+//! 1. `LOCK TABLE target IN SHARE ROW EXCLUSIVE MODE`, before any query
+//!    takes the snapshot: writers outside dpone (READ COMMITTED ones
+//!    included, which serializable isolation does not see) wait until the
+//!    publication commits, and none that committed before is missed;
+//! 2. the fingerprint of the target's rows outside the window must still be
+//!    the one recorded when the generation was built (`kept_rows_changed`);
+//! 3. `DELETE` the window (`TRUNCATE` for a full refresh) and `INSERT` the
+//!    generation, fingerprinting the inserted rows as they are returned:
+//!    they must be the verified rows (`generation_verification_failed`);
+//!    a partition swap fingerprints the generation table under an
+//!    exclusive lock instead, then detaches, renames and attaches;
+//! 4. the window (or the whole table) must now hold exactly the inserted
+//!    rows' count (`publication_verification_failed`, e.g. a trigger that
+//!    added rows);
+//! 5. the receipt naming the generation, then `COMMIT`.
+//!
+//! Before the transaction the publishing session takes a session-level
+//! advisory lock of the target, which the server releases only when that
+//! session ends. Whoever judges a publication from the receipts
+//! ([`PostgresTarget::wait_for_publishers`]) waits for it first: a
+//! publication whose client died (kill -9) while the server still runs it
+//! has then committed or rolled back, and cannot commit after the verdict.
+//!
+//! Outcomes: an error before `COMMIT` was sent, or a server error answering
+//! it (a serialization failure, a deferred constraint), is a definite
+//! rollback and is returned as such; only a `COMMIT` whose answer was lost
+//! is `outcome_unknown`, judged by the receipt.
+
+use super::fingerprint::{self, Fingerprint, SESSION, query, select_sql};
+use super::{PostgresTarget, filter_sql, ts_literal};
+use crate::error::classify;
+use crate::source::{quote_ident, quote_literal};
+use dpone_core::ports::{AdapterError, PublicationOutcome, Result, RowFilter};
+use tokio_postgres::{Client, IsolationLevel, Transaction};
+
+/// How long a publication waits for a lock (the target's, or another
+/// publishing session's), and a verdict for an earlier publishing session.
+pub(super) const LOCK_WAIT: &str = "300s";
+
+/// The advisory lock key of a target (`hashtextextended` of this text).
+fn lock_text(target_sql: &str) -> String {
+    format!("dpone publication of {target_sql}")
+}
+
+fn rolled_back(e: AdapterError) -> AdapterError {
+    AdapterError { message: format!("the publishing transaction was rolled back: {}", e.message), ..e }
+}
+
+impl PostgresTarget {
+    /// Waits until no publishing session of this target is running (one
+    /// whose client died included), so that a receipt read afterwards is
+    /// final. `client` must not be inside a transaction.
+    pub(super) async fn wait_for_publishers(&self, client: &Client) -> Result<()> {
+        let key = lock_text(&self.target_sql());
+        let free: bool = client
+            .query_one("SELECT pg_try_advisory_lock_shared(hashtextextended($1, 0))", &[&key])
+            .await
+            .map_err(|e| classify("checking for a running publication", e))?
+            .get(0);
+        if !free {
+            tracing::info!("waiting for an earlier publishing transaction of this target to end");
+            client
+                .batch_execute(&format!("SET lock_timeout = '{LOCK_WAIT}'"))
+                .await
+                .map_err(|e| classify("waiting for a running publication", e))?;
+            client.query_one("SELECT pg_advisory_lock_shared(hashtextextended($1, 0))", &[&key]).await.map_err(|e| {
+                let mut err = classify("waiting for a running publication", e);
+                err.hint = Some("an earlier publishing session of this target is still running; run again once it ended".into());
+                err
+            })?;
+        }
+        client
+            .query_one("SELECT pg_advisory_unlock_shared(hashtextextended($1, 0))", &[&key])
+            .await
+            .map_err(|e| classify("checking for a running publication", e))?;
+        Ok(())
+    }
+
+    /// The publishing transaction (see the module docs).
+    pub(super) async fn publish_in_transaction(
+        &self,
+        generation: &str,
+        keep: Option<&RowFilter>,
+        backup: &str,
+    ) -> Result<PublicationOutcome> {
+        let mut client = self.connect().await?;
+        let setup = format!("SET application_name = 'dpone publish'; SET lock_timeout = '{LOCK_WAIT}'; {SESSION}");
+        client.batch_execute(&setup).await.map_err(|e| classify("preparing the publication", e))?;
+        let recorded = fingerprint::recorded(&client, &self.owned_sql(generation)).await?.unwrap_or_default();
+        let expected = recorded.get("window").ok_or_else(|| {
+            AdapterError::verification("generation_verification_failed", format!("the generation {generation} carries no fingerprint"))
+                .hint("abandon the run and rerun: the generation was not built by this version of dpone")
+        })?;
+        client
+            .query_one("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&lock_text(&self.target_sql())])
+            .await
+            .map_err(|e| classify("waiting for another publication of this target", e))?;
+        let swap = self.swap_partition(keep).await?.cloned();
+        let tx = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::Serializable)
+            .start()
+            .await
+            .map_err(|e| classify("starting the publication", e))?;
+        let statements = async {
+            tx.batch_execute(&format!("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE", self.target_sql()))
+                .await
+                .map_err(|e| classify("locking the target", e))?;
+            if let Some(k) = keep {
+                self.check_kept(&tx, k, recorded.get("kept")).await?;
+            }
+            let inserted = match &swap {
+                Some(p) => self.swap_in(&tx, generation, p, backup).await?,
+                None => self.replace_in(&tx, generation, keep).await?,
+            };
+            if inserted != expected {
+                return Err(AdapterError::verification(
+                    "generation_verification_failed",
+                    format!("the generation {generation} holds {inserted}, but its verified staging held {expected}"),
+                )
+                .hint("someone changed dpone's staging or generation tables; nothing was published; abandon the run and rerun"));
+            }
+            self.check_published(&tx, keep, inserted.rows).await?;
+            let receipt = format!("INSERT INTO {} (target, generation, rows) VALUES ($1, $2, $3)", self.receipts_sql());
+            tx.execute(&receipt, &[&self.target_sql(), &generation, &(inserted.rows as i64)])
+                .await
+                .map_err(|e| classify("writing the receipt", e))?;
+            Ok::<(), AdapterError>(())
+        };
+        // Nothing was committed: whatever failed, the transaction rolls back.
+        statements.await.map_err(rolled_back)?;
+        match tx.commit().await {
+            Ok(()) => Ok(PublicationOutcome::Published),
+            // The server answered COMMIT with an error: it rolled back
+            // (a serialization failure, a deferred constraint), unless the
+            // answer is the session's own end, which may follow a commit.
+            Err(e) if e.code().is_some_and(|c| !c.code().starts_with("08") && !c.code().starts_with("57")) => {
+                let mut err = rolled_back(classify("committing the publication", e));
+                err.hint = Some("nothing was published; run the same command again".into());
+                Err(err)
+            }
+            Err(e) => Err(AdapterError::indeterminate(
+                "outcome_unknown",
+                format!("the publishing transaction's outcome is unknown: {}", classify("committing the publication", e).message),
+            )),
+        }
+    }
+
+    /// The kept rows' fingerprint, recomputed under the lock, must be the one
+    /// recorded with the generation.
+    async fn check_kept(&self, tx: &Transaction<'_>, keep: &RowFilter, recorded: Option<Fingerprint>) -> Result<()> {
+        let recorded = recorded.ok_or_else(|| AdapterError::internal("the generation carries no fingerprint of the kept rows"))?;
+        let filter = filter_sql(&RowFilter { inside: false, ..keep.clone() });
+        let now = query(tx, &select_sql(&self.column_list()?, &self.target_sql(), Some(&filter)), "fingerprinting the kept rows").await?;
+        if now != recorded {
+            return Err(AdapterError::verification(
+                "kept_rows_changed",
+                format!("the target's rows outside the window changed since the generation was built: {now}, then {recorded}"),
+            )
+            .hint("another writer changed the target during the run; nothing was published; run again"));
+        }
+        Ok(())
+    }
+
+    /// DELETE the window (TRUNCATE everything) and INSERT the generation;
+    /// the fingerprint of the inserted rows.
+    async fn replace_in(&self, tx: &Transaction<'_>, generation: &str, keep: Option<&RowFilter>) -> Result<Fingerprint> {
+        let (list, t) = (self.column_list()?, self.target_sql());
+        let remove = match keep {
+            Some(k) => format!("DELETE FROM {t} WHERE {}", filter_sql(&RowFilter { inside: true, ..k.clone() })),
+            None => format!("TRUNCATE {t}"),
+        };
+        tx.batch_execute(&remove).await.map_err(|e| classify("removing the window", e))?;
+        let insert = format!(
+            "WITH inserted AS (INSERT INTO {t} ({list}) SELECT {list} FROM {} RETURNING {list}) {}",
+            self.owned_sql(generation),
+            select_sql(&list, "inserted", None)
+        );
+        query(tx, &insert, "inserting the generation").await
+    }
+
+    /// Swaps the window's partition for the generation table; the
+    /// generation's fingerprint, taken under an exclusive lock first.
+    async fn swap_in(&self, tx: &Transaction<'_>, generation: &str, p: &super::SwapPartition, backup: &str) -> Result<Fingerprint> {
+        let gen_sql = self.owned_sql(generation);
+        tx.batch_execute(&format!("LOCK TABLE {gen_sql} IN ACCESS EXCLUSIVE MODE"))
+            .await
+            .map_err(|e| classify("locking the generation", e))?;
+        let fp = query(tx, &select_sql(&self.column_list()?, &gen_sql, None), "fingerprinting the generation").await?;
+        let old = format!("{}.{}", quote_ident(&p.schema), quote_ident(&p.name));
+        // The partition's own comment goes with its name to the new partition.
+        let comment: Option<String> = tx
+            .query_one("SELECT obj_description(to_regclass($1), 'pg_class')", &[&old])
+            .await
+            .map_err(|e| classify("reading the partition's comment", e))?
+            .get(0);
+        let set_schema = if p.schema != self.staging_schema {
+            format!("ALTER TABLE {gen_sql} SET SCHEMA {};", quote_ident(&p.schema))
+        } else {
+            String::new()
+        };
+        let sql = format!(
+            "ALTER TABLE {t} DETACH PARTITION {old}; ALTER TABLE {old} RENAME TO {bak}; COMMENT ON TABLE {sch}.{bak} IS {backup_comment}; \
+             {set_schema} ALTER TABLE {sch}.{gen} RENAME TO {name}; ALTER TABLE {t} ATTACH PARTITION {old} FOR VALUES FROM ({lo}) TO ({hi}); \
+             ALTER TABLE {old} DROP CONSTRAINT _dpone_bound; COMMENT ON TABLE {old} IS {comment};",
+            t = self.target_sql(),
+            bak = quote_ident(backup),
+            sch = quote_ident(&p.schema),
+            gen = quote_ident(generation),
+            backup_comment = quote_literal(&format!("dpone backup of {}", self.target_sql())),
+            name = quote_ident(&p.name),
+            lo = ts_literal(p.start),
+            hi = ts_literal(p.end),
+            comment = comment.as_deref().map(quote_literal).unwrap_or_else(|| "NULL".into()),
+        );
+        tx.batch_execute(&sql).await.map_err(|e| classify("swapping the partition", e))?;
+        Ok(fp)
+    }
+
+    /// The window (everything, for a full refresh) holds exactly the rows
+    /// just inserted: nothing else slipped in.
+    async fn check_published(&self, tx: &Transaction<'_>, keep: Option<&RowFilter>, inserted: u64) -> Result<()> {
+        let mut sql = format!("SELECT count(*) FROM {}", self.target_sql());
+        if let Some(k) = keep {
+            sql.push_str(&format!(" WHERE {}", filter_sql(&RowFilter { inside: true, ..k.clone() })));
+        }
+        let now: i64 = tx.query_one(&sql, &[]).await.map_err(|e| classify("counting the published window", e))?.get(0);
+        if now as u64 != inserted {
+            return Err(AdapterError::verification(
+                "publication_verification_failed",
+                format!("after inserting {inserted} rows the published window holds {now}"),
+            )
+            .hint("something besides dpone wrote into the window inside the publishing transaction (a trigger or rule of the target?)"));
+        }
+        Ok(())
+    }
+}

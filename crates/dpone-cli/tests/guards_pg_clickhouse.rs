@@ -124,6 +124,13 @@ fn tampered_run<T>(fx: &Fixture, point: &str, mut ready: impl FnMut() -> Option<
     wait(child, LIMIT)
 }
 
+/// The generation once it holds all its rows (3 kept + the window's): the
+/// table exists before its rows are copied and attached, so only then is
+/// the run paused after the build.
+fn built(fx: &Fixture) -> Option<String> {
+    owned(fx, "_dpone_gen_").filter(|g| count(fx, g) == 3 + WINDOW_ROWS)
+}
+
 /// Inserts a row into, deletes the row with id 2 of, or changes it in `table`.
 fn tamper(fx: &Fixture, table: &str, how: &str) {
     let t = format!("{}.{table}", fx.db);
@@ -160,7 +167,7 @@ fn a_generation_tampered_after_its_build_is_refused() {
     let uuid_before = uuid(&fx);
     for how in ["insert", "delete", "change"] {
         let what = format!("a generation row {how} at generation.after_build");
-        let out = tampered_run(&fx, "generation.after_build", || owned(&fx, "_dpone_gen_"), |generation| tamper(&fx, &generation, how));
+        let out = tampered_run(&fx, "generation.after_build", || built(&fx), |generation| tamper(&fx, &generation, how));
         assert_refused(&out, "generation_verification_failed", &what);
         assert_unchanged(&fx, &target(), &uuid_before, &what);
     }
@@ -175,7 +182,7 @@ fn a_kept_row_changed_after_the_build_is_refused() {
     let out = tampered_run(
         &fx,
         "generation.after_build",
-        || owned(&fx, "_dpone_gen_"),
+        || built(&fx),
         |_| fx.ch_exec(&format!("ALTER TABLE {}.{TABLE} UPDATE name = 'changed' WHERE id = 100 SETTINGS mutations_sync = 2", fx.db)),
     );
     assert_refused(&out, "kept_rows_changed", what);

@@ -171,8 +171,12 @@ fn null_window_values_duplicates_and_an_empty_window() {
     fx.finish();
 }
 
-/// Runs in the background, paused after the generation is verified.
+/// Runs in the background, paused for 8 s at `point`.
 fn run_paused(fx: &Fixture, point: &str) -> std::process::Child {
+    run_paused_for(fx, point, 8_000)
+}
+
+fn run_paused_for(fx: &Fixture, point: &str, ms: u64) -> std::process::Child {
     let m = fx.manifest.display().to_string();
     let pg = dpone_testkit::postgres_url();
     std::process::Command::new(harness::DPONE)
@@ -180,21 +184,24 @@ fn run_paused(fx: &Fixture, point: &str) -> std::process::Child {
         .current_dir(fx.dir())
         .env("DPONE_CONN_PG", &pg)
         .env("DPONE_CONN_CH", &fx.clickhouse_url)
-        .env("DPONE_FAILPOINT_SLEEP", format!("{point}:4000"))
+        .env("DPONE_FAILPOINT_SLEEP", format!("{point}:{ms}"))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("start dpone")
 }
 
-fn wait_for_generation(fx: &Fixture) -> String {
+/// Waits until the generation holds all its `rows` (it exists before its
+/// partitions are linked and its chunks attached): the run is then paused.
+fn wait_for_generation(fx: &Fixture, rows: usize) -> String {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        if let Some(g) = fx.owned_tables().into_iter().find(|t| t.starts_with("_dpone_gen_")) {
-            std::thread::sleep(Duration::from_millis(800));
+        if let Some(g) = fx.owned_tables().into_iter().find(|t| t.starts_with("_dpone_gen_"))
+            && fx.ch_scalar(&format!("SELECT count() FROM {}.{g}", fx.db)) == rows.to_string()
+        {
             return g;
         }
-        assert!(std::time::Instant::now() < deadline, "the generation never appeared");
+        assert!(std::time::Instant::now() < deadline, "the generation never held its {rows} rows");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -204,7 +211,7 @@ fn a_background_merge_between_build_and_exchange_is_accepted() {
     let fx = fixture("pgch_part_merge", Some("toYYYYMMDD(ts)"), false);
     let (before, src) = seed(&fx, &[]);
     let child = run_paused(&fx, "generation.after_build");
-    wait_for_generation(&fx);
+    wait_for_generation(&fx, expected_after_replace(&before, &src, TS).len());
     fx.ch_exec(&format!("OPTIMIZE TABLE {}.{TABLE} PARTITION ID '20260810' FINAL", fx.db));
     let out = child.wait_with_output().expect("dpone ends");
     assert!(out.status.success(), "a merge outside the window must not refuse the run:\n{}", String::from_utf8_lossy(&out.stderr));
@@ -215,10 +222,10 @@ fn a_background_merge_between_build_and_exchange_is_accepted() {
 #[test]
 fn a_concurrent_insert_outside_the_window_refuses_the_publication() {
     let fx = fixture("pgch_part_race", Some("toYYYYMMDD(ts)"), false);
-    seed(&fx, &[]);
+    let (before, src) = seed(&fx, &[]);
     let uuid = fx.ch_scalar(&format!("SELECT uuid FROM system.tables WHERE database = '{}' AND name = '{TABLE}'", fx.db));
     let child = run_paused(&fx, "generation.after_build");
-    wait_for_generation(&fx);
+    wait_for_generation(&fx, expected_after_replace(&before, &src, TS).len());
     let late = row(77, Some(at("2026-08-15T03:00:00Z", 0)), "written during the run");
     fx.insert_target(std::slice::from_ref(&late));
     let with_late = fx.target_rows();
@@ -264,7 +271,7 @@ fn an_unpartitioned_target_is_copied_whole_and_the_plan_says_so() {
     let text = fx.dpone(&["plan", &fx.manifest.display().to_string(), "--interval-end", INTERVAL_END]);
     assert!(text.stdout.contains("not partitioned by an expression of `ts`"), "the plan says why in words:\n{}", text.stdout);
     let ev = run_and_check(&fx, &before, &src, "an unpartitioned target");
-    assert_eq!(ev["generation"]["verified_by"], "counts_kept_digest_linked_chunks");
+    assert_eq!(ev["generation"]["verified_by"], "digest", "an unpartitioned generation is digested whole");
     fx.finish();
 }
 
@@ -281,4 +288,47 @@ fn a_generation_that_would_not_fit_the_disk_is_refused_before_any_write() {
     assert_same_rows(&before, &fx.target_rows(), "nothing written");
     assert!(fx.owned_tables().is_empty(), "no table created: {:?}", fx.owned_tables());
     fx.finish();
+}
+
+/// A linked generation changed while the run is paused after its build is
+/// refused: a window row by the window's digest, a linked history row by
+/// the kept-row check (its parts no longer match the target's).
+#[test]
+fn a_partition_linked_generation_changed_after_its_build_is_refused() {
+    for (what, change) in [
+        ("a window row", "UPDATE v = 'tampered' IN PARTITION ID '20260907' WHERE id = 2"),
+        ("a linked history row", "UPDATE v = 'tampered' IN PARTITION ID '20260801' WHERE id = 1000"),
+    ] {
+        let fx = fixture("pgch_part_tamper", Some("toYYYYMMDD(ts)"), false);
+        let (before, src) = seed(&fx, &[]);
+        let uuid = fx.ch_scalar(&format!("SELECT uuid FROM system.tables WHERE database = '{}' AND name = '{TABLE}'", fx.db));
+        // A mutation waits for ClickHouse's background pool (seconds on a
+        // busy machine): the pause must outlast it for the test to mean
+        // anything, so it is long and the mutation's duration is checked.
+        const PAUSE_MS: u64 = 15_000;
+        let child = run_paused_for(&fx, "generation.after_build", PAUSE_MS);
+        let generation = wait_for_generation(&fx, expected_after_replace(&before, &src, TS).len());
+        let t = std::time::Instant::now();
+        fx.ch_exec(&format!("ALTER TABLE {}.{generation} {change} SETTINGS mutations_sync = 2", fx.db));
+        assert!(
+            t.elapsed() < Duration::from_millis(PAUSE_MS - 5_000),
+            "{what}: the mutation took {:?}, longer than the pause",
+            t.elapsed()
+        );
+        let out = child.wait_with_output().expect("dpone ends");
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{what}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+        let code = doc["error_code"].as_str().unwrap_or_default().to_string();
+        assert!(["generation_verification_failed", "kept_rows_changed"].contains(&code.as_str()), "{what}: {doc}");
+        assert_same_rows(&before, &fx.target_rows(), &format!("{what}: the target is unchanged"));
+        let after = fx.ch_scalar(&format!("SELECT uuid FROM system.tables WHERE database = '{}' AND name = '{TABLE}'", fx.db));
+        assert_eq!(after, uuid, "{what}: no EXCHANGE happened");
+        fx.finish();
+    }
 }

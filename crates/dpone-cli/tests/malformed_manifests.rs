@@ -325,7 +325,7 @@ fn manifest_cases() -> Vec<Case> {
         case("missing_source", w.remove("source"), "missing_key", "source"),
         case("missing_sink", w.remove("sink"), "missing_key", "sink"),
         case("missing_source_type", w.remove("source.type"), "missing_key", "source.type"),
-        case("missing_sink_connection", w.remove("sink.connection"), "missing_key", "sink.connection"),
+        case("missing_sink_connection", w.remove("sink.connection"), "missing_key", "sink.connection_id"),
         case("missing_source_table", w.remove("source.table"), "missing_key", "source.table"),
         case("missing_sink_table_name", w.set_quiet("sink.table", "{schema: main}"), "missing_key", "sink.table.name"),
         case("missing_connection_type", w.remove("source.connection.connection_type"), "missing_key", "source.connection.connection_type"),
@@ -334,7 +334,12 @@ fn manifest_cases() -> Vec<Case> {
         case("missing_window_column", w.remove(&win("column")), "missing_key", "sink.strategy.window.column"),
         case("missing_window_anchor", w.remove(&win("anchor")), "missing_key", "sink.strategy.window.anchor"),
         case("missing_window_lookback", w.remove(&win("lookback")), "missing_key", "sink.strategy.window.lookback"),
-        case("missing_window_chunk_interval", w.remove(&win("chunk_interval")), "missing_key", "sink.strategy.window.chunk_interval"),
+        case(
+            "empty_window_chunk_interval",
+            w.set(&win("chunk_interval"), "\"\""),
+            "invalid_duration",
+            "sink.strategy.window.chunk_interval",
+        ),
         case("missing_chunking_mode", w.remove(&chunking("mode")), "missing_key", "source.options.native_transfer.execution.chunking.mode"),
         case("missing_pg_source_table", pg.remove("source.table"), "missing_key", "source.table"),
         // Unknown keys at several depths, with did-you-mean hints.
@@ -545,7 +550,7 @@ fn manifest_cases() -> Vec<Case> {
         ),
         case(
             "connection_id_bad_characters",
-            ch.set("sink.connection.connection_id", "pg-discard"),
+            ch.set("sink.connection.connection_id", "pg/discard"),
             "invalid_value",
             "sink.connection.connection_id",
         ),

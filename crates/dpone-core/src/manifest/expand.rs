@@ -78,17 +78,18 @@ fn record(node: &Node, path: &str, file: &str, origins: &mut Origins) {
 }
 
 /// The original's `deep_merge`: mapping into mapping recursively, anything
-/// else replaced by the later layer.
+/// else replaced by the later layer. A merged mapping keeps the place of
+/// the layer that introduced it (where a missing key is reported); each
+/// value keeps the place of the layer it came from.
 fn merge(base: &mut Node, over: &Node, path: &str, file: &str, origins: &mut Origins) {
     if let (Value::Map(bm), Value::Map(om)) = (&mut base.value, &over.value) {
-        origins.insert(path.to_string(), file.to_string());
-        base.line = over.line;
-        base.column = over.column;
         for (k, v) in om {
             let (cp, cf) = (join(path, &k.name), join(file, &k.name));
             match bm.iter_mut().find(|(bk, _)| bk.name == k.name) {
                 Some((bk, bv)) => {
-                    *bk = k.clone();
+                    if !matches!((&bv.value, &v.value), (Value::Map(_), Value::Map(_))) {
+                        *bk = k.clone();
+                    }
                     merge(bv, v, &cp, &cf, origins);
                 }
                 None => {
@@ -114,7 +115,9 @@ fn merge_root(tree: &mut Node, over: Option<&Node>, file: &str, origins: &mut Or
         let cf = join(file, &k.name);
         match root.iter_mut().find(|(rk, _)| rk.name == k.name) {
             Some((rk, rv)) => {
-                *rk = k.clone();
+                if !matches!((&rv.value, &v.value), (Value::Map(_), Value::Map(_))) {
+                    *rk = k.clone();
+                }
                 merge(rv, v, &k.name, &cf, origins);
             }
             None => {
@@ -182,17 +185,22 @@ pub(crate) fn batch(root: &Node, input: &ExpandInput, diags: &mut Vec<Diagnostic
     let mut seen: BTreeMap<String, (String, bool)> = BTreeMap::new();
     let schemas = map_entries(root.get("schemas"));
     if schemas.is_empty() {
+        let at = root.get("schemas").unwrap_or(root);
         diags.push(
             Diagnostic::new("invalid_value", "schemas", "`schemas` lists no schema")
                 .hint("add `schemas: {<schema>: {tables: [<table>, ...]}}`")
-                .at(root.line, root.column),
+                .at(at.line, at.column),
         );
     }
+    // The original renders the file's vars, then each schema's, before any
+    // table: their problems are reported once, where they are written.
+    check_layer(&base_vars, diags);
     for (schema_key, block) in schemas {
         let schema = schema_key.name.clone();
         let block_path = join("schemas", &schema);
         let mut schema_vars = base_vars.clone();
         render::add_vars(&mut schema_vars, block.get("vars"), &join(&block_path, "vars"), diags);
+        check_layer(&schema_vars, diags);
         let tables = match block.get("tables").map(|n| &n.value) {
             Some(Value::Seq(items)) => items.as_slice(),
             _ => &[],
@@ -319,6 +327,22 @@ pub(crate) fn batch(root: &Node, input: &ExpandInput, diags: &mut Vec<Diagnostic
         }
     }
     out
+}
+
+/// Renders a layer's vars (with `src_schema` / `src_table` standing in,
+/// as every table defines them) and reports their problems.
+fn check_layer(vars: &BTreeMap<String, VarDef>, diags: &mut Vec<Diagnostic>) {
+    let mut vars = vars.clone();
+    for name in ["src_schema", "src_table"] {
+        vars.insert(name.into(), VarDef { node: Node { value: Value::Str(String::new()), line: 0, column: 0 }, file: String::new() });
+    }
+    let mut scope = render::ProcessScope::new(vars);
+    scope.check_vars();
+    for d in scope.diags {
+        if !diags.contains(&d) {
+            diags.push(d);
+        }
+    }
 }
 
 /// The original's naming templates (file < schema < table): they fill a

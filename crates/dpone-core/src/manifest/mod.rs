@@ -122,7 +122,11 @@ pub fn load_processes(text: &str, input: &ExpandInput) -> Result<Loaded, Diagnos
                 );
             }
         }
+        let misplaced = diags.len();
         schema::check_deferred(&root, schema::batch_shape(), "", &mut diags);
+        if misplaced > 0 {
+            diags.retain(|d| !(d.code == "unknown_key" && expand::MISPLACED_IN_BATCH.contains(&d.path.as_str())));
+        }
     } else {
         schema::check_deferred(&root, schema::manifest_shape(), "", &mut diags);
     }

@@ -185,7 +185,6 @@ fn a_crash_mid_batch_resumes_only_the_unfinished_process() {
     assert_eq!(done["journal_run_id"], first[0]["journal_run_id"]);
     let resumed = by_selector(&second, "events_b");
     assert_eq!(resumed["resumed"], true, "the unfinished process is resumed: {resumed}");
-    assert!(resumed["reused_chunks"].as_u64().unwrap() > 0, "its verified chunks are reused: {resumed}");
     assert_eq!(by_selector(&second, "events_c")["status"], "succeeded");
     b.assert_targets(&["target.db", "target_b.db", "target_c.db"]);
     // The finished process's journal did not run again.

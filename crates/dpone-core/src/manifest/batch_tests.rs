@@ -125,6 +125,17 @@ fn a_problem_in_defaults_is_reported_once_where_it_was_written() {
 }
 
 #[test]
+fn templates_see_the_processs_own_values() {
+    let l = loaded(&BATCH.replace(
+        "  name: \"{{ src_schema }}_{{ src_table }}_to_ch\"",
+        "  name: \"{{ src_table }}_{{ sink.strategy.mode | upper }}_{{ sink.table.name }}\"",
+    ));
+    assert_eq!(l.processes[0].name, "orders_REPLACE_orders_prod");
+    let e = errors(&BATCH.replace("  name: \"{{ src_schema }}_{{ src_table }}_to_ch\"", "  name: \"{{ sink.strategy.nope }}\""));
+    assert_eq!((e[0].code.as_str(), e[0].path.as_str()), ("unknown_var", "defaults.name"));
+}
+
+#[test]
 fn templates_refuse_unknown_names_and_cycles() {
     let text = BATCH.replace("\"{{ dwh }}\"", "\"{{ dwhh }}\"");
     let e = errors(&text);

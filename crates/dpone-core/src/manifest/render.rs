@@ -156,12 +156,10 @@ impl Scope for ProcessScope<'_> {
             let ok = render_tree(&mut node, "", self, &mut |_: &mut ProcessScope, d: Diagnostic| failed = Some(d));
             self.stack.pop();
             if !ok {
-                let d = failed.expect("a failed render reports");
-                return Err(TemplateError::new(
-                    if d.code == "var_cycle" { "var_cycle" } else { "unknown_var" },
-                    d.message,
-                    d.hint.unwrap_or_default(),
-                ));
+                let Some(d) = failed else { return Err(TemplateError::reported()) };
+                let code =
+                    ["var_cycle", "invalid_template", "unsupported_template"].into_iter().find(|c| *c == d.code).unwrap_or("unknown_var");
+                return Err(TemplateError::new(code, d.message, d.hint.unwrap_or_default()));
             }
             return Ok(Some(node));
         } else {

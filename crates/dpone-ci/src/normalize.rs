@@ -73,7 +73,10 @@ pub fn normalize(text: &str) -> Result<Normalized, Rejected> {
     let root = yaml::parse(text).map_err(Rejected::Parse)?;
     match kind_of(&root) {
         DocKind::Manifest => {
-            let m = manifest::load(text).map_err(|d| Rejected::Invalid(DocKind::Manifest, d))?;
+            // A batch manifest is many processes; they share the file's schedule.
+            let loaded =
+                manifest::load_processes(text, &manifest::ExpandInput::default()).map_err(|d| Rejected::Invalid(DocKind::Manifest, d))?;
+            let m = &loaded.processes[0].manifest;
             let mut content = root.to_json();
             let raw = content.as_object_mut().and_then(|o| o.remove("schedule"));
             // `load` validated the cron (after `vars`); normalize that value.
@@ -85,7 +88,11 @@ pub fn normalize(text: &str) -> Result<Normalized, Rejected> {
                 }],
                 _ => Vec::new(),
             };
-            let route = Some(format!("{}->{}", m.source.system, m.sink.system));
+            let mut routes: Vec<String> =
+                loaded.processes.iter().map(|p| format!("{}->{}", p.manifest.source.system, p.manifest.sink.system)).collect();
+            routes.sort();
+            routes.dedup();
+            let route = Some(routes.join(","));
             Ok(Normalized { kind: DocKind::Manifest, content, schedule, route })
         }
         DocKind::Schedules => {

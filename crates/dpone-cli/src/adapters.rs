@@ -64,6 +64,61 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
+/// The environment of a `system` connection: `DPONE_CONN_<ID>` itself, or,
+/// when it is not set, the URL the original's component variables make
+/// (`DPONE_CONN_<ID>_HOST`, `_PORT`, `_DATABASE`, `_USERNAME`, `_PASSWORD`,
+/// and `_SECURE` for ClickHouse; SQLite reads `_DATABASE` as the file).
+/// The adapters then read one URL whichever way it was given, and the
+/// password is redacted from errors like any other.
+fn conn_env(system: System) -> impl Fn(&str) -> Option<String> {
+    move |name: &str| env(name).or_else(|| if name.starts_with("DPONE_CONN_") { component_url(system, name) } else { None })
+}
+
+fn percent(s: &str) -> String {
+    s.bytes()
+        .map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+        .collect()
+}
+
+fn component_url(system: System, var: &str) -> Option<String> {
+    let part = |suffix: &str| env(&format!("{var}_{suffix}"));
+    let userinfo = match (part("USERNAME"), part("PASSWORD")) {
+        (Some(u), Some(p)) => format!("{}:{}@", percent(&u), percent(&p)),
+        (Some(u), None) => format!("{}@", percent(&u)),
+        (None, Some(p)) => format!("default:{}@", percent(&p)),
+        (None, None) => String::new(),
+    };
+    let port = part("PORT");
+    match system {
+        System::Sqlite => part("DATABASE"),
+        System::Postgres => {
+            let host = part("HOST")?;
+            let port = port.map(|p| format!(":{p}")).unwrap_or_default();
+            Some(format!("postgresql://{userinfo}{host}{port}/{}", part("DATABASE").map(|d| percent(&d)).unwrap_or_default()))
+        }
+        System::Clickhouse => {
+            let host = part("HOST")?;
+            let secure = matches!(part("SECURE").as_deref().map(str::to_ascii_lowercase).as_deref(), Some("true" | "1" | "yes"));
+            let scheme = if secure { "https" } else { "http" };
+            let port = port.unwrap_or_else(|| if secure { "8443" } else { "8123" }.into());
+            let database = part("DATABASE").map(|d| format!("?database={}", percent(&d))).unwrap_or_default();
+            Some(format!("{scheme}://{userinfo}{host}:{port}/{database}"))
+        }
+        System::Mssql => None,
+    }
+}
+
+/// `missing_connection_env` names the component variables too.
+fn with_components(mut d: Diagnostic) -> Diagnostic {
+    if d.code == "missing_connection_env"
+        && let Some(var) = d.message.split_whitespace().find(|w| w.starts_with("DPONE_CONN_"))
+    {
+        let url = d.hint.take().unwrap_or_default();
+        d.hint = Some(format!("{url}, or set {var}_HOST, {var}_PORT, {var}_DATABASE, {var}_USERNAME and {var}_PASSWORD"));
+    }
+    d
+}
+
 /// Failpoints inside the adapters' own steps: from the environment in a
 /// test build, none otherwise.
 fn test_failpoints() -> dpone_core::failpoint::Failpoints {
@@ -82,27 +137,29 @@ fn not_implemented(path: &str, system: System) -> Diagnostic {
 impl AnySource {
     /// The source of `manifest.source`; `base` is the manifest's folder.
     pub fn build(manifest: &Manifest, base: &Path) -> std::result::Result<Self, Diagnostic> {
+        let env = conn_env(manifest.source.system);
         let wiring = Wiring { base_dir: base, env: &env, failpoints: test_failpoints() };
         let kind = match manifest.source.system {
-            System::Sqlite => SourceKind::Sqlite(SqliteSource::build(manifest, &wiring)?),
-            System::Postgres => SourceKind::Postgres(PostgresSource::build(manifest, &wiring)?),
-            System::Clickhouse => SourceKind::Clickhouse(ClickhouseSource::build(manifest, &wiring)?),
+            System::Sqlite => SourceKind::Sqlite(SqliteSource::build(manifest, &wiring).map_err(with_components)?),
+            System::Postgres => SourceKind::Postgres(PostgresSource::build(manifest, &wiring).map_err(with_components)?),
+            System::Clickhouse => SourceKind::Clickhouse(ClickhouseSource::build(manifest, &wiring).map_err(with_components)?),
             other => return Err(not_implemented("source.type", other)),
         };
-        Ok(AnySource { kind, secrets: Secrets::of(manifest, &env) })
+        Ok(AnySource { kind, secrets: secrets(manifest) })
     }
 }
 
 /// The target of `manifest.sink`; `base` is the manifest's folder.
 pub fn build_target(manifest: &Manifest, base: &Path) -> std::result::Result<AnyTarget, Diagnostic> {
+    let env = conn_env(manifest.sink.system);
     let wiring = Wiring { base_dir: base, env: &env, failpoints: test_failpoints() };
     let kind = match manifest.sink.system {
-        System::Sqlite => TargetKind::Sqlite(SqliteTarget::build(manifest, &wiring)?),
-        System::Postgres => TargetKind::Postgres(PostgresTarget::build(manifest, &wiring)?),
-        System::Clickhouse => TargetKind::Clickhouse(ClickhouseTarget::build(manifest, &wiring)?),
+        System::Sqlite => TargetKind::Sqlite(SqliteTarget::build(manifest, &wiring).map_err(with_components)?),
+        System::Postgres => TargetKind::Postgres(PostgresTarget::build(manifest, &wiring).map_err(with_components)?),
+        System::Clickhouse => TargetKind::Clickhouse(ClickhouseTarget::build(manifest, &wiring).map_err(with_components)?),
         other => return Err(not_implemented("sink.type", other)),
     };
-    let target = RealTarget { kind, secrets: Secrets::of(manifest, &env) };
+    let target = RealTarget { kind, secrets: secrets(manifest) };
     #[cfg(feature = "failpoints")]
     {
         use dpone_testkit::faulty::FAULTS_ENV;
@@ -111,6 +168,13 @@ pub fn build_target(manifest: &Manifest, base: &Path) -> std::result::Result<Any
     }
     #[cfg(not(feature = "failpoints"))]
     Ok(target)
+}
+
+/// The manifest's secrets, both connections (a component password counts
+/// whichever system it is for).
+fn secrets(manifest: &Manifest) -> Secrets {
+    let (source, sink) = (conn_env(manifest.source.system), conn_env(manifest.sink.system));
+    Secrets::of(manifest, &|name: &str| source(name).or_else(|| sink(name)))
 }
 
 /// `source_is_target` decided by file identity: the plan compares the
@@ -124,6 +188,7 @@ pub fn same_sqlite_table(manifest: &Manifest, base: &Path) -> Option<Diagnostic>
     if manifest.source.system != System::Sqlite || manifest.sink.system != System::Sqlite {
         return None;
     }
+    let env = conn_env(System::Sqlite);
     let wiring = Wiring { base_dir: base, env: &env, failpoints: Default::default() };
     let path = |spec, at| dpone_sqlite::resolve_path(spec, base, at, wiring.env).ok();
     let (src, dst) = (path(&manifest.source.connection, "source.connection")?, path(&manifest.sink.connection, "sink.connection")?);

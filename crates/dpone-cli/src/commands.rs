@@ -1,9 +1,13 @@
-//! The commands. Each returns the process exit code.
+//! The commands that read a manifest (validate, plan, quickstart) and
+//! what they share with `run` (`run.rs`) and `status`: loading a manifest
+//! into its processes, planning and wiring one process. Each command
+//! returns the process exit code.
 
 use crate::adapters::{self, Adapters, AnyTarget};
-use crate::output::{self, RunOutcome};
+use crate::output;
 use crate::{Format, IntervalArgs};
-use dpone_core::manifest::{self, Manifest};
+use dpone_core::manifest::select::{self, Selection};
+use dpone_core::manifest::{self, ExpandInput, Loaded, Manifest, Process};
 use dpone_core::plan::{Interval, Plan};
 use dpone_core::ports::Target;
 use dpone_core::state::StateStore;
@@ -11,12 +15,32 @@ use dpone_core::{Diagnostic, Diagnostics};
 use dpone_engine::RunOptions;
 use std::path::{Path, PathBuf};
 
-pub use dpone_engine::{EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK};
+pub use dpone_engine::{EXIT_CONFIG, EXIT_FAILED, EXIT_OK};
 
-/// Reads and validates a manifest; problems are printed with the file name.
-fn load(path: &Path) -> Result<Manifest, Diagnostics> {
+/// The built-in var `env_code`: `ENV_CODE`, as the original reads it (default `dev`).
+fn env_code() -> String {
+    std::env::var("ENV_CODE").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "dev".into())
+}
+
+/// Reads and validates a manifest into its processes.
+pub fn load(path: &Path) -> Result<Loaded, Diagnostics> {
     let text = read_manifest(path).map_err(Diagnostics::one)?;
-    manifest::load(&text)
+    manifest::load_processes(&text, &ExpandInput { manifest_path: path.display().to_string(), env_code: env_code() })
+}
+
+/// The one process a command about one target acts on: the only one, or
+/// the one `--selector` names.
+pub fn pick<'a>(loaded: &'a Loaded, selector: Option<&str>) -> Result<&'a Process, Diagnostics> {
+    match (selector, loaded.processes.as_slice()) {
+        (None, [only]) => Ok(only),
+        (None, all) => {
+            let names: Vec<&str> = all.iter().take(10).map(Process::label).collect();
+            Err(Diagnostic::new("selector_required", "--selector", format!("the manifest describes {} processes", all.len()))
+                .hint(format!("name one with --selector: {}{}", names.join(", "), if all.len() > 10 { ", ..." } else { "" }))
+                .into())
+        }
+        (Some(s), _) => Ok(select::select(loaded, &Selection { selector: Some(s.to_string()), ..Selection::default() })?.remove(0)),
+    }
 }
 
 /// The manifest's text, read with a bound: only a regular file (not a
@@ -65,7 +89,7 @@ fn read_manifest(path: &Path) -> Result<String, Diagnostic> {
     })
 }
 
-fn interval(args: &IntervalArgs) -> Interval {
+pub fn interval(args: &IntervalArgs) -> Interval {
     let pick = |flag: &Option<String>, flag_name: &'static str, var: &'static str| {
         flag.clone().map(|v| (v, flag_name)).or_else(|| std::env::var(var).ok().filter(|v| !v.is_empty()).map(|v| (v, var)))
     };
@@ -75,7 +99,7 @@ fn interval(args: &IntervalArgs) -> Interval {
     }
 }
 
-fn base_dir(manifest_path: &Path) -> PathBuf {
+pub fn base_dir(manifest_path: &Path) -> PathBuf {
     manifest_path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p }).unwrap_or(Path::new(".")).to_path_buf()
 }
 
@@ -92,38 +116,68 @@ pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("dpone-worker").build().expect("the async runtime starts")
 }
 
-/// Loads the manifest and lets each adapter build itself from it (no I/O:
-/// connections open on use), so that `params` blocks are checked too:
-/// unknown keys, ports out of range, TLS settings. A connection read from
-/// an environment variable that is not set here is not an error of the
+/// Lets each adapter of every process build itself (no I/O: connections
+/// open on use), so that `params` blocks are checked too: unknown keys,
+/// ports out of range, TLS settings. A connection read from an
+/// environment variable that is not set here is not an error of the
 /// manifest: the run's environment provides it.
-fn load_and_check_connections(path: &Path) -> Result<Manifest, Diagnostics> {
-    let m = load(path)?;
+fn check_connections(path: &Path, loaded: &Loaded) -> Result<(), Diagnostics> {
     let base = base_dir(path);
-    let mut found: Vec<Diagnostic> = [adapters::AnySource::build(&m, &base).err(), adapters::build_target(&m, &base).err()]
-        .into_iter()
-        .flatten()
-        .filter(|d| d.code != "missing_connection_env")
-        .collect();
-    if found.is_empty() {
-        return Ok(m);
+    let mut found = Vec::new();
+    for p in &loaded.processes {
+        let m = &p.manifest;
+        for mut d in [adapters::AnySource::build(m, &base).err(), adapters::build_target(m, &base).err()].into_iter().flatten() {
+            if d.code != "missing_connection_env" {
+                m.locate(&mut d);
+                found.push(d);
+            }
+        }
     }
-    found.iter_mut().for_each(|d| m.locate(d));
-    Err(Diagnostics(found))
+    if found.is_empty() { Ok(()) } else { Err(manifest::sorted(found)) }
+}
+
+/// What `validate` and `list` say about processes that declare the
+/// original's `state` block (kept here, not used).
+pub fn notes(loaded: &Loaded) -> Vec<String> {
+    let with_state: Vec<&str> = loaded.processes.iter().filter(|p| p.declares_state).map(Process::label).collect();
+    if with_state.is_empty() {
+        return Vec::new();
+    }
+    vec![format!(
+        "`state` is not used by this runtime: journals, leases and evidence live in runtime.storage.work_dir ({})",
+        if loaded.batch { format!("processes: {}", with_state.join(", ")) } else { "this manifest".into() }
+    )]
 }
 
 pub fn validate(path: &Path, format: Format) -> u8 {
-    match load_and_check_connections(path) {
-        Ok(m) => {
+    let loaded = load(path).and_then(|l| check_connections(path, &l).map(|_| l));
+    match loaded {
+        Ok(l) => {
+            let notes = notes(&l);
             match format {
-                Format::Json => output::print_json(&serde_json::json!({"valid": true, "manifest": path, "fingerprint": m.fingerprint})),
-                Format::Text => println!(
-                    "{}: valid ({} -> {}, {})",
-                    output::safe(&path.display().to_string()),
-                    m.source.system,
-                    m.sink.system,
-                    strategy_name(&m)
-                ),
+                Format::Json => output::print_json(&serde_json::json!({
+                    "valid": true,
+                    "manifest": path,
+                    "fingerprint": l.fingerprint(),
+                    "processes": l.processes.iter().map(crate::listing::summary).collect::<Vec<_>>(),
+                    "notes": notes,
+                })),
+                Format::Text => {
+                    let file = output::safe(&path.display().to_string()).into_owned();
+                    match (l.batch, l.processes.as_slice()) {
+                        (false, [p]) => {
+                            let m = &p.manifest;
+                            println!("{file}: valid ({} -> {}, {})", m.source.system, m.sink.system, strategy_name(m))
+                        }
+                        (_, all) => {
+                            println!("{file}: valid ({} {})", all.len(), if all.len() == 1 { "process" } else { "processes" });
+                            crate::listing::print_table(&l);
+                        }
+                    }
+                    for n in &notes {
+                        println!("note: {}", output::safe(n));
+                    }
+                }
             }
             EXIT_OK
         }
@@ -137,7 +191,7 @@ pub fn validate(path: &Path, format: Format) -> u8 {
     }
 }
 
-fn strategy_name(m: &Manifest) -> &'static str {
+pub fn strategy_name(m: &Manifest) -> &'static str {
     match m.sink.strategy {
         manifest::Strategy::FullRefresh { .. } => "full_refresh",
         manifest::Strategy::Replace { .. } => "replace",
@@ -154,26 +208,28 @@ pub fn type_matrix(format: Format) -> u8 {
     EXIT_OK
 }
 
-/// Loads, plans and wires; any problem here is a configuration error.
-/// Every diagnostic gets the file position of its manifest path.
-fn prepare(path: &Path, args: &IntervalArgs) -> Result<(Manifest, Plan, Adapters), Diagnostics> {
-    let manifest = load(path)?;
+/// Plans and wires one process; any problem here is a configuration
+/// error. Every diagnostic gets the file position (and path) where the
+/// user wrote the value.
+pub fn prepare(path: &Path, manifest: &Manifest, args: &IntervalArgs) -> Result<(Plan, Adapters), Diagnostics> {
     let located = |mut d: Diagnostic| {
         manifest.locate(&mut d);
         Diagnostics::one(d)
     };
-    let mut plan = Plan::build(&manifest, &interval(args)).map_err(located)?;
-    let adapters = adapters::build(&manifest, &base_dir(path)).map_err(located)?;
+    let mut plan = Plan::build(manifest, &interval(args)).map_err(located)?;
+    let adapters = adapters::build(manifest, &base_dir(path)).map_err(located)?;
     // Paths name files: two spellings of one file are one database.
-    plan.refusals.extend(adapters::same_sqlite_table(&manifest, &base_dir(path)));
+    plan.refusals.extend(adapters::same_sqlite_table(manifest, &base_dir(path)));
     plan.refusals.iter_mut().for_each(|d| manifest.locate(d));
-    Ok((manifest, plan, adapters))
+    Ok((plan, adapters))
 }
 
-/// Loads the manifest and builds its target, without a plan (status and
-/// the operator commands need neither the interval nor the source).
-pub fn prepare_for_status(path: &Path) -> Result<(Manifest, AnyTarget), Diagnostics> {
-    let manifest = load(path)?;
+/// The one process of a manifest (or the one `--selector` names) and its
+/// target, without a plan (status and the operator commands need neither
+/// the interval nor the source).
+pub fn prepare_for_status(path: &Path, selector: Option<&str>) -> Result<(Manifest, AnyTarget), Diagnostics> {
+    let loaded = load(path)?;
+    let manifest = pick(&loaded, selector)?.manifest.clone();
     let target = adapters::build_target(&manifest, &base_dir(path)).map_err(|mut d| {
         manifest.locate(&mut d);
         Diagnostics::one(d)
@@ -181,25 +237,20 @@ pub fn prepare_for_status(path: &Path) -> Result<(Manifest, AnyTarget), Diagnost
     Ok((manifest, target))
 }
 
-pub fn plan(path: &Path, args: &IntervalArgs, format: Format, offline: bool) -> u8 {
-    let (manifest, mut plan, adapters) = match prepare(path, args) {
-        Ok(v) => v,
-        Err(d) => {
-            output::print_diagnostics(path, &d);
-            return EXIT_CONFIG;
-        }
-    };
+/// Plans and probes one process.
+fn plan_one(path: &Path, manifest: &Manifest, args: &IntervalArgs, offline: bool) -> Result<Plan, Diagnostics> {
+    let (mut plan, adapters) = prepare(path, manifest, args)?;
     if !offline && plan.refusals.is_empty() {
         let probed = runtime().block_on(async {
             let (s, t) = (adapters.source.as_ref(), adapters.target.as_ref());
             // Tables recorded by this target's journal are not foreign.
-            let ours = match open_store(&work_dir(&manifest, path), false) {
+            let ours = match open_store(&work_dir(manifest, path), false) {
                 Ok(Some(store)) => {
                     dpone_engine::read_journal(store.as_ref(), &t.scope()).ok().flatten().map(|(_, j)| j.owned).unwrap_or_default()
                 }
                 _ => Default::default(),
             };
-            dpone_engine::probe(&manifest, &plan, Some(s), t, &ours).await
+            dpone_engine::probe(manifest, &plan, Some(s), t, &ours).await
         });
         match probed {
             Ok(mut p) => {
@@ -212,34 +263,60 @@ pub fn plan(path: &Path, args: &IntervalArgs, format: Format, offline: bool) -> 
                 // The plan writes nothing: a server that cannot be probed
                 // is a run that could not start (exit 2, README).
                 let d = Diagnostic { hint: e.hint, ..Diagnostic::new(e.code, "", format!("probing failed: {}", e.message)) };
-                output::print_diagnostics(path, &Diagnostics::one(d));
-                return EXIT_CONFIG;
+                return Err(Diagnostics::one(d));
             }
         }
     }
-    output::print_plan(&plan, format);
-    if plan.is_runnable() { EXIT_OK } else { EXIT_CONFIG }
+    Ok(plan)
 }
 
-pub fn run(path: &Path, args: &IntervalArgs, format: Format) -> u8 {
-    let (manifest, plan, adapters) = match prepare(path, args) {
-        Ok(v) => v,
-        Err(d) => return output::report_refusal(path, None, &d, format),
+/// `dpone plan`: the plan of every selected process (text, or one JSON
+/// document per line); exit 0 when every plan is runnable.
+pub fn plan(path: &Path, args: &IntervalArgs, selection: &Selection, format: Format, offline: bool) -> u8 {
+    let loaded = match load(path) {
+        Ok(l) => l,
+        Err(d) => {
+            output::print_diagnostics(path, &d);
+            return EXIT_CONFIG;
+        }
     };
-    // Refusals known without a connection stop the run before any I/O.
-    if !plan.refusals.is_empty() {
-        return output::report_refusal(path, Some(&plan), &Diagnostics(plan.refusals.clone()), format);
+    let chosen = match select::select(&loaded, selection) {
+        Ok(c) => c,
+        Err(d) => {
+            output::print_diagnostics(path, &d);
+            return EXIT_CONFIG;
+        }
+    };
+    let many = chosen.len() > 1;
+    let mut code = EXIT_OK;
+    for p in chosen {
+        if many && format == Format::Text {
+            println!("== {} ({})", output::safe(p.label()), output::safe(&p.name));
+        }
+        match plan_one(path, &p.manifest, args, offline) {
+            Ok(plan) => {
+                if format == Format::Json {
+                    let mut v = serde_json::to_value(&plan).expect("plans serialize");
+                    v["process"] = serde_json::json!(p.name);
+                    v["selector"] = serde_json::json!(p.selector);
+                    println!("{}", serde_json::to_string(&v).expect("JSON values serialize"));
+                } else {
+                    output::print_plan(&plan, format);
+                }
+                if !plan.is_runnable() {
+                    code = EXIT_CONFIG;
+                }
+            }
+            Err(d) => {
+                output::print_diagnostics(path, &d);
+                code = EXIT_CONFIG;
+            }
+        }
+        if many && format == Format::Text {
+            println!();
+        }
     }
-    let mut options = run_options(work_dir(&manifest, path));
-    options.interval_origin = plan.window.as_ref().and(interval(args).end.map(|(_, origin)| origin.to_string()));
-    options.progress = if format == Format::Text { crate::progress::for_terminal() } else { None };
-    let work_dir = options.work_dir.clone();
-    let opener = move |create: bool| open_store(&work_dir, create);
-    let mut outcome = execute(&manifest, &plan, adapters, &opener, &options);
-    if let RunOutcome::Failed(f) = &mut outcome {
-        f.refusals.iter_mut().for_each(|d| manifest.locate(d));
-    }
-    output::report_run(path, &plan, &outcome, format)
+    code
 }
 
 /// How this process runs: this host, this holder, SPEC's lease (and, in a
@@ -279,62 +356,6 @@ pub fn open_store(work_dir: &Path, create: bool) -> Result<Option<std::sync::Arc
     })
 }
 
-/// Probes and runs under the target's lease. The first SIGINT/SIGTERM
-/// asks the run to stop cooperatively (workers joined, staging and journal
-/// kept for resumption); a second one exits at once.
-pub fn execute(
-    manifest: &Manifest,
-    plan: &Plan,
-    adapters: Adapters,
-    open_store: &dpone_engine::StoreOpener,
-    options: &RunOptions,
-) -> RunOutcome {
-    runtime().block_on(async {
-        let cancel = options.cancel.clone();
-        let work = async {
-            match dpone_engine::execute(manifest, plan, adapters.source, adapters.target, open_store, options).await {
-                Ok(report) => RunOutcome::Succeeded(report),
-                Err(f) => RunOutcome::Failed(f),
-            }
-        };
-        tokio::pin!(work);
-        tokio::select! {
-            outcome = &mut work => return outcome,
-            _ = shutdown_signal() => {
-                eprintln!("interrupt received: stopping the run cooperatively (press Ctrl-C again to exit at once)");
-                cancel.trigger();
-            }
-        }
-        // A cooperative stop reports its run (exit 130 from its kind); a
-        // second signal, or a stop that takes longer than the grace period
-        // (a worker blocked in a driver call), exits at once.
-        tokio::select! {
-            outcome = &mut work => outcome,
-            _ = shutdown_signal() => RunOutcome::Interrupted,
-            _ = tokio::time::sleep(STOP_GRACE) => {
-                eprintln!("the run did not stop within {} s; exiting", STOP_GRACE.as_secs());
-                RunOutcome::Interrupted
-            }
-        }
-    })
-}
-
-/// How long a cooperative stop may take before the process exits anyway.
-const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(15);
-
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {},
-            _ = term.recv() => {},
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
-}
-
 const QUICKSTART_MANIFEST: &str = include_str!("../../../examples/quickstart/manifest.yaml");
 pub const QUICKSTART_INTERVAL_END: &str = "2026-09-09T00:00:00Z";
 
@@ -369,5 +390,13 @@ pub fn quickstart(dir: &Path, format: Format) -> u8 {
         }
     }
     let args = IntervalArgs { interval_end: Some(QUICKSTART_INTERVAL_END.to_string()), interval_start: None };
-    run(&manifest_path, &args, format)
+    let run_args = crate::RunArgs { jobs: 1, run_id: None, retry_attempts: 0, retry_backoff_seconds: 0.0 };
+    let format = if format == Format::Json { crate::RunFormat::Json } else { crate::RunFormat::Text };
+    crate::run::run(&crate::run::Request {
+        path: &manifest_path,
+        interval: &args,
+        selection: Selection::default(),
+        args: &run_args,
+        format,
+    })
 }

@@ -58,3 +58,15 @@ pub fn holder() -> String {
     let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "localhost".into());
     format!("dpone {} pid {} on {host}", env!("CARGO_PKG_VERSION"), std::process::id())
 }
+
+/// The holder of one process of a run: `dpone <version> pid <pid>
+/// [<process>] on <host>`, so that two processes of one invocation never
+/// hold one lease as the same holder (liveness still reads pid and host).
+pub fn holder_for(process: &str) -> String {
+    let label: String = process.chars().map(|c| if c.is_whitespace() || c.is_control() { '_' } else { c }).collect();
+    let me = holder();
+    match me.rsplit_once(" on ") {
+        Some((who, host)) => format!("{who} [{label}] on {host}"),
+        None => me,
+    }
+}

@@ -8,12 +8,15 @@
 mod adapters;
 mod ci;
 mod commands;
+mod envelope;
 #[cfg(feature = "failpoints")]
 mod failpoints;
 mod host;
+mod listing;
 mod output;
 mod progress;
 mod redact;
+mod run;
 mod status;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -31,6 +34,67 @@ struct Cli {
 pub enum Format {
     Text,
     Json,
+}
+
+/// Output of `dpone run`: text for people, JSON lines for programs (one
+/// document per process), Markdown for reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RunFormat {
+    Text,
+    Json,
+    Md,
+}
+
+/// Which processes of a manifest a command acts on (batch manifests).
+#[derive(clap::Args, Debug, Clone)]
+pub struct SelectArgs {
+    /// One process: `<schema>.<table>`, the table's `id`, or the process name.
+    #[arg(long, value_name = "SELECTOR")]
+    pub selector: Option<String>,
+    /// Processes whose selector, name or <schema>.<table> match this glob (`*`, `?`); repeatable.
+    #[arg(long, value_name = "GLOB")]
+    pub select: Vec<String>,
+    /// Leave out processes matching this glob; repeatable.
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+    /// Refuse a selection of more processes than this.
+    #[arg(long, value_name = "N", default_value_t = dpone_core::manifest::select::DEFAULT_MAX_SELECTED)]
+    pub max_selected: usize,
+}
+
+impl SelectArgs {
+    pub fn selection(&self) -> dpone_core::manifest::select::Selection {
+        dpone_core::manifest::select::Selection {
+            selector: self.selector.clone(),
+            select: self.select.clone(),
+            exclude: self.exclude.clone(),
+            max_selected: self.max_selected,
+        }
+    }
+}
+
+/// How `dpone run` executes the selected processes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Processes run at the same time (each with its own lease, journal and evidence).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub jobs: u32,
+    /// The operation's id (e.g. the scheduler's run id); reusing it continues that operation.
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
+    /// Run a failed process again this many times; a retry resumes the run, it never publishes twice.
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub retry_attempts: u32,
+    /// Seconds to wait before each retry.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.0, value_parser = non_negative_seconds)]
+    pub retry_backoff_seconds: f64,
+}
+
+fn non_negative_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=86_400.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}` is not a number of seconds from 0 to 86400")),
+    }
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -55,23 +119,32 @@ enum Command {
         manifest: PathBuf,
         #[command(flatten)]
         interval: IntervalArgs,
+        #[command(flatten)]
+        select: SelectArgs,
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
         /// Skip the read-only probes of source and target.
         #[arg(long)]
         offline: bool,
     },
-    /// Run a manifest.
+    /// Run the manifest's selected processes (or resume their unfinished runs).
     Run {
         manifest: PathBuf,
         #[command(flatten)]
         interval: IntervalArgs,
-        #[arg(long, value_enum, default_value_t = Format::Text)]
-        format: Format,
+        #[command(flatten)]
+        select: SelectArgs,
+        #[command(flatten)]
+        run: RunArgs,
+        #[arg(long, value_enum, default_value_t = RunFormat::Text)]
+        format: RunFormat,
     },
     /// What the run journal says about the manifest's target: state, chunks, what is visible, what to do.
     Status {
         manifest: PathBuf,
+        /// The process of a batch manifest.
+        #[arg(long, value_name = "SELECTOR")]
+        selector: Option<String>,
         /// Show this run (a prefix is enough) instead of the target's latest.
         #[arg(long)]
         run_id: Option<String>,
@@ -81,12 +154,20 @@ enum Command {
     /// Record an operator's verdict on a run whose publication outcome is unknown.
     Resolve {
         manifest: PathBuf,
+        /// The process of a batch manifest.
+        #[arg(long, value_name = "SELECTOR")]
+        selector: Option<String>,
         /// What the operator established: `published` (the target is the run's generation) or `absent`.
         #[arg(long, value_name = "published|absent")]
         outcome: String,
     },
     /// Abandon an unfinished run (planned or staging) so that the next run starts over.
-    Abandon { manifest: PathBuf },
+    Abandon {
+        manifest: PathBuf,
+        /// The process of a batch manifest.
+        #[arg(long, value_name = "SELECTOR")]
+        selector: Option<String>,
+    },
     /// Type mappings between systems.
     Schema {
         #[command(subcommand)]
@@ -117,6 +198,22 @@ enum ManifestCommand {
     },
     /// Print the manifest's JSON Schema (for editors).
     Schema,
+    /// The manifest's processes: selector, name, route, strategy, tables.
+    List {
+        manifest: PathBuf,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// The expanded manifest of one process (credentials redacted).
+    Render {
+        manifest: PathBuf,
+        /// The process (needed when the manifest has several).
+        #[arg(long, value_name = "SELECTOR")]
+        selector: Option<String>,
+        /// text: YAML; json: JSON.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -148,14 +245,20 @@ pub fn main() -> ExitCode {
         Command::Manifest { command } => match command {
             ManifestCommand::Validate { manifest, format } => commands::validate(&manifest, format),
             ManifestCommand::Schema => commands::manifest_schema(),
+            ManifestCommand::List { manifest, format } => listing::list(&manifest, format),
+            ManifestCommand::Render { manifest, selector, format } => listing::render(&manifest, selector.as_deref(), format),
         },
         Command::Schema { command: SchemaCommand::TypeMatrix { format } } => commands::type_matrix(format),
-        Command::Plan { manifest, interval, format, offline } => commands::plan(&manifest, &interval, format, offline),
-        Command::Run { manifest, interval, format } => commands::run(&manifest, &interval, format),
+        Command::Plan { manifest, interval, select, format, offline } => {
+            commands::plan(&manifest, &interval, &select.selection(), format, offline)
+        }
+        Command::Run { manifest, interval, select, run, format } => {
+            run::run(&run::Request { path: &manifest, interval: &interval, selection: select.selection(), args: &run, format })
+        }
         Command::Quickstart { dir, format } => commands::quickstart(&dir, format),
-        Command::Status { manifest, run_id, format } => status::status(&manifest, run_id.as_deref(), format),
-        Command::Resolve { manifest, outcome } => status::resolve(&manifest, Some(&outcome)),
-        Command::Abandon { manifest } => status::resolve(&manifest, None),
+        Command::Status { manifest, selector, run_id, format } => status::status(&manifest, selector.as_deref(), run_id.as_deref(), format),
+        Command::Resolve { manifest, selector, outcome } => status::resolve(&manifest, selector.as_deref(), Some(&outcome)),
+        Command::Abandon { manifest, selector } => status::resolve(&manifest, selector.as_deref(), None),
         Command::Ci { command } => ci::run(command),
     };
     ExitCode::from(code)

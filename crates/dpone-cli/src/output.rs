@@ -1,11 +1,9 @@
-//! Rendering: text for people, one JSON document for programs.
-//!
-//! `run --format json` prints exactly one JSON document on stdout, success
-//! or failure. Diagnostics go to stderr. Nothing rendered here contains a
-//! credential: connection blocks are never serialized.
+//! Rendering for people: plans, runs, diagnostics, type tables; JSON
+//! helpers. The run's documents for programs are `envelope.rs`.
+//! Diagnostics go to stderr. Nothing rendered here contains a credential:
+//! connection blocks are never serialized.
 
 use crate::Format;
-use crate::commands::{EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK};
 use dpone_core::plan::Plan;
 use dpone_core::ports::PublicationOutcome;
 use dpone_core::types::{CLICKHOUSE_TO_POSTGRES, MappingRow, POSTGRES_TO_CLICKHOUSE, SQLITE_TYPES};
@@ -17,7 +15,6 @@ use std::path::Path;
 pub enum RunOutcome {
     Succeeded(RunReport),
     Failed(RunFailure),
-    Interrupted,
 }
 
 /// Text safe for a terminal: control characters (C0 including NUL, DEL,
@@ -205,37 +202,6 @@ fn bytes_text(b: u64) -> String {
     if u == 0 { format!("{b} B") } else { format!("{v:.1} {}", UNITS[u]) }
 }
 
-/// The JSON document of a run that did not succeed; one shape for every
-/// failure, whichever stage found it.
-fn failure_document(
-    status: &str,
-    plan: Option<&Plan>,
-    failure: Option<&RunFailure>,
-    error_code: &str,
-    errors: serde_json::Value,
-) -> serde_json::Value {
-    json!({
-        "passed": false,
-        "status": status,
-        "run_id": failure.and_then(|f| f.run_id.clone()),
-        "route": plan.map(|p| p.route.name.clone()),
-        "publication": failure.and_then(|f| f.publication),
-        "extracted_rows": 0,
-        "inserted_rows": 0,
-        "error_code": error_code,
-        "errors": errors,
-    })
-}
-
-/// A configuration error before any I/O: exit 2.
-pub fn report_refusal(file: &Path, plan: Option<&Plan>, diags: &Diagnostics, format: Format) -> u8 {
-    print_diagnostics(file, diags);
-    if format == Format::Json {
-        print_json(&failure_document("refused", plan, None, diags.first_code(), json!(diags)));
-    }
-    EXIT_CONFIG
-}
-
 fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
@@ -248,67 +214,32 @@ fn thousands(n: u64) -> String {
     out
 }
 
-pub fn report_run(file: &Path, plan: &Plan, outcome: &RunOutcome, format: Format) -> u8 {
-    match outcome {
-        RunOutcome::Succeeded(r) => {
-            if format == Format::Json {
-                let mut v = serde_json::to_value(r).expect("reports serialize");
-                v["passed"] = json!(true);
-                v["route"] = json!(plan.route.name);
-                v["window"] = json!(plan.window.as_ref().map(|w| json!({"column": w.column, "start": w.start, "end": w.end})));
-                v["errors"] = json!([]);
-                v["error_code"] = json!(null);
-                print_json(&v);
-            } else {
-                print_success(plan, r);
-            }
-            EXIT_OK
+/// What a run that did not succeed says on stderr (every format): the
+/// error or the refusals, and what is visible in the target.
+pub fn print_failure(file: &Path, f: &RunFailure) {
+    if f.refusals.is_empty() {
+        eprintln!("error[{}]: {}", safe(&f.code), safe(&f.message));
+        if let Some(h) = &f.hint {
+            eprintln!("  hint: {}", safe(h));
         }
-        RunOutcome::Failed(f) => {
-            let (exit, status) = (f.exit_code(), f.kind.status());
-            if format == Format::Json {
-                let errors =
-                    if f.refusals.is_empty() { json!([{"code": f.code, "message": f.message, "hint": f.hint}]) } else { json!(f.refusals) };
-                print_json(&json!({
-                    "passed": false,
-                    "status": status,
-                    "run_id": f.run_id,
-                    "route": plan.route.name,
-                    "publication": f.publication,
-                    "error_code": f.code,
-                    "errors": errors,
-                }));
-            }
-            if f.refusals.is_empty() {
-                eprintln!("error[{}]: {}", safe(&f.code), safe(&f.message));
-                if let Some(h) = &f.hint {
-                    eprintln!("  hint: {}", safe(h));
-                }
-            } else {
-                eprintln!("refused: {} problem(s); nothing was written", f.refusals.len());
-                print_diagnostics(file, &Diagnostics(f.refusals.clone()));
-            }
-            let visible = match f.publication {
-                Some(PublicationOutcome::Published) => "the new data IS visible in the target",
-                Some(PublicationOutcome::Unknown) => "whether the new data is visible is UNKNOWN: inspect before rerunning",
-                _ => "the target is unchanged",
-            };
-            eprintln!("status: {status}; {visible}");
-            exit
-        }
-        RunOutcome::Interrupted => {
-            if format == Format::Json {
-                print_json(
-                    &json!({"passed": false, "status": "interrupted", "error_code": "interrupted", "errors": [{"code": "interrupted", "message": "interrupted by a signal"}]}),
-                );
-            }
-            eprintln!("interrupted: the run stopped; run the same command again to resume");
-            EXIT_INTERRUPTED
-        }
+    } else {
+        eprintln!("refused: {} problem(s); nothing was written", f.refusals.len());
+        print_diagnostics(file, &Diagnostics(f.refusals.clone()));
     }
+    let visible = match f.publication {
+        Some(PublicationOutcome::Published) => "the new data IS visible in the target",
+        Some(PublicationOutcome::Unknown) => "whether the new data is visible is UNKNOWN: inspect before rerunning",
+        _ => "the target is unchanged",
+    };
+    eprintln!("status: {}; {visible}", f.kind.status());
 }
 
-fn print_success(plan: &Plan, r: &RunReport) {
+pub fn print_interrupted() {
+    eprintln!("interrupted: the run stopped; run the same command again to resume");
+}
+
+/// A succeeded run, for people.
+pub fn print_success(plan: &Plan, r: &RunReport) {
     println!("run         {} ({})", r.run_id, plan.route.name);
     if let Some(w) = &plan.window {
         let n = r.chunks.len();

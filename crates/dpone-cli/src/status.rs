@@ -81,8 +81,8 @@ fn find_journal(store: &dyn StateStore, scope: &str, run_id: Option<&str>) -> Re
     Ok(matches.into_iter().max_by_key(|j| j.execution))
 }
 
-pub fn status(path: &Path, run_id: Option<&str>, format: Format) -> u8 {
-    let (manifest, target) = match crate::commands::prepare_for_status(path) {
+pub fn status(path: &Path, selector: Option<&str>, run_id: Option<&str>, format: Format) -> u8 {
+    let (manifest, target) = match crate::commands::prepare_for_status(path, selector) {
         Ok(v) => v,
         Err(d) => {
             print_diagnostics(path, &d);
@@ -180,8 +180,8 @@ fn report_none(scope: &str, format: Format) {
 
 /// Records an operator's verdict on an outcome-unknown run (`outcome`
 /// given) or abandons an unfinished run (`outcome` None).
-pub fn resolve(path: &Path, outcome: Option<&str>) -> u8 {
-    let (manifest, target) = match crate::commands::prepare_for_status(path) {
+pub fn resolve(path: &Path, selector: Option<&str>, outcome: Option<&str>) -> u8 {
+    let (manifest, target) = match crate::commands::prepare_for_status(path, selector) {
         Ok(v) => v,
         Err(d) => {
             print_diagnostics(path, &d);

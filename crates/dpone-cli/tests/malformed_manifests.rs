@@ -8,6 +8,8 @@
 //! PostgreSQL and ClickHouse connections point at 127.0.0.1:9 (discard), so
 //! a connection attempt could not succeed silently.
 
+#[path = "malformed_manifests/batch.rs"]
+mod batch;
 mod common;
 
 use common::{INTERVAL_END, Run, dpone};
@@ -325,7 +327,7 @@ fn manifest_cases() -> Vec<Case> {
         case("missing_source", w.remove("source"), "missing_key", "source"),
         case("missing_sink", w.remove("sink"), "missing_key", "sink"),
         case("missing_source_type", w.remove("source.type"), "missing_key", "source.type"),
-        case("missing_sink_connection", w.remove("sink.connection"), "missing_key", "sink.connection"),
+        case("missing_sink_connection", w.remove("sink.connection"), "missing_key", "sink.connection_id"),
         case("missing_source_table", w.remove("source.table"), "missing_key", "source.table"),
         case("missing_sink_table_name", w.set_quiet("sink.table", "{schema: main}"), "missing_key", "sink.table.name"),
         case("missing_connection_type", w.remove("source.connection.connection_type"), "missing_key", "source.connection.connection_type"),
@@ -334,7 +336,12 @@ fn manifest_cases() -> Vec<Case> {
         case("missing_window_column", w.remove(&win("column")), "missing_key", "sink.strategy.window.column"),
         case("missing_window_anchor", w.remove(&win("anchor")), "missing_key", "sink.strategy.window.anchor"),
         case("missing_window_lookback", w.remove(&win("lookback")), "missing_key", "sink.strategy.window.lookback"),
-        case("missing_window_chunk_interval", w.remove(&win("chunk_interval")), "missing_key", "sink.strategy.window.chunk_interval"),
+        case(
+            "empty_window_chunk_interval",
+            w.set(&win("chunk_interval"), "\"\""),
+            "invalid_duration",
+            "sink.strategy.window.chunk_interval",
+        ),
         case("missing_chunking_mode", w.remove(&chunking("mode")), "missing_key", "source.options.native_transfer.execution.chunking.mode"),
         case("missing_pg_source_table", pg.remove("source.table"), "missing_key", "source.table"),
         // Unknown keys at several depths, with did-you-mean hints.
@@ -545,7 +552,7 @@ fn manifest_cases() -> Vec<Case> {
         ),
         case(
             "connection_id_bad_characters",
-            ch.set("sink.connection.connection_id", "pg-discard"),
+            ch.set("sink.connection.connection_id", "pg/discard"),
             "invalid_value",
             "sink.connection.connection_id",
         ),
@@ -730,7 +737,15 @@ fn env_refs<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str
 #[test]
 fn templates_are_valid_manifests() {
     let env = discard_env();
-    for (name, template) in [("WINDOW", WINDOW), ("FULL", FULL), ("PG_TO_CH", PG_TO_CH), ("CH_TO_PG", CH_TO_PG)] {
+    let templates = [
+        ("WINDOW", WINDOW),
+        ("FULL", FULL),
+        ("PG_TO_CH", PG_TO_CH),
+        ("CH_TO_PG", CH_TO_PG),
+        ("BATCH", batch::BATCH),
+        ("BATCH_PG_CH", batch::BATCH_PG_CH),
+    ];
+    for (name, template) in templates {
         let sandbox = Sandbox::new();
         let file = sandbox.write(&Doc::of(template));
         let run = dpone(&sandbox.manifest_dir, &["manifest", "validate", &file.display().to_string()], &env_refs(&env));
@@ -775,6 +790,68 @@ fn malformed_manifests_are_refused_before_any_io() {
         let run = dpone(&sandbox.manifest_dir, &["run", &file_arg, "--interval-end", INTERVAL_END, "--format", "json"], &env);
         let mut problems = common_problems(&run, &file, case.code, case.path);
         problems.extend(json_refusal_problems(&run, case.code, case.path));
+        problems.extend(sandbox.untouched(&file));
+        report(&mut failures, case.name, &run, problems);
+    }
+    assert!(failures.is_empty(), "{} of {} cases misbehaved:\n\n{}", failures.len(), cases.len(), failures.join("\n\n"));
+}
+
+/// `run --format json` of a batch manifest: one refusal document per
+/// process refused (or one for the whole file), the others `not_run`;
+/// every one `passed: false`, the first refusal naming `code` at `path`.
+fn batch_json_problems(run: &Run, code: &str, path: &str) -> Vec<String> {
+    let docs: Vec<serde_json::Value> = match serde_json::Deserializer::from_str(&run.stdout).into_iter().collect() {
+        Ok(d) => d,
+        Err(e) => return vec![format!("stdout is not JSON lines: {e}")],
+    };
+    let mut p = Vec::new();
+    if docs.is_empty() {
+        p.push("expected at least one JSON document".to_string());
+    }
+    if docs.iter().any(|d| d["passed"] != serde_json::json!(false) || !["refused", "not_run"].contains(&d["status"].as_str().unwrap_or("")))
+    {
+        p.push("expected every document to be `passed: false`, refused or not_run".to_string());
+    }
+    match docs.iter().find(|d| d["status"] == "refused") {
+        Some(d) if d["error_code"] == code && d["errors"][0]["path"] == path => {}
+        Some(d) => {
+            p.push(format!("expected the first refusal to be `{code}` at `{path}`, got {} at {}", d["error_code"], d["errors"][0]["path"]))
+        }
+        None => p.push("expected a refused document".to_string()),
+    }
+    p
+}
+
+#[test]
+fn malformed_batch_manifests_are_refused_before_any_io() {
+    let cases = batch::cases();
+    assert!(cases.len() >= 30, "expected at least 30 malformed batch manifests, have {}", cases.len());
+    let mut names: Vec<&str> = cases.iter().map(|c| c.name).collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), cases.len(), "case names must be unique");
+    let env = discard_env();
+    let env = env_refs(&env);
+    let mut failures = Vec::new();
+    for case in &cases {
+        let sandbox = Sandbox::new();
+        let file = sandbox.write(&case.yaml);
+        let file_arg = file.display().to_string();
+        let validate = dpone(&sandbox.manifest_dir, &["manifest", "validate", &file_arg], &env);
+        let mut problems = common_problems(&validate, &file, case.code, case.path);
+        problems.extend(position_problems(&validate, &file, case.code, case.yaml.marked_line()));
+        if let Some(hint) = case.hint
+            && !validate.stderr.contains(&format!("hint: {hint}"))
+        {
+            problems.push(format!("expected the hint `{hint}`"));
+        }
+        problems.extend(sandbox.untouched(&file));
+        report(&mut failures, case.name, &validate, problems);
+
+        let run =
+            dpone(&sandbox.manifest_dir, &["run", &file_arg, "--interval-end", INTERVAL_END, "--format", "json", "--jobs", "2"], &env);
+        let mut problems = common_problems(&run, &file, case.code, case.path);
+        problems.extend(batch_json_problems(&run, case.code, case.path));
         problems.extend(sandbox.untouched(&file));
         report(&mut failures, case.name, &run, problems);
     }

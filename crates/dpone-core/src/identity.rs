@@ -1,7 +1,7 @@
 //! Durable identities of runs, chunks, attempts and owned objects.
 //!
 //! A run id is a hash of what the run does — contract version, route,
-//! target, window column and bounds, chunk boundaries, schema fingerprint,
+//! target (its table and the digest of its scope), window column and bounds, chunk boundaries, schema fingerprint,
 //! source version and the manifest fingerprint — never of credentials (the
 //! manifest fingerprint excludes connection blocks). The same invocation
 //! against the same source version gets the same run id; anything else
@@ -29,6 +29,10 @@ pub struct RunIdentity<'a> {
     pub contract_version: &'a str,
     pub route: &'a str,
     pub target: &'a str,
+    /// Which target: the digest of its scope (server or file, database,
+    /// table; never credentials). Two processes writing tables of one name
+    /// in two databases get two runs (and two evidence folders).
+    pub target_scope: &'a str,
     pub window_column: Option<&'a str>,
     pub chunks: &'a [Chunk],
     pub schema_fingerprint: &'a str,
@@ -101,6 +105,7 @@ mod tests {
             contract_version: "v1",
             route: "sqlite->sqlite",
             target: "t",
+            target_scope: "scope-a",
             window_column: Some("ts"),
             chunks: &chunks,
             schema_fingerprint: "s",
@@ -110,8 +115,10 @@ mod tests {
         let a = run_id(&base);
         assert_eq!(a, run_id(&base.clone()));
         assert_eq!(a.len(), 20);
-        let other = RunIdentity { source_version: "w", ..base };
+        let other = RunIdentity { source_version: "w", ..base.clone() };
         assert_ne!(a, run_id(&other));
+        let elsewhere = RunIdentity { target_scope: "scope-b", ..base };
+        assert_ne!(a, run_id(&elsewhere), "one table name in two databases is two runs");
         assert_eq!(staging_table(&owned_stem(&a, ""), 3, 1), format!("_dpone_stg_{}_3_1", &a[..12]));
         let stem = owned_stem(&a, &token_from(u64::MAX - 5));
         assert_eq!(stem.len(), 21);

@@ -258,6 +258,7 @@ fn new_journal<S: Source, T: Target>(ctx: &Ctx<S, T>, invocation: String, execut
         contract_version: CONTRACT_VERSION,
         route: &ctx.plan.route.name,
         target: &ctx.plan.route.target_table,
+        target_scope: &invocation,
         window_column: ctx.plan.window.as_ref().map(|w| w.column.as_str()),
         chunks: &chunks,
         schema_fingerprint: &schema_fingerprint,

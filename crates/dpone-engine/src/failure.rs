@@ -72,6 +72,32 @@ impl FailureKind {
     }
 }
 
+/// How one process of a batch ended, for the batch's exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessEnd {
+    Succeeded,
+    Failed(FailureKind),
+    /// Not started (another process was refused first, or a signal came).
+    NotRun,
+}
+
+/// The exit code of a run of several processes, by the same rule as one:
+/// 0 only if every process succeeded; 130 if a signal stopped any; 2 if
+/// nothing was written (every process that did not succeed was refused,
+/// could not start or did not run, and none succeeded); else 1. A single
+/// process exits as it would alone.
+pub fn batch_exit_code(ends: &[ProcessEnd]) -> u8 {
+    if ends.contains(&ProcessEnd::Failed(FailureKind::Interrupted)) {
+        return EXIT_INTERRUPTED;
+    }
+    if !ends.is_empty() && ends.iter().all(|e| *e == ProcessEnd::Succeeded) {
+        return EXIT_OK;
+    }
+    let wrote =
+        ends.iter().any(|e| matches!(e, ProcessEnd::Succeeded | ProcessEnd::Failed(FailureKind::Failed | FailureKind::OutcomeUnknown)));
+    if wrote { EXIT_FAILED } else { EXIT_CONFIG }
+}
+
 /// The phase a run was in when a step stopped: it decides what is visible
 /// and what the journal keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,6 +302,20 @@ mod tests {
             [FailureKind::Refused, FailureKind::Unavailable, FailureKind::Failed, FailureKind::OutcomeUnknown, FailureKind::Interrupted];
         let got: Vec<(u8, &str)> = all.iter().map(|k| (k.exit_code(), k.status())).collect();
         assert_eq!(got, vec![(2, "refused"), (2, "unavailable"), (1, "failed"), (1, "outcome_unknown"), (130, "interrupted")]);
+    }
+
+    #[test]
+    fn a_batch_exits_as_its_processes_did() {
+        use FailureKind as K;
+        use ProcessEnd::{Failed as F, NotRun, Succeeded as Ok};
+        assert_eq!(batch_exit_code(&[Ok, Ok]), 0);
+        assert_eq!(batch_exit_code(&[Ok, F(K::Refused)]), 1, "something was written");
+        assert_eq!(batch_exit_code(&[F(K::Refused), F(K::Unavailable), NotRun]), 2, "nothing was written");
+        assert_eq!(batch_exit_code(&[F(K::Failed), Ok]), 1);
+        assert_eq!(batch_exit_code(&[Ok, F(K::Interrupted), NotRun]), 130);
+        for k in [K::Refused, K::Unavailable, K::Failed, K::OutcomeUnknown, K::Interrupted] {
+            assert_eq!(batch_exit_code(&[F(k)]), k.exit_code(), "one process exits as it would alone");
+        }
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! and record the intent (`generation.rs`), publish once or reconcile
 //! (`publish.rs`), evidence and success (`finish.rs`). How a run that
 //! stops ends follows from its phase (`failure.rs`). Operators resolve or
-//! abandon runs with `operator.rs`.
+//! abandon runs with `operator.rs`. A run of several processes keeps a
+//! record of which succeeded (`batch.rs`), so that running it again
+//! resumes the unfinished ones only.
 //!
 //! Invariants:
 //! - nothing is written before the probe found no refusal;
@@ -23,6 +25,7 @@
 //! [`Target`]: dpone_core::ports::Target
 
 mod admit;
+mod batch;
 mod context;
 mod driver;
 mod evidence;
@@ -38,8 +41,9 @@ mod report;
 mod stage;
 
 pub use admit::{StoreOpener, execute, journal_key, read_journal};
+pub use batch::{BatchRecord, ProcessRecord, read_batch, update_batch};
 pub use context::{Cancel, MemoryHost, Progress, RunHost, RunOptions};
-pub use failure::{EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, FailureKind, RunFailure};
+pub use failure::{EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, FailureKind, ProcessEnd, RunFailure, batch_exit_code};
 pub use operator::{Operator, abandon_unfinished, resolve_unknown};
 pub use probe::{Probe, probe};
 pub use report::{ChunkSummary, RunReport};

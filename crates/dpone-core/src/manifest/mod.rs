@@ -1,60 +1,339 @@
-//! Manifest loading: YAML text -> positioned tree -> `vars` substitution ->
-//! structural check against the declared shape -> typed [`Manifest`].
+//! Manifest loading: YAML text -> positioned tree -> shape check of the
+//! file as written -> processes (one for today's single form, one per
+//! table for the original's batch form, `expand.rs`) -> per process: vars
+//! and templates rendered (`render.rs`), the shape checked again, the
+//! typed [`Manifest`] built (`model`).
 //!
-//! Every problem is reported at once, each with a stable code, the manifest
-//! path, the line and column, and a hint. Loading performs no I/O: the
-//! caller reads the file, and connections are only resolved later.
+//! Every problem is reported at once, each with a stable code, the path
+//! where the user wrote the value (a value that came from `defaults` is
+//! reported at `defaults...`), the line and column, and a hint. Loading
+//! performs no I/O: the caller reads the file and passes the manifest's
+//! path and `ENV_CODE` in ([`ExpandInput`]); connections are resolved
+//! later.
 
+mod expand;
 pub mod model;
+mod render;
 pub mod schema;
+pub mod select;
+mod shapes;
+pub mod template;
 
+pub use expand::{ExpandInput, valid_selector};
 pub use model::{
     ConnectionSpec, Manifest, NativeChunks, SinkSpec, SourceSpec, Strategy, System, TableRef, TransportMode, WindowSpec, Wire,
 };
+pub use render::translate;
 
 use crate::error::{Diagnostic, Diagnostics};
 use crate::yaml::{self, Node, Value};
+use render::Origins;
 use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
 
-const NATIVE_CHUNKS_PATH: &str = "source.options.native_transfer.execution.native_chunks";
+const NATIVE_CHUNKS_PATH: &str = "source.options.native_transfer.execution.native_chunks.";
 
-/// Parses and validates a manifest.
+/// One process of a manifest: what `dpone run` executes with its own lease,
+/// journal and evidence.
+#[derive(Debug, Clone)]
+pub struct Process {
+    /// `<schema>.<table>` or the entry's `id`; None in the single form.
+    pub selector: Option<String>,
+    /// `name` of the process (output `process`); default: the selector, or
+    /// the manifest file's stem.
+    pub name: String,
+    pub description: Option<String>,
+    /// The batch entry's schema and table (None in the single form).
+    pub source_schema: Option<String>,
+    pub source_table: Option<String>,
+    /// The process declares the original's `state` block (not used here).
+    pub declares_state: bool,
+    pub manifest: Manifest,
+    /// The expanded process as `dpone manifest render` shows it.
+    pub tree: Node,
+}
+
+impl Process {
+    /// How output and selection name this process.
+    pub fn label(&self) -> &str {
+        self.selector.as_deref().unwrap_or(&self.name)
+    }
+}
+
+/// A loaded manifest: its processes, in file order.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// Written in the original's batch form (`defaults`, `schemas`).
+    pub batch: bool,
+    pub processes: Vec<Process>,
+}
+
+impl Loaded {
+    /// One identity for the whole file: the process's own for a single
+    /// process, else a digest of every process's selector and fingerprint.
+    pub fn fingerprint(&self) -> String {
+        if let [p] = self.processes.as_slice() {
+            return p.manifest.fingerprint.clone();
+        }
+        let mut h = Sha256::new();
+        for p in &self.processes {
+            h.update(p.label().as_bytes());
+            h.update([0]);
+            h.update(p.manifest.fingerprint.as_bytes());
+            h.update([0]);
+        }
+        format!("{:x}", h.finalize())
+    }
+}
+
+/// Parses and validates a manifest of exactly one process.
 pub fn load(text: &str) -> Result<Manifest, Diagnostics> {
-    let mut root = yaml::parse(text)?;
-    let mut diags = Vec::new();
+    let mut loaded = load_processes(text, &ExpandInput::default())?;
+    if loaded.processes.len() == 1 {
+        return Ok(loaded.processes.remove(0).manifest);
+    }
+    let names: Vec<&str> = loaded.processes.iter().map(Process::label).collect();
+    Err(Diagnostic::new("selector_required", "--selector", format!("the manifest describes {} processes", names.len()))
+        .hint(format!("select one with --selector: {}", names.join(", ")))
+        .into())
+}
+
+/// Parses and validates a manifest into its processes.
+pub fn load_processes(text: &str, input: &ExpandInput) -> Result<Loaded, Diagnostics> {
+    let root = yaml::parse(text)?;
     if !matches!(root.value, Value::Map(_)) {
         return Err(Diagnostic::new("invalid_type", "", format!("a manifest is a mapping, found {}", root.value.kind()))
             .hint("start with `kind: dpone.batch.v1`")
             .at(root.line, root.column)
             .into());
     }
-    substitute_vars(&mut root, &mut diags);
-    schema::check(&root, schema::manifest_shape(), "", &mut diags);
-    // Limits report under their own code family (SPEC §1: `invalid_limit:<field>`).
-    for d in &mut diags {
-        if let Some(field) = d.path.strip_prefix(NATIVE_CHUNKS_PATH).and_then(|rest| rest.strip_prefix('.')) {
-            d.code = format!("invalid_limit:{field}");
+    let batch = root.get("schemas").is_some() || root.get("defaults").is_some();
+    let mut diags = Vec::new();
+    if batch {
+        if let Value::Map(entries) = &root.value {
+            for (k, _) in entries.iter().filter(|(k, _)| expand::MISPLACED_IN_BATCH.contains(&k.name.as_str())) {
+                diags.push(
+                    Diagnostic::new("misplaced_key", &k.name, format!("`{}` at the top of a batch manifest", k.name))
+                        .hint(format!(
+                            "a batch manifest (with `defaults` / `schemas`) keeps `{0}` under `defaults:` (or a table's `overrides:`)",
+                            k.name
+                        ))
+                        .at(k.line, k.column),
+                );
+            }
         }
+        let misplaced = diags.len();
+        schema::check_deferred(&root, schema::batch_shape(), "", &mut diags);
+        if misplaced > 0 {
+            diags.retain(|d| !(d.code == "unknown_key" && expand::MISPLACED_IN_BATCH.contains(&d.path.as_str())));
+        }
+    } else {
+        schema::check_deferred(&root, schema::manifest_shape(), "", &mut diags);
     }
+    if !diags.is_empty() {
+        return Err(sorted(limit_codes(diags)));
+    }
+    let raws = if batch { expand::batch(&root, input, &mut diags) } else { vec![expand::single(&root, input, &mut diags)] };
     if !diags.is_empty() {
         return Err(sorted(diags));
     }
-    let fingerprint = fingerprint(&root);
-    let manifest = model::build(&root, &mut diags, fingerprint);
-    match manifest {
-        Some(mut m) if diags.is_empty() => {
-            collect_positions(&root, "", &mut m.positions);
-            if let Err(mut errors) = crate::limits::resolve(&m) {
-                errors.iter_mut().for_each(|d| m.locate(d));
-                return Err(sorted(errors));
-            }
-            Ok(m)
+    let mut tagged: Vec<(String, Diagnostic)> = Vec::new();
+    let mut processes = Vec::new();
+    for raw in raws {
+        let label = raw.selector.clone().unwrap_or_default();
+        match build_process(raw, batch) {
+            Ok(p) => processes.push(p),
+            Err(ds) => tagged.extend(ds.into_iter().map(|d| (label.clone(), d))),
         }
-        _ => Err(sorted(diags)),
+    }
+    if tagged.is_empty() {
+        tagged.extend(across_processes(&processes));
+    }
+    if !tagged.is_empty() {
+        return Err(merge_tagged(tagged, batch));
+    }
+    Ok(Loaded { batch, processes })
+}
+
+/// Limits report under their own code family (SPEC §1: `invalid_limit:<field>`).
+fn limit_codes(mut diags: Vec<Diagnostic>) -> Vec<Diagnostic> {
+    for d in &mut diags {
+        if let Some(i) = d.path.find(NATIVE_CHUNKS_PATH)
+            && (i == 0 || d.path[..i].ends_with('.'))
+        {
+            d.code = format!("invalid_limit:{}", &d.path[i + NATIVE_CHUNKS_PATH.len()..]);
+        }
+    }
+    diags
+}
+
+/// Gives `d` the position of its process path (or of the nearest enclosing
+/// one) and then the file path it was written at.
+pub(crate) fn place(d: &mut Diagnostic, positions: &BTreeMap<String, (u64, u64)>, origins: &Origins) {
+    if d.line.is_none() {
+        let mut path = d.path.as_str();
+        loop {
+            if let Some((line, column)) = positions.get(path) {
+                d.line = Some(*line);
+                d.column = Some(*column);
+                break;
+            }
+            match path.rfind(['.', '[']) {
+                Some(i) => path = &path[..i],
+                None if !path.is_empty() => path = "",
+                None => break,
+            }
+        }
+    }
+    if !origins.is_empty() && !d.path.starts_with('-') {
+        d.path = render::translate(origins, &d.path);
     }
 }
 
-fn collect_positions(node: &Node, path: &str, out: &mut std::collections::BTreeMap<String, (u64, u64)>) {
+fn positions_of(tree: &Node) -> BTreeMap<String, (u64, u64)> {
+    let mut positions = BTreeMap::new();
+    positions.insert(String::new(), (tree.line, tree.column));
+    collect_positions(tree, "", &mut positions);
+    positions
+}
+
+/// Renders, checks and builds one process; its problems come back with
+/// file paths and positions.
+fn build_process(raw: expand::RawProcess, batch: bool) -> Result<Process, Vec<Diagnostic>> {
+    let expand::RawProcess { selector, default_name, source_schema, source_table, mut tree, mut origins, vars } = raw;
+    let mut proc_diags = Vec::new();
+    if batch {
+        let missing: Vec<Diagnostic> = ["source", "sink"]
+            .into_iter()
+            .filter(|side| tree.get(side).is_none())
+            .map(|side| {
+                Diagnostic::new("missing_key", format!("defaults.{side}"), format!("no `{side}` for this table"))
+                    .hint(format!("write `{side}` under `defaults` (or the schema's `defaults`, or the table's `overrides`)"))
+                    .at(tree.line, tree.column)
+            })
+            .collect();
+        if !missing.is_empty() {
+            return Err(missing);
+        }
+    }
+    let mut scope = render::ProcessScope::new(vars);
+    scope.check_vars();
+    proc_diags.extend(scope.render_process(&mut tree));
+    let mut file_diags = std::mem::take(&mut scope.diags);
+    if proc_diags.is_empty() && file_diags.is_empty() {
+        render::fold_connections(&mut tree, &mut origins, &mut proc_diags);
+    }
+    if proc_diags.is_empty() && file_diags.is_empty() {
+        schema::check(&tree, schema::manifest_shape(), "", &mut proc_diags);
+        proc_diags = limit_codes(proc_diags);
+    }
+    let mut manifest = None;
+    if proc_diags.is_empty() && file_diags.is_empty() {
+        let fingerprint = fingerprint(&tree);
+        if let Some(mut m) = model::build(&tree, &mut proc_diags, fingerprint)
+            && proc_diags.is_empty()
+        {
+            m.positions = positions_of(&tree);
+            m.origins = origins.clone();
+            match crate::limits::resolve(&m) {
+                Ok(_) => manifest = Some(m),
+                Err(errors) => proc_diags.extend(errors),
+            }
+        }
+    }
+    let positions = positions_of(&tree);
+    for mut d in proc_diags {
+        place(&mut d, &positions, &origins);
+        file_diags.push(d);
+    }
+    match manifest {
+        Some(manifest) if file_diags.is_empty() => {
+            let text = |key: &str| tree.get(key).and_then(Node::as_str).map(str::to_string);
+            Ok(Process {
+                name: text("name").filter(|n| !n.is_empty()).unwrap_or(default_name),
+                description: text("description"),
+                declares_state: tree.get("state").is_some(),
+                selector,
+                source_schema,
+                source_table,
+                manifest,
+                tree,
+            })
+        }
+        _ => Err(file_diags),
+    }
+}
+
+/// Problems between processes: two with one name, two writing one table.
+fn across_processes(processes: &[Process]) -> Vec<(String, Diagnostic)> {
+    let mut out = Vec::new();
+    for (j, b) in processes.iter().enumerate() {
+        let at = |key: &str| {
+            let mut d = Diagnostic::new("", key, "");
+            b.manifest.locate(&mut d);
+            d
+        };
+        if let Some(a) = processes[..j].iter().find(|a| a.name == b.name) {
+            let place = at("name");
+            out.push((
+                b.label().to_string(),
+                Diagnostic {
+                    code: "duplicate_process_name".into(),
+                    message: format!("process name `{}` is used by `{}` and `{}`", b.name, a.label(), b.label()),
+                    hint: Some("give each table its own name: a template such as `name: \"{{ src_schema }}_{{ src_table }}\"` in defaults, or overrides.name".into()),
+                    ..place
+                },
+            ));
+        }
+        let (x, y) = (&b.manifest.sink, |a: &Process| a.manifest.sink.clone());
+        if let Some(a) = processes[..j].iter().find(|a| {
+            let s = y(a);
+            s.system == x.system && s.connection == x.connection && s.table == x.table
+        }) {
+            let place = at("sink.table");
+            out.push((
+                b.label().to_string(),
+                Diagnostic {
+                    code: "duplicate_target".into(),
+                    message: format!("`{}` and `{}` both write {}", a.label(), b.label(), x.table),
+                    hint: Some("each process must write its own table: two runs on one table would replace each other's rows".into()),
+                    ..place
+                },
+            ));
+        }
+    }
+    out
+}
+
+/// One diagnostic per problem: a problem every affected process shares
+/// (a bad value in `defaults`) is reported once, naming the processes.
+fn merge_tagged(tagged: Vec<(String, Diagnostic)>, batch: bool) -> Diagnostics {
+    let mut groups: Vec<(Diagnostic, Vec<String>)> = Vec::new();
+    for (label, d) in tagged {
+        match groups.iter_mut().find(|(g, _)| *g == d) {
+            Some((_, labels)) if !labels.contains(&label) => labels.push(label),
+            Some(_) => {}
+            None => groups.push((d, vec![label])),
+        }
+    }
+    let out = groups
+        .into_iter()
+        .map(|(mut d, labels)| {
+            if batch && !labels.iter().all(String::is_empty) {
+                let shown: Vec<String> = labels.iter().take(5).map(|l| format!("`{l}`")).collect();
+                let more = if labels.len() > 5 { ", ..." } else { "" };
+                d.message = match labels.len() {
+                    1 => format!("{} (in process {})", d.message, shown[0]),
+                    n => format!("{} (in {n} processes: {}{more})", d.message, shown.join(", ")),
+                };
+            }
+            d
+        })
+        .collect();
+    sorted(out)
+}
+
+fn collect_positions(node: &Node, path: &str, out: &mut BTreeMap<String, (u64, u64)>) {
     match &node.value {
         Value::Map(entries) => {
             for (k, v) in entries {
@@ -81,88 +360,15 @@ pub fn sorted(mut diags: Vec<Diagnostic>) -> Diagnostics {
     Diagnostics(diags)
 }
 
-/// Replaces `${name}` in every string outside `vars` with the value of
-/// `vars.name`; `$${` writes a literal `${`.
-fn substitute_vars(root: &mut Node, diags: &mut Vec<Diagnostic>) {
-    let mut vars = std::collections::BTreeMap::new();
-    if let Some(v) = root.get("vars")
-        && let Value::Map(entries) = &v.value
-    {
-        for (k, n) in entries {
-            let text = match &n.value {
-                Value::Str(s) => s.clone(),
-                Value::Int(i) => i.to_string(),
-                Value::Bool(b) => b.to_string(),
-                Value::Float(f) => f.to_string(),
-                _ => continue,
-            };
-            vars.insert(k.name.clone(), text);
-        }
-    }
-    if let Value::Map(entries) = &mut root.value {
-        for (k, n) in entries.iter_mut() {
-            if k.name != "vars" {
-                walk(n, &k.name, &vars, diags);
-            }
-        }
-    }
-}
-
-fn walk(node: &mut Node, path: &str, vars: &std::collections::BTreeMap<String, String>, diags: &mut Vec<Diagnostic>) {
-    match &mut node.value {
-        Value::Str(s) if s.contains('$') => match interpolate(s, vars) {
-            Ok(new) => *s = new,
-            Err(name) => diags.push(
-                Diagnostic::new("unknown_var", path, format!("`${{{name}}}` refers to an undefined var"))
-                    .hint(format!("define `{name}` under `vars`, or write `$${{` for a literal `${{`"))
-                    .at(node.line, node.column),
-            ),
-        },
-        Value::Seq(items) => {
-            for (i, it) in items.iter_mut().enumerate() {
-                walk(it, &format!("{path}[{i}]"), vars, diags);
-            }
-        }
-        Value::Map(entries) => {
-            for (k, n) in entries.iter_mut() {
-                walk(n, &schema::join(path, &k.name), vars, diags);
-            }
-        }
-        _ => {}
-    }
-}
-
-fn interpolate(s: &str, vars: &std::collections::BTreeMap<String, String>) -> Result<String, String> {
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(pos) = rest.find('$') {
-        out.push_str(&rest[..pos]);
-        let tail = &rest[pos..];
-        if let Some(after) = tail.strip_prefix("$${") {
-            out.push_str("${");
-            rest = after;
-        } else if let Some(after) = tail.strip_prefix("${") {
-            let end = after.find('}').ok_or_else(|| after.to_string())?;
-            let name = &after[..end];
-            out.push_str(vars.get(name).ok_or_else(|| name.to_string())?);
-            rest = &after[end + 1..];
-        } else {
-            out.push('$');
-            rest = &tail[1..];
-        }
-    }
-    out.push_str(rest);
-    Ok(out)
-}
-
-/// Identity of what the manifest asks for: the normalized document without
-/// `vars` (already substituted), connection blocks (credentials) and
-/// `schedule` (when, not what).
+/// Identity of what the manifest asks for: the normalized process without
+/// `vars` (already substituted), connection blocks (credentials),
+/// `schedule` (when, not what) and what only names or describes it.
 fn fingerprint(root: &Node) -> String {
     let mut json = root.to_json();
     if let Some(obj) = json.as_object_mut() {
-        obj.remove("vars");
-        obj.remove("schedule");
+        for key in ["vars", "schedule", "name", "description", "state", "meta"] {
+            obj.remove(key);
+        }
         for side in ["source", "sink"] {
             if let Some(s) = obj.get_mut(side).and_then(|s| s.as_object_mut()) {
                 s.remove("connection");
@@ -190,3 +396,6 @@ pub fn canonical_json(v: &serde_json::Value) -> String {
 
 #[cfg(test)]
 pub(crate) mod tests;
+
+#[cfg(test)]
+mod batch_tests;

@@ -62,8 +62,23 @@ pub enum ConnectionSpec {
 }
 
 impl ConnectionSpec {
+    /// `DPONE_CONN_<ID>`: the original's naming, every run of characters
+    /// other than ASCII letters and digits becomes `_`, no `_` at either
+    /// end, upper case (`postgres-demo` -> `DPONE_CONN_POSTGRES_DEMO`).
     pub fn env_var(id: &str) -> String {
-        format!("DPONE_CONN_{}", id.to_ascii_uppercase())
+        format!("DPONE_CONN_{}", Self::env_suffix(id))
+    }
+
+    pub fn env_suffix(id: &str) -> String {
+        let mut out = String::new();
+        for c in id.trim().chars() {
+            if c.is_ascii_alphanumeric() {
+                out.push(c.to_ascii_uppercase());
+            } else if !out.ends_with('_') {
+                out.push('_');
+            }
+        }
+        out.trim_matches('_').to_string()
     }
 }
 
@@ -204,31 +219,27 @@ pub struct Manifest {
     /// SHA-256 of the normalized manifest without its connection blocks:
     /// part of run identity, never derived from credentials.
     pub fingerprint: String,
-    /// Line and column of every path in the file, to place diagnostics
+    /// Line and column of every path of the process, to place diagnostics
     /// found after loading (plan, connections, probes).
     #[serde(skip)]
     pub positions: BTreeMap<String, (u64, u64)>,
+    /// Where each path of the process was written in the file (a batch
+    /// process's values come from `defaults`, `overrides`, ...); empty when
+    /// the process is the file.
+    #[serde(skip)]
+    pub origins: BTreeMap<String, String>,
 }
 
 impl Manifest {
-    /// Gives `d` the file position of its path, or of the nearest enclosing
-    /// path present in the file.
+    /// Gives `d` the file position of its path (or of the nearest
+    /// enclosing path present in the file), then the path it was written
+    /// at (`defaults.sink.table` for a batch process's `sink.table`).
+    /// Placing a diagnostic twice changes nothing.
     pub fn locate(&self, d: &mut Diagnostic) {
-        if d.line.is_some() {
+        if d.line.is_some() && (self.origins.is_empty() || !self.positions.contains_key(&d.path)) {
             return;
         }
-        let mut path = d.path.as_str();
-        loop {
-            if let Some((line, column)) = self.positions.get(path) {
-                d.line = Some(*line);
-                d.column = Some(*column);
-                return;
-            }
-            match path.rfind(['.', '[']) {
-                Some(i) => path = &path[..i],
-                None => return,
-            }
-        }
+        crate::manifest::place(d, &self.positions, &self.origins);
     }
 
     pub fn window(&self) -> Option<&WindowSpec> {

@@ -102,7 +102,10 @@ fn connection(r: &mut Reader, node: Option<&Node>, path: &str) -> ConnectionSpec
                 );
             }
             match id.and_then(Node::as_str) {
-                Some(s) if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => {
+                Some(s)
+                    if !ConnectionSpec::env_suffix(s).is_empty()
+                        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')) =>
+                {
                     ConnectionSpec::Env { id: s.to_string() }
                 }
                 Some(s) => {
@@ -110,8 +113,8 @@ fn connection(r: &mut Reader, node: Option<&Node>, path: &str) -> ConnectionSpec
                         "invalid_value",
                         &join(path, "connection_id"),
                         id,
-                        format!("connection id `{s}` may contain only letters, digits and underscores"),
-                        "it names the environment variable DPONE_CONN_<CONNECTION_ID>",
+                        format!("connection id `{s}` may contain only letters, digits, `_`, `-` and `.`"),
+                        "it names the environment variables DPONE_CONN_<CONNECTION_ID> (other characters become `_`, upper case)",
                     );
                     ConnectionSpec::Env { id: String::new() }
                 }
@@ -298,8 +301,12 @@ pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: Strin
             let path = "sink.strategy.window";
             // The chunk count is only known when both durations are valid:
             // an invalid one reports its own error and nothing derived from it.
-            let (lookback, chunk_interval) =
-                (duration(&mut r, Some(w), "lookback", path), duration(&mut r, Some(w), "chunk_interval", path));
+            // chunk_interval defaults to one day, as the original's schema says.
+            let chunk_interval = match child(Some(w), "chunk_interval") {
+                Some(_) => duration(&mut r, Some(w), "chunk_interval", path),
+                None => Some(FixedDuration(crate::time::MICROS_PER_DAY)),
+            };
+            let (lookback, chunk_interval) = (duration(&mut r, Some(w), "lookback", path), chunk_interval);
             let count = match (lookback, chunk_interval) {
                 (Some(l), Some(c)) => (l.0 as i128 + c.0 as i128 - 1) / c.0 as i128,
                 _ => 0,
@@ -389,6 +396,7 @@ pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: Strin
         schedule: str_at(root.get("schedule"), "cron").map(|c| Schedule { cron: c.to_string() }),
         fingerprint,
         positions: BTreeMap::new(),
+        origins: BTreeMap::new(),
     };
     for (label, t, n) in
         [("source.table", &manifest.source.table, child(src, "table")), ("sink.table", &manifest.sink.table, child(snk, "table"))]

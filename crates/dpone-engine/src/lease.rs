@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 pub struct LeaseKeeper {
     store: Arc<dyn StateStore>,
     pub lease: Lease,
+    ttl: u64,
     started: Instant,
     /// Milliseconds since `started` until which the lease is known valid.
     valid_until_ms: AtomicU64,
@@ -53,6 +54,7 @@ impl LeaseKeeper {
         let keeper = Arc::new(LeaseKeeper {
             store,
             lease,
+            ttl,
             started: Instant::now(),
             valid_until_ms: AtomicU64::new(ttl.saturating_sub(ttl / 10)),
             lost: AtomicBool::new(false),
@@ -97,6 +99,29 @@ impl LeaseKeeper {
             .hint("another dpone run may own the target now; run `dpone status` and rerun when it is free"));
         }
         Ok(())
+    }
+
+    /// Asks the store whether this lease is still the scope's current one
+    /// (holder, fence, not expired, judged on the store's clock) and
+    /// extends it: the last check before the publishing call, so a run
+    /// that lost its lease to a takeover learns it from the store itself,
+    /// not only from its own timer.
+    pub async fn confirm(&self) -> Result<(), AdapterError> {
+        self.check()?;
+        let (store, lease, ttl) = (self.store.clone(), self.lease.clone(), self.ttl);
+        let asked = self.started.elapsed().as_millis() as u64;
+        match tokio::task::spawn_blocking(move || store.renew(&lease, ttl)).await.map_err(|e| AdapterError::internal(e.to_string()))? {
+            Ok(()) => {
+                self.valid_until_ms.fetch_max(asked + ttl - ttl / 10, Ordering::SeqCst);
+                Ok(())
+            }
+            Err(e) => {
+                if matches!(e, StoreError::LeaseLost(_)) {
+                    self.mark_lost();
+                }
+                Err(crate::journal::store_error(e))
+            }
+        }
     }
 
     pub fn mark_lost(&self) {

@@ -2,11 +2,11 @@
 
 use crate::adapters::{self, Adapters, AnyTarget};
 use crate::output::{self, RunOutcome};
+use crate::state::StoreChoice;
 use crate::{Format, IntervalArgs};
 use dpone_core::manifest::{self, Manifest};
 use dpone_core::plan::{Interval, Plan};
 use dpone_core::ports::Target;
-use dpone_core::state::StateStore;
 use dpone_core::{Diagnostic, Diagnostics};
 use dpone_engine::RunOptions;
 use std::path::{Path, PathBuf};
@@ -75,7 +75,7 @@ fn interval(args: &IntervalArgs) -> Interval {
     }
 }
 
-fn base_dir(manifest_path: &Path) -> PathBuf {
+pub(crate) fn base_dir(manifest_path: &Path) -> PathBuf {
     manifest_path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p }).unwrap_or(Path::new(".")).to_path_buf()
 }
 
@@ -100,11 +100,12 @@ pub fn runtime() -> tokio::runtime::Runtime {
 fn load_and_check_connections(path: &Path) -> Result<Manifest, Diagnostics> {
     let m = load(path)?;
     let base = base_dir(path);
-    let mut found: Vec<Diagnostic> = [adapters::AnySource::build(&m, &base).err(), adapters::build_target(&m, &base).err()]
-        .into_iter()
-        .flatten()
-        .filter(|d| d.code != "missing_connection_env")
-        .collect();
+    let mut found: Vec<Diagnostic> =
+        [adapters::AnySource::build(&m, &base).err(), adapters::build_target(&m, &base).err(), StoreChoice::of(&m, path).err()]
+            .into_iter()
+            .flatten()
+            .filter(|d| d.code != "missing_connection_env")
+            .collect();
     if found.is_empty() {
         return Ok(m);
     }
@@ -170,15 +171,26 @@ fn prepare(path: &Path, args: &IntervalArgs) -> Result<(Manifest, Plan, Adapters
     Ok((manifest, plan, adapters))
 }
 
-/// Loads the manifest and builds its target, without a plan (status and
-/// the operator commands need neither the interval nor the source).
-pub fn prepare_for_status(path: &Path) -> Result<(Manifest, AnyTarget), Diagnostics> {
+/// Loads the manifest and builds its target and its state store's
+/// location, without a plan (status and the operator commands need
+/// neither the interval nor the source).
+pub fn prepare_for_status(path: &Path) -> Result<(Manifest, AnyTarget, StoreChoice), Diagnostics> {
     let manifest = load(path)?;
-    let target = adapters::build_target(&manifest, &base_dir(path)).map_err(|mut d| {
+    let located = |mut d: Diagnostic| {
         manifest.locate(&mut d);
         Diagnostics::one(d)
-    })?;
-    Ok((manifest, target))
+    };
+    let target = adapters::build_target(&manifest, &base_dir(path)).map_err(located)?;
+    let store = StoreChoice::of(&manifest, path).map_err(located)?;
+    Ok((manifest, target, store))
+}
+
+/// The manifest's state store, or its diagnostic placed in the file.
+fn store_of(manifest: &Manifest, path: &Path) -> Result<StoreChoice, Diagnostics> {
+    StoreChoice::of(manifest, path).map_err(|mut d| {
+        manifest.locate(&mut d);
+        Diagnostics::one(d)
+    })
 }
 
 pub fn plan(path: &Path, args: &IntervalArgs, format: Format, offline: bool) -> u8 {
@@ -189,11 +201,18 @@ pub fn plan(path: &Path, args: &IntervalArgs, format: Format, offline: bool) -> 
             return EXIT_CONFIG;
         }
     };
+    let store = match store_of(&manifest, path) {
+        Ok(s) => s,
+        Err(d) => {
+            output::print_diagnostics(path, &d);
+            return EXIT_CONFIG;
+        }
+    };
     if !offline && plan.refusals.is_empty() {
         let probed = runtime().block_on(async {
             let (s, t) = (adapters.source.as_ref(), adapters.target.as_ref());
             // Tables recorded by this target's journal are not foreign.
-            let ours = match open_store(&work_dir(&manifest, path), false) {
+            let ours = match store.open(false) {
                 Ok(Some(store)) => {
                     dpone_engine::read_journal(store.as_ref(), &t.scope()).ok().flatten().map(|(_, j)| j.owned).unwrap_or_default()
                 }
@@ -230,11 +249,14 @@ pub fn run(path: &Path, args: &IntervalArgs, format: Format) -> u8 {
     if !plan.refusals.is_empty() {
         return output::report_refusal(path, Some(&plan), &Diagnostics(plan.refusals.clone()), format);
     }
-    let mut options = run_options(work_dir(&manifest, path));
+    let store = match store_of(&manifest, path) {
+        Ok(s) => s,
+        Err(d) => return output::report_refusal(path, Some(&plan), &d, format),
+    };
+    let mut options = run_options(work_dir(&manifest, path), &store);
     options.interval_origin = plan.window.as_ref().and(interval(args).end.map(|(_, origin)| origin.to_string()));
     options.progress = if format == Format::Text { crate::progress::for_terminal() } else { None };
-    let work_dir = options.work_dir.clone();
-    let opener = move |create: bool| open_store(&work_dir, create);
+    let opener = move |create: bool| store.open(create);
     let mut outcome = execute(&manifest, &plan, adapters, &opener, &options);
     if let RunOutcome::Failed(f) = &mut outcome {
         f.refusals.iter_mut().for_each(|d| manifest.locate(d));
@@ -243,10 +265,14 @@ pub fn run(path: &Path, args: &IntervalArgs, format: Format) -> u8 {
 }
 
 /// How this process runs: this host, this holder, SPEC's lease (and, in a
-/// test build only, the environment's failpoints and lease TTL).
-pub fn run_options(work_dir: PathBuf) -> RunOptions {
+/// test build only, the environment's failpoints and lease TTL). With a
+/// store shared by hosts, a lease is taken over only when it expired: a
+/// holder's host name does not tell its process namespace apart (two
+/// containers may share one), so "no such process here" proves nothing.
+pub fn run_options(work_dir: PathBuf, store: &StoreChoice) -> RunOptions {
+    let host = crate::host::ProcessHost { local_liveness: !store.is_shared() };
     #[allow(unused_mut)]
-    let mut options = RunOptions::new(work_dir, crate::host::holder(), std::sync::Arc::new(crate::host::ProcessHost));
+    let mut options = RunOptions::new(work_dir, crate::host::holder(), std::sync::Arc::new(host));
     #[cfg(feature = "failpoints")]
     {
         options.failpoints = crate::failpoints::from_env();
@@ -258,25 +284,9 @@ pub fn run_options(work_dir: PathBuf) -> RunOptions {
 }
 
 /// The operator of `resolve` / `abandon`: this process, with the run's lease TTL.
-pub fn operator() -> dpone_engine::Operator {
-    let o = run_options(PathBuf::new());
+pub fn operator(store: &StoreChoice) -> dpone_engine::Operator {
+    let o = run_options(PathBuf::new(), store);
     dpone_engine::Operator { holder: o.holder, lease_ttl_ms: o.lease_ttl_ms, host: o.host }
-}
-
-/// The state store of a work dir (`state.db`); with `create = false` only
-/// an existing one is opened.
-pub fn open_store(work_dir: &Path, create: bool) -> Result<Option<std::sync::Arc<dyn StateStore>>, dpone_core::ports::AdapterError> {
-    let path = work_dir.join("state.db");
-    if !create && !path.exists() {
-        return Ok(None);
-    }
-    dpone_sqlite::SqliteStateStore::open(&path).map(|s| Some(std::sync::Arc::new(s) as std::sync::Arc<dyn StateStore>)).map_err(|e| {
-        dpone_core::ports::AdapterError::permanent(
-            "state_store_unavailable",
-            format!("cannot open the state store {}: {e}", path.display()),
-        )
-        .hint("check that runtime.storage.work_dir is a writable local folder")
-    })
 }
 
 /// Probes and runs under the target's lease. The first SIGINT/SIGTERM

@@ -14,6 +14,7 @@ mod host;
 mod output;
 mod progress;
 mod redact;
+mod state;
 mod status;
 
 use clap::{Parser, Subcommand, ValueEnum};

@@ -39,6 +39,9 @@ mod schema;
 pub use schema::{MAX_NAME_BYTES, MIGRATIONS, SCHEMA_VERSION, Tables};
 
 use crate::tls::PgTls;
+use dpone_core::Diagnostic;
+use dpone_core::manifest::{Manifest, StateConnection, StateSpec};
+use dpone_core::ports::Wiring;
 use dpone_core::state::{Lease, StateStore, StoreError, Versioned};
 use std::time::Duration;
 use tokio_postgres::Client;
@@ -142,6 +145,63 @@ impl PostgresStateStore {
         let (reply, answer) = std::sync::mpsc::sync_channel(1);
         self.jobs.send(Job { op, reply }).map_err(|_| gone())?;
         answer.recv().map_err(|_| gone())?
+    }
+}
+
+/// Where a PostgreSQL state store is and how to reach it; built without I/O.
+#[derive(Clone)]
+pub struct StateLocation {
+    pub config: tokio_postgres::Config,
+    pub tls: PgTls,
+    pub schema: String,
+    pub name: String,
+}
+
+impl std::fmt::Debug for StateLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+impl StateLocation {
+    /// The manifest's `state:` block when it names a postgres store
+    /// (`connection`, or `reuse: sink`); None for any other state.
+    pub fn from_manifest(manifest: &Manifest, wiring: &Wiring) -> Result<Option<Self>, Diagnostic> {
+        let Some(StateSpec::Postgres { connection, table }) = &manifest.state else { return Ok(None) };
+        let (config, tls) = match connection {
+            StateConnection::Own(spec) => crate::config::resolve(spec, "state.connection", wiring.base_dir, wiring.env)?,
+            StateConnection::Sink => crate::config::resolve(&manifest.sink.connection, "sink.connection", wiring.base_dir, wiring.env)?,
+        };
+        let schema = table.schema.clone().unwrap_or_else(|| dpone_core::manifest::model::DEFAULT_STATE_SCHEMA.into());
+        Self::new(config, tls, schema, table.name.clone(), "state.table").map(Some)
+    }
+
+    /// `url` (from the environment variable `var`) in the default tables
+    /// `dpone.dpone_state`.
+    pub fn from_url(var: &str, url: &str, base: &std::path::Path) -> Result<Self, Diagnostic> {
+        let (config, tls) = crate::config::resolve_url(var, url, base)?;
+        use dpone_core::manifest::model::{DEFAULT_STATE_SCHEMA, DEFAULT_STATE_TABLE};
+        Self::new(config, tls, DEFAULT_STATE_SCHEMA.into(), DEFAULT_STATE_TABLE.into(), var)
+    }
+
+    fn new(config: tokio_postgres::Config, tls: PgTls, schema: String, name: String, at: &str) -> Result<Self, Diagnostic> {
+        Tables::validate(&schema, &name).map_err(|why| {
+            Diagnostic::new("invalid_value", at, why).hint(format!("name the state table with at most {MAX_NAME_BYTES} bytes"))
+        })?;
+        if config.get_hosts().is_empty() {
+            return Err(Diagnostic::new("missing_key", at, "the state store's connection names no host").hint("add the host"));
+        }
+        Ok(StateLocation { config, tls, schema, name })
+    }
+
+    /// Opens the store (see [`PostgresStateStore::open`]).
+    pub fn open(&self, create: bool) -> Result<Option<PostgresStateStore>, StoreError> {
+        PostgresStateStore::open(self.config.clone(), self.tls.clone(), &self.schema, &self.name, create)
+    }
+
+    /// `postgres://host:port/db#schema.name` (no credentials).
+    pub fn describe(&self) -> String {
+        describe(&self.config, &self.schema, &self.name)
     }
 }
 

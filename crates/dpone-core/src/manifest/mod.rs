@@ -9,7 +9,8 @@ pub mod model;
 pub mod schema;
 
 pub use model::{
-    ConnectionSpec, Manifest, NativeChunks, SinkSpec, SourceSpec, Strategy, System, TableRef, TransportMode, WindowSpec, Wire,
+    ConnectionSpec, Manifest, NativeChunks, SinkSpec, SourceSpec, StateConnection, StateSpec, Strategy, System, TableRef, TransportMode,
+    WindowSpec, Wire,
 };
 
 use crate::error::{Diagnostic, Diagnostics};
@@ -156,13 +157,14 @@ fn interpolate(s: &str, vars: &std::collections::BTreeMap<String, String>) -> Re
 }
 
 /// Identity of what the manifest asks for: the normalized document without
-/// `vars` (already substituted), connection blocks (credentials) and
-/// `schedule` (when, not what).
+/// `vars` (already substituted), connection blocks (credentials),
+/// `schedule` (when, not what) and `state` (where the journal lives).
 fn fingerprint(root: &Node) -> String {
     let mut json = root.to_json();
     if let Some(obj) = json.as_object_mut() {
         obj.remove("vars");
         obj.remove("schedule");
+        obj.remove("state");
         for side in ["source", "sink"] {
             if let Some(s) = obj.get_mut(side).and_then(|s| s.as_object_mut()) {
                 s.remove("connection");

@@ -242,6 +242,27 @@ fn sink() -> Shape {
     ])
 }
 
+/// `state:`, the original's block: where leases and run journals live.
+fn state() -> Shape {
+    obj(vec![
+        required(
+            "type",
+            Shape::Enum(&["sqlite", "postgres"]),
+            "sqlite (default without this block): state.db in runtime.storage.work_dir, shared only by runs on that folder; postgres: tables in a database every host running dpone reaches",
+        ),
+        field("connection", connection(), "How to reach a postgres state store (the forms of source/sink connections)"),
+        field("reuse", Shape::Enum(&["sink"]), "Keep the state in the sink's database (a postgres sink), with its connection"),
+        field(
+            "table",
+            obj(vec![
+                field("schema", string(), "Schema of the state tables (default dpone)"),
+                required("name", string(), "Name of the records table; dpone adds <name>_leases and <name>_migrations (at most 52 bytes)"),
+            ]),
+            "Where the state tables live (default dpone.dpone_state)",
+        ),
+    ])
+}
+
 /// The whole manifest.
 pub fn manifest_shape() -> &'static Shape {
     static SHAPE: LazyLock<Shape> = LazyLock::new(|| {
@@ -262,6 +283,11 @@ pub fn manifest_shape() -> &'static Shape {
                     "Local storage",
                 )]),
                 "Runtime settings",
+            ),
+            field(
+                "state",
+                state(),
+                "Where leases and run journals live (default: SQLite in the work dir; DPONE_STATE_URL without this block)",
             ),
             field(
                 "schedule",

@@ -176,6 +176,15 @@ mod tests {
         }
         assert_eq!(e.hint.as_deref(), Some(REDACTED));
         assert_eq!(base64(b"bob:s3cr@t"), "Ym9iOnMzY3JAdA==");
+        // The state store's connection and DPONE_STATE_URL are secrets too.
+        let mut m = manifest("{connection_type: env, connection_id: CH}");
+        m.state = Some(StateSpec::Postgres {
+            connection: StateConnection::Own(ConnectionSpec::Params([("password".to_string(), "st4te".to_string())].into())),
+            table: dpone_core::manifest::TableRef { schema: None, name: "s".into() },
+        });
+        let env = |v: &str| (v == crate::state::STATE_URL_ENV).then(|| "postgresql://u:urlp4ss@h/db".to_string());
+        let e = Secrets::of(&m, &env).error(AdapterError::permanent("x", "st4te urlp4ss"));
+        assert_eq!(e.message, format!("{REDACTED} {REDACTED}"));
         assert_eq!(base64(b"ab"), "YWI=");
     }
 }

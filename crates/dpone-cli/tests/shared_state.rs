@@ -150,6 +150,33 @@ fn holder_pid(doc_or_stderr: &str, pid: u32) -> bool {
     doc_or_stderr.contains(&format!("pid {pid} "))
 }
 
+/// `DPONE_STATE_URL` names the store of a manifest without a `state:`
+/// block; with one as well, the run is refused before anything happens.
+#[test]
+fn the_state_url_names_the_store_and_never_competes_with_a_state_block() {
+    let fx = recovery_common::sqlite::Fixture::standard();
+    let dir = fx.dir.clone();
+    let manifest = fx.manifest.clone();
+    let url = dpone_testkit::postgres_url();
+    let env = [("DPONE_STATE_URL", url.as_str())];
+    fx.run_with(&env).assert_succeeded("a run with DPONE_STATE_URL");
+    let status = harness::run(&dir, &["status", &manifest, "--format", "json"], &env).json();
+    assert_eq!(state_of(&status), "succeeded", "{status:#}");
+    assert!(status["state_store"].as_str().unwrap_or("").ends_with("#dpone.dpone_state"), "{status:#}");
+    assert!(!dir.join("work/state.db").exists(), "no local state with a shared store");
+    let local = harness::run(&dir, &["status", &manifest, "--format", "json"], &[]).json();
+    assert_eq!(state_of(&local), "none", "without the variable, the (empty) local store: {local:#}");
+
+    let text = std::fs::read_to_string(&fx.manifest).unwrap();
+    std::fs::write(&fx.manifest, format!("{text}state: {{type: sqlite}}\n")).unwrap();
+    for args in [vec!["manifest", "validate", &manifest], vec!["run", &manifest, "--interval-end", INTERVAL_END]] {
+        let refused = harness::run(&dir, &args, &env);
+        assert_eq!(refused.code, Some(2), "{}", refused.describe());
+        assert!(refused.stderr.contains("state_store_ambiguous"), "{}", refused.describe());
+    }
+    admin("DELETE FROM dpone.dpone_state WHERE key LIKE 'run/%' OR key LIKE 'history/%' OR key LIKE 'evidence/%'");
+}
+
 mod pg_to_clickhouse {
     use super::*;
     use recovery_common::pgch::{Fixture, assert_same_rows, expected_after_replace, standard_source};

@@ -5,12 +5,12 @@
 
 use crate::adapters::{self, Adapters, AnyTarget};
 use crate::output;
+use crate::state::StoreChoice;
 use crate::{Format, IntervalArgs};
 use dpone_core::manifest::select::{self, Selection};
 use dpone_core::manifest::{self, ExpandInput, Loaded, Manifest, Process};
 use dpone_core::plan::{Interval, Plan};
 use dpone_core::ports::Target;
-use dpone_core::state::StateStore;
 use dpone_core::{Diagnostic, Diagnostics};
 use dpone_engine::RunOptions;
 use std::path::{Path, PathBuf};
@@ -126,7 +126,8 @@ fn check_connections(path: &Path, loaded: &Loaded) -> Result<(), Diagnostics> {
     let mut found = Vec::new();
     for p in &loaded.processes {
         let m = &p.manifest;
-        for mut d in [adapters::AnySource::build(m, &base).err(), adapters::build_target(m, &base).err()].into_iter().flatten() {
+        let checks = [adapters::AnySource::build(m, &base).err(), adapters::build_target(m, &base).err(), StoreChoice::of(m, path).err()];
+        for mut d in checks.into_iter().flatten() {
             if d.code != "missing_connection_env" {
                 m.locate(&mut d);
                 found.push(d);
@@ -136,31 +137,18 @@ fn check_connections(path: &Path, loaded: &Loaded) -> Result<(), Diagnostics> {
     if found.is_empty() { Ok(()) } else { Err(manifest::sorted(found)) }
 }
 
-/// What `validate` and `list` say about processes that declare the
-/// original's `state` block (kept here, not used).
-pub fn notes(loaded: &Loaded) -> Vec<String> {
-    let with_state: Vec<&str> = loaded.processes.iter().filter(|p| p.declares_state).map(Process::label).collect();
-    if with_state.is_empty() {
-        return Vec::new();
-    }
-    vec![format!(
-        "`state` is not used by this runtime: journals, leases and evidence live in runtime.storage.work_dir ({})",
-        if loaded.batch { format!("processes: {}", with_state.join(", ")) } else { "this manifest".into() }
-    )]
-}
-
+/// Notes `validate` and `list` print about a valid manifest (none today:
+/// every key they accept is used).
 pub fn validate(path: &Path, format: Format) -> u8 {
     let loaded = load(path).and_then(|l| check_connections(path, &l).map(|_| l));
     match loaded {
         Ok(l) => {
-            let notes = notes(&l);
             match format {
                 Format::Json => output::print_json(&serde_json::json!({
                     "valid": true,
                     "manifest": path,
                     "fingerprint": l.fingerprint(),
                     "processes": l.processes.iter().map(crate::listing::summary).collect::<Vec<_>>(),
-                    "notes": notes,
                 })),
                 Format::Text => {
                     let file = output::safe(&path.display().to_string()).into_owned();
@@ -173,9 +161,6 @@ pub fn validate(path: &Path, format: Format) -> u8 {
                             println!("{file}: valid ({} {})", all.len(), if all.len() == 1 { "process" } else { "processes" });
                             crate::listing::print_table(&l);
                         }
-                    }
-                    for n in &notes {
-                        println!("note: {}", output::safe(n));
                     }
                 }
             }
@@ -227,14 +212,16 @@ pub fn prepare(path: &Path, manifest: &Manifest, args: &IntervalArgs) -> Result<
 /// The one process of a manifest (or the one `--selector` names) and its
 /// target, without a plan (status and the operator commands need neither
 /// the interval nor the source).
-pub fn prepare_for_status(path: &Path, selector: Option<&str>) -> Result<(Manifest, AnyTarget), Diagnostics> {
+pub fn prepare_for_status(path: &Path, selector: Option<&str>) -> Result<(Manifest, AnyTarget, StoreChoice), Diagnostics> {
     let loaded = load(path)?;
     let manifest = pick(&loaded, selector)?.manifest.clone();
-    let target = adapters::build_target(&manifest, &base_dir(path)).map_err(|mut d| {
+    let located = |mut d: Diagnostic| {
         manifest.locate(&mut d);
         Diagnostics::one(d)
-    })?;
-    Ok((manifest, target))
+    };
+    let target = adapters::build_target(&manifest, &base_dir(path)).map_err(located)?;
+    let store = StoreChoice::of(&manifest, path).map_err(located)?;
+    Ok((manifest, target, store))
 }
 
 /// Plans and probes one process.
@@ -244,8 +231,8 @@ fn plan_one(path: &Path, manifest: &Manifest, args: &IntervalArgs, offline: bool
         let probed = runtime().block_on(async {
             let (s, t) = (adapters.source.as_ref(), adapters.target.as_ref());
             // Tables recorded by this target's journal are not foreign.
-            let ours = match open_store(&work_dir(manifest, path), false) {
-                Ok(Some(store)) => {
+            let ours = match StoreChoice::of(manifest, path).ok().map(|s| s.open(false)) {
+                Some(Ok(Some(store))) => {
                     dpone_engine::read_journal(store.as_ref(), &t.scope()).ok().flatten().map(|(_, j)| j.owned).unwrap_or_default()
                 }
                 _ => Default::default(),
@@ -321,9 +308,13 @@ pub fn plan(path: &Path, args: &IntervalArgs, selection: &Selection, format: For
 
 /// How this process runs: this host, this holder, SPEC's lease (and, in a
 /// test build only, the environment's failpoints and lease TTL).
-pub fn run_options(work_dir: PathBuf) -> RunOptions {
+/// With a store shared by hosts, a lease is taken over only when it
+/// expired: a holder's host name does not tell its process namespace apart
+/// (two containers may share one), so "no such process here" proves nothing.
+pub fn run_options(work_dir: PathBuf, store: &StoreChoice) -> RunOptions {
+    let host = crate::host::ProcessHost { local_liveness: !store.is_shared() };
     #[allow(unused_mut)]
-    let mut options = RunOptions::new(work_dir, crate::host::holder(), std::sync::Arc::new(crate::host::ProcessHost));
+    let mut options = RunOptions::new(work_dir, crate::host::holder(), std::sync::Arc::new(host));
     #[cfg(feature = "failpoints")]
     {
         options.failpoints = crate::failpoints::from_env();
@@ -335,25 +326,9 @@ pub fn run_options(work_dir: PathBuf) -> RunOptions {
 }
 
 /// The operator of `resolve` / `abandon`: this process, with the run's lease TTL.
-pub fn operator() -> dpone_engine::Operator {
-    let o = run_options(PathBuf::new());
+pub fn operator(store: &StoreChoice) -> dpone_engine::Operator {
+    let o = run_options(PathBuf::new(), store);
     dpone_engine::Operator { holder: o.holder, lease_ttl_ms: o.lease_ttl_ms, host: o.host }
-}
-
-/// The state store of a work dir (`state.db`); with `create = false` only
-/// an existing one is opened.
-pub fn open_store(work_dir: &Path, create: bool) -> Result<Option<std::sync::Arc<dyn StateStore>>, dpone_core::ports::AdapterError> {
-    let path = work_dir.join("state.db");
-    if !create && !path.exists() {
-        return Ok(None);
-    }
-    dpone_sqlite::SqliteStateStore::open(&path).map(|s| Some(std::sync::Arc::new(s) as std::sync::Arc<dyn StateStore>)).map_err(|e| {
-        dpone_core::ports::AdapterError::permanent(
-            "state_store_unavailable",
-            format!("cannot open the state store {}: {e}", path.display()),
-        )
-        .hint("check that runtime.storage.work_dir is a writable local folder")
-    })
 }
 
 const QUICKSTART_MANIFEST: &str = include_str!("../../../examples/quickstart/manifest.yaml");

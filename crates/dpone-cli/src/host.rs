@@ -6,8 +6,13 @@
 use dpone_engine::RunHost;
 use std::path::Path;
 
-#[derive(Debug, Default)]
-pub struct ProcessHost;
+#[derive(Debug)]
+pub struct ProcessHost {
+    /// Whether a holder of this host whose process is gone may be taken
+    /// over at once (false for a state store shared by hosts: see
+    /// `commands::run_options`).
+    pub local_liveness: bool,
+}
 
 impl RunHost for ProcessHost {
     /// The standard library's per-process random hash keys (seeded by the
@@ -43,6 +48,9 @@ impl RunHost for ProcessHost {
     /// any more. A reused pid only makes dpone wait for expiry, never take
     /// over a live run.
     fn holder_is_dead(&self, stale: &str) -> bool {
+        if !self.local_liveness {
+            return false;
+        }
         let me = holder();
         let host_of = |h: &str| h.rsplit_once(" on ").map(|(_, host)| host.to_string());
         let pid_of = |h: &str| h.split(" pid ").nth(1).and_then(|r| r.split(' ').next()).and_then(|p| p.parse::<u32>().ok());
@@ -68,5 +76,24 @@ pub fn holder_for(process: &str) -> String {
     match me.rsplit_once(" on ") {
         Some((who, host)) => format!("{who} [{label}] on {host}"),
         None => me,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A holder of this host whose process is gone is taken over at once
+    /// only with a local store; with a shared one, only expiry frees it.
+    #[test]
+    fn only_a_local_store_takes_over_a_gone_holder_of_this_host() {
+        let me = holder();
+        let (_, host) = me.rsplit_once(" on ").unwrap();
+        // A pid beyond Linux's pid_max, which no process has.
+        let gone = format!("dpone 0.1.0 pid 4294967 on {host}");
+        assert!(ProcessHost { local_liveness: true }.holder_is_dead(&gone));
+        assert!(!ProcessHost { local_liveness: false }.holder_is_dead(&gone));
+        assert!(!ProcessHost { local_liveness: true }.holder_is_dead(&me), "this process is alive");
+        assert!(!ProcessHost { local_liveness: true }.holder_is_dead("dpone 0.1.0 pid 1 on another-host"));
     }
 }

@@ -17,6 +17,7 @@ mod output;
 mod progress;
 mod redact;
 mod run;
+mod state;
 mod status;
 
 use clap::{Parser, Subcommand, ValueEnum};

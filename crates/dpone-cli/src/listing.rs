@@ -68,14 +68,8 @@ pub fn list(path: &Path, format: Format) -> u8 {
             "manifest": path,
             "batch": loaded.batch,
             "processes": loaded.processes.iter().map(summary).collect::<Vec<_>>(),
-            "notes": commands::notes(&loaded),
         })),
-        Format::Text => {
-            print_table(&loaded);
-            for n in commands::notes(&loaded) {
-                println!("note: {}", safe(&n));
-            }
-        }
+        Format::Text => print_table(&loaded),
     }
     EXIT_OK
 }

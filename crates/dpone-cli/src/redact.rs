@@ -8,7 +8,7 @@
 //! command line prints it. A secret is replaced as written, percent-encoded
 //! and base64-encoded (alone and as HTTP Basic's `user:password`).
 
-use dpone_core::manifest::{ConnectionSpec, Manifest, model::is_secret_param};
+use dpone_core::manifest::{ConnectionSpec, Manifest, StateConnection, StateSpec, model::is_secret_param};
 use dpone_core::ports::AdapterError;
 
 /// The replacement of a secret.
@@ -19,11 +19,19 @@ pub const REDACTED: &str = "<redacted>";
 pub struct Secrets(Vec<String>);
 
 impl Secrets {
-    /// The secrets of both connections of `manifest` (`env` resolves
-    /// `connection_type: env`).
+    /// The secrets of every connection of `manifest` (source, sink, a
+    /// state store's, `DPONE_STATE_URL`; `env` resolves `connection_type: env`).
     pub fn of(manifest: &Manifest, env: &dyn Fn(&str) -> Option<String>) -> Secrets {
         let mut raw: Vec<(Option<String>, String)> = Vec::new();
-        for spec in [&manifest.source.connection, &manifest.sink.connection] {
+        let state = match &manifest.state {
+            Some(StateSpec::Postgres { connection: StateConnection::Own(spec), .. }) => Some(spec),
+            _ => None,
+        };
+        if let Some(url) = env(crate::state::STATE_URL_ENV) {
+            raw.extend(url_password(&url));
+            raw.extend(keyword_password(&url).map(|p| (None, p)));
+        }
+        for spec in [&manifest.source.connection, &manifest.sink.connection].into_iter().chain(state) {
             match spec {
                 ConnectionSpec::Params(p) => {
                     for (k, v) in p {
@@ -168,6 +176,15 @@ mod tests {
         }
         assert_eq!(e.hint.as_deref(), Some(REDACTED));
         assert_eq!(base64(b"bob:s3cr@t"), "Ym9iOnMzY3JAdA==");
+        // The state store's connection and DPONE_STATE_URL are secrets too.
+        let mut m = manifest("{connection_type: env, connection_id: CH}");
+        m.state = Some(StateSpec::Postgres {
+            connection: StateConnection::Own(ConnectionSpec::Params([("password".to_string(), "st4te".to_string())].into())),
+            table: dpone_core::manifest::TableRef { schema: None, name: "s".into() },
+        });
+        let env = |v: &str| (v == crate::state::STATE_URL_ENV).then(|| "postgresql://u:urlp4ss@h/db".to_string());
+        let e = Secrets::of(&m, &env).error(AdapterError::permanent("x", "st4te urlp4ss"));
+        assert_eq!(e.message, format!("{REDACTED} {REDACTED}"));
         assert_eq!(base64(b"ab"), "YWI=");
     }
 }

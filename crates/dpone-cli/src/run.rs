@@ -22,6 +22,7 @@ use crate::adapters::Adapters;
 use crate::commands::{self, EXIT_CONFIG};
 use crate::envelope::{self, Body, Head};
 use crate::output::{self, RunOutcome, safe};
+use crate::state::StoreChoice;
 use crate::{IntervalArgs, RunArgs, RunFormat};
 use dpone_core::Diagnostics;
 use dpone_core::manifest::Process;
@@ -64,6 +65,8 @@ struct Job<'a> {
     plan: Plan,
     adapters: Adapters,
     work_dir: PathBuf,
+    /// Where its leases and journal live (`state:`, DPONE_STATE_URL or the work dir).
+    store: StoreChoice,
 }
 
 /// How a process ended: its document and its share of the exit code.
@@ -137,9 +140,17 @@ pub fn run(req: &Request) -> u8 {
     let mut jobs = Vec::new();
     let mut refused: Vec<(&Process, Option<Plan>, Diagnostics)> = Vec::new();
     for p in &chosen {
+        let store = match StoreChoice::of(&p.manifest, req.path) {
+            Ok(s) => s,
+            Err(mut d) => {
+                p.manifest.locate(&mut d);
+                refused.push((p, None, Diagnostics::one(d)));
+                continue;
+            }
+        };
         match commands::prepare(req.path, &p.manifest, req.interval) {
             Ok((plan, adapters)) if plan.refusals.is_empty() => {
-                jobs.push(Job { process: p, work_dir: commands::work_dir(&p.manifest, req.path), plan, adapters })
+                jobs.push(Job { process: p, work_dir: commands::work_dir(&p.manifest, req.path), plan, adapters, store })
             }
             Ok((plan, _)) => {
                 let d = Diagnostics(plan.refusals.clone());
@@ -218,7 +229,7 @@ fn execute(req: &Request, jobs: Vec<Job>, printer: &Printer, op: Option<&Operati
     let cancel = dpone_engine::Cancel::default();
     // One set of test failpoints for the whole invocation: `name:n` fires at
     // the n-th hit across its processes.
-    let base = commands::run_options(PathBuf::new());
+    let base = commands::run_options(PathBuf::new(), &jobs[0].store);
     let labels: Vec<(String, String, Option<Plan>)> =
         jobs.iter().map(|j| (j.process.label().to_string(), j.process.name.clone(), Some(j.plan.clone()))).collect();
     let ended: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -298,12 +309,13 @@ async fn run_job(
     let p = job.process;
     let started = Instant::now();
     let max = req.args.retry_attempts + 1;
-    let work_dir = job.work_dir.clone();
-    let opener = move |create: bool| commands::open_store(&work_dir, create);
+    let store = job.store.clone();
+    let host = commands::run_options(PathBuf::new(), &job.store).host;
+    let opener = move |create: bool| store.open(create);
     let mut attempts = 0;
     let outcome = loop {
         attempts += 1;
-        let mut options = dpone_engine::RunOptions::new(job.work_dir.clone(), crate::host::holder_for(p.label()), base.host.clone());
+        let mut options = dpone_engine::RunOptions::new(job.work_dir.clone(), crate::host::holder_for(p.label()), host.clone());
         options.failpoints = base.failpoints.clone();
         options.lease_ttl_ms = base.lease_ttl_ms;
         options.cancel = cancel.clone();
@@ -365,7 +377,8 @@ struct Operation {
     id: String,
     fingerprint: String,
     named: bool,
-    work_dir: PathBuf,
+    /// The first process's state store keeps the operation's record.
+    store: StoreChoice,
     holder: String,
     lock: Mutex<()>,
 }
@@ -389,7 +402,7 @@ impl Operation {
             id,
             fingerprint,
             named: req.args.run_id.is_some(),
-            work_dir: jobs[0].work_dir.clone(),
+            store: jobs[0].store.clone(),
             holder: crate::host::holder(),
             lock: Mutex::new(()),
         })
@@ -402,7 +415,7 @@ impl Operation {
         let unavailable = |e: dpone_core::ports::AdapterError| {
             Diagnostics::one(dpone_core::Diagnostic { hint: e.hint, ..dpone_core::Diagnostic::new(e.code, "", e.message) })
         };
-        let Some(store) = commands::open_store(&self.work_dir, false).map_err(unavailable)? else { return Ok(None) };
+        let Some(store) = self.store.open(false).map_err(unavailable)? else { return Ok(None) };
         let Some(record) = dpone_engine::read_batch(store.as_ref(), &self.id).map_err(unavailable)? else { return Ok(None) };
         if self.named && record.fingerprint != self.fingerprint {
             return Err(Diagnostics::one(
@@ -419,7 +432,7 @@ impl Operation {
 
     fn write(&self, change: impl FnOnce(&mut BatchRecord)) {
         let _guard = self.lock.lock().expect("operation lock");
-        let result = commands::open_store(&self.work_dir, true).and_then(|store| {
+        let result = self.store.open(true).and_then(|store| {
             let store = store.expect("a created store");
             let pause = || std::thread::sleep(Duration::from_millis(50));
             dpone_engine::update_batch(store.as_ref(), &self.holder, &self.id, 40, &pause, |r| {

@@ -1,9 +1,12 @@
 //! `dpone status` and `dpone resolve`: what the journal says about a
-//! target, what is visible, and what the operator does next.
+//! target, what is visible, and what the operator does next. Both read the
+//! manifest's state store, so with a shared store (PostgreSQL) they work
+//! from any host that reaches it; the evidence is read from the store.
 
 use crate::Format;
-use crate::commands::{EXIT_CONFIG, EXIT_OK, open_store};
+use crate::commands::{EXIT_CONFIG, EXIT_OK};
 use crate::output::{print_diagnostics, print_json};
+use crate::state::StoreChoice;
 use dpone_core::Diagnostics;
 use dpone_core::ports::Target;
 use dpone_core::state::{ChunkState, RunJournal, RunState, StateStore};
@@ -82,7 +85,7 @@ fn find_journal(store: &dyn StateStore, scope: &str, run_id: Option<&str>) -> Re
 }
 
 pub fn status(path: &Path, selector: Option<&str>, run_id: Option<&str>, format: Format) -> u8 {
-    let (manifest, target) = match crate::commands::prepare_for_status(path, selector) {
+    let (_, target, choice) = match crate::commands::prepare_for_status(path, selector) {
         Ok(v) => v,
         Err(d) => {
             print_diagnostics(path, &d);
@@ -90,22 +93,21 @@ pub fn status(path: &Path, selector: Option<&str>, run_id: Option<&str>, format:
         }
     };
     let scope = target.scope();
-    let work_dir = crate::commands::work_dir(&manifest, path);
-    let store = match open_store(&work_dir, false) {
+    let store = match choice.open(false) {
         Ok(Some(s)) => s,
         Ok(None) => {
-            report_none(&scope, format);
+            report_none(&scope, &choice, format);
             return EXIT_OK;
         }
         Err(e) => {
-            eprintln!("error[{}]: {}", e.code, e.message);
+            eprintln!("error[{}]: {}", e.code, crate::output::safe(&e.message));
             return EXIT_CONFIG;
         }
     };
     let journal = match find_journal(store.as_ref(), &scope, run_id) {
         Ok(Some(j)) => j,
         Ok(None) => {
-            report_none(&scope, format);
+            report_none(&scope, &choice, format);
             return EXIT_OK;
         }
         Err(Lookup::Unreadable(e)) => {
@@ -124,9 +126,14 @@ pub fn status(path: &Path, selector: Option<&str>, run_id: Option<&str>, format:
         }
     };
     let (visible, next) = explain(journal.state);
+    // The evidence as the state store keeps it (any host can read it).
+    let evidence: Option<serde_json::Value> =
+        journal.evidence_key.as_deref().and_then(|k| store.get(k).ok().flatten()).and_then(|v| serde_json::from_str(&v.body).ok());
     if format == Format::Json {
         print_json(&json!({
             "target_scope": scope,
+            "state_store": choice.describe(),
+            "evidence": evidence,
             "run_id": journal.run_id,
             "execution": journal.execution,
             "state": journal.state,
@@ -158,30 +165,39 @@ pub fn status(path: &Path, selector: Option<&str>, run_id: Option<&str>, format:
         println!("intent      publish {} (target identity before: {}, generation: {})", i.generation_table, i.target_before, i.generation);
     }
     if let Some(p) = journal.evidence_path.as_deref() {
-        println!("evidence    {p}");
+        println!("evidence    {} (on the host of {})", crate::output::safe(p), crate::output::safe(&journal.last_holder));
+    }
+    if let (Some(k), Some(_)) = (journal.evidence_key.as_deref(), &evidence) {
+        println!("            and in the state store as {} (`--format json` prints it)", crate::output::safe(k));
     }
     if let Some(e) = &journal.error {
         println!("error       [{}] {}", e.code, crate::output::safe(&e.message));
     }
     println!("source      version {}{}", journal.source_version.id, if journal.source_version.durable { "" } else { " (not reopenable)" });
-    println!("written by  {}", journal.last_holder);
+    println!("written by  {}", crate::output::safe(&journal.last_holder));
+    println!("state store {}", crate::output::safe(&choice.describe()));
     println!("next        {next}");
     EXIT_OK
 }
 
-fn report_none(scope: &str, format: Format) {
+fn report_none(scope: &str, store: &StoreChoice, format: Format) {
     if format == Format::Json {
-        print_json(&json!({"target_scope": scope, "state": null, "visible": "the target as it is: dpone has no run journal for it"}));
+        print_json(&json!({
+            "target_scope": scope,
+            "state_store": store.describe(),
+            "state": null,
+            "visible": "the target as it is: dpone has no run journal for it",
+        }));
     } else {
         println!("target      {}", crate::output::safe(scope));
-        println!("state       no run recorded in this work dir");
+        println!("state       no run recorded in the state store {}", crate::output::safe(&store.describe()));
     }
 }
 
 /// Records an operator's verdict on an outcome-unknown run (`outcome`
 /// given) or abandons an unfinished run (`outcome` None).
 pub fn resolve(path: &Path, selector: Option<&str>, outcome: Option<&str>) -> u8 {
-    let (manifest, target) = match crate::commands::prepare_for_status(path, selector) {
+    let (_, target, choice) = match crate::commands::prepare_for_status(path, selector) {
         Ok(v) => v,
         Err(d) => {
             print_diagnostics(path, &d);
@@ -189,11 +205,14 @@ pub fn resolve(path: &Path, selector: Option<&str>, outcome: Option<&str>) -> u8
         }
     };
     let scope = target.scope();
-    let work_dir = crate::commands::work_dir(&manifest, path);
-    let store = match open_store(&work_dir, false) {
+    let store = match choice.open(false) {
         Ok(Some(s)) => s,
-        _ => {
-            eprintln!("error[no_journal]: no run journal in {}", work_dir.display());
+        Ok(None) => {
+            eprintln!("error[no_journal]: no run journal in the state store {}", crate::output::safe(&choice.describe()));
+            return EXIT_CONFIG;
+        }
+        Err(e) => {
+            eprintln!("error[{}]: {}", e.code, crate::output::safe(&e.message));
             return EXIT_CONFIG;
         }
     };
@@ -212,7 +231,7 @@ pub fn resolve(path: &Path, selector: Option<&str>, outcome: Option<&str>) -> u8
             return EXIT_CONFIG;
         }
     };
-    let operator = crate::commands::operator();
+    let operator = crate::commands::operator(&choice);
     let done = crate::commands::runtime().block_on(async {
         match published {
             Some(p) => dpone_engine::resolve_unknown(store, &scope, &operator, p).await,

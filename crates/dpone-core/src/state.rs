@@ -269,6 +269,10 @@ pub struct RunJournal {
     pub publication: Option<PublicationOutcome>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub evidence_path: Option<String>,
+    /// The evidence document's record in the state store (readable from
+    /// any host that reaches the store, unlike `evidence_path`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub evidence_key: Option<String>,
     /// Target rows with a NULL window value after publication (from the
     /// evidence), for the report of a run finished by a later invocation.
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -316,6 +320,11 @@ pub struct JournalError {
 impl RunJournal {
     pub fn key(invocation: &str) -> String {
         format!("run/{invocation}")
+    }
+
+    /// Key of this execution's evidence record in the state store.
+    pub fn evidence_key(&self) -> String {
+        format!("evidence/{}/{}-{:04}", self.invocation, self.run_id, self.execution)
     }
 
     /// What this execution's owned names start with.

@@ -287,6 +287,7 @@ fn new_journal<S: Source, T: Target>(ctx: &Ctx<S, T>, invocation: String, execut
         intent: None,
         publication: None,
         evidence_path: None,
+        evidence_key: None,
         null_window_rows: None,
         error: None,
         last_holder: ctx.options.holder.clone(),

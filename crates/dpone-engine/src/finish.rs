@@ -1,5 +1,6 @@
 //! The steps after the publication, which never touch the source:
-//! `published` -> housekeeping (the backup), evidence -> `evidence-complete`
+//! `published` -> housekeeping (the backup), evidence (a file in the work
+//! dir and a record `evidence/...` in the state store) -> `evidence-complete`
 //! -> `succeeded` and cleanup of this run's tables (never its backup).
 
 use crate::context::Ctx;
@@ -41,12 +42,17 @@ pub(crate) async fn write_evidence<S: Source, T: Target>(ctx: &Ctx<S, T>, journa
         .hint(format!("check that {} is writable, then run the same command again to finish", ctx.options.work_dir.display()));
         return Err(Stop::Ended(RunFailure::at(Phase::AfterPublication, e, Some(&j.run_id))));
     }
+    // The same document in the state store, readable from every host
+    // that reaches it (a work dir is only this host's).
+    let key = j.evidence_key();
+    journal.put_record(&key, String::from_utf8_lossy(&body).into_owned()).await?;
     ctx.failpoint("evidence.after_write").await?;
     let path = path.display().to_string();
     journal
         .update(|j| {
             j.state = RunState::EvidenceComplete;
             j.evidence_path = Some(path);
+            j.evidence_key = Some(key);
             j.null_window_rows = Some(null_window_rows);
         })
         .await?;

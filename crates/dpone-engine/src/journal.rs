@@ -35,7 +35,7 @@ pub fn store_error(e: StoreError) -> AdapterError {
         }
         other => {
             AdapterError { class: ErrorClass::Indeterminate, ..AdapterError::of(ErrorKind::StateStore, "state_store", other.to_string()) }
-                .hint("check the state store (runtime.storage.work_dir); the next run resumes from what the journal recorded")
+                .hint("check the state store (state: block, DPONE_STATE_URL or runtime.storage.work_dir); the next run resumes from what the journal recorded")
         }
     }
 }
@@ -103,6 +103,30 @@ impl Journal {
                 *guard = (Some(rev), fresh);
                 Ok(())
             }
+            Err(e) => {
+                if matches!(e, StoreError::LeaseLost(_)) {
+                    self.lease.mark_lost();
+                }
+                Err(store_error(e))
+            }
+        }
+    }
+
+    /// Saves `body` as the record `key` under this run's lease (a record
+    /// beside the journal, e.g. the evidence document), replacing what an
+    /// earlier attempt of this execution left there.
+    pub async fn put_record(&self, key: &str, body: String) -> Result<(), AdapterError> {
+        let _guard = self.inner.lock().await;
+        self.lease.check_alive()?;
+        let (store, lease, key) = (self.store.clone(), self.lease.lease.clone(), key.to_string());
+        let saved = tokio::task::spawn_blocking(move || {
+            let expected = store.get(&key)?.map(|v| v.revision);
+            store.compare_and_set(&lease, &key, expected, &body)
+        })
+        .await
+        .map_err(|e| AdapterError::internal(e.to_string()))?;
+        match saved {
+            Ok(_) => Ok(()),
             Err(e) => {
                 if matches!(e, StoreError::LeaseLost(_)) {
                     self.lease.mark_lost();

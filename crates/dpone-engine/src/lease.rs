@@ -18,10 +18,14 @@ use std::time::{Duration, Instant};
 pub struct LeaseKeeper {
     store: Arc<dyn StateStore>,
     pub lease: Lease,
+    ttl: u64,
     started: Instant,
     /// Milliseconds since `started` until which the lease is known valid.
     valid_until_ms: AtomicU64,
     lost: AtomicBool,
+    /// Why a renewal failed when the store could not be reached (the run
+    /// then reports the store, not a takeover).
+    unreachable: std::sync::Mutex<Option<String>>,
     /// Set by a simulated crash: this process counts as dead and writes
     /// nothing more (it does not even release its lease).
     halted: AtomicBool,
@@ -53,9 +57,11 @@ impl LeaseKeeper {
         let keeper = Arc::new(LeaseKeeper {
             store,
             lease,
+            ttl,
             started: Instant::now(),
             valid_until_ms: AtomicU64::new(ttl.saturating_sub(ttl / 10)),
             lost: AtomicBool::new(false),
+            unreachable: std::sync::Mutex::new(None),
             halted: AtomicBool::new(false),
             renewal: std::sync::Mutex::new(None),
         });
@@ -72,7 +78,10 @@ impl LeaseKeeper {
                 let asked = k.started.elapsed().as_millis() as u64;
                 match tokio::task::spawn_blocking(move || store.renew(&lease, ttl)).await {
                     Ok(Ok(())) => k.valid_until_ms.store(asked + ttl - ttl / 10, Ordering::SeqCst),
-                    _ => {
+                    failed => {
+                        if let Ok(Err(StoreError::Io(why))) = failed {
+                            *k.unreachable.lock().expect("cause lock") = Some(why);
+                        }
                         tracing::warn!(scope = %k.lease.scope, "lease renewal failed: the run will stop before its next write");
                         k.lost.store(true, Ordering::SeqCst);
                         return;
@@ -88,6 +97,14 @@ impl LeaseKeeper {
     pub fn check(&self) -> Result<(), AdapterError> {
         self.check_alive()?;
         let now = self.started.elapsed().as_millis() as u64;
+        if self.lost.load(Ordering::SeqCst)
+            && let Some(why) = self.unreachable.lock().expect("cause lock").clone()
+        {
+            return Err(crate::journal::store_error(StoreError::Io(format!(
+                "the lease on {} could not be renewed: {why}; the run stops before publication",
+                self.lease.scope
+            ))));
+        }
         if self.lost.load(Ordering::SeqCst) || now >= self.valid_until_ms.load(Ordering::SeqCst) {
             return Err(AdapterError::of(
                 ErrorKind::LeaseLost,
@@ -97,6 +114,29 @@ impl LeaseKeeper {
             .hint("another dpone run may own the target now; run `dpone status` and rerun when it is free"));
         }
         Ok(())
+    }
+
+    /// Asks the store whether this lease is still the scope's current one
+    /// (holder, fence, not expired, judged on the store's clock) and
+    /// extends it: the last check before the publishing call, so a run
+    /// that lost its lease to a takeover learns it from the store itself,
+    /// not only from its own timer.
+    pub async fn confirm(&self) -> Result<(), AdapterError> {
+        self.check()?;
+        let (store, lease, ttl) = (self.store.clone(), self.lease.clone(), self.ttl);
+        let asked = self.started.elapsed().as_millis() as u64;
+        match tokio::task::spawn_blocking(move || store.renew(&lease, ttl)).await.map_err(|e| AdapterError::internal(e.to_string()))? {
+            Ok(()) => {
+                self.valid_until_ms.fetch_max(asked + ttl - ttl / 10, Ordering::SeqCst);
+                Ok(())
+            }
+            Err(e) => {
+                if matches!(e, StoreError::LeaseLost(_)) {
+                    self.mark_lost();
+                }
+                Err(crate::journal::store_error(e))
+            }
+        }
     }
 
     pub fn mark_lost(&self) {

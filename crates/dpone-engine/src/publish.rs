@@ -59,7 +59,10 @@ async fn publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, inten
     ctx.failpoint("publish.before_exchange").await?;
     // Last check before the one publishing call: a run asked to stop (or
     // that lost its lease) does not start it, and nothing became visible.
+    // The lease is confirmed by the store (fence and expiry on its clock),
+    // not only by this process's timer.
     ctx.may_write().map_err(Stop::Unpublished)?;
+    ctx.lease.confirm().await.map_err(Stop::Unpublished)?;
     if let Some(p) = ctx.progress() {
         p.phase("publishing", ctx.chunks().len() as u64);
     }

@@ -18,7 +18,7 @@ pub fn resolve(
     base: &Path,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(tokio_postgres::Config, PgTls), Diagnostic> {
-    let (mut config, sslmode, rootcert, at) = match spec {
+    let (config, sslmode, rootcert, at) = match spec {
         ConnectionSpec::Env { id } => {
             let var = ConnectionSpec::env_var(id);
             let at = format!("{manifest_path}.connection_id");
@@ -26,12 +26,7 @@ pub fn resolve(
                 Diagnostic::new("missing_connection_env", &at, format!("environment variable {var} is not set"))
                     .hint(format!("export {var}=postgresql://user:password@host:5432/database"))
             })?;
-            let (rest, sslmode, rootcert) = split_tls_params(&raw);
-            let config = tokio_postgres::Config::from_str(&rest).map_err(|e| {
-                // The parser's message never contains the password.
-                Diagnostic::new("invalid_connection", &at, format!("{var} is not a PostgreSQL URL: {e}"))
-                    .hint("use postgresql://user:password@host:5432/database")
-            })?;
+            let (config, sslmode, rootcert) = parse_url(&var, &raw, &at)?;
             (config, sslmode, rootcert, (at.clone(), at))
         }
         ConnectionSpec::Params(p) => {
@@ -85,6 +80,34 @@ pub fn resolve(
             (c, p.get("sslmode").cloned(), p.get("sslrootcert").cloned(), at)
         }
     };
+    tls_of(config, sslmode, rootcert, at, base)
+}
+
+/// A connection URL (or libpq `key=value` string) read from `var`: the
+/// state store's `DPONE_STATE_URL`; `at` names it in diagnostics.
+pub fn resolve_url(var: &str, raw: &str, base: &Path) -> Result<(tokio_postgres::Config, PgTls), Diagnostic> {
+    let (config, sslmode, rootcert) = parse_url(var, raw, var)?;
+    tls_of(config, sslmode, rootcert, (var.to_string(), var.to_string()), base)
+}
+
+fn parse_url(var: &str, raw: &str, at: &str) -> Result<(tokio_postgres::Config, Option<String>, Option<String>), Diagnostic> {
+    let (rest, sslmode, rootcert) = split_tls_params(raw);
+    let config = tokio_postgres::Config::from_str(&rest).map_err(|e| {
+        // The parser's message never contains the password.
+        Diagnostic::new("invalid_connection", at, format!("{var} is not a PostgreSQL URL: {e}"))
+            .hint("use postgresql://user:password@host:5432/database")
+    })?;
+    Ok((config, sslmode, rootcert))
+}
+
+/// The TLS policy of `sslmode` / `sslrootcert` (paths `at`), applied to `config`.
+fn tls_of(
+    mut config: tokio_postgres::Config,
+    sslmode: Option<String>,
+    rootcert: Option<String>,
+    at: (String, String),
+    base: &Path,
+) -> Result<(tokio_postgres::Config, PgTls), Diagnostic> {
     let mode = match sslmode.as_deref() {
         None => SslMode::default(),
         Some(m) => SslMode::parse(m).ok_or_else(|| {

@@ -4,6 +4,8 @@
 //! - `catalog`: column introspection and the PostgreSQL -> canonical type map;
 //! - `transcode`: binary COPY -> RowBinary, exact, no allocation per value;
 //! - `source`: [`PostgresSource`], snapshot-consistent chunk reads;
+//! - `state_store`: [`PostgresStateStore`], leases and fenced records of
+//!   runs shared by every host that reaches the database;
 //! - `tls`: libpq's `sslmode` over rustls (the workspace's one provider);
 //! - `error`: SQLSTATE -> transient / permanent.
 
@@ -13,8 +15,10 @@ pub mod encode;
 mod error;
 pub mod sink;
 pub mod source;
+pub mod state_store;
 pub mod tls;
 pub mod transcode;
 
 pub use sink::PostgresTarget;
 pub use source::PostgresSource;
+pub use state_store::PostgresStateStore;

@@ -1,11 +1,40 @@
 //! The SQLite state store passes the `StateStore` conformance suite, with
-//! every handle opened separately on one file (as separate processes would).
+//! every handle opened separately on one file: on threads of one process,
+//! and in separate processes (this test binary re-run as children).
 
 use dpone_sqlite::SqliteStateStore;
+use dpone_testkit::conformance;
 
 #[test]
 fn sqlite_state_store_conforms() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.db");
-    dpone_testkit::conformance::run_all(|| SqliteStateStore::open(&path).unwrap());
+    conformance::run_all(|| SqliteStateStore::open(&path).unwrap());
+}
+
+/// The child side of `separate_processes` (does nothing when not a child).
+#[test]
+fn conformance_child_process() {
+    if let Ok(path) = std::env::var("DPONE_STATE_TEST_FILE") {
+        conformance::child(|| SqliteStateStore::open(std::path::Path::new(&path)).unwrap());
+    }
+}
+
+#[test]
+fn concurrent_handles_in_separate_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let exe = std::env::current_exe().unwrap();
+    conformance::separate_processes(
+        || SqliteStateStore::open(&path).unwrap(),
+        |spec| {
+            std::process::Command::new(&exe)
+                .args(["--exact", "conformance_child_process", "--nocapture", "--test-threads", "1"])
+                .env(conformance::CHILD_ENV, spec)
+                .env("DPONE_STATE_TEST_FILE", &path)
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("the test binary starts")
+        },
+    );
 }

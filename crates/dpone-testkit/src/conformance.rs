@@ -1,7 +1,10 @@
 //! The conformance suite every `StateStore` must pass.
 //!
 //! `make` returns a new handle to the *same* backing store on every call,
-//! as two processes sharing a state file would hold.
+//! as two processes sharing a state file would hold. [`run_all`] uses
+//! handles of one process on several threads; [`separate_processes`] runs
+//! the races between processes (each test binary that calls it also calls
+//! [`child`], the side that runs in the spawned processes).
 
 use dpone_core::state::{StateStore, StoreError};
 use std::sync::Arc;
@@ -96,4 +99,91 @@ fn take_over_only_replaces_the_named_holder<S: StateStore>(make: &impl Fn() -> S
     let l = b.take_over("scope/take", "proc-dead", "proc-b", 60_000).expect("the named stale holder is replaced");
     assert!(l.fence > dead.fence);
     assert!(matches!(a.compare_and_set(&dead, "k/take", None, "x"), Err(StoreError::LeaseLost(_))), "the replaced holder is fenced out");
+}
+
+/// Environment variable that makes a test binary act as one child of
+/// [`separate_processes`] (see [`child`]).
+pub const CHILD_ENV: &str = "DPONE_CONFORMANCE_CHILD";
+
+/// Exit codes of a child: what its one call returned.
+const WON: i32 = 0;
+const CONFLICT: i32 = 10;
+const LOST: i32 = 11;
+const HELD: i32 = 12;
+const FAILED: i32 = 13;
+
+/// Handles in separate processes (each with its own connection or file
+/// handle), released at the same instant:
+///
+/// - several processes acquire one free scope: exactly one gets it, the
+///   others are refused with the winner named;
+/// - several processes write the same revision of one record under the
+///   current lease: exactly one write lands;
+/// - after a takeover, processes holding the old fence write nothing.
+///
+/// `spawn(spec)` starts this test binary so that it runs [`child`] with
+/// `CHILD_ENV=spec` (e.g. `cargo test`'s `--exact <name>` on a test that
+/// calls [`child`]). Panics with a description on the first violation.
+pub fn separate_processes<S: StateStore>(make: impl Fn() -> S, spawn: impl Fn(&str) -> std::process::Child) {
+    const N: usize = 4;
+    let s = make();
+    let start = || now_ms() + 1_500;
+    let run = |specs: Vec<String>| -> Vec<i32> {
+        let children: Vec<_> = specs.iter().map(|spec| spawn(spec)).collect();
+        children.into_iter().map(|c| c.wait_with_output().expect("a child process ends").status.code().unwrap_or(-1)).collect()
+    };
+
+    let at = start();
+    let codes = run((0..N).map(|i| format!("acquire\tscope/procs\tchild-{i}\t0\t-\t-\t{at}")).collect());
+    assert_eq!(codes.iter().filter(|c| **c == WON).count(), 1, "exactly one process acquires a free scope: {codes:?}");
+    assert_eq!(codes.iter().filter(|c| **c == HELD).count(), N - 1, "the other processes are refused: {codes:?}");
+
+    let lease = s.acquire("scope/procs2", "parent", 60_000).expect("a free scope");
+    s.compare_and_set(&lease, "procs/race", None, "0").expect("the first write");
+    let at = start();
+    let codes = run((0..N).map(|i| format!("cas\tscope/procs2\tparent\t{}\tprocs/race\t1\t{at}\tw{i}", lease.fence)).collect());
+    assert_eq!(codes.iter().filter(|c| **c == WON).count(), 1, "exactly one of several processes writing revision 1 wins: {codes:?}");
+    assert_eq!(codes.iter().filter(|c| **c == CONFLICT).count(), N - 1, "the others see a conflict: {codes:?}");
+    assert_eq!(s.get("procs/race").unwrap().map(|v| v.revision), Some(2));
+
+    let new = s.take_over("scope/procs2", "parent", "successor", 60_000).expect("the named holder is replaced");
+    assert!(new.fence > lease.fence);
+    let at = start();
+    let codes = run((0..N).map(|i| format!("cas\tscope/procs2\tparent\t{}\tprocs/race\t2\t{at}\tlate{i}", lease.fence)).collect());
+    assert!(codes.iter().all(|c| *c == LOST), "processes holding the old fence are fenced out: {codes:?}");
+    let kept = s.get("procs/race").unwrap().expect("the record");
+    assert_eq!(kept.revision, 2, "nothing of the fenced writes landed");
+    assert!(kept.body.starts_with('w'), "the record is the winner's: {}", kept.body);
+}
+
+/// The child side of [`separate_processes`]: when `CHILD_ENV` is set,
+/// waits for the start instant, makes its one call and exits with its
+/// outcome; returns (doing nothing) when it is not set.
+pub fn child<S: StateStore>(make: impl Fn() -> S) {
+    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
+    let f: Vec<&str> = spec.split('\t').collect();
+    let store = make();
+    let start: u64 = f[6].parse().expect("start instant");
+    std::thread::sleep(Duration::from_millis(start.saturating_sub(now_ms())));
+    let code = match f[0] {
+        "acquire" => match store.acquire(f[1], f[2], 60_000) {
+            Ok(_) => WON,
+            Err(StoreError::Held { holder, .. }) if holder.starts_with("child-") => HELD,
+            Err(_) => FAILED,
+        },
+        _ => {
+            let lease = dpone_core::state::Lease { scope: f[1].into(), holder: f[2].into(), fence: f[3].parse().expect("fence") };
+            match store.compare_and_set(&lease, f[4], Some(f[5].parse().expect("revision")), f[7]) {
+                Ok(_) => WON,
+                Err(StoreError::Conflict { .. }) => CONFLICT,
+                Err(StoreError::LeaseLost(_)) => LOST,
+                Err(_) => FAILED,
+            }
+        }
+    };
+    std::process::exit(code);
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }

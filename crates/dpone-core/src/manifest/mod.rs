@@ -21,7 +21,8 @@ pub mod template;
 
 pub use expand::{ExpandInput, valid_selector};
 pub use model::{
-    ConnectionSpec, Manifest, NativeChunks, SinkSpec, SourceSpec, Strategy, System, TableRef, TransportMode, WindowSpec, Wire,
+    ConnectionSpec, Manifest, NativeChunks, SinkSpec, SourceSpec, StateConnection, StateSpec, Strategy, System, TableRef, TransportMode,
+    WindowSpec, Wire,
 };
 pub use render::translate;
 
@@ -46,8 +47,6 @@ pub struct Process {
     /// The batch entry's schema and table (None in the single form).
     pub source_schema: Option<String>,
     pub source_table: Option<String>,
-    /// The process declares the original's `state` block (not used here).
-    pub declares_state: bool,
     pub manifest: Manifest,
     /// The expanded process as `dpone manifest render` shows it.
     pub tree: Node,
@@ -252,7 +251,6 @@ fn build_process(raw: expand::RawProcess, batch: bool) -> Result<Process, Vec<Di
             Ok(Process {
                 name: text("name").filter(|n| !n.is_empty()).unwrap_or(default_name),
                 description: text("description"),
-                declares_state: tree.get("state").is_some(),
                 selector,
                 source_schema,
                 source_table,

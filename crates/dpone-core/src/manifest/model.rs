@@ -205,6 +205,31 @@ pub struct SinkSpec {
     pub refuse_nullable_into_not_null: bool,
 }
 
+/// `state:`: where leases and run journals live.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum StateSpec {
+    /// `state.db` in the work dir.
+    Sqlite,
+    /// Tables `table` (and `<name>_leases`, `<name>_migrations`) in a PostgreSQL database.
+    Postgres {
+        #[serde(skip)]
+        connection: StateConnection,
+        table: TableRef,
+    },
+}
+
+/// Default table of a PostgreSQL state store.
+pub const DEFAULT_STATE_SCHEMA: &str = "dpone";
+pub const DEFAULT_STATE_TABLE: &str = "dpone_state";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateConnection {
+    Own(ConnectionSpec),
+    /// `reuse: sink`: the sink's connection.
+    Sink,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Schedule {
     pub cron: String,
@@ -215,6 +240,8 @@ pub struct Manifest {
     pub source: SourceSpec,
     pub sink: SinkSpec,
     pub work_dir: Option<String>,
+    /// `state:` as written (None: the command line's default).
+    pub state: Option<StateSpec>,
     pub schedule: Option<Schedule>,
     /// SHA-256 of the normalized manifest without its connection blocks:
     /// part of run identity, never derived from credentials.

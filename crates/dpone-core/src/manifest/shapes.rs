@@ -337,6 +337,27 @@ fn any_map() -> Shape {
     Shape::Object { fields: vec![], extra: Some(Box::new(Shape::Any)) }
 }
 
+/// `state:`, the original's block: where leases and run journals live.
+fn state() -> Shape {
+    obj(vec![
+        required(
+            "type",
+            Shape::Enum(&["sqlite", "postgres"]),
+            "sqlite (default without this block): state.db in runtime.storage.work_dir, shared only by runs on that folder; postgres: tables in a database every host running dpone reaches",
+        ),
+        field("connection", connection(), "How to reach a postgres state store (the forms of source/sink connections)"),
+        field("reuse", Shape::Enum(&["sink"]), "Keep the state in the sink's database (a postgres sink), with its connection"),
+        field(
+            "table",
+            obj(vec![
+                field("schema", string(), "Schema of the state tables (default dpone)"),
+                required("name", string(), "Name of the records table; dpone adds <name>_leases and <name>_migrations (at most 52 bytes)"),
+            ]),
+            "Where the state tables live (default dpone.dpone_state)",
+        ),
+    ])
+}
+
 /// The fields of one process (the single form, without `kind` and `vars`).
 fn process_fields(endpoints_required: bool) -> Vec<Field> {
     let endpoint = |name, shape, description| Field { name, shape, required: endpoints_required, description };
@@ -349,11 +370,7 @@ fn process_fields(endpoints_required: bool) -> Vec<Field> {
         field("description", string(), "What the process is for (shown by `dpone manifest list`)"),
         endpoint("source", source(), "Where rows come from"),
         endpoint("sink", sink(), "Where rows go"),
-        field(
-            "state",
-            any_map(),
-            "The original's state table; this runtime keeps journals and leases in runtime.storage.work_dir and does not use it",
-        ),
+        field("state", state(), "Where leases and run journals live (default: SQLite in the work dir; DPONE_STATE_URL without this block)"),
         field("runtime", runtime(), "Runtime settings"),
         field("schedule", schedule(), "When the workload runs (read by schedulers and `dpone ci plan`; `dpone run` ignores it)"),
     ]

@@ -92,3 +92,33 @@ fn an_invalid_chunk_interval_reports_only_itself() {
         );
     }
 }
+
+/// `state:` as the original writes it: type, connection (or reuse of the
+/// sink's), table; not part of the run's identity.
+#[test]
+fn the_state_block_names_the_store() {
+    let with = |block: &str| format!("{VALID}state:\n{block}");
+    let m =
+        load(&with("  type: postgres\n  connection: {connection_type: env, connection_id: STATE}\n  table: {schema: ops, name: runs}\n"))
+            .unwrap();
+    match &m.state {
+        Some(StateSpec::Postgres { connection: StateConnection::Own(ConnectionSpec::Env { id }), table }) => {
+            assert_eq!((id.as_str(), table.to_string().as_str()), ("STATE", "ops.runs"))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(m.fingerprint, load(VALID).unwrap().fingerprint, "where the journal lives is not what the run moves");
+    let m = load(&with("  type: postgres\n  connection: {connection_type: env, connection_id: STATE}\n")).unwrap();
+    assert!(matches!(&m.state, Some(StateSpec::Postgres { table, .. }) if table.to_string() == "dpone.dpone_state"));
+    assert_eq!(load(&with("  type: sqlite\n")).unwrap().state, Some(StateSpec::Sqlite));
+    assert_eq!(load(VALID).unwrap().state, None);
+
+    assert_eq!(codes(&with("  type: postgres\n")), vec![("missing_key".into(), "state.connection".into())]);
+    assert_eq!(codes(&with("  type: postgres\n  reuse: sink\n")), vec![("invalid_value".into(), "state.reuse".into())], "a sqlite sink");
+    assert_eq!(codes(&with("  type: sqlite\n  table: {name: x}\n")), vec![("state_option_unused".into(), "state.table".into())]);
+    assert_eq!(codes(&with("  type: redis\n")), vec![("invalid_value".into(), "state.type".into())]);
+    assert_eq!(
+        codes(&with("  type: postgres\n  reuse: sink\n  connection: {connection_type: env, connection_id: S}\n")),
+        vec![("connection_conflict".into(), "state.reuse".into())]
+    );
+}

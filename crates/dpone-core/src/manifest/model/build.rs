@@ -6,8 +6,8 @@
 //! with its path and position. Nothing here performs I/O.
 
 use super::{
-    ConnectionSpec, DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_ROWS, Manifest, NativeChunks, Schedule, SinkSpec, SourceSpec, Strategy, System,
-    TableRef, TransportMode, WindowSpec, Wire,
+    ConnectionSpec, DEFAULT_BLOCK_BYTES, DEFAULT_BLOCK_ROWS, DEFAULT_STATE_SCHEMA, DEFAULT_STATE_TABLE, Manifest, NativeChunks, Schedule,
+    SinkSpec, SourceSpec, StateConnection, StateSpec, Strategy, System, TableRef, TransportMode, WindowSpec, Wire,
 };
 use crate::error::Diagnostic;
 use crate::manifest::schema::join;
@@ -393,6 +393,7 @@ pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: Strin
             refuse_nullable_into_not_null: str_at(child(snk, "options"), "nullable_into_not_null") == Some("refuse"),
         },
         work_dir: str_at(child(root.get("runtime"), "storage"), "work_dir").map(str::to_string),
+        state: state(&mut r, root.get("state"), sink_system),
         schedule: str_at(root.get("schedule"), "cron").map(|c| Schedule { cron: c.to_string() }),
         fingerprint,
         positions: BTreeMap::new(),
@@ -411,4 +412,75 @@ pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: Strin
         r.error("invalid_cron", "schedule.cron", Some(cron), e, "write five fields: minute hour day-of-month month day-of-week");
     }
     Some(manifest)
+}
+
+/// `state:`: sqlite takes nothing else; postgres takes exactly one of
+/// `connection` and `reuse: sink` (a postgres sink), and a table.
+fn state(r: &mut Reader, node: Option<&Node>, sink: System) -> Option<StateSpec> {
+    let node = node?;
+    let (conn, reuse, table_n) = (child(Some(node), "connection"), child(Some(node), "reuse"), child(Some(node), "table"));
+    match str_at(Some(node), "type")? {
+        "sqlite" => {
+            for (key, n) in [("connection", conn), ("reuse", reuse), ("table", table_n)] {
+                if let Some(n) = n {
+                    r.error(
+                        "state_option_unused",
+                        &join("state", key),
+                        Some(n),
+                        format!("`{key}` does not apply to `type: sqlite`, whose state is state.db in runtime.storage.work_dir"),
+                        "remove it, or use `type: postgres` to share the state between hosts",
+                    );
+                }
+            }
+            Some(StateSpec::Sqlite)
+        }
+        _ => {
+            let connection = match (conn, reuse) {
+                (Some(_), Some(n)) => {
+                    r.error(
+                        "connection_conflict",
+                        "state.reuse",
+                        Some(n),
+                        "`reuse` and `connection` both say where the state store is",
+                        "keep one of them",
+                    );
+                    StateConnection::Sink
+                }
+                (Some(c), None) => StateConnection::Own(connection(r, Some(c), "state.connection")),
+                (None, Some(n)) => {
+                    if sink != System::Postgres {
+                        r.error(
+                            "invalid_value",
+                            "state.reuse",
+                            Some(n),
+                            format!("`reuse: sink` needs a postgres sink, and the sink is {sink}"),
+                            "give the state store its own `connection`",
+                        );
+                    }
+                    StateConnection::Sink
+                }
+                (None, None) => {
+                    r.error(
+                        "missing_key",
+                        "state.connection",
+                        Some(node),
+                        "a postgres state store needs a `connection` (or `reuse: sink`)",
+                        "add `connection: {connection_type: env, connection_id: DPONE_STATE}` and export DPONE_CONN_DPONE_STATE=<url>",
+                    );
+                    StateConnection::Sink
+                }
+            };
+            let table = match table_n {
+                Some(t) => TableRef {
+                    schema: Some(str_at(Some(t), "schema").unwrap_or(DEFAULT_STATE_SCHEMA).to_string()),
+                    name: str_at(Some(t), "name").unwrap_or_default().to_string(),
+                },
+                None => TableRef { schema: Some(DEFAULT_STATE_SCHEMA.into()), name: DEFAULT_STATE_TABLE.into() },
+            };
+            if table.name.is_empty() || table.schema.as_deref() == Some("") {
+                r.error("invalid_value", "state.table", table_n, "the state table needs a non-empty schema and name", "name the table");
+            }
+            Some(StateSpec::Postgres { connection, table })
+        }
+    }
 }

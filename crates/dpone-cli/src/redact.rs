@@ -10,6 +10,7 @@
 
 use dpone_core::manifest::{ConnectionSpec, Manifest, StateConnection, StateSpec, model::is_secret_param};
 use dpone_core::ports::AdapterError;
+use dpone_core::url::percent_decode;
 
 /// The replacement of a secret.
 pub const REDACTED: &str = "<redacted>";
@@ -105,26 +106,6 @@ fn keyword_password(s: &str) -> Option<String> {
     let value = &s[at + "password=".len()..];
     let end = value.find(['&', ' ']).unwrap_or(value.len());
     Some(percent_decode(value[..end].trim_matches('\'')))
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (b[i], hex) {
-            (b'%', Some(v)) => {
-                out.push(v);
-                i += 3;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn percent_encode(s: &str) -> String {

@@ -29,6 +29,7 @@ pub mod rowbinary;
 pub mod state;
 pub mod time;
 pub mod types;
+pub mod url;
 pub mod value;
 pub mod window;
 pub mod yaml;

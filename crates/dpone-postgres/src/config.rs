@@ -4,6 +4,7 @@ use crate::tls::{PgTls, RootCert, SslMode};
 use dpone_core::Diagnostic;
 use dpone_core::manifest::{ConnectionSpec, Manifest, TableRef};
 use dpone_core::ports::Wiring;
+use dpone_core::url::percent_decode;
 use std::path::Path;
 use std::str::FromStr;
 
@@ -165,25 +166,6 @@ fn split_tls_params(raw: &str) -> (String, Option<String>, Option<String>) {
         kept.join(" ")
     };
     (rest, sslmode, rootcert)
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match (b[i], b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok())) {
-            (b'%', Some(v)) => {
-                out.push(v);
-                i += 3;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// PostgreSQL truncates identifiers to 63 bytes (NAMEDATALEN - 1) with a

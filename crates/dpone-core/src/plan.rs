@@ -287,6 +287,28 @@ impl Plan {
                     .hint("write into a different table"),
             );
         }
+        // `overwrite_type` of a full refresh: a ClickHouse target always
+        // publishes a generation by EXCHANGE TABLES (both values: a TRUNCATE
+        // followed by INSERTs would show readers an empty or partial table),
+        // so `exchange` is honoured there. PostgreSQL and SQLite publish a
+        // full refresh in one transaction (TRUNCATE/DELETE + INSERT); they
+        // have no table exchange, and a silently ignored option is refused.
+        if let Strategy::FullRefresh { overwrite_type } = &snk.strategy
+            && overwrite_type == "exchange"
+            && snk.system != System::Clickhouse
+        {
+            refusals.push(
+                Diagnostic::new(
+                    "unsupported_route_option:overwrite_type",
+                    "sink.strategy.overwrite_type",
+                    format!(
+                        "`overwrite_type: exchange` publishes by ClickHouse's EXCHANGE TABLES; a {} target publishes a full refresh in one transaction instead",
+                        snk.system
+                    ),
+                )
+                .hint("remove overwrite_type (or use truncate_insert): the transaction is already atomic"),
+            );
+        }
         let publication = if snk.postgres_publication == "partition_swap" {
             if snk.system != System::Postgres {
                 refusals.push(
@@ -462,6 +484,28 @@ mod tests {
         assert_eq!(p.publication.method, "sqlite_transaction");
         assert!(p.refusals.is_empty());
         assert_eq!(p.staging.parallelism, 2);
+    }
+
+    /// `overwrite_type: exchange` is honoured by ClickHouse targets (their
+    /// full refresh is an EXCHANGE) and refused elsewhere, never ignored.
+    #[test]
+    fn overwrite_type_exchange_is_refused_without_exchange() {
+        let full_refresh = |overwrite: &str, sink: &str| {
+            let text = crate::manifest::tests::VALID
+                .replace("  options:\n    native_transfer:\n      execution:\n        chunking: {mode: bounded_window, parallelism: 2, checkpointing: resumable}\n", "")
+                .replace(
+                    "    mode: replace\n    atomicity: target_atomic\n    window: {column: event_ts, anchor: data_interval_end, lookback: P7D, chunk_interval: P1D, timezone: UTC}\n",
+                    &format!("    mode: full_refresh\n    overwrite_type: {overwrite}\n"),
+                )
+                .replacen("sink:\n  type: sqlite", &format!("sink:\n  type: {sink}"), 1);
+            let m = manifest::load(&text).unwrap_or_else(|e| panic!("{e:?}"));
+            let p = Plan::build(&m, &Interval::default()).unwrap();
+            p.refusals.iter().map(|d| (d.code.clone(), d.path.clone())).collect::<Vec<_>>()
+        };
+        let refused = ("unsupported_route_option:overwrite_type".to_string(), "sink.strategy.overwrite_type".to_string());
+        assert!(full_refresh("exchange", "sqlite").contains(&refused));
+        assert!(!full_refresh("truncate_insert", "sqlite").contains(&refused));
+        assert!(!full_refresh("exchange", "clickhouse").contains(&refused));
     }
 
     #[test]

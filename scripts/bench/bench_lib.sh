@@ -286,12 +286,14 @@ drop_ch_leftovers() {
   done
 }
 
-# seed_pg_table TABLE SHAPE ROWS: (re)creates dpone_bench.TABLE in PostgreSQL
-# with scripts/bench/seed_postgres.sql unless it already holds ROWS rows of
-# this seed (its table comment). Prints "reused" or "created in N s".
+# seed_pg_table TABLE SHAPE ROWS [INDEX]: (re)creates dpone_bench.TABLE in
+# PostgreSQL with scripts/bench/seed_postgres.sql unless it already holds ROWS
+# rows of this seed (its table comment). INDEX=off: no index on ts. Prints
+# "reused" or "created in N s".
 seed_pg_table() {
-  local table=$1 shape=$2 rows=$3 marker have t0
+  local table=$1 shape=$2 rows=$3 index=${4:-on} marker have t0
   marker="dpone bench seed v${SEED_VERSION:-1}: $table rows=$rows"
+  [ "$index" = on ] || marker="$marker index=$index"
   have=$(pgq "SELECT obj_description(to_regclass('dpone_bench.$table'), 'pg_class')" 2>/dev/null || true)
   if [ "$have" = "$marker" ] && [ "$(pgq "SELECT count(*) FROM dpone_bench.$table")" = "$rows" ]; then
     log "PostgreSQL table dpone_bench.$table is seeded ($rows rows), reusing it"
@@ -300,7 +302,7 @@ seed_pg_table() {
   fi
   log "seeding PostgreSQL dpone_bench.$table ($shape, $rows rows; once, reused by later runs)"
   t0=$(date +%s)
-  psql "$PG_URL" -X -q -v table="$table" -v shape="$shape" -v rows="$rows" -v marker="$marker" \
+  psql "$PG_URL" -X -q -v table="$table" -v shape="$shape" -v rows="$rows" -v index="$index" -v marker="$marker" \
     -f "$BENCH_DIR/seed_postgres.sql" >&2 || die "seeding dpone_bench.$table failed"
   log "seeded dpone_bench.$table in $(($(date +%s) - t0)) s"
   echo "created in $(($(date +%s) - t0)) s"

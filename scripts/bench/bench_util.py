@@ -36,7 +36,13 @@ CASE_LABELS = {
     "ch_postgresql_fn": "ClickHouse INSERT ... SELECT FROM postgresql()",
     "dpone_empty": "dpone run, empty target",
     "dpone_rerun": "dpone run, re-run replacing the window",
+    "raw_pg_copy_noidx": "raw: psql COPY (FORMAT binary), source without index on ts",
+    "ch_postgresql_fn_noidx": "ClickHouse postgresql() pull, source without index on ts",
+    "dpone_empty_noidx": "dpone run, empty target, source without index on ts",
 }
+# dpone's run against ClickHouse's own postgresql() pull of the same source
+# table (issue 14: at most 1.0x).
+PGFN_PAIRS = (("dpone_empty", "ch_postgresql_fn"), ("dpone_empty_noidx", "ch_postgresql_fn_noidx"))
 PHASES = ("extract", "load", "verify", "prepare", "publish", "evidence", "wall")
 
 
@@ -171,7 +177,7 @@ def print_phases(datasets, title):
     print("| dataset | case | " + " | ".join(PHASES) + " | rest of wall | process wall | dpone CPU s |")
     print("|---|---|" + "---:|" * (len(PHASES) + 3))
     for name, d in datasets.items():
-        for c in ("dpone_empty", "dpone_rerun"):
+        for c in ("dpone_empty", "dpone_rerun", "dpone_empty_noidx"):
             v = d["cases"].get(c)
             if v and "median_phases_s" in v:
                 ph = v["median_phases_s"]
@@ -198,6 +204,11 @@ def report(meta_path, jsonl_path, out_path):
             if c in cases and slower_raw and target:
                 r = cases[c]["ratio_to_slower_raw"]
                 verdicts[c] = {"target_ratio": target, "ratio": r, "met": r <= target}
+        to_pgfn = {}
+        for c, ref in PGFN_PAIRS:
+            if c in cases and ref in cases:
+                r = cases[c]["median_wall_s"] / cases[ref]["median_wall_s"]
+                to_pgfn[c] = {"reference": ref, "ratio": r, "target_ratio": 1.0, "met": r <= 1.0}
         datasets[name] = {
             "rows": ds["rows"],
             "slower_raw_reference": slower_raw_case,
@@ -205,6 +216,7 @@ def report(meta_path, jsonl_path, out_path):
             "cases": cases,
             "unavailable": unavailable,
             "verdicts": verdicts,
+            "ratio_to_postgresql_fn": to_pgfn,
         }
 
     result = {"meta": meta, "datasets": datasets, "samples": samples}
@@ -230,7 +242,8 @@ def report(meta_path, jsonl_path, out_path):
     print()
     print("| dataset | case | median wall s | min-max s | peak RSS MiB | ratio to slower raw |")
     print("|---|---|---:|---:|---:|---:|")
-    order = ("raw_pg_copy", "raw_ch_insert", "ch_postgresql_fn", "dpone_empty", "dpone_rerun")
+    order = ("raw_pg_copy", "raw_ch_insert", "ch_postgresql_fn", "dpone_empty", "dpone_rerun",
+             "raw_pg_copy_noidx", "ch_postgresql_fn_noidx", "dpone_empty_noidx")
     for name, d in datasets.items():
         label = f"{name} ({d['rows']:,} rows)"
         for c in order:
@@ -261,6 +274,11 @@ def report(meta_path, jsonl_path, out_path):
                 f"- {name}, {CASE_LABELS[c]}: {fmt(v['ratio'])}x the slower raw reference "
                 f"({d['slower_raw_reference']}, {fmt(d['slower_raw_median_s'])} s); target <= {v['target_ratio']}x: {met}"
             )
+    for name, d in datasets.items():
+        for c, v in d.get("ratio_to_postgresql_fn", {}).items():
+            met = "MET" if v["met"] else "NOT MET"
+            print(f"- {name}, {CASE_LABELS[c]}: {fmt(v['ratio'])}x ClickHouse's own postgresql() pull ({v['reference']}); "
+                  f"target <= 1.0x: {met}")
     loads = [s.get("load1") for s in samples if s.get("load1") is not None]
     busy = [s.get("cpu_busy_pct") for s in samples if s.get("cpu_busy_pct") is not None]
     if loads:

@@ -14,6 +14,11 @@
 #                     server supports it; otherwise reported as not available)
 #   dpone_empty       dpone run into a truncated target
 #   dpone_rerun       dpone run again, replacing the window of a full target
+# and, on dpone_bench.<dataset>_noidx (the same rows, no index on ts; see
+# UNINDEXED), the cases dpone's plan reads with one scan per chunk group:
+#   raw_pg_copy_noidx       the COPY of raw_pg_copy (a sequential scan)
+#   ch_postgresql_fn_noidx  ClickHouse's postgresql() pull of that table
+#   dpone_empty_noidx       dpone run into a truncated target
 #
 # Environment (all optional):
 #   PG_URL, CH_URL   servers to use (postgresql://..., http://[user:pw@]host:port);
@@ -24,6 +29,8 @@
 #   DATASETS         which datasets to run (default "narrow wide")
 #   REPEAT           repetitions per case (default 3)
 #   PARALLELISM      dpone chunk parallelism (default 2)
+#   UNINDEXED        1 (default): also run the unindexed-source cases; 0: skip
+#                    them (and the seeding of the <dataset>_noidx tables)
 #   IDLE_WAIT_MAX    before each measurement, wait up to this many seconds for
 #                    the machine to be idle (default 60; 0 = do not wait)
 #   IDLE_BUSY_PCT    "idle" means: all CPUs less than this % busy over one
@@ -49,6 +56,8 @@ ROWS_WIDE=${ROWS_WIDE:-1000000}
 DATASETS=${DATASETS:-narrow wide}
 REPEAT=${REPEAT:-3}
 PARALLELISM=${PARALLELISM:-2}
+UNINDEXED=${UNINDEXED:-1}
+[[ $UNINDEXED == 0 || $UNINDEXED == 1 ]] || die "UNINDEXED must be 0 or 1 (got '$UNINDEXED')"
 SEED_VERSION=1
 CHUNK_INTERVAL=P1D
 
@@ -70,7 +79,12 @@ bench_build
 
 rows_of() { if [ "$1" = narrow ]; then echo "$ROWS_NARROW"; else echo "$ROWS_WIDE"; fi; }
 
-seed_postgres() { seed_pg_table "$1" "$1" "$(rows_of "$1")" >"$TMP/$1.seed"; }
+seed_postgres() {
+  seed_pg_table "$1" "$1" "$(rows_of "$1")" >"$TMP/$1.seed"
+  if [ "$UNINDEXED" = 1 ]; then
+    seed_pg_table "$1_noidx" "$1" "$(rows_of "$1")" off >"$TMP/$1.seed_noidx"
+  fi
+}
 
 # Column list (name type) of the ClickHouse tables, from the mapping in
 # `dpone schema type-matrix`; nullable PostgreSQL columns are Nullable.
@@ -130,8 +144,10 @@ pgfn_source() {
   echo "postgresql($(ch_str "$PGH:$PGP"), $(ch_str "$PGDB"), $(ch_str "$1"), $(ch_str "$PGU"), $(ch_str "$PGPW"), 'dpone_bench')"
 }
 
+# pgfn_sql DATASET [SOURCE_TABLE]: the postgresql() pull of SOURCE_TABLE
+# (default DATASET) into dpone_bench.DATASET_pgfn.
 pgfn_sql() {
-  echo "INSERT INTO dpone_bench.$1_pgfn SELECT * FROM $(pgfn_source "$1") WHERE ts >= $WIN_START_CH AND ts < $WIN_END_CH"
+  echo "INSERT INTO dpone_bench.$1_pgfn SELECT * FROM $(pgfn_source "${2:-$1}") WHERE ts >= $WIN_START_CH AND ts < $WIN_END_CH"
 }
 
 dpone_run() {
@@ -146,14 +162,49 @@ check_dpone() {
   expect_rows "$ds" "$rows"
 }
 
+# The unindexed-source cases of one repetition: dpone_bench.<ds>_noidx holds
+# the rows of dpone_bench.<ds> without an index on ts.
+run_unindexed() {
+  local ds=$1 rows=$2 rep=$3 pgfn=$4 src=$1_noidx
+  measure "$ds" raw_pg_copy_noidx "$rep" -- psql "$PG_URL" -X -q -o /dev/null -c "$(pg_copy_sql "$src")" ||
+    die "$ds: COPY of $src failed: $(cat "$TMP/last.err")"
+
+  if [ "$pgfn" = 1 ]; then
+    chq "TRUNCATE TABLE dpone_bench.${ds}_pgfn" >/dev/null
+    if measure "$ds" ch_postgresql_fn_noidx "$rep" -- curl -sS --fail-with-body "$CH/" --data-binary "$(pgfn_sql "$ds" "$src")"; then
+      expect_rows "${ds}_pgfn" "$rows"
+    else
+      log "$ds: postgresql() INSERT from $src failed: $(head -c 300 "$TMP/last.out")"
+    fi
+  fi
+
+  chq "TRUNCATE TABLE dpone_bench.$ds" >/dev/null
+  bump_source_xid
+  measure "$ds" dpone_empty_noidx "$rep" -- "$DPONE" run "$TMP/$src/manifest.yaml" --interval-end "$INTERVAL_END" --format json ||
+    die "$ds: dpone run from $src failed: $(head -c 2000 "$TMP/last.out")"
+  check_dpone "$ds" "$rows"
+  # Leave the target as the indexed cases expect it (dpone_rerun replaces a full window).
+}
+
 run_dataset() {
   local ds=$1 rows rep same pgfn=1 rb=$TMP/$1.rowbinary
   rows=$(rows_of "$ds")
   seed_postgres "$ds"
   ensure_clickhouse "$ds"
   write_pg_ch_manifest "$ds" "$ds"
+  # The unindexed source, into the same target table.
+  [ "$UNINDEXED" = 0 ] || write_pg_ch_manifest "${ds}_noidx" "${ds}_noidx" "" "$ds"
   pgq "SELECT pg_total_relation_size('dpone_bench.$ds')" >"$TMP/$ds.pgbytes"
 
+  if [ "$UNINDEXED" = 1 ]; then
+    # The plan must say how the unindexed table is read (and the indexed one).
+    "$DPONE" plan "$TMP/${ds}_noidx/manifest.yaml" --interval-end "$INTERVAL_END" >"$TMP/$ds.plan_noidx" ||
+      die "$ds: dpone plan of ${ds}_noidx failed: $(head -c 2000 "$TMP/$ds.plan_noidx")"
+    grep -q 'one scan per chunk group\|per-chunk range reads' "$TMP/$ds.plan_noidx" ||
+      die "$ds: the plan of ${ds}_noidx does not say how the window is read"
+    grep '^access' "$TMP/$ds.plan_noidx" >"$TMP/$ds.access_noidx" || true
+    "$DPONE" plan "$TMP/$ds/manifest.yaml" --interval-end "$INTERVAL_END" | { grep '^access' || true; } >"$TMP/$ds.access"
+  fi
   log "$ds: warm-up (unmeasured): one COPY and one dpone run"
   psql "$PG_URL" -X -q -c "$(pg_copy_sql "$ds")" >/dev/null
   dpone_run "$ds" >"$TMP/last.out" || die "$ds: the warm-up dpone run failed: $(head -c 2000 "$TMP/last.out")"
@@ -208,6 +259,10 @@ run_dataset() {
     measure "$ds" dpone_rerun "$rep" -- "$DPONE" run "$TMP/$ds/manifest.yaml" --interval-end "$INTERVAL_END" --format json ||
       die "$ds: dpone re-run failed: $(head -c 2000 "$TMP/last.out")"
     check_dpone "$ds" "$rows"
+
+    if [ "$UNINDEXED" = 1 ]; then
+      run_unindexed "$ds" "$rows" "$rep" "$pgfn"
+    fi
   done
 
   # Free the scratch tables and dpone's backup generation; keep the target.
@@ -228,11 +283,12 @@ done
 ds_json=()
 for ds in $DATASETS; do
   ds_json+=("$(python3 "$UTIL" dataset-json "$TMP" "$ds" "$(rows_of "$ds")" \
-    seed=seed pg_total_relation_bytes=pgbytes:int rowbinary_bytes=rbbytes:int postgresql_fn_rows_equal_dpone_target=pgfn_same:bool)")
+    seed=seed pg_total_relation_bytes=pgbytes:int rowbinary_bytes=rbbytes:int postgresql_fn_rows_equal_dpone_target=pgfn_same:bool \
+    seed_noidx=seed_noidx access=access access_noidx=access_noidx)")
 done
 datasets_json=$(IFS=,; echo "[${ds_json[*]}]")
 bench_meta \
-  "repeat=$REPEAT" "parallelism=$PARALLELISM" \
+  "repeat=$REPEAT" "parallelism=$PARALLELISM" "unindexed=$UNINDEXED" \
   "datasets=$datasets_json" \
   "window={\"column\": \"ts\", \"start\": \"2026-09-02T00:00:00Z\", \"end\": \"2026-09-09T00:00:00Z\", \"chunk_interval\": \"P1D\"}" \
   >"$TMP/meta.json"

@@ -5,6 +5,8 @@
 --          so table=narrow / table=wide keep their shapes)
 --   rows   number of rows
 --   marker the table comment written last (a half-seeded table has none)
+--   index  optional: 'off' creates no index on ts (the unindexed-source case
+--          of pg_to_clickhouse.sh); default 'on'
 --
 -- Shape 'bigvalue' (memory.sh): id, ts, n, label text, payload text; every
 -- payload is short (0 to 160 characters) except the one of row
@@ -32,6 +34,11 @@ SET search_path = dpone_bench;
 \else
   \set shape :table
 \endif
+\if :{?index}
+\else
+  \set index on
+\endif
+SELECT :'index' <> 'off' AS with_index \gset
 SELECT :'shape' = 'narrow' AS is_narrow, :'shape' = 'wide' AS is_wide,
        :'shape' = 'bigvalue' AS is_bigvalue \gset
 \if :is_narrow
@@ -158,6 +165,8 @@ SELECT
 FROM generate_series(1::bigint, :rows::bigint) AS g;
 \endif
 
+\if :with_index
 CREATE INDEX ON dpone_bench.:"table" (ts);
+\endif
 VACUUM ANALYZE dpone_bench.:"table";
 COMMENT ON TABLE dpone_bench.:"table" IS :'marker';

@@ -267,6 +267,14 @@ impl Source for AnySource {
         redacted!(self, AnySource, |s| s.read(request, out).await)
     }
 
+    async fn access_path(&self, window_column: &str) -> Result<Option<dpone_core::ports::AccessPath>> {
+        redacted!(self, AnySource, |s| s.access_path(window_column).await)
+    }
+
+    async fn read_group(&self, request: ReadRequest, chunks: Vec<dpone_core::window::Chunk>, outs: Vec<FrameTx>) -> Result<Vec<ReadStats>> {
+        redacted!(self, AnySource, |s| s.read_group(request, chunks, outs).await)
+    }
+
     async fn close_snapshot(&self) -> Result<()> {
         redacted!(self, AnySource, |s| s.close_snapshot().await)
     }

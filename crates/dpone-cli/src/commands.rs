@@ -243,6 +243,7 @@ fn plan_one(path: &Path, manifest: &Manifest, args: &IntervalArgs, offline: bool
             Ok(mut p) => {
                 p.refusals.iter_mut().for_each(|d| manifest.locate(d));
                 plan.generation = p.generation.clone();
+                plan.set_access(p.access.clone(), &p.read_columns);
                 plan.null_checks = p.null_checks.clone();
                 plan.add_probe(Some(p.read_columns.clone()).filter(|c| !c.is_empty()), p.refusals)
             }

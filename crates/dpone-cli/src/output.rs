@@ -137,6 +137,9 @@ pub fn print_plan(plan: &Plan, format: Format) {
     if let Some(g) = &plan.generation {
         print_generation(g);
     }
+    if let Some(a) = &plan.access {
+        print_access(a);
+    }
     match &plan.columns {
         Some(cols) => {
             println!("columns     {} (probed)", cols.len());
@@ -160,6 +163,27 @@ pub fn print_plan(plan: &Plan, format: Format) {
         for d in &plan.refusals {
             println!("  {}", safe_diagnostic(d));
         }
+    }
+}
+
+/// How the source selects the window's rows and how the chunks are read.
+fn print_access(a: &dpone_core::ports::AccessPlan) {
+    let column = safe(&a.path.column);
+    let path = match (&a.path.index, a.path.partitioned) {
+        (Some(index), _) => format!("the window column `{column}` is indexed ({})", safe(index)),
+        (None, true) => format!("the table is partitioned on the window column `{column}`"),
+        (None, false) => format!("the window column `{column}` has no index and the table is not partitioned on it"),
+    };
+    let how = match a.read {
+        dpone_core::ports::WindowRead::PerChunk => a.read.as_str().to_string(),
+        dpone_core::ports::WindowRead::ScanPerGroup => {
+            let plural = if a.scans == 1 { "" } else { "s" };
+            format!("{} (up to {} chunks per scan, {} scan{plural})", a.read.as_str(), a.chunks_per_scan, a.scans)
+        }
+    };
+    println!("access      {path}: {how}");
+    if let Some(reason) = &a.reason {
+        println!("            {}", safe(reason));
     }
 }
 

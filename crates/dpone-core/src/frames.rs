@@ -42,8 +42,11 @@ use crate::state::LEASE_CHECK_ROWS;
 use bytes::Bytes;
 use std::future::Future;
 
+mod route;
 #[cfg(test)]
 mod tests;
+
+pub use route::{ROUTING_FAILED, Router, assemble_routed, chunk_groups};
 
 /// The hint of every value or row a source refuses.
 pub const VALUE_HINT: &str = "dpone moves values exactly or not at all; fix the value, the target type or the row limits (native_chunks)";
@@ -141,6 +144,11 @@ pub enum Parsed {
     NeedBudget(usize),
     /// The guard is due (every [`LEASE_CHECK_ROWS`] rows); parse again after it.
     GuardDue,
+    /// The next row belongs to another chunk's frame: its window value
+    /// (microseconds since 1970, None = NULL) lies outside
+    /// [`FrameBuf::route`]. Only returned while rows are routed
+    /// ([`assemble_routed`]); nothing of the row was consumed.
+    Reroute(Option<i64>),
 }
 
 /// A frame being filled: RowBinary rows, their digest and the frame's bounds.
@@ -155,12 +163,25 @@ pub struct FrameBuf {
     /// Rows after which the parser stops: `block_rows`, or earlier when the
     /// guard falls due inside this frame.
     stop_rows: u64,
+    /// The window values `[start, end)` (microseconds) this frame takes
+    /// when rows are routed to chunks; None: every row.
+    route: Option<(i64, i64)>,
 }
 
 impl FrameBuf {
     /// A frame writing into `out`, whose reservation covers `reserved` bytes.
     pub fn new(out: Vec<u8>, columns: usize, limits: FrameLimits, reserved: usize) -> Self {
-        FrameBuf { out, digest: RowDigest::new(columns), rows: 0, limits, reserved, stop_rows: limits.block_rows }
+        FrameBuf { out, digest: RowDigest::new(columns), rows: 0, limits, reserved, stop_rows: limits.block_rows, route: None }
+    }
+
+    /// The window values `[start, end)` (microseconds since 1970) of the
+    /// chunk this frame belongs to, when the read is routed
+    /// ([`assemble_routed`]). A transcoder that knows the window column
+    /// checks each complete row against it before [`FrameBuf::admit`] and
+    /// returns [`Parsed::Reroute`] for a row outside.
+    #[inline]
+    pub fn route(&self) -> Option<(i64, i64)> {
+        self.route
     }
 
     /// A frame without a budget reservation (tests, read-backs).
@@ -522,6 +543,7 @@ where
                 sink.grow(&mut a.buffer, bytes as u64).await?;
                 a.grown();
             }
+            Parsed::Reroute(_) => return Err(AdapterError::internal("a row was rerouted in a read that routes no rows")),
             Parsed::Finished => {
                 while input.next(Need::Rest).await?.is_some() {}
                 break;

@@ -24,6 +24,9 @@ pub const DEFAULT_MAX_ROW_BYTES: u64 = 1 << 20;
 pub const DEFAULT_MAX_PENDING: u64 = 2;
 pub const DEFAULT_MAX_STAGING_TABLES: u64 = 1024;
 pub const MAX_PARALLELISM: u64 = 64;
+/// Most chunks one scan of a chunk group keeps open: each open chunk is a
+/// load into its own staging table, running at the same time.
+pub const MAX_CHUNKS_PER_SCAN: u64 = 8;
 const PATH: &str = "source.options.native_transfer.execution.native_chunks";
 
 /// The limits a run enforces, resolved and validated.
@@ -49,6 +52,25 @@ impl Resolved {
     /// `(C + 1) * max_bytes`: the byte budget of frame buffers.
     pub fn payload_budget(&self) -> u64 {
         (self.capacity() + 1).saturating_mul(self.max_bytes)
+    }
+
+    /// How many chunks one scan of a chunk group may keep open at once
+    /// (its group size G, at least 1, at most [`MAX_CHUNKS_PER_SCAN`]), for
+    /// a source whose frame being filled reserves `frame_bytes`.
+    ///
+    /// A scan routes rows to G frames being filled; when one of them needs
+    /// a new buffer it waits for budget while holding the other G - 1, and
+    /// up to E scans run at once. A partly filled frame reserves at most
+    /// `hold = max(frame_bytes, max_row_bytes)` (never above `max_bytes`).
+    /// With `E * G * hold + max_bytes <= payload_budget` the frames held
+    /// by waiting readers never exhaust the budget, so the loaders, which
+    /// release every frame they write, can always make room: no scan waits
+    /// forever on budget that only another waiting scan holds.
+    pub fn chunks_per_scan(&self, frame_bytes: u64) -> u64 {
+        let hold = frame_bytes.max(self.max_row_bytes).min(self.max_bytes).max(1);
+        let readers = self.encoding_parallelism.max(1);
+        let spare = self.payload_budget().saturating_sub(self.max_bytes);
+        (spare / readers.saturating_mul(hold)).clamp(1, MAX_CHUNKS_PER_SCAN)
     }
 }
 
@@ -227,6 +249,37 @@ mod tests {
         assert_eq!(r.capacity(), 5);
         assert_eq!(r.payload_budget(), 6 << 20);
         assert_eq!(l.stored()["form"], "native_chunks.v2");
+    }
+
+    #[test]
+    fn chunks_per_scan_fits_the_budget() {
+        let r = |e: u64, i: u64, max_bytes: u64, max_row_bytes: u64| Resolved {
+            max_rows: 65_536,
+            max_bytes,
+            max_row_bytes,
+            max_pending: 2,
+            max_staging_tables: 1024,
+            max_total_encoded_bytes: None,
+            stage_allocated_bytes_stop_threshold: None,
+            encoding_parallelism: e,
+            import_parallelism: i,
+        };
+        let mib = 1u64 << 20;
+        // Legacy limits: rows as large as frames, so a held frame may be a
+        // whole max_bytes. E = I = 2: budget 5 x 16 MiB, spare 64 MiB, 2 x 16 MiB per chunk.
+        assert_eq!(r(2, 2, 16 * mib, 16 * mib).chunks_per_scan(128 << 10), 2);
+        assert_eq!(r(1, 1, 16 * mib, 16 * mib).chunks_per_scan(128 << 10), 3);
+        // native_chunks defaults (rows up to 1 MiB): capped.
+        assert_eq!(r(2, 2, 16 * mib, mib).chunks_per_scan(128 << 10), MAX_CHUNKS_PER_SCAN);
+        // Many readers and a tight budget: one chunk at a time.
+        assert_eq!(r(8, 1, 16 * mib, 16 * mib).chunks_per_scan(128 << 10), 1);
+        for (e, i, mb, rb, fb) in [(1, 1, 1000, 10, 100), (3, 1, 4096, 4096, 1 << 20), (2, 5, 1 << 20, 1 << 10, 1 << 17)] {
+            let l = r(e, i, mb, rb);
+            let g = l.chunks_per_scan(fb);
+            let hold = fb.max(rb).min(mb);
+            assert!((1..=MAX_CHUNKS_PER_SCAN).contains(&g));
+            assert!(g == 1 || e * g * hold + mb <= l.payload_budget(), "G = {g} must fit the budget");
+        }
     }
 
     #[test]

@@ -95,6 +95,10 @@ pub struct Plan {
     /// (after probing the target).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub generation: Option<crate::ports::GenerationEstimate>,
+    /// How the source selects the window's rows (index, partitions) and
+    /// how the chunks will be read, as the source adapter probed it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access: Option<crate::ports::AccessPlan>,
     pub probed: bool,
     /// Nullable source columns written into NOT NULL target columns: each
     /// row is checked, and the first NULL fails the run naming the column
@@ -377,10 +381,23 @@ impl Plan {
             publication,
             columns: None,
             generation: None,
+            access: None,
             probed: false,
             null_checks: Vec::new(),
             refusals,
         })
+    }
+
+    /// The window read the source's probed access path leads to (pure):
+    /// `read_columns` are the columns each chunk reads.
+    pub fn set_access(&mut self, path: Option<crate::ports::AccessPath>, read_columns: &[Column]) {
+        self.access = match (path, &self.window) {
+            (Some(path), Some(w)) => {
+                let routed = read_columns.iter().any(|c| c.name == path.column);
+                Some(crate::ports::AccessPlan::new(path, &self.limits, w.chunk_count, routed))
+            }
+            _ => None,
+        };
     }
 
     /// Adds what read-only probes found.
@@ -506,6 +523,39 @@ mod tests {
         assert!(full_refresh("exchange", "sqlite").contains(&refused));
         assert!(!full_refresh("truncate_insert", "sqlite").contains(&refused));
         assert!(!full_refresh("exchange", "clickhouse").contains(&refused));
+    }
+
+    #[test]
+    fn access_plan_follows_the_probed_path() {
+        use crate::ports::{AccessPath, WindowRead};
+        let m = manifest::load(crate::manifest::tests::VALID).unwrap();
+        let mut p = Plan::build(&m, &interval("2026-09-09T00:00:00Z")).unwrap();
+        let ts = Column { name: "ts".into(), ty: crate::types::ColumnType::new(DType::Int64, false), native_type: "timestamptz".into() };
+        let path = |index: Option<&str>, partitioned| AccessPath {
+            column: "ts".into(),
+            index: index.map(str::to_string),
+            partitioned,
+            frame_bytes: 128 << 10,
+        };
+        p.set_access(Some(path(Some("t_ts_idx"), false)), std::slice::from_ref(&ts));
+        let a = p.access.clone().unwrap();
+        assert_eq!((a.read, a.chunks_per_scan, a.scans), (WindowRead::PerChunk, 1, 7));
+        p.set_access(Some(path(None, true)), std::slice::from_ref(&ts));
+        assert_eq!(p.access.as_ref().unwrap().read, WindowRead::PerChunk);
+        p.set_access(Some(path(None, false)), std::slice::from_ref(&ts));
+        let a = p.access.clone().unwrap();
+        assert_eq!(a.read, WindowRead::ScanPerGroup);
+        assert!(a.chunks_per_scan > 1 && a.scans == 7u64.div_ceil(a.chunks_per_scan), "{a:?}");
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!(json["access"]["read"], "one scan per chunk group");
+        assert_eq!(json["access"]["index"], serde_json::Value::Null);
+        // The window column is not read: rows cannot be routed.
+        p.set_access(Some(path(None, false)), &[]);
+        let a = p.access.clone().unwrap();
+        assert_eq!(a.read, WindowRead::PerChunk);
+        assert!(a.reason.unwrap().contains("not among the columns read"));
+        p.set_access(None, &[]);
+        assert!(p.access.is_none());
     }
 
     #[test]

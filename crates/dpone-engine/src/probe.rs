@@ -3,7 +3,7 @@
 use dpone_core::Diagnostic;
 use dpone_core::manifest::Manifest;
 use dpone_core::plan::{Plan, null_checks, read_columns, schema_refusals};
-use dpone_core::ports::{AdapterError, EligibilityRequest, ErrorClass, GenerationEstimate, RowFilter, Source, Target};
+use dpone_core::ports::{AccessPath, AdapterError, EligibilityRequest, ErrorClass, GenerationEstimate, RowFilter, Source, Target};
 use dpone_core::types::Column;
 
 /// What the probes found.
@@ -15,6 +15,9 @@ pub struct Probe {
     pub read_columns: Vec<Column>,
     /// How the target will build the generation, and what it will take.
     pub generation: Option<GenerationEstimate>,
+    /// How the source selects ranges of the window column (index,
+    /// partitions), when it tells.
+    pub access: Option<AccessPath>,
     /// Target columns checked row by row for NULLs (nullable in the source).
     pub null_checks: Vec<String>,
     pub refusals: Vec<Diagnostic>,
@@ -153,6 +156,13 @@ async fn probe_inner<S: Source, T: Target>(
         }
         if p.refusals.is_empty() {
             let keep = plan.window.as_ref().map(|w| RowFilter { column: w.column.clone(), start: w.start, end: w.end, inside: false });
+            if let Some(col) = &plan.window.as_ref().map(|w| w.column.clone()) {
+                match source.access_path(col).await {
+                    Ok(a) => p.access = a,
+                    Err(e) if e.class == ErrorClass::Permanent => p.refusals.push(refusal("source.table", e)),
+                    Err(e) => return Err(e),
+                }
+            }
             let estimate = target.estimate_generation(keep.as_ref()).await?;
             p.refusals.extend(disk_refusal(&estimate));
             p.generation = Some(estimate);

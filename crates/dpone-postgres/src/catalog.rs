@@ -25,6 +25,19 @@ pub mod oid {
 pub const DESCRIBE_SQL: &str = "SELECT a.attname::text, a.atttypid::int8, a.atttypmod, format_type(a.atttypid, a.atttypmod), a.attnotnull \
      FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum";
 
+/// How a relation (`$1`, a quoted name) selects ranges of its column `$2`
+/// (the window column): the name of a valid, non-partial btree index whose
+/// first column it is (NULL when none), and whether the relation is range
+/// partitioned with it as the first partition key. No row: no such column.
+pub const ACCESS_PATH_SQL: &str = "SELECT \
+       (SELECT min(i.indexrelid::regclass::text) FROM pg_index i \
+          JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_am am ON am.oid = ic.relam \
+         WHERE i.indrelid = a.attrelid AND am.amname = 'btree' AND i.indkey[0] = a.attnum \
+           AND i.indisvalid AND i.indpred IS NULL), \
+       EXISTS (SELECT 1 FROM pg_partitioned_table p \
+                WHERE p.partrelid = a.attrelid AND p.partstrat = 'r' AND p.partattrs[0] = a.attnum) \
+     FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped";
+
 /// One row of [`DESCRIBE_SQL`].
 pub struct CatalogColumn {
     pub name: String,

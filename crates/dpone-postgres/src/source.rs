@@ -8,16 +8,23 @@
 //! many run concurrently. The snapshot lives as long as the keeper
 //! connection: it cannot survive a restart, so the source version is not
 //! durable and a resumed run must re-extract the whole window.
+//!
+//! Without an index or partitions on the window column (`access_path`,
+//! from the catalog) each range read scans the whole table, so the engine
+//! reads groups of adjacent chunks with `read_group`: one COPY of the
+//! group's span in the same snapshot, each row routed by its window value
+//! to its chunk's stream (`dpone_core::frames::assemble_routed`).
 
-use crate::catalog::{CatalogColumn, DESCRIBE_SQL, map_type};
+use crate::catalog::{ACCESS_PATH_SQL, CatalogColumn, DESCRIBE_SQL, map_type};
 use crate::error::classify;
 use crate::transcode::{CopyParser, RowCodec, codec_for};
 use bytes::Bytes;
 use dpone_core::frames::{self, ByteInput, FrameLimits, Need};
 use dpone_core::manifest::TableRef;
-use dpone_core::ports::{AdapterError, FrameTx, ReadRequest, ReadStats, Result, Source, SourceVersion, select_columns};
+use dpone_core::ports::{AccessPath, AdapterError, FrameTx, ReadRequest, ReadStats, Result, Source, SourceVersion, select_columns};
 use dpone_core::time::Timestamp;
 use dpone_core::types::{Column, ColumnType};
+use dpone_core::window::Chunk;
 use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -119,6 +126,32 @@ impl PostgresSource {
             .collect::<Result<Vec<_>>>()?;
         Ok(RowCodec { columns })
     }
+
+    /// A reader connection inside the run's snapshot, and the COPY of `request`.
+    async fn copy_session(&self, request: &ReadRequest) -> Result<(Client, String)> {
+        let keeper = self.keeper()?;
+        let client = self.connect("chunk reader").await?;
+        client
+            .batch_execute(&format!(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
+                quote_literal(&keeper.snapshot)
+            ))
+            .await
+            .map_err(|e| {
+                let mut err = classify("importing the run's snapshot", e);
+                err.code = "snapshot_lost".into();
+                err.hint = Some("the snapshot keeper ended; the run must re-extract the window under a new snapshot".into());
+                err
+            })?;
+        let columns = request.columns.iter().map(|c| quote_ident(&c.name)).collect::<Vec<_>>().join(", ");
+        let mut sql = format!("COPY (SELECT {columns} FROM {}", self.table_sql());
+        if let Some((col, chunk)) = &request.bounds {
+            let c = quote_ident(col);
+            sql.push_str(&format!(" WHERE {c} >= {} AND {c} < {}", timestamptz_literal(chunk.start), timestamptz_literal(chunk.end)));
+        }
+        sql.push_str(") TO STDOUT (FORMAT binary)");
+        Ok((client, sql))
+    }
 }
 
 impl Source for PostgresSource {
@@ -192,34 +225,52 @@ impl Source for PostgresSource {
     }
 
     async fn read(&self, request: ReadRequest, mut out: FrameTx) -> Result<ReadStats> {
-        let keeper = self.keeper()?;
         let codec = self.codec(&request)?;
-        let client = self.connect("chunk reader").await?;
-        client
-            .batch_execute(&format!(
-                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
-                quote_literal(&keeper.snapshot)
-            ))
-            .await
-            .map_err(|e| {
-                let mut err = classify("importing the run's snapshot", e);
-                err.code = "snapshot_lost".into();
-                err.hint = Some("the snapshot keeper ended; the run must re-extract the window under a new snapshot".into());
-                err
-            })?;
-        let columns = request.columns.iter().map(|c| quote_ident(&c.name)).collect::<Vec<_>>().join(", ");
-        let mut sql = format!("COPY (SELECT {columns} FROM {}", self.table_sql());
-        if let Some((col, chunk)) = &request.bounds {
-            let c = quote_ident(col);
-            sql.push_str(&format!(" WHERE {c} >= {} AND {c} < {}", timestamptz_literal(chunk.start), timestamptz_literal(chunk.end)));
-        }
-        sql.push_str(") TO STDOUT (FORMAT binary)");
+        let (client, sql) = self.copy_session(&request).await?;
         let stream = client.copy_out(&sql).await.map_err(|e| classify("starting the chunk COPY", e))?;
         futures_util::pin_mut!(stream);
         let mut input = CopyInput { stream, reading: "reading the chunk COPY", finishing: "finishing the chunk COPY" };
         let limits = FrameLimits::new(&request, FLUSH_BYTES);
         let stats = frames::assemble(&mut CopyParser::new(codec), &mut input, request.columns.len(), limits, &mut out).await?;
         client.batch_execute("COMMIT").await.map_err(|e| classify("ending the chunk transaction", e))?;
+        Ok(stats)
+    }
+
+    async fn access_path(&self, window_column: &str) -> Result<Option<AccessPath>> {
+        let client = self.connect("describe").await?;
+        let row = client
+            .query_opt(ACCESS_PATH_SQL, &[&self.table_sql(), &window_column])
+            .await
+            .map_err(|e| classify("reading the source's indexes and partitioning", e))?;
+        Ok(row.map(|r| AccessPath {
+            column: window_column.to_string(),
+            index: r.get(0),
+            partitioned: r.get(1),
+            frame_bytes: FLUSH_BYTES as u64,
+        }))
+    }
+
+    async fn read_group(&self, request: ReadRequest, chunks: Vec<Chunk>, mut outs: Vec<FrameTx>) -> Result<Vec<ReadStats>> {
+        let router = frames::Router::new(&chunks)?;
+        let Some((column, _)) = request.bounds.clone() else {
+            return Err(AdapterError::internal("a group read without a window column"));
+        };
+        let key = request
+            .columns
+            .iter()
+            .position(|c| c.name == column)
+            .ok_or_else(|| AdapterError::internal("a group read must read its window column"))?;
+        let (start, end) = router.span();
+        let request = ReadRequest { bounds: Some((column, Chunk { index: chunks[0].index, start, end })), ..request };
+        let codec = self.codec(&request)?;
+        let (client, sql) = self.copy_session(&request).await?;
+        let stream = client.copy_out(&sql).await.map_err(|e| classify("starting the chunk group COPY", e))?;
+        futures_util::pin_mut!(stream);
+        let mut input = CopyInput { stream, reading: "reading the chunk group COPY", finishing: "finishing the chunk group COPY" };
+        let limits = FrameLimits::new(&request, FLUSH_BYTES);
+        let mut parser = CopyParser::routed(codec, key);
+        let stats = frames::assemble_routed(&mut parser, &mut input, request.columns.len(), limits, &router, &mut outs).await?;
+        client.batch_execute("COMMIT").await.map_err(|e| classify("ending the chunk group transaction", e))?;
         Ok(stats)
     }
 

@@ -387,6 +387,9 @@ pub fn numeric_to_scaled(b: &[u8], precision: u8, scale: u8) -> Result<I256, Str
 /// [`Transcoder`] of PostgreSQL sources and read-backs.
 pub struct CopyParser {
     codec: RowCodec,
+    /// The window column's field, when rows are routed to chunks by its
+    /// value (a `timestamptz` or `timestamp`: 8 bytes, microseconds since 2000).
+    route_column: Option<usize>,
     header_done: bool,
     finished: bool,
     /// What an input ending before the trailer reports.
@@ -396,7 +399,13 @@ pub struct CopyParser {
 impl CopyParser {
     /// The parser of a source's chunk COPY.
     pub fn new(codec: RowCodec) -> Self {
-        CopyParser { codec, header_done: false, finished: false, truncated: "the COPY stream ended before its trailer" }
+        CopyParser { codec, route_column: None, header_done: false, finished: false, truncated: "the COPY stream ended before its trailer" }
+    }
+
+    /// The parser of a chunk group's COPY: field `window_column` holds the
+    /// window value each row is routed by ([`dpone_core::frames::assemble_routed`]).
+    pub fn routed(codec: RowCodec, window_column: usize) -> Self {
+        CopyParser { route_column: Some(window_column), ..Self::new(codec) }
     }
 
     /// The parser of a target reading its own rows back.
@@ -450,11 +459,16 @@ impl Transcoder for CopyParser {
             let mut p = pos + 2;
             let mut predicted = 0usize;
             let mut widest = (0usize, 0usize);
+            // Where the window value of a routed row is: (offset, length).
+            let mut key = (0usize, -1i32);
             for i in 0..ncols {
                 if data.len() < p + 4 {
                     return Ok((pos, Parsed::NeedMore));
                 }
                 let len = i32::from_be_bytes(data[p..p + 4].try_into().expect("4 bytes"));
+                if Some(i) == self.route_column {
+                    key = (p + 4, len);
+                }
                 p += 4 + len.max(0) as usize;
                 if p > data.len() {
                     return Ok((pos, Parsed::NeedMore));
@@ -464,6 +478,21 @@ impl Transcoder for CopyParser {
                     widest = (i, n);
                 }
                 predicted += n;
+            }
+            if let (Some(i), Some((lo, hi))) = (self.route_column, frame.route()) {
+                let value = match key.1 {
+                    -1 => None,
+                    8 => Some(be_i64(&data[key.0..key.0 + 8]).saturating_add(PG_EPOCH_MICROS)),
+                    n => {
+                        return Err(TranscodeError::new(
+                            self.codec.columns[i].name.as_str(),
+                            format!("window field of {n} bytes, expected 8"),
+                        ));
+                    }
+                };
+                if value.is_none_or(|v| v < lo || v >= hi) {
+                    return Ok((pos, Parsed::Reroute(value)));
+                }
             }
             if let Some(stop) = frame.admit(predicted, widest.1, &self.codec.columns[widest.0].name)? {
                 return Ok((pos, stop));

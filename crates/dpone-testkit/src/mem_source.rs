@@ -13,11 +13,18 @@
 //! buffers come from the channel's budget, the guard runs every
 //! [`LEASE_CHECK_ROWS`] rows, and a row above `min(max_row_bytes,
 //! block_bytes)` fails with `row_too_large`.
+//!
+//! A test may give the source an access path ([`MemSource::set_access`]):
+//! one without an index makes the engine read chunk groups
+//! ([`Source::read_group`]), which this source serves chunk by chunk, in
+//! order; [`MemSource::misroute`] makes it send each chunk's rows into the
+//! next chunk's stream (with that stream's stats), to prove that staging
+//! verification refuses rows outside their chunk.
 
 use crate::rows::{Row, add_to_digest};
 use dpone_core::digest::RowDigest;
 use dpone_core::error::did_you_mean;
-use dpone_core::ports::{AdapterError, ErrorClass, Frame, FrameTx, ReadRequest, ReadStats, Result, Source, SourceVersion};
+use dpone_core::ports::{AccessPath, AdapterError, ErrorClass, Frame, FrameTx, ReadRequest, ReadStats, Result, Source, SourceVersion};
 use dpone_core::rowbinary::encode_value;
 use dpone_core::state::LEASE_CHECK_ROWS;
 use dpone_core::time::Timestamp;
@@ -46,6 +53,11 @@ pub enum SourceCall {
     Read {
         start: Option<Timestamp>,
     },
+    /// A group read of the adjacent chunks starting at these instants (its
+    /// chunks' reads follow as [`SourceCall::Read`]).
+    ReadGroup {
+        starts: Vec<Timestamp>,
+    },
     CloseSnapshot,
 }
 
@@ -60,6 +72,8 @@ struct State {
     reads: u32,
     faults: Vec<ReadFault>,
     calls: Vec<SourceCall>,
+    access: Option<AccessPath>,
+    misroute: bool,
 }
 
 /// An in-memory source table; clones share it.
@@ -85,6 +99,8 @@ impl MemSource {
                 reads: 0,
                 faults: Vec::new(),
                 calls: Vec::new(),
+                access: None,
+                misroute: false,
             })),
         }
     }
@@ -142,6 +158,16 @@ impl MemSource {
 
     pub fn clear_calls(&self) {
         self.lock().calls.clear();
+    }
+
+    /// What [`Source::access_path`] reports (default None: chunk by chunk).
+    pub fn set_access(&self, access: Option<AccessPath>) {
+        self.lock().access = access;
+    }
+
+    /// Group reads send each chunk's rows into the next chunk's stream.
+    pub fn misroute(&self, on: bool) {
+        self.lock().misroute = on;
     }
 }
 
@@ -276,6 +302,35 @@ impl Source for MemSource {
         // row was sent, and then the read fails.
         if let Some(f) = fault {
             return Err(injected(f.class, f.nth));
+        }
+        Ok(stats)
+    }
+
+    async fn access_path(&self, window_column: &str) -> Result<Option<AccessPath>> {
+        Ok(self.lock().access.clone().map(|a| AccessPath { column: window_column.to_string(), ..a }))
+    }
+
+    async fn read_group(&self, request: ReadRequest, chunks: Vec<dpone_core::window::Chunk>, outs: Vec<FrameTx>) -> Result<Vec<ReadStats>> {
+        let column = request
+            .bounds
+            .as_ref()
+            .map(|(c, _)| c.clone())
+            .ok_or_else(|| AdapterError::internal("a group read without a window column"))?;
+        if outs.len() != chunks.len() || chunks.is_empty() {
+            return Err(AdapterError::internal("a group read needs one stream per chunk"));
+        }
+        let shift = {
+            let mut s = self.lock();
+            s.calls.push(SourceCall::ReadGroup { starts: chunks.iter().map(|c| c.start).collect() });
+            usize::from(s.misroute)
+        };
+        let n = chunks.len();
+        let mut outs: Vec<Option<FrameTx>> = outs.into_iter().map(Some).collect();
+        let mut stats = vec![ReadStats::default(); n];
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            let j = (i + shift) % n;
+            let out = outs[j].take().expect("each stream is used once");
+            stats[j] = self.read(ReadRequest { bounds: Some((column.clone(), chunk)), ..request.clone() }, out).await?;
         }
         Ok(stats)
     }

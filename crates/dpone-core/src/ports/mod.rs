@@ -11,7 +11,12 @@
 //! 3. per chunk attempt: [`Target::create_staging`], then `Source::read`
 //!    pushes [`Frame`]s into a bounded channel while [`Target::load`] drains
 //!    it into that staging table (backpressure: a full channel pauses the
-//!    reader), then [`Target::inspect`] reports what the target stores;
+//!    reader), then [`Target::inspect`] reports what the target stores. A
+//!    source whose range reads scan the table ([`Source::access_path`])
+//!    gets one [`Source::read_group`] per group of consecutive chunks
+//!    instead, one channel and staging table per chunk of the group (so a
+//!    target's loads of different staging tables must be able to progress
+//!    at the same time: one read feeds them all);
 //! 4. [`Target::build_generation`] assembles the replacement (kept rows +
 //!    verified chunks) and [`Target::publish`] makes it visible in one atomic
 //!    step, reporting `published`, `absent` or `unknown`;
@@ -24,9 +29,12 @@
 //! carries a class ([`ErrorClass`]) so the engine knows whether a retry is
 //! safe, and an indeterminate write is reconciled by inspection.
 
+mod access;
 mod channel;
 mod error;
 mod generation;
+
+pub use access::{AccessPath, AccessPlan, WindowRead};
 
 pub use channel::{Frame, FrameGuard, FrameRx, FrameTx, frame_channel, guarded_frame_channel};
 pub use error::{AdapterError, ErrorClass, ErrorKind, Result};
@@ -160,6 +168,47 @@ pub trait Source: Send + Sync + 'static {
     /// error naming the limit), by the protocol of [`crate::frames`].
     /// Returns once every frame was accepted.
     fn read(&self, request: ReadRequest, out: FrameTx) -> impl Future<Output = Result<ReadStats>> + Send;
+
+    /// How this source selects a range of `window_column` (read-only,
+    /// before any write): an index or partitions make per-chunk range
+    /// reads cheap; without them each range read scans the table, and the
+    /// engine reads groups of chunks with [`Source::read_group`]. None: the
+    /// source does not tell (every chunk is read on its own).
+    fn access_path(&self, window_column: &str) -> impl Future<Output = Result<Option<AccessPath>>> + Send {
+        let _ = window_column;
+        async { Ok(None) }
+    }
+
+    /// Reads the adjacent `chunks` (in order) as one read of their span and
+    /// streams each row into `outs[i]`, the stream of the chunk `chunks[i]`
+    /// whose half-open interval holds the row's window value, by the
+    /// protocol of [`crate::frames::assemble_routed`]; `request.bounds`
+    /// names the window column. Returns each chunk's stats once every
+    /// frame was accepted. A row outside the span is an error, never
+    /// dropped. The default reads each chunk on its own, in order.
+    fn read_group(
+        &self,
+        request: ReadRequest,
+        chunks: Vec<Chunk>,
+        outs: Vec<FrameTx>,
+    ) -> impl Future<Output = Result<Vec<ReadStats>>> + Send {
+        async move {
+            let column = request
+                .bounds
+                .as_ref()
+                .map(|(c, _)| c.clone())
+                .ok_or_else(|| AdapterError::internal("a group read without a window column"))?;
+            if outs.len() != chunks.len() {
+                return Err(AdapterError::internal(format!("{} streams for a group of {} chunks", outs.len(), chunks.len())));
+            }
+            let mut stats = Vec::with_capacity(chunks.len());
+            for (chunk, out) in chunks.into_iter().zip(outs) {
+                let request = ReadRequest { bounds: Some((column.clone(), chunk)), ..request.clone() };
+                stats.push(self.read(request, out).await?);
+            }
+            Ok(stats)
+        }
+    }
 
     /// Releases the snapshot (idempotent).
     fn close_snapshot(&self) -> impl Future<Output = Result<()>> + Send;

@@ -179,7 +179,7 @@ proptest! {
                     frame = new_frame();
                 }
                 Parsed::Finished => finished = true,
-                Parsed::NeedBudget(_) | Parsed::GuardDue => unreachable!("the test reserves the whole frame and runs no guard"),
+                Parsed::NeedBudget(_) | Parsed::GuardDue | Parsed::Reroute(_) => unreachable!("the test reserves the whole frame and runs no guard"),
                 Parsed::NeedMore => {
                     prop_assert!(pos < stream.len(), "the parser wants more data after the trailer");
                     let end = (pos + cut.next().unwrap()).min(stream.len());

@@ -110,7 +110,7 @@ async fn stage_chunk<S: Source, T: Target>(
                 j.chunks.insert(index, ChunkRecord::staging(index, attempt, &staging, chunk));
             })
             .await?;
-        match stage_attempt(ctx, &run_id, index, chunk, attempt, &staging).await {
+        match stage_attempt(ctx, j.cursor.as_ref(), &run_id, index, chunk, attempt, &staging).await {
             Ok(staged) => {
                 ctx.add_phase(|p| {
                     p.extract += staged.extract_seconds;
@@ -209,6 +209,7 @@ fn frame_guard<S: Source, T: Target>(ctx: &Ctx<S, T>) -> FrameGuard {
 /// the target stores against what was sent.
 async fn stage_attempt<S: Source, T: Target>(
     ctx: &Ctx<S, T>,
+    cursor: Option<&dpone_core::incremental::CursorBatch>,
     run_id: &str,
     index: u32,
     chunk: Option<Chunk>,
@@ -224,6 +225,7 @@ async fn stage_attempt<S: Source, T: Target>(
         block_rows: limits.max_rows,
         block_bytes: limits.max_bytes,
         max_row_bytes: limits.max_row_bytes,
+        cursor: cursor.cloned(),
     };
     ctx.failpoint("staging.before_write").await?;
     ctx.may_write()?;

@@ -477,9 +477,32 @@ fn a_mark_moved_before_the_intent_stops_the_run() {
     assert_eq!(fx.mark_value().as_deref(), Some("6"), "the mark is left as found");
 }
 
-/// The mark moved between the intent and the publication: the publishing
-/// transaction re-checks it and publishes nothing; the outcome cannot be
-/// told (the target is neither before nor after), so an operator decides.
+/// The mark moved while the run paused right before its publication (the
+/// intent recorded by this very invocation, so nothing is reconciled
+/// first): the publishing transaction re-checks the mark, rolls back, and
+/// the run cannot tell the outcome (the mark is neither before nor after).
+#[test]
+fn a_mark_moved_during_the_run_is_refused_by_the_publishing_transaction() {
+    let fx = Fixture::standard();
+    fx.run().assert_succeeded("first run");
+    fx.source_insert(&[row(6, &ts(2, 1)), row(7, &ts(2, 2))]);
+    let before = fx.target_rows();
+    let child = harness::spawn(
+        &fx.dir,
+        &["run", "manifest.yaml", "--format", "json"],
+        &[("DPONE_FAILPOINT_SLEEP", "publish.before_exchange:4000")],
+    );
+    harness::wait_until(std::time::Duration::from_secs(30), "the run records its intent", || state_of(&fx.status()) == "publishing");
+    fx.target_exec("UPDATE _dpone_marks SET mark = '6'");
+    let run = child.wait();
+    run.assert_failed("a mark moved during the run", 1, "outcome_unknown");
+    assert_same_rows(&before, &fx.target_rows(), "target unchanged: the transaction rolled back");
+    assert_eq!(fx.mark_value().as_deref(), Some("6"), "the mark is left as found");
+}
+
+/// The mark moved while a run was down after its intent: resuming, the run
+/// finds the mark neither before nor after and publishes nothing; an
+/// operator decides.
 #[test]
 fn a_mark_moved_before_the_publication_publishes_nothing() {
     let fx = Fixture::standard();
@@ -488,9 +511,7 @@ fn a_mark_moved_before_the_publication_publishes_nothing() {
     fx.run_with(&[("DPONE_FAILPOINT", "publish.before_exchange")]).assert_aborted_at("publish.before_exchange");
     fx.target_exec("UPDATE _dpone_marks SET mark = '6'");
     let before = fx.target_rows();
-    let run = fx.run();
-    run.assert_no_panic();
-    assert_ne!(run.code, Some(0), "{}", run.describe());
+    fx.run().assert_failed("a mark moved while the run was down", 1, "outcome_unknown");
     assert_same_rows(&before, &fx.target_rows(), "target unchanged");
     assert_eq!(fx.mark_value().as_deref(), Some("6"), "the mark is left as found");
 }

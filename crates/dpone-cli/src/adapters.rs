@@ -363,7 +363,13 @@ impl Target for RealTarget {
         redacted!(self, RealTarget, |t| t.read_mark().await)
     }
 
-    async fn publish_append(&self, generation: &str, before: Option<&StoredMark>, after: &StoredMark, rows: u64) -> Result<PublicationOutcome> {
+    async fn publish_append(
+        &self,
+        generation: &str,
+        before: Option<&StoredMark>,
+        after: &StoredMark,
+        rows: u64,
+    ) -> Result<PublicationOutcome> {
         redacted!(self, RealTarget, |t| t.publish_append(generation, before, after, rows).await)
     }
 }

@@ -123,7 +123,11 @@ pub fn print_plan(plan: &Plan, format: Format) {
             Some(m) => format!("{} (run {})", m.value.map(|v| v.to_string()).unwrap_or_else(|| "none".into()), safe(&m.run_id)),
             None => "none (no run published yet)".into(),
         };
-        println!("cursor      {}{}", safe(&inc.column), inc.initial_value.as_ref().map(|v| format!(", initial_value {}", safe(v))).unwrap_or_default());
+        println!(
+            "cursor      {}{}",
+            safe(&inc.column),
+            inc.initial_value.as_ref().map(|v| format!(", initial_value {}", safe(v))).unwrap_or_default()
+        );
         println!("mark        {mark}");
         if let Some(reads) = &inc.reads {
             println!("reads       {}", safe(reads));

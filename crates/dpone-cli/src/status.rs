@@ -4,10 +4,10 @@
 //! from any host that reaches it; the evidence is read from the store.
 
 use crate::Format;
+use crate::adapters::AnyTarget;
 use crate::commands::{EXIT_CONFIG, EXIT_OK};
 use crate::output::{print_diagnostics, print_json};
 use crate::state::StoreChoice;
-use crate::adapters::AnyTarget;
 use dpone_core::Diagnostics;
 use dpone_core::incremental::StoredMark;
 use dpone_core::manifest::Manifest;
@@ -110,12 +110,9 @@ impl MarkView {
 
     fn print(&self) {
         let text = match &self.mark {
-            Ok(Some(m)) => format!(
-                "{} = {} (published by {})",
-                m.column,
-                m.value.map(|v| v.to_string()).unwrap_or_else(|| "none".into()),
-                m.run_id
-            ),
+            Ok(Some(m)) => {
+                format!("{} = {} (published by {})", m.column, m.value.map(|v| v.to_string()).unwrap_or_else(|| "none".into()), m.run_id)
+            }
             Ok(None) => format!("none for {}: the next run reads from the start", self.column),
             Err(e) => format!("unreadable: {e}"),
         };

@@ -344,7 +344,11 @@ fn routes_without_incremental_publication_refuse_it_before_any_io() {
         let text = manifest("id", "", "")
             .replacen("type: sqlite", &format!("type: {source}"), 1)
             .replacen("{connection_type: params, params: {path: source.db}}", &conn(source, "source.db"), 1)
-            .replacen("  type: sqlite\n  connection: {connection_type: params, params: {path: target.db}}", &format!("  type: {sink}\n  connection: {}", conn(sink, "target.db")), 1);
+            .replacen(
+                "  type: sqlite\n  connection: {connection_type: params, params: {path: target.db}}",
+                &format!("  type: {sink}\n  connection: {}", conn(sink, "target.db")),
+                1,
+            );
         let fx = Fixture::new(&[], &[], &text);
         let run = harness::run(&fx.dir, &["run", "manifest.yaml", "--format", "json"], &env);
         let doc = run.assert_failed(&format!("{source}->{sink}"), 2, "unsupported_strategy_route");
@@ -405,7 +409,8 @@ fn a_crash_at_any_failpoint_then_resume_appends_the_batch_exactly_once() {
         }
         let status = fx.status();
         assert!(
-            ["planned", "staging", "verified", "publishing", "published", "evidence-complete", "succeeded"].contains(&state_of(&status).as_str()),
+            ["planned", "staging", "verified", "publishing", "published", "evidence-complete", "succeeded"]
+                .contains(&state_of(&status).as_str()),
             "{point}: {status:#}"
         );
         assert_eq!(status["journal"]["cursor"]["snapshot_max"]["value"], 9, "{point}: the batch is journaled: {status:#}");
@@ -586,8 +591,7 @@ fn twenty_random_runs_with_random_crashes_end_with_the_expected_target() {
         }
         let this = (status["run_id"].as_str().unwrap_or_default().to_string(), status["execution"].as_u64().unwrap_or(0));
         if !unfinished && applied.as_ref() != Some(&this) {
-            let max: Option<i64> =
-                Connection::open(&fx.source).unwrap().query_row("SELECT max(id) FROM t", [], |r| r.get(0)).expect("max");
+            let max: Option<i64> = Connection::open(&fx.source).unwrap().query_row("SELECT max(id) FROM t", [], |r| r.get(0)).expect("max");
             if let Some(max) = max.filter(|m| mark.is_none_or(|old| *m > old)) {
                 model = plus(&model, &fx.source_rows_in(mark.unwrap_or(i64::MIN), max));
                 mark = Some(max);

@@ -42,9 +42,7 @@ impl CursorKind {
     /// wider integers, ...).
     pub fn of(dtype: &DType) -> Option<CursorKind> {
         Some(match dtype {
-            DType::Int8 | DType::Int16 | DType::Int32 | DType::Int64 | DType::UInt8 | DType::UInt16 | DType::UInt32 => {
-                CursorKind::Integer
-            }
+            DType::Int8 | DType::Int16 | DType::Int32 | DType::Int64 | DType::UInt8 | DType::UInt16 | DType::UInt32 => CursorKind::Integer,
             DType::DateTime { .. } | DType::DateTime64 { precision: 0..=6, .. } => CursorKind::Timestamp,
             DType::Date | DType::Date32 => CursorKind::Date,
             _ => return None,
@@ -86,9 +84,7 @@ impl CursorValue {
     pub fn parse(kind: CursorKind, text: &str) -> Result<CursorValue, String> {
         let t = text.trim();
         match kind {
-            CursorKind::Integer => {
-                t.parse::<i64>().map(CursorValue::Integer).map_err(|_| format!("`{text}` is not an integer"))
-            }
+            CursorKind::Integer => t.parse::<i64>().map(CursorValue::Integer).map_err(|_| format!("`{text}` is not an integer")),
             CursorKind::Timestamp => Timestamp::parse_canonical(t)
                 .or_else(|| Timestamp::parse_rfc3339(t).ok())
                 .map(CursorValue::Timestamp)

@@ -4,8 +4,8 @@
 use crate::context::Ctx;
 use dpone_core::digest::RowDigest;
 use dpone_core::evidence::{
-    ChunkEvidence, DIGEST_NOTE, EVIDENCE_VERSION, Evidence, GenerationEvidence, IncrementalEvidence, KeptCheck, MEMORY_NOTE, MemoryEvidence, PublicationCheck,
-    PublicationEvidence, WindowEvidence,
+    ChunkEvidence, DIGEST_NOTE, EVIDENCE_VERSION, Evidence, GenerationEvidence, IncrementalEvidence, KeptCheck, MEMORY_NOTE,
+    MemoryEvidence, PublicationCheck, PublicationEvidence, WindowEvidence,
 };
 use dpone_core::ports::{PublicationOutcome, Source, Target, WindowStats};
 use dpone_core::state::{ChunkRecord, GenerationRecord, RunJournal, digest_from};

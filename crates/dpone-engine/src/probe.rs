@@ -188,7 +188,10 @@ fn cursor_refusals(p: &mut Probe, column: &str, initial: Option<&str>) {
             Diagnostic::new(
                 "incremental_column_type",
                 path,
-                format!("cursor column `{column}` is {} ({}); a cursor must be an integer, a timestamp or a date", c.native_type, c.ty.dtype),
+                format!(
+                    "cursor column `{column}` is {} ({}); a cursor must be an integer, a timestamp or a date",
+                    c.native_type, c.ty.dtype
+                ),
             )
             .hint("name a column whose values order the rows: an integer id, a timestamp or a date"),
         );

@@ -464,7 +464,13 @@ impl Target for SqliteTarget {
         self.with_conn(move |c| read_mark_in(c, &marks_sql, &schema, &target)).await
     }
 
-    async fn publish_append(&self, generation: &str, before: Option<&StoredMark>, after: &StoredMark, rows: u64) -> Result<PublicationOutcome> {
+    async fn publish_append(
+        &self,
+        generation: &str,
+        before: Option<&StoredMark>,
+        after: &StoredMark,
+        rows: u64,
+    ) -> Result<PublicationOutcome> {
         let columns = self.columns()?;
         let (target_sql, gen_sql, marks_sql) = (self.table_sql(), self.owned_sql(generation), self.owned_sql(MARKS_TABLE));
         let (schema, target) = (self.schema(), self.config.table.name.clone());

@@ -181,11 +181,18 @@ impl Serialize for FixedDuration {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "mode", rename_all = "snake_case")]
 pub enum Strategy {
-    FullRefresh { overwrite_type: String },
-    Replace { window: WindowSpec },
+    FullRefresh {
+        overwrite_type: String,
+    },
+    Replace {
+        window: WindowSpec,
+    },
     /// Rows whose `source.options.incremental_column` is above the stored
     /// mark are appended (see `crate::incremental`).
-    IncrementalAppend { column: String, initial_value: Option<String> },
+    IncrementalAppend {
+        column: String,
+        initial_value: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -348,16 +348,16 @@ pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: Strin
             return None;
         }
     };
-    if matches!(strategy, Strategy::FullRefresh { .. } | Strategy::IncrementalAppend { .. }) {
-        if let Some(c) = chunking_n {
-            r.error(
-                "rolling_window_required_for_bounded_chunking",
-                "source.options.native_transfer.execution.chunking",
-                Some(c),
-                "bounded window chunking needs a rolling window",
-                "add sink.strategy.window with `mode: replace`, or remove `chunking`",
-            );
-        }
+    if matches!(strategy, Strategy::FullRefresh { .. } | Strategy::IncrementalAppend { .. })
+        && let Some(c) = chunking_n
+    {
+        r.error(
+            "rolling_window_required_for_bounded_chunking",
+            "source.options.native_transfer.execution.chunking",
+            Some(c),
+            "bounded window chunking needs a rolling window",
+            "add sink.strategy.window with `mode: replace`, or remove `chunking`",
+        );
     }
     if matches!(strategy, Strategy::FullRefresh { .. }) {
         for key in ["incremental_column", "initial_value"] {

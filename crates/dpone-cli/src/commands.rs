@@ -257,6 +257,8 @@ fn plan_one(path: &Path, manifest: &Manifest, args: &IntervalArgs, offline: bool
         match probed {
             Ok((mut p, batch)) => {
                 if let (Some(inc), Some(b)) = (plan.incremental.as_mut(), batch) {
+                    // A mark the manifest's cursor cannot continue refuses the run.
+                    p.refusals.extend(b.previous.as_ref().and_then(|m| dpone_core::incremental::mark_mismatch(&inc.column, b.kind, m)));
                     inc.stored_mark = b.previous.clone();
                     inc.reads = Some(b.describe());
                     inc.batch = Some(b);

@@ -626,3 +626,21 @@ fn a_target_that_grows_by_more_than_the_batch_rolls_the_append_back() {
     assert!(fx.mark().is_none(), "no mark stored");
     assert_eq!(state_of(&fx.status()), "failed");
 }
+
+/// A mark stored for another cursor column is not continued: plan and run
+/// refuse before any write, naming both columns.
+#[test]
+fn a_mark_of_another_cursor_column_is_refused() {
+    let fx = Fixture::standard();
+    fx.run().assert_succeeded("first run");
+    std::fs::write(fx.dir.join("manifest.yaml"), manifest("ts", "", "")).expect("rewrite the manifest");
+    let plan = harness::run(&fx.dir, &["plan", "manifest.yaml"], &[]);
+    assert_eq!(plan.code, Some(2), "{}", plan.describe());
+    assert!(plan.stdout.contains("incremental_column_changed"), "{}", plan.describe());
+    let before = fx.target_rows();
+    let doc = fx.run().assert_failed("another cursor column", 2, "incremental_column_changed");
+    let message = doc["errors"][0]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("`id`") && message.contains("`ts`"), "{doc:#}");
+    assert_same_rows(&before, &fx.target_rows(), "target unchanged");
+    assert_eq!(fx.mark_value().as_deref(), Some("5"));
+}

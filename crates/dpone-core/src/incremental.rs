@@ -132,6 +132,26 @@ pub fn receipt_identity(mark: Option<&StoredMark>) -> String {
     }
 }
 
+/// Why the stored `mark` cannot be continued by a cursor `column` of
+/// `kind` (it was stored for another column, or a value of another type),
+/// as an `incremental_column_changed` diagnostic; None when it can.
+pub fn mark_mismatch(column: &str, kind: CursorKind, mark: &StoredMark) -> Option<crate::Diagnostic> {
+    let other_kind = mark.value.is_some_and(|v| v.kind() != kind);
+    (mark.column != column || other_kind).then(|| {
+        crate::Diagnostic::new(
+            "incremental_column_changed",
+            "source.options.incremental_column",
+            format!(
+                "the target's mark ({}) was stored for cursor column `{}`, but the manifest's cursor is `{column}` ({})",
+                receipt_identity(Some(mark)),
+                mark.column,
+                kind.as_str()
+            ),
+        )
+        .hint("restore source.options.incremental_column; to start over, delete the target's row in _dpone_marks (the next run then appends every source row up to the maximum)")
+    })
+}
+
 /// The lower bound of a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -292,6 +312,16 @@ mod tests {
         assert!(CursorValue::parse(CursorKind::Integer, "1.5").is_err());
         assert!(CursorValue::parse(CursorKind::Date, "2026-13-01").is_err());
         assert!(CursorValue::parse(CursorKind::Timestamp, "yesterday").is_err());
+    }
+
+    #[test]
+    fn a_mark_of_another_column_or_type_is_not_continued() {
+        let m = mark(7).unwrap();
+        assert!(mark_mismatch("id", CursorKind::Integer, &m).is_none());
+        assert_eq!(mark_mismatch("other", CursorKind::Integer, &m).unwrap().code, "incremental_column_changed");
+        assert!(mark_mismatch("id", CursorKind::Timestamp, &m).is_some(), "same name, another type");
+        let empty = StoredMark { column: "id".into(), value: None, run_id: "r".into() };
+        assert!(mark_mismatch("id", CursorKind::Date, &empty).is_none(), "a mark without value fits any type");
     }
 
     #[test]

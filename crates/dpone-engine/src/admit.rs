@@ -22,7 +22,7 @@ use crate::probe::probe;
 use crate::report::RunReport;
 use crate::stage::recheck_verified_chunks;
 use dpone_core::identity::{self, OWNED_PREFIX, RunIdentity};
-use dpone_core::incremental::{CursorBatch, StoredMark};
+use dpone_core::incremental::{CursorBatch, mark_mismatch};
 use dpone_core::manifest::Manifest;
 use dpone_core::plan::{CONTRACT_VERSION, Plan};
 use dpone_core::ports::{AdapterError, PublicationOutcome, Source, SourceVersion, Target};
@@ -262,28 +262,11 @@ async fn incremental_batch<S: Source, T: Target>(ctx: &Ctx<S, T>) -> Result<Opti
     let Some(inc) = &ctx.plan.incremental else { return Ok(None) };
     let kind = ctx.probe.cursor_kind.ok_or_else(|| AdapterError::internal("the cursor column's type was not probed"))?;
     let previous = ctx.target.read_mark().await?;
-    if let Some(m) = &previous {
-        let other_kind = m.value.is_some_and(|v| v.kind() != kind);
-        if m.column != inc.column || other_kind {
-            return Err(AdapterError::permanent(
-                "incremental_column_changed",
-                format!(
-                    "the target's mark ({}) was stored for cursor column `{}`, but the manifest's cursor is `{}` ({})",
-                    identity_text(m),
-                    m.column,
-                    inc.column,
-                    kind.as_str()
-                ),
-            )
-            .hint("restore source.options.incremental_column; to start over, delete the target's row in _dpone_marks (the next run then appends every source row up to the maximum)"));
-        }
+    if let Some(d) = previous.as_ref().and_then(|m| mark_mismatch(&inc.column, kind, m)) {
+        return Err(AdapterError::permanent(d.code, d.message).hint(d.hint.unwrap_or_default()));
     }
     let max = ctx.source.cursor_max(&inc.column, kind).await?;
     Ok(Some(CursorBatch::new(&inc.column, kind, previous, ctx.probe.initial_value, max)))
-}
-
-fn identity_text(m: &StoredMark) -> String {
-    dpone_core::incremental::receipt_identity(Some(m))
 }
 
 /// The journal of a new run (state `planned`) under source `version`.

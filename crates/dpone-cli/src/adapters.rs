@@ -10,6 +10,7 @@
 use crate::redact::Secrets;
 use dpone_clickhouse::{ClickhouseSource, ClickhouseTarget};
 use dpone_core::Diagnostic;
+use dpone_core::incremental::{CursorKind, CursorValue, StoredMark};
 use dpone_core::manifest::{Manifest, System};
 use dpone_core::ports::{
     Contents, EligibilityRequest, FrameRx, FrameTx, GenerationBuild, GenerationEstimate, PublicationOutcome, ReadRequest, ReadStats,
@@ -264,6 +265,15 @@ impl Source for AnySource {
     }
 
     async fn read(&self, request: ReadRequest, out: FrameTx) -> Result<ReadStats> {
+        // A source that cannot select a cursor range would read every row:
+        // only the SQLite source reads incremental batches (the plan
+        // refuses other routes; this keeps a bug from appending twice).
+        if request.cursor.is_some() && !matches!(self.kind, SourceKind::Sqlite(_)) {
+            return Err(dpone_core::ports::AdapterError::permanent(
+                "unsupported_strategy_route",
+                "this source does not read incremental batches",
+            ));
+        }
         redacted!(self, AnySource, |s| s.read(request, out).await)
     }
 
@@ -273,6 +283,10 @@ impl Source for AnySource {
 
     async fn read_group(&self, request: ReadRequest, chunks: Vec<dpone_core::window::Chunk>, outs: Vec<FrameTx>) -> Result<Vec<ReadStats>> {
         redacted!(self, AnySource, |s| s.read_group(request, chunks, outs).await)
+    }
+
+    async fn cursor_max(&self, column: &str, kind: CursorKind) -> Result<Option<CursorValue>> {
+        redacted!(self, AnySource, |s| s.cursor_max(column, kind).await)
     }
 
     async fn close_snapshot(&self) -> Result<()> {
@@ -351,5 +365,19 @@ impl Target for RealTarget {
 
     async fn drop_tables(&self, names: &[String]) -> Result<()> {
         redacted!(self, RealTarget, |t| t.drop_tables(names).await)
+    }
+
+    async fn read_mark(&self) -> Result<Option<StoredMark>> {
+        redacted!(self, RealTarget, |t| t.read_mark().await)
+    }
+
+    async fn publish_append(
+        &self,
+        generation: &str,
+        before: Option<&StoredMark>,
+        after: &StoredMark,
+        rows: u64,
+    ) -> Result<PublicationOutcome> {
+        redacted!(self, RealTarget, |t| t.publish_append(generation, before, after, rows).await)
     }
 }

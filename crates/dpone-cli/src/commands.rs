@@ -10,7 +10,7 @@ use crate::{Format, IntervalArgs};
 use dpone_core::manifest::select::{self, Selection};
 use dpone_core::manifest::{self, ExpandInput, Loaded, Manifest, Process};
 use dpone_core::plan::{Interval, Plan};
-use dpone_core::ports::Target;
+use dpone_core::ports::{Source, Target};
 use dpone_core::{Diagnostic, Diagnostics};
 use dpone_engine::RunOptions;
 use std::path::{Path, PathBuf};
@@ -180,6 +180,7 @@ pub fn strategy_name(m: &Manifest) -> &'static str {
     match m.sink.strategy {
         manifest::Strategy::FullRefresh { .. } => "full_refresh",
         manifest::Strategy::Replace { .. } => "replace",
+        manifest::Strategy::IncrementalAppend { .. } => "incremental_append",
     }
 }
 
@@ -237,10 +238,31 @@ fn plan_one(path: &Path, manifest: &Manifest, args: &IntervalArgs, offline: bool
                 }
                 _ => Default::default(),
             };
-            dpone_engine::probe(manifest, &plan, Some(s), t, &ours).await
+            let p = dpone_engine::probe(manifest, &plan, Some(s), t, &ours).await?;
+            // An append's plan names the stored mark and the batch a run
+            // would read now (read-only: the source's snapshot is a read
+            // transaction, closed right after).
+            let batch = match (&plan.incremental, p.cursor_kind, p.refusals.is_empty()) {
+                (Some(inc), Some(kind), true) => {
+                    let mark = t.read_mark().await?;
+                    s.open_snapshot().await?;
+                    let max = s.cursor_max(&inc.column, kind).await;
+                    let _ = s.close_snapshot().await;
+                    Some(dpone_core::incremental::CursorBatch::new(&inc.column, kind, mark, p.initial_value, max?))
+                }
+                _ => None,
+            };
+            Ok::<_, dpone_core::ports::AdapterError>((p, batch))
         });
         match probed {
-            Ok(mut p) => {
+            Ok((mut p, batch)) => {
+                if let (Some(inc), Some(b)) = (plan.incremental.as_mut(), batch) {
+                    // A mark the manifest's cursor cannot continue refuses the run.
+                    p.refusals.extend(b.previous.as_ref().and_then(|m| dpone_core::incremental::mark_mismatch(&inc.column, b.kind, m)));
+                    inc.stored_mark = b.previous.clone();
+                    inc.reads = Some(b.describe());
+                    inc.batch = Some(b);
+                }
                 p.refusals.iter_mut().for_each(|d| manifest.locate(d));
                 plan.generation = p.generation.clone();
                 plan.set_access(p.access.clone(), &p.read_columns);

@@ -118,6 +118,21 @@ pub fn print_plan(plan: &Plan, format: Format) {
             println!("  ... {} more ...", w.chunks.len() - 15);
             w.chunks[w.chunks.len() - 5..].iter().for_each(show);
         }
+    } else if let Some(inc) = &plan.incremental {
+        let mark = match &inc.stored_mark {
+            Some(m) => format!("{} (run {})", m.value.map(|v| v.to_string()).unwrap_or_else(|| "none".into()), safe(&m.run_id)),
+            None => "none (no run published yet)".into(),
+        };
+        println!(
+            "cursor      {}{}",
+            safe(&inc.column),
+            inc.initial_value.as_ref().map(|v| format!(", initial_value {}", safe(v))).unwrap_or_default()
+        );
+        println!("mark        {mark}");
+        if let Some(reads) = &inc.reads {
+            println!("reads       {}", safe(reads));
+        }
+        println!("chunks      1 (the batch above the mark)");
     } else {
         println!("chunks      1 (the whole table)");
     }
@@ -134,7 +149,9 @@ pub fn print_plan(plan: &Plan, format: Format) {
         if plan.publication.atomic { " (atomic)" } else { "" },
         plan.publication.description
     );
-    if let Some(g) = &plan.generation {
+    if plan.incremental.is_some() {
+        println!("generation  the batch only: the target's rows are neither copied nor rewritten");
+    } else if let Some(g) = &plan.generation {
         print_generation(g);
     }
     if let Some(a) = &plan.access {

@@ -4,10 +4,13 @@
 //! from any host that reaches it; the evidence is read from the store.
 
 use crate::Format;
+use crate::adapters::AnyTarget;
 use crate::commands::{EXIT_CONFIG, EXIT_OK};
 use crate::output::{print_diagnostics, print_json};
 use crate::state::StoreChoice;
 use dpone_core::Diagnostics;
+use dpone_core::incremental::StoredMark;
+use dpone_core::manifest::Manifest;
 use dpone_core::ports::Target;
 use dpone_core::state::{ChunkState, RunJournal, RunState, StateStore};
 use serde_json::json;
@@ -84,19 +87,53 @@ fn find_journal(store: &dyn StateStore, scope: &str, run_id: Option<&str>) -> Re
     Ok(matches.into_iter().max_by_key(|j| j.execution))
 }
 
+/// An `incremental_append` target's stored mark, as `status` shows it
+/// (read from the target, where the publication wrote it).
+struct MarkView {
+    column: String,
+    mark: Result<Option<StoredMark>, String>,
+}
+
+impl MarkView {
+    fn read(manifest: &Manifest, target: &AnyTarget) -> Option<MarkView> {
+        let (column, _) = manifest.incremental()?;
+        let mark = crate::commands::runtime().block_on(target.read_mark()).map_err(|e| format!("[{}] {}", e.code, e.message));
+        Some(MarkView { column: column.to_string(), mark })
+    }
+
+    fn json(&self) -> serde_json::Value {
+        match &self.mark {
+            Ok(m) => json!({"column": self.column, "stored_mark": m}),
+            Err(e) => json!({"column": self.column, "error": e}),
+        }
+    }
+
+    fn print(&self) {
+        let text = match &self.mark {
+            Ok(Some(m)) => {
+                format!("{} = {} (published by {})", m.column, m.value.map(|v| v.to_string()).unwrap_or_else(|| "none".into()), m.run_id)
+            }
+            Ok(None) => format!("none for {}: the next run reads from the start", self.column),
+            Err(e) => format!("unreadable: {e}"),
+        };
+        println!("mark        {}", crate::output::safe(&text));
+    }
+}
+
 pub fn status(path: &Path, selector: Option<&str>, run_id: Option<&str>, format: Format) -> u8 {
-    let (_, target, choice) = match crate::commands::prepare_for_status(path, selector) {
+    let (manifest, target, choice) = match crate::commands::prepare_for_status(path, selector) {
         Ok(v) => v,
         Err(d) => {
             print_diagnostics(path, &d);
             return EXIT_CONFIG;
         }
     };
+    let mark = MarkView::read(&manifest, &target);
     let scope = target.scope();
     let store = match choice.open(false) {
         Ok(Some(s)) => s,
         Ok(None) => {
-            report_none(&scope, &choice, format);
+            report_none(&scope, &choice, format, mark.as_ref());
             return EXIT_OK;
         }
         Err(e) => {
@@ -107,7 +144,7 @@ pub fn status(path: &Path, selector: Option<&str>, run_id: Option<&str>, format:
     let journal = match find_journal(store.as_ref(), &scope, run_id) {
         Ok(Some(j)) => j,
         Ok(None) => {
-            report_none(&scope, &choice, format);
+            report_none(&scope, &choice, format, mark.as_ref());
             return EXIT_OK;
         }
         Err(Lookup::Unreadable(e)) => {
@@ -141,6 +178,7 @@ pub fn status(path: &Path, selector: Option<&str>, run_id: Option<&str>, format:
             "next": next,
             "chunks_total": journal.chunk_count,
             "chunks_verified": journal.verified_chunks(),
+            "incremental": mark.as_ref().map(MarkView::json),
             "journal": journal,
         }));
         return EXIT_OK;
@@ -151,6 +189,12 @@ pub fn status(path: &Path, selector: Option<&str>, run_id: Option<&str>, format:
     println!("visible     {visible}");
     if let (Some(s), Some(e)) = (journal.window_start, journal.window_end) {
         println!("window      [{s}, {e})");
+    }
+    if let Some(m) = &mark {
+        m.print();
+    }
+    if let Some(b) = &journal.cursor {
+        println!("batch       {}", crate::output::safe(&b.describe()));
     }
     println!("chunks      {} of {} verified", journal.verified_chunks(), journal.chunk_count);
     for c in journal.chunks.values() {
@@ -180,17 +224,21 @@ pub fn status(path: &Path, selector: Option<&str>, run_id: Option<&str>, format:
     EXIT_OK
 }
 
-fn report_none(scope: &str, store: &StoreChoice, format: Format) {
+fn report_none(scope: &str, store: &StoreChoice, format: Format, mark: Option<&MarkView>) {
     if format == Format::Json {
         print_json(&json!({
             "target_scope": scope,
             "state_store": store.describe(),
             "state": null,
             "visible": "the target as it is: dpone has no run journal for it",
+            "incremental": mark.map(MarkView::json),
         }));
     } else {
         println!("target      {}", crate::output::safe(scope));
         println!("state       no run recorded in the state store {}", crate::output::safe(&store.describe()));
+        if let Some(m) = mark {
+            m.print();
+        }
     }
 }
 

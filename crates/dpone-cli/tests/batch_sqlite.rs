@@ -261,6 +261,7 @@ const KEYS: &[&str] = &[
     "replaced_rows",
     "final_rows",
     "target_unchanged",
+    "incremental",
     "chunks",
     "evidence_path",
     "duration_seconds",

@@ -514,10 +514,18 @@ fn manifest_cases() -> Vec<Case> {
             "sink.strategy.dedup",
         ),
         case(
-            "strategy_incremental_append",
+            "strategy_incremental_append_without_cursor",
             f.set("sink.strategy.mode", "incremental_append"),
-            "unsupported_strategy",
-            "sink.strategy.mode",
+            "missing_key",
+            "source.options.incremental_column",
+        ),
+        case(
+            "strategy_incremental_append_with_lookback",
+            f.set_quiet("sink.strategy.mode", "incremental_append")
+                .replace("    name: events\nsink:", "    name: events\n  options: {incremental_column: id}\nsink:")
+                .insert("sink.strategy", "lookback: P1D"),
+            "incremental_lookback_requires_merge",
+            "sink.strategy.lookback",
         ),
         case("strategy_incremental_merge", f.set("sink.strategy.mode", "incremental_merge"), "unsupported_strategy", "sink.strategy.mode"),
         case("strategy_partition_replace", ch.set("sink.strategy.mode", "partition_replace"), "unsupported_strategy", "sink.strategy.mode"),

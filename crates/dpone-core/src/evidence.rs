@@ -146,6 +146,20 @@ pub enum PublicationCheck {
 }
 
 #[derive(Debug, Clone, Serialize)]
+pub struct IncrementalEvidence {
+    pub column: String,
+    /// The mark the run started from (None: the first publication).
+    pub previous_mark: Option<crate::incremental::CursorValue>,
+    /// The source snapshot's maximum cursor when the batch was fixed.
+    pub snapshot_max: Option<crate::incremental::CursorValue>,
+    /// The mark the publication stored with the rows.
+    pub new_mark: Option<crate::incremental::CursorValue>,
+    /// What was read, e.g. `7 < id <= 10`.
+    pub batch: String,
+    pub rows_inserted: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
 pub struct Evidence {
     pub evidence_version: &'static str,
     pub dpone_version: &'static str,
@@ -158,6 +172,9 @@ pub struct Evidence {
     pub source_table: String,
     pub target_table: String,
     pub strategy: String,
+    /// `incremental_append`: the batch and the marks before and after.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub incremental: Option<IncrementalEvidence>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window: Option<WindowEvidence>,
     pub interval_end_origin: Option<String>,

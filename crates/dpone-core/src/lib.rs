@@ -20,6 +20,7 @@ pub mod evidence;
 pub mod failpoint;
 pub mod frames;
 pub mod identity;
+pub mod incremental;
 pub mod limits;
 pub mod manifest;
 pub mod partition;

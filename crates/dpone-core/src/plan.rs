@@ -41,6 +41,28 @@ pub struct WindowPlan {
     pub chunks: Vec<Chunk>,
 }
 
+/// `incremental_append`: the cursor and where a first run starts. The
+/// stored mark and the snapshot maximum are read at run time (and shown by
+/// `dpone plan` after probing).
+#[derive(Debug, Clone, Serialize)]
+pub struct IncrementalPlan {
+    pub column: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub initial_value: Option<String>,
+    /// After probing: the target's stored mark (None: never published).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stored_mark: Option<crate::incremental::StoredMark>,
+    /// After probing: the batch a run started now would read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch: Option<crate::incremental::CursorBatch>,
+    /// `batch` in words, e.g. `7 < id <= 10`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reads: Option<String>,
+}
+
+/// Routes whose target publishes an incremental append.
+pub const INCREMENTAL_ROUTES: &[(System, System)] = &[(System::Sqlite, System::Sqlite)];
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Route {
     /// `sqlite->sqlite`, `postgres->clickhouse`, ...
@@ -83,6 +105,8 @@ pub struct Plan {
     pub strategy: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window: Option<WindowPlan>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub incremental: Option<IncrementalPlan>,
     pub staging: StagingPlan,
     /// Resolved stage limits and their stored form.
     pub limits: crate::limits::Resolved,
@@ -345,6 +369,35 @@ impl Plan {
         let strategy = match snk.strategy {
             Strategy::FullRefresh { .. } => "full_refresh",
             Strategy::Replace { .. } => "replace",
+            Strategy::IncrementalAppend { .. } => "incremental_append",
+        };
+        let incremental = manifest.incremental().map(|(column, initial)| IncrementalPlan {
+            column: column.to_string(),
+            initial_value: initial.map(str::to_string),
+            stored_mark: None,
+            batch: None,
+            reads: None,
+        });
+        let publication = match &incremental {
+            Some(_) if INCREMENTAL_ROUTES.contains(&(src.system, snk.system)) => PublicationPlan {
+                method: format!("{}_append", publication.method),
+                atomic: true,
+                description: "one transaction inserts the verified batch and moves the high-water mark (stored beside the target, in _dpone_marks) from the recorded old mark to the new one".into(),
+            },
+            Some(_) => {
+                if refusals.iter().all(|d: &Diagnostic| d.code != "unsupported_route") {
+                    refusals.push(
+                        Diagnostic::new(
+                            "unsupported_strategy_route",
+                            "sink.strategy.mode",
+                            format!("`incremental_append` is not implemented on the route {route_name} yet"),
+                        )
+                        .hint("incremental_append runs on sqlite->sqlite; use `replace` with a window on this route"),
+                    );
+                }
+                publication
+            }
+            None => publication,
         };
         let staging_location = match (&snk.staging_schema, &snk.table.schema) {
             (Some(s), _) => s.clone(),
@@ -368,6 +421,7 @@ impl Plan {
             },
             strategy,
             window,
+            incremental,
             staging: StagingPlan {
                 scope: "chunk_attempt",
                 location: staging_location,
@@ -570,5 +624,51 @@ mod tests {
         assert_eq!(Plan::build(&m, &i).unwrap_err().code, "invalid_interval");
         i.start = Some(("2026-09-02T00:00:00Z".into(), "--interval-start"));
         assert!(Plan::build(&m, &i).is_ok());
+    }
+}
+
+#[cfg(test)]
+mod incremental_tests {
+    use super::*;
+    use crate::manifest;
+
+    const APPEND: &str = r#"
+kind: dpone.batch.v1
+source:
+  type: sqlite
+  connection: {connection_type: params, params: {path: source.db}}
+  table: {name: events}
+  options: {incremental_column: id, initial_value: 7}
+sink:
+  type: sqlite
+  connection: {connection_type: params, params: {path: target.db}}
+  table: {name: events}
+  strategy: {mode: incremental_append}
+"#;
+
+    #[test]
+    fn an_append_needs_no_interval_and_plans_one_chunk() {
+        let m = manifest::load(APPEND).unwrap();
+        let p = Plan::build(&m, &Interval::default()).unwrap();
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        assert_eq!(p.strategy, "incremental_append");
+        assert!(p.window.is_none() && p.chunks().is_empty());
+        let inc = p.incremental.as_ref().unwrap();
+        assert_eq!((inc.column.as_str(), inc.initial_value.as_deref()), ("id", Some("7")));
+        assert_eq!(p.publication.method, "sqlite_transaction_append");
+    }
+
+    #[test]
+    fn routes_without_an_append_publication_refuse_it_naming_the_route() {
+        let pg = "{connection_type: env, connection_id: PG}";
+        let text = APPEND
+            .replacen("type: sqlite", "type: postgres", 1)
+            .replacen("{connection_type: params, params: {path: source.db}}", pg, 1)
+            .replacen("type: sqlite", "type: clickhouse", 1)
+            .replacen("{connection_type: params, params: {path: target.db}}", "{connection_type: env, connection_id: CH}", 1);
+        let p = Plan::build(&manifest::load(&text).unwrap(), &Interval::default()).unwrap();
+        let codes: Vec<&str> = p.refusals.iter().map(|d| d.code.as_str()).collect();
+        assert_eq!(codes, vec!["unsupported_strategy_route"]);
+        assert!(p.refusals[0].message.contains("postgres->clickhouse"), "{}", p.refusals[0].message);
     }
 }

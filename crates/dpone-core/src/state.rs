@@ -252,6 +252,10 @@ pub struct RunJournal {
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub window_end: Option<Timestamp>,
     pub chunk_count: u32,
+    /// `incremental_append`: the batch (old mark, snapshot maximum), fixed
+    /// before any read; a resumed run reads or finishes exactly this batch.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cursor: Option<crate::incremental::CursorBatch>,
     pub schema_fingerprint: String,
     pub source_version: SourceVersion,
     /// Resolved limits as stored; a resumed run must present the same.
@@ -277,6 +281,9 @@ pub struct RunJournal {
     /// evidence), for the report of a run finished by a later invocation.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub null_window_rows: Option<u64>,
+    /// Target rows after an append's publication (from the evidence).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub final_rows: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub error: Option<JournalError>,
     /// Holder of the lease of the last write (for status output).

@@ -22,6 +22,7 @@ use crate::probe::probe;
 use crate::report::RunReport;
 use crate::stage::recheck_verified_chunks;
 use dpone_core::identity::{self, OWNED_PREFIX, RunIdentity};
+use dpone_core::incremental::{CursorBatch, mark_mismatch};
 use dpone_core::manifest::Manifest;
 use dpone_core::plan::{CONTRACT_VERSION, Plan};
 use dpone_core::ports::{AdapterError, PublicationOutcome, Source, SourceVersion, Target};
@@ -163,7 +164,10 @@ async fn admit<S: Source, T: Target>(ctx: &Ctx<S, T>, store: Arc<dyn StateStore>
             refuse_foreign_generations(ctx, &BTreeSet::new()).await?;
             ctx.options.cancel.check().map_err(admission)?;
             let version = ctx.source.open_snapshot().await.map_err(admission)?;
-            let fresh = new_journal(ctx, invocation, execution, &version);
+            // An append's batch (the stored mark, the snapshot's maximum)
+            // is fixed here and journaled with the plan, before any read.
+            let cursor = incremental_batch(ctx).await.map_err(admission)?;
+            let fresh = new_journal(ctx, invocation, execution, &version, cursor);
             let run_id = fresh.run_id.clone();
             // The persisted plan comes before any chunk work.
             let journal = Journal::new(store, ctx.lease.clone(), key, revision, fresh.clone());
@@ -225,7 +229,9 @@ async fn resume<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> Res
             let stale: Vec<String> = j.owned.iter().cloned().collect();
             ctx.may_write().map_err(fail)?;
             ctx.target.drop_tables(&stale).await.map_err(fail)?;
-            let fresh = new_journal(ctx, j.invocation.clone(), j.execution, &version);
+            // An append re-reads the same bounded batch (same old mark,
+            // same snapshot maximum) from the new version.
+            let fresh = new_journal(ctx, j.invocation.clone(), j.execution, &version, j.cursor.clone());
             let run_id = fresh.run_id.clone();
             journal.replace(fresh).await.map_err(|e| RunFailure::at(Phase::BeforePublication, e, Some(&run_id)))?;
             ctx.failpoint("plan.after_persist").await.map_err(|e| RunFailure::at(Phase::BeforePublication, e, Some(&run_id)))?;
@@ -250,8 +256,27 @@ async fn refuse_foreign_generations<S: Source, T: Target>(ctx: &Ctx<S, T>, ours:
     if foreign.is_empty() { Ok(()) } else { Err(RunFailure::refused(foreign)) }
 }
 
+/// An `incremental_append`'s batch: the target's stored mark (which must
+/// belong to the manifest's cursor column) and the snapshot's maximum.
+async fn incremental_batch<S: Source, T: Target>(ctx: &Ctx<S, T>) -> Result<Option<CursorBatch>, AdapterError> {
+    let Some(inc) = &ctx.plan.incremental else { return Ok(None) };
+    let kind = ctx.probe.cursor_kind.ok_or_else(|| AdapterError::internal("the cursor column's type was not probed"))?;
+    let previous = ctx.target.read_mark().await?;
+    if let Some(d) = previous.as_ref().and_then(|m| mark_mismatch(&inc.column, kind, m)) {
+        return Err(AdapterError::permanent(d.code, d.message).hint(d.hint.unwrap_or_default()));
+    }
+    let max = ctx.source.cursor_max(&inc.column, kind).await?;
+    Ok(Some(CursorBatch::new(&inc.column, kind, previous, ctx.probe.initial_value, max)))
+}
+
 /// The journal of a new run (state `planned`) under source `version`.
-fn new_journal<S: Source, T: Target>(ctx: &Ctx<S, T>, invocation: String, execution: u32, version: &SourceVersion) -> RunJournal {
+fn new_journal<S: Source, T: Target>(
+    ctx: &Ctx<S, T>,
+    invocation: String,
+    execution: u32,
+    version: &SourceVersion,
+    cursor: Option<CursorBatch>,
+) -> RunJournal {
     let chunks = ctx.plan.chunks();
     let schema_fingerprint = identity::schema_fingerprint(&ctx.probe.target_columns);
     let run_id = identity::run_id(&RunIdentity {
@@ -278,6 +303,7 @@ fn new_journal<S: Source, T: Target>(ctx: &Ctx<S, T>, invocation: String, execut
         window_start: ctx.plan.window.as_ref().map(|w| w.start),
         window_end: ctx.plan.window.as_ref().map(|w| w.end),
         chunk_count: ctx.chunks().len() as u32,
+        cursor,
         schema_fingerprint,
         source_version: version.clone(),
         limits: ctx.plan.limits_stored.clone(),
@@ -289,6 +315,7 @@ fn new_journal<S: Source, T: Target>(ctx: &Ctx<S, T>, invocation: String, execut
         evidence_path: None,
         evidence_key: None,
         null_window_rows: None,
+        final_rows: None,
         error: None,
         last_holder: ctx.options.holder.clone(),
     }

@@ -4,8 +4,8 @@
 use crate::context::Ctx;
 use dpone_core::digest::RowDigest;
 use dpone_core::evidence::{
-    ChunkEvidence, DIGEST_NOTE, EVIDENCE_VERSION, Evidence, GenerationEvidence, KeptCheck, MEMORY_NOTE, MemoryEvidence, PublicationCheck,
-    PublicationEvidence, WindowEvidence,
+    ChunkEvidence, DIGEST_NOTE, EVIDENCE_VERSION, Evidence, GenerationEvidence, IncrementalEvidence, KeptCheck, MEMORY_NOTE,
+    MemoryEvidence, PublicationCheck, PublicationEvidence, WindowEvidence,
 };
 use dpone_core::ports::{PublicationOutcome, Source, Target, WindowStats};
 use dpone_core::state::{ChunkRecord, GenerationRecord, RunJournal, digest_from};
@@ -40,6 +40,14 @@ pub(crate) fn build_evidence<S: Source, T: Target>(
         source_table: ctx.plan.route.source_table.clone(),
         target_table: ctx.plan.route.target_table.clone(),
         strategy: ctx.plan.strategy.to_string(),
+        incremental: j.cursor.as_ref().map(|b| IncrementalEvidence {
+            column: b.column.clone(),
+            previous_mark: b.previous_mark(),
+            snapshot_max: b.snapshot_max,
+            new_mark: b.new_mark(),
+            batch: b.describe(),
+            rows_inserted: generation.rows,
+        }),
         window: ctx.plan.window.as_ref().map(|w| WindowEvidence {
             column: w.column.clone(),
             start: w.start,

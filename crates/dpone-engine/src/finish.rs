@@ -27,10 +27,17 @@ pub(crate) async fn write_evidence<S: Source, T: Target>(ctx: &Ctx<S, T>, journa
     let started = Instant::now();
     let stats = match ctx.window_filter(true) {
         Some(f) => ctx.target.window_stats(&f).await?,
+        // An append's target holds its earlier rows too.
+        None if j.cursor.is_some() => WindowStats {
+            total_rows: ctx.target.count(dpone_core::ports::TableRole::Target, None).await?,
+            window_rows: generation.rows,
+            ..Default::default()
+        },
         None => WindowStats { total_rows: generation.rows, window_rows: generation.rows, ..Default::default() },
     };
     ctx.add_phase(|p| p.evidence += started.elapsed().as_secs_f64());
     let null_window_rows = stats.null_window_rows;
+    let final_rows = j.cursor.is_some().then_some(stats.total_rows);
     let evidence = build_evidence(ctx, &j, &generation, stats);
     let path = evidence_path(ctx, &j);
     let body = serde_json::to_vec_pretty(&evidence).map_err(|e| AdapterError::internal(e.to_string()))?;
@@ -54,6 +61,7 @@ pub(crate) async fn write_evidence<S: Source, T: Target>(ctx: &Ctx<S, T>, journa
             j.evidence_path = Some(path);
             j.evidence_key = Some(key);
             j.null_window_rows = Some(null_window_rows);
+            j.final_rows = final_rows;
         })
         .await?;
     Ok(())

@@ -11,6 +11,7 @@ use crate::journal::Journal;
 use dpone_core::digest::RowDigest;
 use dpone_core::evidence::{GenerationCheck, PublicationCheck};
 use dpone_core::identity;
+use dpone_core::incremental::{CursorBatch, StoredMark, receipt_identity};
 use dpone_core::ports::{AdapterError, Contents, GenerationBuild, GenerationMethod, LinkReport, Source, TableRole, Target};
 use dpone_core::state::{GenerationRecord, PublicationIntent, RunState};
 use std::sync::atomic::Ordering;
@@ -34,6 +35,9 @@ pub(crate) async fn prepare<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jou
     ctx.may_write()?;
     ctx.failpoint("publish.before_intent").await?;
     ctx.may_write()?;
+    if let Some(batch) = &j.cursor {
+        return append_intent(ctx, journal, &j, batch, generation).await;
+    }
     // The durable intent names both identities, so that a crash after the
     // publishing step can be judged without guessing.
     let target_before = ctx.target.identity(TableRole::Target).await?.unwrap_or_default();
@@ -63,6 +67,50 @@ pub(crate) async fn prepare<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jou
         .await?;
     ctx.resumption.intent_recorded_here.store(true, Ordering::SeqCst);
     Ok(())
+}
+
+/// An append's intent: the receipts before and after. The target's mark
+/// must still be the one the batch was read after (else another writer
+/// moved it, and appending would duplicate or skip rows).
+async fn append_intent<S: Source, T: Target>(
+    ctx: &Ctx<S, T>,
+    journal: &Journal,
+    j: &dpone_core::state::RunJournal,
+    batch: &CursorBatch,
+    generation: String,
+) -> Step {
+    let now = ctx.target.read_mark().await?;
+    check_mark_unmoved(batch, now.as_ref())?;
+    let intent = PublicationIntent {
+        generation_table: generation,
+        backup_table: identity::backup_table(&j.stem(), j.execution),
+        target_before: receipt_identity(batch.previous.as_ref()),
+        generation: receipt_identity(Some(&batch.receipt(&j.stem()))),
+    };
+    journal
+        .update(|j| {
+            j.state = RunState::Publishing;
+            j.intent = Some(intent);
+        })
+        .await?;
+    ctx.resumption.intent_recorded_here.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+/// The stored mark is the one the batch started from.
+pub(crate) fn check_mark_unmoved(batch: &CursorBatch, now: Option<&StoredMark>) -> Result<(), AdapterError> {
+    if now == batch.previous.as_ref() {
+        return Ok(());
+    }
+    Err(AdapterError::verification(
+        "incremental_mark_moved",
+        format!(
+            "the target's mark is {} but this run read after {}; appending its batch could duplicate or skip rows",
+            receipt_identity(now),
+            receipt_identity(batch.previous.as_ref())
+        ),
+    )
+    .hint("another writer moved the mark (a run from another work dir or state store, or an edit of _dpone_marks); nothing was published: run again to read after the current mark"))
 }
 
 /// Re-verifies a generation built by an earlier invocation before it is
@@ -152,9 +200,14 @@ async fn build<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, generat
         Some(k) => Some(ctx.target.inspect(TableRole::Target, Some(k)).await?),
     };
     // The rows being replaced are hashed only when their count says they
-    // might equal the new window (to report an unchanged target).
-    let replaced_rows = ctx.target.count(TableRole::Target, inside.as_ref()).await?;
-    let unchanged = replaced_rows == window.rows && ctx.target.inspect(TableRole::Target, inside.as_ref()).await?.digest == *window;
+    // might equal the new window (to report an unchanged target). An
+    // append replaces nothing.
+    let (replaced_rows, unchanged) = if j.cursor.is_some() {
+        (0, window.rows == 0)
+    } else {
+        let replaced_rows = ctx.target.count(TableRole::Target, inside.as_ref()).await?;
+        (replaced_rows, replaced_rows == window.rows && ctx.target.inspect(TableRole::Target, inside.as_ref()).await?.digest == *window)
+    };
     let stagings: Vec<String> = j.chunks.values().map(|c| c.staging_table.clone()).collect();
     journal.update(|j| j.owned.insert(generation.to_string())).await?;
     ctx.may_write()?;

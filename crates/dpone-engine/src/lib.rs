@@ -46,4 +46,4 @@ pub use context::{Cancel, MemoryHost, Progress, RunHost, RunOptions};
 pub use failure::{EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, FailureKind, ProcessEnd, RunFailure, batch_exit_code};
 pub use operator::{Operator, abandon_unfinished, resolve_unknown};
 pub use probe::{Probe, probe};
-pub use report::{ChunkSummary, RunReport};
+pub use report::{ChunkSummary, MarkReport, RunReport};

@@ -1,6 +1,7 @@
 //! Read-only probes that turn an offline plan into a runnable one.
 
 use dpone_core::Diagnostic;
+use dpone_core::incremental::{CursorKind, CursorValue};
 use dpone_core::manifest::Manifest;
 use dpone_core::plan::{Plan, null_checks, read_columns, schema_refusals};
 use dpone_core::ports::{AccessPath, AdapterError, EligibilityRequest, ErrorClass, GenerationEstimate, RowFilter, Source, Target};
@@ -20,6 +21,10 @@ pub struct Probe {
     pub access: Option<AccessPath>,
     /// Target columns checked row by row for NULLs (nullable in the source).
     pub null_checks: Vec<String>,
+    /// `incremental_append`: the cursor's kind and the typed
+    /// `initial_value` (known once the source was described).
+    pub cursor_kind: Option<CursorKind>,
+    pub initial_value: Option<CursorValue>,
     pub refusals: Vec<Diagnostic>,
 }
 
@@ -120,6 +125,11 @@ async fn probe_inner<S: Source, T: Target>(
             Some(_) => {}
         }
     }
+    if let Some(inc) = &plan.incremental
+        && !p.source_columns.is_empty()
+    {
+        cursor_refusals(&mut p, &inc.column, inc.initial_value.as_deref());
+    }
     if p.refusals.is_empty() {
         match source.preflight(window_column.as_deref()).await {
             Ok(r) => p.refusals.extend(r),
@@ -169,6 +179,48 @@ async fn probe_inner<S: Source, T: Target>(
         }
     }
     Ok(p)
+}
+
+/// The cursor column of an `incremental_append` must exist and be of an
+/// orderable type; `initial_value` must be a value of that type.
+fn cursor_refusals(p: &mut Probe, column: &str, initial: Option<&str>) {
+    let path = "source.options.incremental_column";
+    let Some(c) = p.source_columns.iter().find(|c| c.name == column) else {
+        let hint = match dpone_core::error::did_you_mean(column, p.source_columns.iter().map(|c| c.name.as_str())) {
+            Some(s) => format!("did you mean `{s}`?"),
+            None => "name an integer, timestamp or date column of the source table".into(),
+        };
+        p.refusals.push(Diagnostic::new("incremental_column_missing", path, format!("the source has no column `{column}`")).hint(hint));
+        return;
+    };
+    let Some(kind) = CursorKind::of(&c.ty.dtype) else {
+        p.refusals.push(
+            Diagnostic::new(
+                "incremental_column_type",
+                path,
+                format!(
+                    "cursor column `{column}` is {} ({}); a cursor must be an integer, a timestamp or a date",
+                    c.native_type, c.ty.dtype
+                ),
+            )
+            .hint("name a column whose values order the rows: an integer id, a timestamp or a date"),
+        );
+        return;
+    };
+    p.cursor_kind = Some(kind);
+    if let Some(text) = initial {
+        match CursorValue::parse(kind, text) {
+            Ok(v) => p.initial_value = Some(v),
+            Err(reason) => p.refusals.push(
+                Diagnostic::new(
+                    "invalid_initial_value",
+                    "source.options.initial_value",
+                    format!("{reason}: the cursor column `{column}` is a {}", kind.as_str()),
+                )
+                .hint("write a value of the cursor's type, e.g. 1000, 2026-09-01T00:00:00Z or 2026-09-01"),
+            ),
+        }
+    }
 }
 
 /// Refuses a run whose generation would not fit the target's disk.

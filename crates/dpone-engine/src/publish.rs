@@ -16,6 +16,7 @@ use crate::failure::{RunFailure, Step, Stop, unknown_failure};
 use crate::generation::{check_kept_rows, reverify};
 use crate::journal::Journal;
 use dpone_core::evidence::PublicationCheck;
+use dpone_core::incremental::receipt_identity;
 use dpone_core::ports::{AdapterError, PublicationOutcome, Source, TableRole, Target};
 use dpone_core::state::{JournalError, PublicationIntent, RunState};
 use std::sync::atomic::Ordering;
@@ -55,7 +56,8 @@ async fn record_published(journal: &Journal) -> Step {
 
 /// The one publishing call and its judged outcome.
 async fn publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, intent: &PublicationIntent) -> Step {
-    let run_id = journal.snapshot().await.run_id;
+    let j = journal.snapshot().await;
+    let run_id = j.run_id.clone();
     ctx.failpoint("publish.before_exchange").await?;
     // Last check before the one publishing call: a run asked to stop (or
     // that lost its lease) does not start it, and nothing became visible.
@@ -68,9 +70,28 @@ async fn publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, inten
     }
     let started = Instant::now();
     let keep = ctx.window_filter(false);
-    let outcome = ctx.target.publish(&intent.generation_table, keep.as_ref(), &intent.backup_table).await;
+    let outcome = match &j.cursor {
+        // An append: the verified batch and the new mark, in one transaction.
+        Some(batch) => {
+            let rows = j.generation.as_ref().map(|g| g.rows).ok_or_else(|| AdapterError::internal("publishing without a generation"))?;
+            ctx.target.publish_append(&intent.generation_table, batch.previous.as_ref(), &batch.receipt(&j.stem()), rows).await
+        }
+        None => ctx.target.publish(&intent.generation_table, keep.as_ref(), &intent.backup_table).await,
+    };
     ctx.failpoint("publish.after_exchange").await?;
     match outcome {
+        Ok(PublicationOutcome::Published) if j.cursor.is_some() => {
+            // The receipt committed with the rows is read back.
+            let now = receipt_identity(ctx.target.read_mark().await?.as_ref());
+            if now != intent.generation {
+                let _ = journal.set_state(RunState::Published).await;
+                let e = AdapterError::verification(
+                    "publication_verification_failed",
+                    format!("the target's mark is {now} but the publication stored {}", intent.generation),
+                );
+                return Err(Stop::Ended(RunFailure::at(crate::failure::Phase::AfterPublication, e, Some(&run_id))));
+            }
+        }
         Ok(PublicationOutcome::Published) => {
             // A target that publishes by copying is re-read: its identity is
             // its contents, which must now be the generation's.
@@ -123,7 +144,12 @@ pub(crate) async fn reconcile<S: Source, T: Target>(
     ctx: &Ctx<S, T>,
     intent: &PublicationIntent,
 ) -> Result<PublicationOutcome, AdapterError> {
-    let observed = ctx.target.identity(TableRole::Target).await?;
+    // An append's identity is its mark's receipt, committed with the rows.
+    let observed = if ctx.plan.incremental.is_some() {
+        Some(receipt_identity(ctx.target.read_mark().await?.as_ref()))
+    } else {
+        ctx.target.identity(TableRole::Target).await?
+    };
     Ok(match observed.as_deref() {
         Some(o) if o == intent.generation => PublicationOutcome::Published,
         Some(o) if o == intent.target_before => PublicationOutcome::Absent,

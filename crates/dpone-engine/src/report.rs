@@ -4,6 +4,7 @@
 use crate::context::Ctx;
 use crate::finish::evidence_path;
 use dpone_core::evidence::PublicationCheck;
+use dpone_core::incremental::CursorValue;
 use dpone_core::ports::{PublicationOutcome, Source, Target};
 use dpone_core::state::RunJournal;
 use serde::Serialize;
@@ -43,12 +44,24 @@ pub struct RunReport {
     pub final_rows: u64,
     /// The window already held exactly these rows: the target did not change.
     pub target_unchanged: bool,
+    /// `incremental_append`: the batch read and the marks before and after.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub incremental: Option<MarkReport>,
     pub chunks: Vec<ChunkSummary>,
     pub publication: PublicationOutcome,
     /// How the publication was confirmed.
     pub publication_check: PublicationCheck,
     pub evidence_path: PathBuf,
     pub duration_seconds: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MarkReport {
+    pub column: String,
+    pub previous_mark: Option<CursorValue>,
+    pub new_mark: Option<CursorValue>,
+    /// What was read, e.g. `7 < id <= 10`.
+    pub batch: String,
 }
 
 /// The report of a succeeded run, from its journal.
@@ -63,11 +76,24 @@ pub(crate) fn report<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal) -> R
         reused_chunks: ctx.resumption.reused.load(Ordering::SeqCst),
         extracted_rows: window_rows,
         inserted_rows: window_rows,
-        kept_rows: generation.kept_rows,
+        kept_rows: match j.final_rows {
+            Some(total) => total.saturating_sub(generation.rows),
+            None => generation.kept_rows,
+        },
         kept_null_window_rows: j.null_window_rows.unwrap_or(0),
         replaced_rows: generation.replaced_rows,
-        final_rows: if generation.in_place { generation.kept_rows + generation.rows } else { generation.rows },
+        final_rows: match j.final_rows {
+            Some(total) => total,
+            None if generation.in_place => generation.kept_rows + generation.rows,
+            None => generation.rows,
+        },
         target_unchanged: generation.unchanged,
+        incremental: j.cursor.as_ref().map(|b| MarkReport {
+            column: b.column.clone(),
+            previous_mark: b.previous_mark(),
+            new_mark: b.new_mark(),
+            batch: b.describe(),
+        }),
         chunks: j
             .chunks
             .values()

@@ -244,7 +244,7 @@ async fn stage_chunk<S: Source, T: Target>(
                 j.chunks.insert(index, ChunkRecord::staging(index, attempt, &staging, chunk));
             })
             .await?;
-        match stage_attempt(ctx, &run_id, index, chunk, attempt, &staging).await {
+        match stage_attempt(ctx, j.cursor.as_ref(), &run_id, index, chunk, attempt, &staging).await {
             Ok(staged) => return record_verified(ctx, journal, index, staged).await,
             Err(e) if e.keeps_run() || ctx.options.cancel.is_cancelled() => return Err(e),
             Err(e) if !retryable(&e) || tries_done + attempt + 1 - first_attempt >= MAX_CHUNK_ATTEMPTS => {
@@ -322,7 +322,11 @@ fn frame_guard<S: Source, T: Target>(ctx: &Ctx<S, T>) -> FrameGuard {
 }
 
 /// What every chunk read asks of the source, for `bounds` (None: the whole table).
-fn read_request<S: Source, T: Target>(ctx: &Ctx<S, T>, chunk: Option<Chunk>) -> ReadRequest {
+fn read_request<S: Source, T: Target>(
+    ctx: &Ctx<S, T>,
+    chunk: Option<Chunk>,
+    cursor: Option<&dpone_core::incremental::CursorBatch>,
+) -> ReadRequest {
     let limits = &ctx.plan.limits;
     ReadRequest {
         columns: ctx.probe.read_columns.clone(),
@@ -331,6 +335,7 @@ fn read_request<S: Source, T: Target>(ctx: &Ctx<S, T>, chunk: Option<Chunk>) -> 
         block_rows: limits.max_rows,
         block_bytes: limits.max_bytes,
         max_row_bytes: limits.max_row_bytes,
+        cursor: cursor.cloned(),
     }
 }
 
@@ -338,6 +343,7 @@ fn read_request<S: Source, T: Target>(ctx: &Ctx<S, T>, chunk: Option<Chunk>) -> 
 /// the target stores against what was sent.
 async fn stage_attempt<S: Source, T: Target>(
     ctx: &Ctx<S, T>,
+    cursor: Option<&dpone_core::incremental::CursorBatch>,
     run_id: &str,
     index: u32,
     chunk: Option<Chunk>,
@@ -346,7 +352,7 @@ async fn stage_attempt<S: Source, T: Target>(
 ) -> Result<StagedChunk, AdapterError> {
     let started = Instant::now();
     let limits = &ctx.plan.limits;
-    let request = read_request(ctx, chunk);
+    let request = read_request(ctx, chunk, cursor);
     ctx.failpoint("staging.before_write").await?;
     ctx.may_write()?;
     ctx.target.create_staging(staging).await?;
@@ -400,7 +406,8 @@ async fn stage_group_attempt<S: Source, T: Target>(
     let started = Instant::now();
     let limits = &ctx.plan.limits;
     let span = Chunk { index: group[0].index, start: group[0].start, end: group[group.len() - 1].end };
-    let request = read_request(ctx, Some(span));
+    // Group reads serve windows only; an append's batch has no window.
+    let request = read_request(ctx, Some(span), None);
     ctx.failpoint("staging.before_write").await?;
     ctx.may_write()?;
     for staging in stagings {

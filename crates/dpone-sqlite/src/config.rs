@@ -62,7 +62,8 @@ impl crate::SqliteSource {
     pub fn build(manifest: &Manifest, wiring: &Wiring) -> Result<Self, Diagnostic> {
         let path = resolve_path(&manifest.source.connection, wiring.base_dir, "source.connection", wiring.env)?;
         let window_column = manifest.window().map(|w| w.column.clone());
-        Ok(crate::SqliteSource::new(SqliteConfig { path, table: manifest.source.table.clone() }, window_column))
+        let source = crate::SqliteSource::new(SqliteConfig { path, table: manifest.source.table.clone() }, window_column);
+        Ok(source.with_cursor(manifest.incremental().map(|(column, _)| column.to_string())))
     }
 }
 

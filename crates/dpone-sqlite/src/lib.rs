@@ -22,7 +22,7 @@ mod state_store;
 mod types;
 
 pub use config::{SqliteConfig, resolve_path};
-pub use sink::SqliteTarget;
+pub use sink::{MARKS_TABLE, SqliteTarget};
 pub use source::SqliteSource;
 pub use state_store::SqliteStateStore;
 pub use types::{map_declared_type, quote_ident};

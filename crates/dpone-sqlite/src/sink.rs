@@ -14,6 +14,7 @@ use crate::source::{check_window_values, describe_table, encode_row, select_list
 use crate::types::{quote_ident, to_sql};
 use dpone_core::Diagnostic;
 use dpone_core::digest::RowDigest;
+use dpone_core::incremental::{CursorKind, CursorValue, StoredMark, receipt_identity};
 use dpone_core::ports::{
     AdapterError, Contents, EligibilityRequest, FrameRx, GenerationBuild, PublicationOutcome, Result, RowFilter, TableRole, Target,
     WindowStats,
@@ -117,6 +118,58 @@ fn kept_difference(conn: &Connection, target_sql: &str, generation_sql: &str, co
     conn.query_row(&sql, rusqlite::params_from_iter(p.iter()), |r| r.get::<_, i64>(0))
         .map(|n| n as u64)
         .map_err(|e| classify("comparing kept rows", e))
+}
+
+/// The table beside an incrementally appended target that holds its
+/// high-water mark, one row per target table of the database, written
+/// only in the transaction that appends the rows the mark covers.
+pub const MARKS_TABLE: &str = "_dpone_marks";
+
+fn marks_ddl(marks_sql: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {marks_sql} (target_table TEXT PRIMARY KEY, cursor_column TEXT NOT NULL, \
+         mark_kind TEXT, mark TEXT, run TEXT NOT NULL, rows INTEGER NOT NULL)"
+    )
+}
+
+/// The mark of `target` in `marks_sql` (None: no row, or no marks table).
+fn read_mark_in(conn: &Connection, marks_sql: &str, schema: &str, target: &str) -> Result<Option<StoredMark>> {
+    let exists: i64 = conn
+        .query_row(
+            &format!("SELECT count(*) FROM {}.sqlite_master WHERE type = 'table' AND name = ?1", quote_ident(schema)),
+            [MARKS_TABLE],
+            |r| r.get(0),
+        )
+        .map_err(|e| classify("reading the mark", e))?;
+    if exists == 0 {
+        return Ok(None);
+    }
+    let row: Option<(String, Option<String>, Option<String>, String)> = conn
+        .query_row(&format!("SELECT cursor_column, mark_kind, mark, run FROM {marks_sql} WHERE target_table = ?1"), [target], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })
+        .map(Some)
+        .or_else(|e| if let rusqlite::Error::QueryReturnedNoRows = e { Ok(None) } else { Err(e) })
+        .map_err(|e| classify("reading the mark", e))?;
+    let Some((column, kind, mark, run)) = row else { return Ok(None) };
+    let unreadable = || {
+        AdapterError::permanent("mark_unreadable", format!("the mark of `{target}` in {MARKS_TABLE} cannot be read"))
+            .hint("restore the row, or delete it to start over (the next run appends every source row up to the maximum)")
+    };
+    let value = match (kind.as_deref(), mark) {
+        (None, None) => None,
+        (Some(k), Some(m)) => {
+            let kind = match k {
+                "integer" => CursorKind::Integer,
+                "timestamp" => CursorKind::Timestamp,
+                "date" => CursorKind::Date,
+                _ => return Err(unreadable()),
+            };
+            Some(CursorValue::parse(kind, &m).map_err(|_| unreadable())?)
+        }
+        _ => return Err(unreadable()),
+    };
+    Ok(Some(StoredMark { column, value, run_id: run }))
 }
 
 fn staging_ddl(table_sql: &str, columns: &[Column]) -> String {
@@ -399,6 +452,81 @@ impl Target for SqliteTarget {
                 min: min.as_deref().and_then(Timestamp::parse_canonical),
                 max: max.as_deref().and_then(Timestamp::parse_canonical),
             })
+        })
+        .await
+    }
+
+    async fn read_mark(&self) -> Result<Option<StoredMark>> {
+        if !self.config.path.exists() {
+            return Ok(None);
+        }
+        let (marks_sql, schema, target) = (self.owned_sql(MARKS_TABLE), self.schema(), self.config.table.name.clone());
+        self.with_conn(move |c| read_mark_in(c, &marks_sql, &schema, &target)).await
+    }
+
+    async fn publish_append(
+        &self,
+        generation: &str,
+        before: Option<&StoredMark>,
+        after: &StoredMark,
+        rows: u64,
+    ) -> Result<PublicationOutcome> {
+        let columns = self.columns()?;
+        let (target_sql, gen_sql, marks_sql) = (self.table_sql(), self.owned_sql(generation), self.owned_sql(MARKS_TABLE));
+        let (schema, target) = (self.schema(), self.config.table.name.clone());
+        let (before, after) = (before.cloned(), after.clone());
+        self.with_conn(move |conn| {
+            let cols = select_list(&columns);
+            let tx = conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(|e| classify("starting the publication", e))?;
+            // Under the write lock: the mark is the one the batch was read
+            // after. Any early return drops `tx`, which rolls back.
+            let now = read_mark_in(&tx, &marks_sql, &schema, &target)?;
+            if now != before {
+                return Err(AdapterError::permanent(
+                    "incremental_mark_moved",
+                    format!(
+                        "the target's mark is {} but the batch was read after {}",
+                        receipt_identity(now.as_ref()),
+                        receipt_identity(before.as_ref())
+                    ),
+                )
+                .hint("another writer moved the mark; nothing was published"));
+            }
+            let count = |tx: &rusqlite::Transaction| -> Result<u64> {
+                tx.query_row(&format!("SELECT count(*) FROM {target_sql}"), [], |r| r.get::<_, i64>(0))
+                    .map(|n| n as u64)
+                    .map_err(|e| classify("counting the target", e))
+            };
+            let rows_before = count(&tx)?;
+            let inserted = tx
+                .execute(&format!("INSERT INTO {target_sql} ({cols}) SELECT {cols} FROM {gen_sql}"), [])
+                .map_err(|e| classify("publishing", e))? as u64;
+            let rows_after = count(&tx)?;
+            if inserted != rows || rows_after != rows_before + rows {
+                return Err(AdapterError::verification(
+                    "publication_verification_failed",
+                    format!("the append inserted {inserted} rows and the target grew from {rows_before} to {rows_after}; the verified batch holds {rows}"),
+                ));
+            }
+            tx.execute_batch(&marks_ddl(&marks_sql)).map_err(|e| classify("creating the marks table", e))?;
+            let mark_kind = after.value.map(|v| v.kind().as_str());
+            let mark = after.value.map(|v| v.to_string());
+            tx.execute(
+                &format!(
+                    "INSERT INTO {marks_sql} (target_table, cursor_column, mark_kind, mark, run, rows) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+                     ON CONFLICT (target_table) DO UPDATE SET cursor_column = excluded.cursor_column, mark_kind = excluded.mark_kind, \
+                     mark = excluded.mark, run = excluded.run, rows = excluded.rows"
+                ),
+                rusqlite::params![target, after.column, mark_kind, mark, after.run_id, rows as i64],
+            )
+            .map_err(|e| classify("storing the mark", e))?;
+            match tx.commit() {
+                Ok(()) => Ok(PublicationOutcome::Published),
+                // SQLite's commit is atomic: a failed COMMIT leaves rows and mark as they were.
+                Err(e) => Err(classify("committing the publication", e)),
+            }
         })
         .await
     }

@@ -11,9 +11,13 @@ use crate::error::{classify, join_error};
 use crate::types::{map_declared_type, quote_ident, read_value};
 use dpone_core::digest::RowDigest;
 use dpone_core::frames::{FrameLimits, RowFrames};
+use dpone_core::incremental::{CursorKind, CursorValue, Lower};
 use dpone_core::ports::{AdapterError, FrameTx, ReadRequest, ReadStats, Result, Source, SourceVersion, select_columns};
 use dpone_core::rowbinary::encode_value;
+use dpone_core::time::Timestamp;
 use dpone_core::types::{Column, ColumnType};
+use dpone_core::value::{format_date, parse_date};
+use rusqlite::types::{Value as SqlValue, ValueRef};
 use rusqlite::{Connection, OpenFlags};
 use sha2::{Digest, Sha256};
 use std::io::Read;
@@ -25,12 +29,25 @@ const FLUSH_BYTES: usize = 1 << 20;
 pub struct SqliteSource {
     config: SqliteConfig,
     window_column: Option<String>,
+    /// `incremental_append`'s cursor column (its values are checked by
+    /// `preflight` and again in the snapshot by `cursor_max`).
+    cursor_column: Option<String>,
     snapshot: Arc<Mutex<Option<Connection>>>,
 }
 
 impl SqliteSource {
     pub fn new(config: SqliteConfig, window_column: Option<String>) -> Self {
-        SqliteSource { config, window_column, snapshot: Arc::new(Mutex::new(None)) }
+        SqliteSource { config, window_column, cursor_column: None, snapshot: Arc::new(Mutex::new(None)) }
+    }
+
+    /// The source of an `incremental_append` with cursor `column`.
+    pub fn with_cursor(mut self, column: Option<String>) -> Self {
+        self.cursor_column = column;
+        self
+    }
+
+    fn table_sql(&self) -> String {
+        format!("{}.{}", quote_ident(self.schema()), quote_ident(&self.config.table.name))
     }
 
     fn open(&self) -> Result<Connection> {
@@ -130,6 +147,69 @@ pub(crate) fn check_window_values(conn: &Connection, table_sql: &str, column: &s
     }
 }
 
+/// The SQL value a cursor value is stored as (see `types`): integers as
+/// INTEGER, timestamps and dates as their canonical text, whose order is
+/// their time order once [`check_cursor_values`] passed.
+pub(crate) fn cursor_sql(v: &CursorValue) -> SqlValue {
+    match v {
+        CursorValue::Integer(i) => SqlValue::Integer(*i),
+        CursorValue::Timestamp(t) => SqlValue::Text(t.to_canonical()),
+        CursorValue::Date(d) => SqlValue::Text(format_date(*d)),
+    }
+}
+
+fn cursor_from_sql(raw: ValueRef, kind: CursorKind, column: &str) -> Result<CursorValue> {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let v = match (kind, raw) {
+        (CursorKind::Integer, ValueRef::Integer(i)) => Some(CursorValue::Integer(i)),
+        (CursorKind::Timestamp, ValueRef::Text(b)) => Timestamp::parse_canonical(&text(b)).map(CursorValue::Timestamp),
+        (CursorKind::Date, ValueRef::Text(b)) => parse_date(&text(b)).map(CursorValue::Date),
+        _ => None,
+    };
+    v.ok_or_else(|| {
+        AdapterError::permanent("invalid_value", format!("cursor column `{column}` holds a value that is not a {}", kind.as_str()))
+    })
+}
+
+/// Refuses a cursor column with a NULL (such a row is never selected by a
+/// cursor range, so it would silently never be moved) or with a value not
+/// stored in the form whose SQL order is the cursor's order.
+pub(crate) fn check_cursor_values(conn: &Connection, table_sql: &str, column: &str, kind: CursorKind) -> Result<()> {
+    let col = quote_ident(column);
+    let nulls: i64 = conn
+        .query_row(&format!("SELECT count(*) FROM {table_sql} WHERE {col} IS NULL"), [], |r| r.get(0))
+        .map_err(|e| classify("checking cursor values", e))?;
+    if nulls > 0 {
+        return Err(AdapterError::permanent(
+            "incremental_cursor_null",
+            format!("cursor column `{column}` is NULL in {nulls} source rows; an append selects rows by cursor and would never move them"),
+        )
+        .hint("give those rows a cursor value (or name a NOT NULL column as source.options.incremental_column); nothing was written"));
+    }
+    match kind {
+        CursorKind::Timestamp => check_window_values(conn, table_sql, column, "source cursor"),
+        CursorKind::Integer | CursorKind::Date => {
+            let bad = match kind {
+                CursorKind::Integer => format!("typeof({col}) <> 'integer'"),
+                _ => format!("typeof({col}) <> 'text' OR {col} NOT GLOB '[0-9][0-9][0-9][0-9]-[0-1][0-9]-[0-3][0-9]'"),
+            };
+            let found: Option<String> = conn
+                .query_row(&format!("SELECT CAST({col} AS TEXT) FROM {table_sql} WHERE {bad} LIMIT 1"), [], |r| r.get(0))
+                .map(Some)
+                .or_else(|e| if let rusqlite::Error::QueryReturnedNoRows = e { Ok(None) } else { Err(e) })
+                .map_err(|e| classify("checking cursor values", e))?;
+            match found {
+                Some(v) => Err(AdapterError::permanent(
+                    "malformed_cursor_values",
+                    format!("cursor column `{column}` holds `{v}`, which is not stored as a {}", kind.as_str()),
+                )
+                .hint("store cursor values in the column's declared form (INTEGER, or YYYY-MM-DD text for DATE)")),
+                None => Ok(()),
+            }
+        }
+    }
+}
+
 fn file_version(path: &std::path::Path) -> std::io::Result<String> {
     let mut h = Sha256::new();
     for p in [path.to_path_buf(), path.with_extension(format!("{}-wal", path.extension().and_then(|e| e.to_str()).unwrap_or("")))] {
@@ -157,6 +237,28 @@ impl Source for SqliteSource {
     }
 
     async fn preflight(&self, window_column: Option<&str>) -> Result<Vec<dpone_core::Diagnostic>> {
+        if let Some(cursor) = self.cursor_column.clone() {
+            let conn = self.open()?;
+            let (schema, table, table_sql) = (self.schema().to_string(), self.config.table.name.clone(), self.table_sql());
+            return tokio::task::spawn_blocking(move || {
+                let columns = describe_table(&conn, &schema, &table, "source")?.unwrap_or_default();
+                // A missing column or one of another type is the probe's refusal.
+                let Some(kind) = columns.iter().find(|c| c.name == cursor).and_then(|c| CursorKind::of(&c.ty.dtype)) else {
+                    return Ok(Vec::new());
+                };
+                match check_cursor_values(&conn, &table_sql, &cursor, kind) {
+                    Ok(()) => Ok(Vec::new()),
+                    Err(e) if e.class == dpone_core::ports::ErrorClass::Permanent => {
+                        let mut d = dpone_core::Diagnostic::new(e.code, "source.options.incremental_column", e.message);
+                        d.hint = e.hint;
+                        Ok(vec![d])
+                    }
+                    Err(e) => Err(e),
+                }
+            })
+            .await
+            .map_err(join_error)?;
+        }
         let Some(col) = window_column.map(str::to_string) else { return Ok(Vec::new()) };
         let conn = self.open()?;
         let table_sql = format!("{}.{}", quote_ident(self.schema()), quote_ident(&self.config.table.name));
@@ -196,6 +298,28 @@ impl Source for SqliteSource {
         .map_err(join_error)?
     }
 
+    async fn cursor_max(&self, column: &str, kind: CursorKind) -> Result<Option<CursorValue>> {
+        let slot = self.snapshot.clone();
+        let (table_sql, column) = (self.table_sql(), column.to_string());
+        tokio::task::spawn_blocking(move || {
+            let guard = slot.lock().expect("snapshot lock");
+            let conn = guard.as_ref().ok_or_else(|| AdapterError::permanent("internal_error", "cursor_max before open_snapshot"))?;
+            // Checked again in the snapshot the batch is read from: a row
+            // written since the probe cannot slip through.
+            check_cursor_values(conn, &table_sql, &column, kind)?;
+            let sql = format!("SELECT max({}) FROM {table_sql}", quote_ident(&column));
+            conn.query_row(&sql, [], |r| {
+                Ok(match r.get_ref(0)? {
+                    ValueRef::Null => Ok(None),
+                    raw => cursor_from_sql(raw, kind, &column).map(Some),
+                })
+            })
+            .map_err(|e| classify("reading the cursor's maximum", e))?
+        })
+        .await
+        .map_err(join_error)?
+    }
+
     async fn read(&self, request: ReadRequest, out: FrameTx) -> Result<ReadStats> {
         let slot = self.snapshot.clone();
         let table_sql = format!("{}.{}", quote_ident(self.schema()), quote_ident(&self.config.table.name));
@@ -203,12 +327,35 @@ impl Source for SqliteSource {
             let guard = slot.lock().expect("snapshot lock");
             let conn = guard.as_ref().ok_or_else(|| AdapterError::permanent("internal_error", "read before open_snapshot"))?;
             let mut sql = format!("SELECT {} FROM {table_sql}", select_list(&request.columns));
-            let mut params: Vec<String> = Vec::new();
+            let mut params: Vec<SqlValue> = Vec::new();
             if let Some((col, chunk)) = &request.bounds {
                 let c = quote_ident(col);
                 sql.push_str(&format!(" WHERE {c} >= ?1 AND {c} < ?2"));
-                params.push(chunk.start.to_canonical());
-                params.push(chunk.end.to_canonical());
+                params.push(SqlValue::Text(chunk.start.to_canonical()));
+                params.push(SqlValue::Text(chunk.end.to_canonical()));
+            }
+            if let Some(batch) = &request.cursor {
+                let c = quote_ident(&batch.column);
+                // Upper bound: the snapshot maximum, inclusive; none = no row.
+                let upper = match batch.snapshot_max {
+                    Some(max) => {
+                        params.push(cursor_sql(&max));
+                        format!("{c} <= ?{}", params.len())
+                    }
+                    None => "0".to_string(),
+                };
+                let lower = match batch.lower {
+                    Lower::Unbounded => format!("{c} IS NOT NULL"),
+                    Lower::AtLeast(v) => {
+                        params.push(cursor_sql(&v));
+                        format!("{c} >= ?{}", params.len())
+                    }
+                    Lower::After(v) => {
+                        params.push(cursor_sql(&v));
+                        format!("{c} > ?{}", params.len())
+                    }
+                };
+                sql.push_str(&format!("{} {lower} AND {upper}", if request.bounds.is_some() { " AND" } else { " WHERE" }));
             }
             let mut stmt = conn.prepare(&sql).map_err(|e| classify("preparing the chunk query", e))?;
             let mut rows = stmt.query(rusqlite::params_from_iter(params.iter())).map_err(|e| classify("reading the chunk", e))?;

@@ -384,6 +384,22 @@ impl<T: Target> Target for FaultyTarget<T> {
     async fn drop_tables(&self, names: &[String]) -> Result<()> {
         self.run(TargetOp::DropTables, self.inner.drop_tables(names)).await
     }
+
+    /// Faults named `identity`: the mark is the identity of an incremental target.
+    async fn read_mark(&self) -> Result<Option<dpone_core::incremental::StoredMark>> {
+        self.run(TargetOp::Identity, self.inner.read_mark()).await
+    }
+
+    /// Faults named `publish`: the append is the incremental publication.
+    async fn publish_append(
+        &self,
+        generation: &str,
+        before: Option<&dpone_core::incremental::StoredMark>,
+        after: &dpone_core::incremental::StoredMark,
+        rows: u64,
+    ) -> Result<PublicationOutcome> {
+        self.run(TargetOp::Publish, self.inner.publish_append(generation, before, after, rows)).await
+    }
 }
 
 #[cfg(test)]

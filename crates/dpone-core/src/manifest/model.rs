@@ -181,8 +181,18 @@ impl Serialize for FixedDuration {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "mode", rename_all = "snake_case")]
 pub enum Strategy {
-    FullRefresh { overwrite_type: String },
-    Replace { window: WindowSpec },
+    FullRefresh {
+        overwrite_type: String,
+    },
+    Replace {
+        window: WindowSpec,
+    },
+    /// Rows whose `source.options.incremental_column` is above the stored
+    /// mark are appended (see `crate::incremental`).
+    IncrementalAppend {
+        column: String,
+        initial_value: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -272,7 +282,15 @@ impl Manifest {
     pub fn window(&self) -> Option<&WindowSpec> {
         match &self.sink.strategy {
             Strategy::Replace { window } => Some(window),
-            Strategy::FullRefresh { .. } => None,
+            Strategy::FullRefresh { .. } | Strategy::IncrementalAppend { .. } => None,
+        }
+    }
+
+    /// The cursor column and `initial_value` of an `incremental_append`.
+    pub fn incremental(&self) -> Option<(&str, Option<&str>)> {
+        match &self.sink.strategy {
+            Strategy::IncrementalAppend { column, initial_value } => Some((column.as_str(), initial_value.as_deref())),
+            _ => None,
         }
     }
 }

@@ -100,6 +100,7 @@ fn source_options() -> Shape {
         field("batch_size", int(1, 16_777_216), "Rows fetched per round trip where the driver batches"),
         field("columns", Shape::List(Box::new(string())), "Columns to move (default: all), in target order"),
         field("incremental_column", string(), "Cursor column of incremental strategies"),
+        field("initial_value", Shape::Scalar, "incremental_append: first run reads cursor >= this value (default: every row)"),
         field(
             "native_transfer",
             obj(vec![
@@ -162,6 +163,7 @@ fn strategy_object() -> Shape {
             "Rolling window [end - lookback, end)",
         ),
         field("unique_key", Shape::List(Box::new(string())), "Key of incremental_merge"),
+        field("lookback", Shape::String { format: Some("duration") }, "incremental_merge: re-read margin below the mark"),
         field("predicate", string(), "Custom replace predicate"),
         field("partition", string(), "Partition of partition_replace"),
         field("dedup", Shape::Bool, "Deduplicate before load"),

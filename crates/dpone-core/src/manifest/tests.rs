@@ -122,3 +122,47 @@ fn the_state_block_names_the_store() {
         vec![("connection_conflict".into(), "state.reuse".into())]
     );
 }
+
+/// VALID turned into an `incremental_append` on cursor `id`.
+fn incremental(options: &str, strategy: &str) -> String {
+    VALID
+        .replace(
+            "    native_transfer:\n      execution:\n        chunking: {mode: bounded_window, parallelism: 2, checkpointing: resumable}\n",
+            &format!("    incremental_column: id\n{options}"),
+        )
+        .replace(
+            "    mode: replace\n    atomicity: target_atomic\n    window: {column: event_ts, anchor: data_interval_end, lookback: P7D, chunk_interval: P1D, timezone: UTC}\n",
+            &format!("    mode: incremental_append\n{strategy}"),
+        )
+}
+
+#[test]
+fn incremental_append_loads_its_cursor_and_initial_value() {
+    let m = load(&incremental("    initial_value: 1000\n", "")).unwrap();
+    assert_eq!(m.incremental(), Some(("id", Some("1000"))));
+    assert!(m.window().is_none());
+    let m = load(&incremental("", "")).unwrap();
+    assert_eq!(m.incremental(), Some(("id", None)));
+}
+
+#[test]
+fn incremental_append_refusals_name_their_paths() {
+    let no_cursor = incremental("", "").replace("  options:\n    incremental_column: id\n", "");
+    assert_eq!(codes(&no_cursor), vec![("missing_key".into(), "source.options.incremental_column".into())]);
+    assert_eq!(
+        codes(&incremental("", "    lookback: P1D\n")),
+        vec![("incremental_lookback_requires_merge".into(), "sink.strategy.lookback".into())]
+    );
+    assert_eq!(
+        codes(&incremental("    columns: [name]\n", "")),
+        vec![("incremental_column_not_selected".into(), "source.options.columns".into())]
+    );
+    assert_eq!(codes(&incremental("", "    unique_key: [id]\n")), vec![("invalid_strategy".into(), "sink.strategy.unique_key".into())]);
+    let merge = incremental("", "").replace("mode: incremental_append", "mode: incremental_merge");
+    assert_eq!(codes(&merge), vec![("unsupported_strategy".into(), "sink.strategy.mode".into())]);
+    // The window's lookback is not the strategy's.
+    assert_eq!(
+        codes(&VALID.replace("    atomicity: target_atomic\n", "    atomicity: target_atomic\n    lookback: P1D\n")),
+        vec![("invalid_strategy".into(), "sink.strategy.lookback".into())]
+    );
+}

@@ -42,6 +42,7 @@ pub use generation::{GenerationBuild, GenerationEstimate, GenerationMethod, Link
 
 use crate::digest::RowDigest;
 use crate::error::Diagnostic;
+use crate::incremental::{CursorBatch, CursorKind, CursorValue, StoredMark};
 use crate::time::Timestamp;
 use crate::types::{Column, ColumnType};
 use crate::window::Chunk;
@@ -71,6 +72,9 @@ pub struct ReadRequest {
     pub block_bytes: u64,
     /// Largest encoded row; a larger one fails naming its widest column.
     pub max_row_bytes: u64,
+    /// `incremental_append`: only the rows whose cursor lies in the batch
+    /// (a source that cannot select them refuses the request).
+    pub cursor: Option<CursorBatch>,
 }
 
 /// What a read produced: the digest is computed on the encoded stream.
@@ -212,6 +216,20 @@ pub trait Source: Send + Sync + 'static {
 
     /// Releases the snapshot (idempotent).
     fn close_snapshot(&self) -> impl Future<Output = Result<()>> + Send;
+
+    /// The largest value of the cursor `column` in the snapshot (None: the
+    /// table is empty), read after [`Source::open_snapshot`]. A NULL cursor
+    /// value is an error naming the column: such a row could never be
+    /// selected by a cursor range.
+    fn cursor_max(&self, column: &str, kind: CursorKind) -> impl Future<Output = Result<Option<CursorValue>>> + Send {
+        let _ = (column, kind);
+        async { Err(incremental_unsupported("source")) }
+    }
+}
+
+fn incremental_unsupported(side: &str) -> AdapterError {
+    AdapterError::permanent("unsupported_strategy_route", format!("this {side} does not implement incremental_append"))
+        .hint("incremental_append runs on sqlite->sqlite; use `replace` with a window on this route")
 }
 
 /// What an adapter needs, besides its manifest section, to build itself:
@@ -328,4 +346,26 @@ pub trait Target: Send + Sync + 'static {
 
     /// Drops tables this run owns (missing ones are ignored).
     fn drop_tables(&self, names: &[String]) -> impl Future<Output = Result<()>> + Send;
+
+    /// `incremental_append`: the high-water mark stored beside the target
+    /// (None: no run ever published one). Read-only.
+    fn read_mark(&self) -> impl Future<Output = Result<Option<StoredMark>>> + Send {
+        async { Err(incremental_unsupported("target")) }
+    }
+
+    /// `incremental_append`: in one transaction, checks that the stored
+    /// mark is still `before`, appends every row of `generation` to the
+    /// target, checks that the target grew by exactly `rows`, and stores
+    /// `after`. A failed check rolls everything back (nothing published).
+    /// Never retried blindly: the outcome is judged by [`Target::read_mark`].
+    fn publish_append(
+        &self,
+        generation: &str,
+        before: Option<&StoredMark>,
+        after: &StoredMark,
+        rows: u64,
+    ) -> impl Future<Output = Result<PublicationOutcome>> + Send {
+        let _ = (generation, before, after, rows);
+        async { Err(incremental_unsupported("target")) }
+    }
 }

@@ -336,6 +336,7 @@ pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: Strin
             }
             Strategy::Replace { window: WindowSpec { column, lookback, chunk_interval } }
         }
+        "incremental_append" => incremental_append(&mut r, strat_n, src_opts, columns.as_deref())?,
         other => {
             r.error(
                 "unsupported_strategy",
@@ -347,25 +348,51 @@ pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: Strin
             return None;
         }
     };
+    if matches!(strategy, Strategy::FullRefresh { .. } | Strategy::IncrementalAppend { .. })
+        && let Some(c) = chunking_n
+    {
+        r.error(
+            "rolling_window_required_for_bounded_chunking",
+            "source.options.native_transfer.execution.chunking",
+            Some(c),
+            "bounded window chunking needs a rolling window",
+            "add sink.strategy.window with `mode: replace`, or remove `chunking`",
+        );
+    }
     if matches!(strategy, Strategy::FullRefresh { .. }) {
-        if let Some(c) = chunking_n {
-            r.error(
-                "rolling_window_required_for_bounded_chunking",
-                "source.options.native_transfer.execution.chunking",
-                Some(c),
-                "bounded window chunking needs a rolling window",
-                "add sink.strategy.window with `mode: replace`, or remove `chunking`",
-            );
+        for key in ["incremental_column", "initial_value"] {
+            if let Some(n) = child(src_opts, key) {
+                r.error(
+                    "unsupported_policy",
+                    &join("source.options", key),
+                    Some(n),
+                    format!("`{key}` belongs to `mode: incremental_append`, not `full_refresh`"),
+                    "remove it, or use `mode: incremental_append`",
+                );
+            }
         }
-        if let Some(n) = child(src_opts, "incremental_column") {
-            r.error(
-                "unsupported_policy",
-                "source.options.incremental_column",
-                Some(n),
-                "`incremental_column` belongs to incremental strategies, which this runtime does not implement",
-                "remove it",
-            );
-        }
+    }
+    if let Strategy::Replace { .. } = strategy
+        && let Some(n) = child(src_opts, "initial_value")
+    {
+        r.error(
+            "rolling_window_unsupported_policy:initial_value",
+            "source.options.initial_value",
+            Some(n),
+            "`initial_value` cannot be combined with a rolling window",
+            "remove it; the window selects the rows",
+        );
+    }
+    if let Some(n) = child(strat_n, "lookback")
+        && !matches!(mode, "incremental_append")
+    {
+        r.error(
+            "invalid_strategy",
+            "sink.strategy.lookback",
+            Some(n),
+            format!("`lookback` does not apply to `mode: {mode}`"),
+            "remove it; a window's lookback is written under sink.strategy.window",
+        );
     }
 
     let manifest = Manifest {
@@ -412,6 +439,79 @@ pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: Strin
         r.error("invalid_cron", "schedule.cron", Some(cron), e, "write five fields: minute hour day-of-month month day-of-week");
     }
     Some(manifest)
+}
+
+/// `mode: incremental_append`: the cursor column (selected, when columns
+/// are listed), an optional `initial_value` (typed once the column's type
+/// is known, at probe time), and nothing of the other strategies.
+fn incremental_append(r: &mut Reader, strat_n: Option<&Node>, src_opts: Option<&Node>, columns: Option<&[String]>) -> Option<Strategy> {
+    if let Some(w) = child(strat_n, "window") {
+        r.error(
+            "invalid_strategy",
+            "sink.strategy.window",
+            Some(w),
+            "a window belongs to `mode: replace`, not `incremental_append`",
+            "remove `window`; the cursor column selects the rows",
+        );
+    }
+    if let Some(n) = child(strat_n, "lookback") {
+        r.error(
+            "incremental_lookback_requires_merge",
+            "sink.strategy.lookback",
+            Some(n),
+            "`lookback` re-reads rows below the mark, which an append would insert twice; it is only valid with `incremental_merge`",
+            "remove `lookback`; rows that arrive later at or below the mark are not appended (see docs/manifest.md, Strategies)",
+        );
+    }
+    for key in ["atomicity", "overwrite_type", "unique_key", "predicate", "partition"] {
+        if let Some(n) = child(strat_n, key) {
+            r.error(
+                "invalid_strategy",
+                &join("sink.strategy", key),
+                Some(n),
+                format!("`{key}` does not apply to `mode: incremental_append`"),
+                "remove it",
+            );
+        }
+    }
+    for key in ["dedup", "pre_sql", "post_sql", "hooks"] {
+        if let Some(n) = child(strat_n, key) {
+            r.error(
+                "unsupported_policy",
+                &join("sink.strategy", key),
+                Some(n),
+                format!("`{key}` is not supported by this runtime"),
+                "remove it; run such SQL outside dpone",
+            );
+        }
+    }
+    let Some(column_n) = child(src_opts, "incremental_column") else {
+        r.error(
+            "missing_key",
+            "source.options.incremental_column",
+            child(strat_n, "mode").or(strat_n),
+            "`mode: incremental_append` needs the cursor column `source.options.incremental_column`",
+            "name an integer, timestamp or date column whose values grow with new rows, e.g. `incremental_column: id`",
+        );
+        return None;
+    };
+    let column = column_n.as_str().unwrap_or_default().to_string();
+    if column.is_empty() {
+        r.error("invalid_value", "source.options.incremental_column", Some(column_n), "the cursor column is empty", "name a column");
+    }
+    if let Some(cols) = columns
+        && !cols.contains(&column)
+    {
+        r.error(
+            "incremental_column_not_selected",
+            "source.options.columns",
+            child(src_opts, "columns"),
+            format!("the cursor column `{column}` is not in the column list"),
+            "add it to source.options.columns",
+        );
+    }
+    let initial_value = child(src_opts, "initial_value").and_then(|n| scalar_text(&n.value));
+    Some(Strategy::IncrementalAppend { column, initial_value })
 }
 
 /// `state:`: sqlite takes nothing else; postgres takes exactly one of

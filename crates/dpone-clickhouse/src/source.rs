@@ -17,6 +17,7 @@ use crate::transcode::{ColumnCodec, RowParser, codec_for};
 use bytes::Bytes;
 use dpone_core::digest::RowDigest;
 use dpone_core::frames::{self, ByteInput, FrameLimits, Need};
+use dpone_core::incremental::{CursorBatch, CursorKind, CursorValue, Lower};
 use dpone_core::ports::{AdapterError, FrameTx, ReadRequest, ReadStats, Result, RowFilter, Source, SourceVersion, select_columns};
 use dpone_core::types::{Column, DType, parse_clickhouse_type};
 use std::sync::OnceLock;
@@ -61,6 +62,50 @@ impl ClickhouseSource {
             })
             .collect()
     }
+}
+
+/// The cursor `column` as an Int64 whose order is the cursor's order:
+/// the integer, microseconds since the epoch, days since 1970-01-01
+/// ([`CursorValue`]'s units).
+fn cursor_sql(column: &str, kind: CursorKind) -> String {
+    let c = quote_ident(column);
+    match kind {
+        CursorKind::Integer => format!("toInt64({c})"),
+        CursorKind::Timestamp => format!("toUnixTimestamp64Micro(toDateTime64({c}, 6, 'UTC'))"),
+        CursorKind::Date => format!("toInt64(toInt32(toDate32({c})))"),
+    }
+}
+
+/// A cursor value in [`cursor_sql`]'s units.
+fn cursor_number(v: &CursorValue) -> i64 {
+    match v {
+        CursorValue::Integer(i) => *i,
+        CursorValue::Timestamp(t) => t.0,
+        CursorValue::Date(d) => i64::from(*d),
+    }
+}
+
+fn cursor_from_number(kind: CursorKind, n: i64, column: &str) -> Result<CursorValue> {
+    Ok(match kind {
+        CursorKind::Integer => CursorValue::Integer(n),
+        CursorKind::Timestamp => CursorValue::Timestamp(dpone_core::time::Timestamp(n)),
+        CursorKind::Date => CursorValue::Date(i32::try_from(n).map_err(|_| {
+            AdapterError::permanent("invalid_value", format!("cursor column `{column}` holds a date out of range ({n} days)"))
+        })?),
+    })
+}
+
+/// The rows of `batch`: the cursor above the lower bound and at most the
+/// snapshot maximum (no row when the batch is empty).
+pub(crate) fn batch_filter(batch: &CursorBatch) -> String {
+    let c = cursor_sql(&batch.column, batch.kind);
+    let Some(max) = batch.snapshot_max else { return "0".into() };
+    let lower = match batch.lower {
+        Lower::Unbounded => format!("{c} IS NOT NULL"),
+        Lower::AtLeast(v) => format!("{c} >= {}", cursor_number(&v)),
+        Lower::After(v) => format!("{c} > {}", cursor_number(&v)),
+    };
+    format!("({lower} AND {c} <= {})", cursor_number(&max))
 }
 
 /// Source types a transactional target cannot hold exactly.
@@ -146,11 +191,16 @@ impl Source for ClickhouseSource {
         let codecs = self.codecs(&request)?;
         let names: Vec<String> = request.columns.iter().map(|c| quote_ident(&c.name)).collect();
         let list = names.join(", ");
-        let filter = request
+        let filters: Vec<String> = request
             .bounds
             .as_ref()
-            .map(|(col, chunk)| filter_sql(&RowFilter { column: col.clone(), start: chunk.start, end: chunk.end, inside: true }));
-        let where_sql = filter.as_ref().map(|f| format!(" WHERE {f}")).unwrap_or_default();
+            .map(|(col, chunk)| filter_sql(&RowFilter { column: col.clone(), start: chunk.start, end: chunk.end, inside: true }))
+            .into_iter()
+            .chain(request.cursor.as_ref().map(batch_filter))
+            .collect();
+        // The re-read check below uses the same filter: it counts and
+        // digests exactly the rows of the batch (or chunk).
+        let where_sql = if filters.is_empty() { String::new() } else { format!(" WHERE {}", filters.join(" AND ")) };
         let response =
             self.client.query_stream(&format!("SELECT {list} FROM {}{where_sql} FORMAT RowBinary", self.table_sql()), None).await?;
         let mut parser = RowParser::new(codecs);
@@ -183,5 +233,42 @@ impl Source for ClickhouseSource {
 
     async fn close_snapshot(&self) -> Result<()> {
         Ok(())
+    }
+
+    /// The cursor's maximum now, with the count of NULL cursors in the same
+    /// query (one read of the parts visible when it started). ClickHouse
+    /// has no snapshot: rows written later with a cursor at most this
+    /// maximum and above the mark are read if they land before the batch's
+    /// read, and never after (docs/manifest.md).
+    async fn cursor_max(&self, column: &str, kind: CursorKind) -> Result<Option<CursorValue>> {
+        let c = cursor_sql(column, kind);
+        let rows = self
+            .client
+            .query_rows(&format!(
+                "SELECT toString(countIf(isNull({q}))) AS _dpone_nulls, toString(count()) AS _dpone_n, toString(max(assumeNotNull({c}))) AS _dpone_max FROM {}",
+                self.table_sql(),
+                q = quote_ident(column),
+            ))
+            .await?;
+        let row = rows.first().ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "an aggregate returned no row"))?;
+        let num = |k: &str| row.get(k).and_then(|v| v.as_str()).and_then(|s| s.parse::<i64>().ok());
+        let (nulls, n) = (num("_dpone_nulls").unwrap_or(0), num("_dpone_n").unwrap_or(0));
+        if nulls > 0 {
+            return Err(AdapterError::permanent(
+                "incremental_cursor_null",
+                format!(
+                    "cursor column `{column}` is NULL in {nulls} source rows; an append selects rows by cursor and would never move them"
+                ),
+            )
+            .hint(
+                "give those rows a cursor value (or name a non-Nullable column as source.options.incremental_column); nothing was written",
+            ));
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        let max =
+            num("_dpone_max").ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "the cursor's maximum is not a number"))?;
+        cursor_from_number(kind, max, column).map(Some)
     }
 }

@@ -61,7 +61,7 @@ pub struct IncrementalPlan {
 }
 
 /// Routes whose target publishes an incremental append.
-pub const INCREMENTAL_ROUTES: &[(System, System)] = &[(System::Sqlite, System::Sqlite)];
+pub const INCREMENTAL_ROUTES: &[(System, System)] = &[(System::Sqlite, System::Sqlite), (System::Clickhouse, System::Postgres)];
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Route {
@@ -392,7 +392,7 @@ impl Plan {
                             "sink.strategy.mode",
                             format!("`incremental_append` is not implemented on the route {route_name} yet"),
                         )
-                        .hint("incremental_append runs on sqlite->sqlite; use `replace` with a window on this route"),
+                        .hint("incremental_append runs on sqlite->sqlite and clickhouse->postgres; use `replace` with a window on this route"),
                     );
                 }
                 publication

@@ -46,8 +46,10 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 use tokio_postgres::Client;
 
+mod append;
 mod fingerprint;
 mod publish;
+pub use append::MARKS_TABLE;
 mod transaction;
 use publish::SwapPartition;
 
@@ -421,8 +423,8 @@ impl Target for PostgresTarget {
             .await?
             .query(
                 "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 \
-                 AND c.relkind IN ('r', 'p', 'v') AND starts_with(c.relname, '_dpone_') AND c.relname <> $2 ORDER BY 1",
-                &[&self.staging_schema, &RECEIPTS_TABLE],
+                 AND c.relkind IN ('r', 'p', 'v') AND starts_with(c.relname, '_dpone_') AND c.relname <> ALL($2) ORDER BY 1",
+                &[&self.staging_schema, &vec![RECEIPTS_TABLE, MARKS_TABLE]],
             )
             .await
             .map_err(|e| classify("listing owned tables", e))?;
@@ -471,5 +473,19 @@ impl Target for PostgresTarget {
         let client = self.connect().await?;
         let sql = self.drop_sql(&client, names).await?;
         client.batch_execute(&sql).await.map_err(|e| classify("dropping owned tables", e))
+    }
+
+    async fn read_mark(&self) -> Result<Option<dpone_core::incremental::StoredMark>> {
+        self.read_final_mark().await
+    }
+
+    async fn publish_append(
+        &self,
+        generation: &str,
+        before: Option<&dpone_core::incremental::StoredMark>,
+        after: &dpone_core::incremental::StoredMark,
+        rows: u64,
+    ) -> Result<PublicationOutcome> {
+        self.append_in_transaction(generation, before, after, rows).await
     }
 }

@@ -43,11 +43,11 @@ use tokio_postgres::{Client, IsolationLevel, Transaction};
 pub(super) const LOCK_WAIT: &str = "300s";
 
 /// The advisory lock key of a target (`hashtextextended` of this text).
-fn lock_text(target_sql: &str) -> String {
+pub(super) fn lock_text(target_sql: &str) -> String {
     format!("dpone publication of {target_sql}")
 }
 
-fn rolled_back(e: AdapterError) -> AdapterError {
+pub(super) fn rolled_back(e: AdapterError) -> AdapterError {
     AdapterError { message: format!("the publishing transaction was rolled back: {}", e.message), ..e }
 }
 

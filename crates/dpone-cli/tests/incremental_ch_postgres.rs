@@ -1,0 +1,427 @@
+//! `incremental_append` on the ClickHouse -> PostgreSQL route through the
+//! real `dpone` binary and real servers: each run appends the source rows
+//! whose cursor lies above the target's stored mark and at most the
+//! cursor's maximum when the run started, and stores the new mark in
+//! `<target schema>._dpone_marks` in the same SERIALIZABLE transaction.
+//!
+//! The expected target is computed by the test from the rows it wrote into
+//! the source (an independent model), compared with the whole target as an
+//! exact multiset of PostgreSQL's text of every value; the mark is read
+//! from `_dpone_marks` directly. The crash matrix aborts a run at every
+//! failpoint, changes the source while the run is down (a row above the
+//! batch, a late row below the mark), resumes, and checks that exactly the
+//! journaled batch was appended once.
+
+mod ch_postgres_common;
+mod harness;
+
+use ch_postgres_common::{Fixture, Row, col, ident, int, text, ts};
+use harness::{Run, state_of};
+
+/// The cursor column is Nullable in the source so that a NULL can be
+/// written (and refused); the target column is a plain bigint.
+fn fixture(prefix: &'static str) -> Fixture {
+    let fx = Fixture::new(
+        prefix,
+        vec![col("id", "Nullable(Int64)", "bigint"), col("ts", "DateTime64(6, 'UTC')", "timestamptz"), col("name", "String", "text")],
+    );
+    write_manifest(&fx, "id", "");
+    fx
+}
+
+fn write_manifest(fx: &Fixture, column: &str, extra_options: &str) {
+    let q = |s: &str| serde_json::to_string(s).expect("a JSON string");
+    let yaml = format!(
+        "kind: dpone.batch.v1
+source:
+  type: clickhouse
+  connection: {{connection_type: env, connection_id: CH}}
+  table: {{schema: {db}, name: t}}
+  options:
+    incremental_column: {column}
+    native_transfer:
+      wire: {{block_rows: 2}}
+{extra_options}sink:
+  type: postgres
+  connection: {{connection_type: env, connection_id: PG}}
+  table: {{schema: {schema}, name: t}}
+  strategy:
+    mode: incremental_append
+runtime:
+  storage: {{work_dir: {work}}}
+",
+        db = q(&fx.db),
+        schema = q(&fx.schema),
+        work = q(&fx.work_dir().display().to_string()),
+    );
+    std::fs::write(&fx.manifest, yaml).expect("write the manifest");
+}
+
+fn row(id: i64, day: u32, hour: u32) -> Row {
+    vec![int(id), ts(&format!("2026-09-{day:02} {hour:02}:00:00")), text(&format!("row {id}"))]
+}
+
+fn run_with(fx: &Fixture, env: &[(&str, &str)]) -> Run {
+    let m = fx.manifest.display().to_string();
+    fx.dpone(&["run", &m, "--format", "json"], env)
+}
+
+fn run(fx: &Fixture) -> Run {
+    run_with(fx, &[])
+}
+
+/// The stored mark (text) and the run that stored it, from the target itself.
+fn mark(fx: &Fixture) -> Option<(Option<String>, String)> {
+    let table = fx.pg_table("_dpone_marks");
+    if fx.pg_scalar(&format!("SELECT to_regclass('{}') IS NOT NULL", table.replace('\'', "''"))).as_deref() != Some("t") {
+        return None;
+    }
+    let rows = fx.pg_query(&format!("SELECT mark, run FROM {table} WHERE target_table = 't'"));
+    rows.first().map(|r| (r[0].clone(), r[1].clone().expect("a run id")))
+}
+
+fn mark_value(fx: &Fixture) -> Option<String> {
+    mark(fx).and_then(|(m, _)| m)
+}
+
+/// The source rows the test wrote with `after < id <= upto`.
+fn between(source: &[Row], after: i64, upto: i64) -> Vec<Row> {
+    source
+        .iter()
+        .filter(|r| match r[0] {
+            ch_postgres_common::V::Int(i) => i > after as i128 && i <= upto as i128,
+            _ => false,
+        })
+        .cloned()
+        .collect()
+}
+
+fn plus(a: &[Row], b: &[Row]) -> Vec<Row> {
+    a.iter().chain(b).cloned().collect()
+}
+
+/// A successful run appended exactly `batch` to `before`; the mark is `mark`.
+fn check_append(fx: &Fixture, run: &Run, before: &[Row], batch: &[Row], want: &str, what: &str) -> serde_json::Value {
+    let doc = run.assert_succeeded(what);
+    fx.assert_target(&plus(before, batch), &format!("{what}: target = rows before + the batch, once"));
+    assert_eq!(mark_value(fx).as_deref(), Some(want), "{what}: expected the stored mark {want}");
+    assert_eq!(doc["inserted_rows"], batch.len(), "{what}: inserted_rows");
+    assert_eq!(doc["final_rows"], before.len() + batch.len(), "{what}: final_rows");
+    let reported = match &doc["incremental"]["new_mark"]["value"] {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    assert_eq!(reported, want, "{what}: the report's new mark: {doc:#}");
+    assert_eq!(fx.leftovers(), Vec::<String>::new(), "{what}: expected no staging or generation table after success");
+    doc
+}
+
+/// Source ids 1..=5, target two older rows.
+fn standard(prefix: &'static str) -> (Fixture, Vec<Row>, Vec<Row>) {
+    let fx = fixture(prefix);
+    let source: Vec<Row> = (1..=5).map(|i| row(i, 1, i as u32)).collect();
+    let target = vec![row(-2, 1, 0), row(-1, 1, 0)];
+    fx.insert_source(&source);
+    fx.insert_target(&target);
+    (fx, source, target)
+}
+
+// ---------------------------------------------------------------------------
+// Semantics
+// ---------------------------------------------------------------------------
+
+#[test]
+fn first_run_no_new_rows_new_rows_and_late_rows() {
+    let (fx, mut source, target) = standard("inc_chpg_sem");
+    let doc = check_append(&fx, &run(&fx), &target, &source, "5", "first run");
+    assert_eq!(doc["incremental"]["previous_mark"], serde_json::Value::Null, "{doc:#}");
+    let status = fx.status();
+    assert_eq!(status["incremental"]["stored_mark"]["value"]["value"], 5, "status shows the stored mark: {status:#}");
+    let (_, first_run) = mark(&fx).expect("a mark");
+
+    // No new rows: nothing appended, the mark stays, a receipt of its own.
+    let before = plus(&target, &source);
+    check_append(&fx, &run(&fx), &before, &[], "5", "a run without new rows");
+    let (_, second_run) = mark(&fx).expect("a mark");
+    assert_ne!(first_run, second_run, "the empty publication leaves a receipt of its own");
+
+    // New rows (a duplicate included) and late rows at or below the mark.
+    let new = vec![row(6, 2, 1), row(7, 2, 2), row(7, 2, 2)];
+    let late = vec![row(5, 3, 0), row(3, 3, 0), row(-10, 3, 0)];
+    fx.insert_source(&new);
+    fx.insert_source(&late);
+    source.extend(new.iter().cloned());
+    source.extend(late.iter().cloned());
+    let doc = check_append(&fx, &run(&fx), &before, &new, "7", "a run after new and late rows");
+    assert_eq!(doc["incremental"]["previous_mark"]["value"], 5, "{doc:#}");
+
+    // The plan names the mark and what a run would read now.
+    fx.insert_source(&[row(9, 4, 0)]);
+    let m = fx.manifest.display().to_string();
+    let plan = fx.dpone(&["plan", &m, "--format", "json"], &[]);
+    assert_eq!(plan.code, Some(0), "{}", plan.describe());
+    let json = plan.json();
+    assert_eq!(json["incremental"]["stored_mark"]["value"]["value"], 7, "{json:#}");
+    assert_eq!(json["incremental"]["batch"]["snapshot_max"]["value"], 9, "{json:#}");
+    fx.finish();
+}
+
+#[test]
+fn a_timestamp_cursor_from_initial_value() {
+    let fx = fixture("inc_chpg_ts");
+    write_manifest(&fx, "ts", "    initial_value: \"2026-09-03T00:00:00Z\"\n");
+    let source: Vec<Row> = (1..=6).map(|i| row(i, i as u32, 0)).collect();
+    fx.insert_source(&source);
+    check_append(&fx, &run(&fx), &[], &source[2..], "2026-09-06T00:00:00Z", "first run from initial_value");
+    // Row 7 sits exactly on the mark (late, not read); row 8 is above it by a microsecond.
+    let on_mark = row(7, 6, 0);
+    let mut above = row(8, 6, 0);
+    above[1] = ts("2026-09-06 00:00:00.000001");
+    fx.insert_source(&[on_mark, above.clone()]);
+    check_append(&fx, &run(&fx), &source[2..], &[above], "2026-09-06T00:00:00.000001Z", "second run");
+    fx.finish();
+}
+
+#[test]
+fn a_null_cursor_value_is_refused_naming_the_column() {
+    let (fx, _, target) = standard("inc_chpg_null");
+    fx.insert_source(&[vec![ch_postgres_common::V::Null, ts("2026-09-01 09:00:00"), text("no id")]]);
+    let doc = run(&fx).assert_failed("a NULL cursor", 2, "incremental_cursor_null");
+    let message = doc["errors"][0]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("`id`"), "expected the error to name the column: {doc:#}");
+    fx.assert_target(&target, "target unchanged");
+    assert!(mark(&fx).is_none(), "no mark stored");
+    assert_eq!(fx.leftovers(), Vec::<String>::new());
+    fx.finish();
+}
+
+// ---------------------------------------------------------------------------
+// Crashes and resumption
+// ---------------------------------------------------------------------------
+
+const POINTS: &[&str] = &[
+    "plan.after_persist",
+    "staging.before_write",
+    "staging.mid_stream",
+    "staging.after_ack",
+    "chunk.after_verify",
+    "checkpoint.after_write",
+    "generation.after_build",
+    "publish.before_intent",
+    "publish.before_exchange",
+    "publish.after_exchange",
+    "evidence.before_write",
+    "evidence.after_write",
+    "state.after_succeeded",
+];
+
+#[test]
+fn the_core_failpoints_are_all_exercised() {
+    let core: Vec<&str> = dpone_core::failpoint::abort_points().collect();
+    assert_eq!(core, POINTS, "a new failpoint needs a case in the incremental crash matrix");
+}
+
+/// For every failpoint: the first run publishes the mark 5; the second
+/// run's batch is (5, 9]; it aborts at the failpoint; while it is down the
+/// source gets a row above the batch (10) and a late row below the mark
+/// (4); the resumed run appends exactly (5, 9] once and stores 9; the next
+/// run appends 10.
+#[test]
+fn a_crash_at_any_failpoint_then_resume_appends_the_batch_exactly_once() {
+    for point in POINTS {
+        let (fx, mut source, target) = standard("inc_chpg_crash");
+        run(&fx).assert_succeeded("first run");
+        let batch = vec![row(6, 2, 1), row(7, 2, 2), row(8, 2, 3), row(9, 2, 4), row(9, 2, 4)];
+        fx.insert_source(&batch);
+        source.extend(batch.iter().cloned());
+        let before = plus(&target, &between(&source, i64::MIN, 5));
+
+        run_with(&fx, &[("DPONE_FAILPOINT", point)]).assert_aborted_at(point);
+        let published = mark_value(&fx).as_deref() == Some("9");
+        if published {
+            fx.assert_target(&plus(&before, &batch), &format!("{point}: rows and mark are published together"));
+        } else {
+            fx.assert_target(&before, &format!("{point}: no new mark, no rows"));
+            assert_eq!(mark_value(&fx).as_deref(), Some("5"), "{point}");
+        }
+        let status = fx.status();
+        assert_eq!(status["journal"]["cursor"]["snapshot_max"]["value"], 9, "{point}: the batch is journaled: {status:#}");
+        let finished = state_of(&status) == "succeeded";
+
+        let later = vec![row(10, 3, 1), row(4, 3, 2)];
+        fx.insert_source(&later);
+        source.extend(later.iter().cloned());
+        if finished {
+            check_append(&fx, &run(&fx), &plus(&before, &batch), &between(&source, 9, 10), "10", &format!("the run after {point}"));
+        } else {
+            let doc = check_append(&fx, &run(&fx), &before, &batch, "9", &format!("resume after {point}"));
+            assert_eq!(doc["resumed"], true, "{point}: expected the interrupted run to be continued: {doc:#}");
+            let now = plus(&before, &batch);
+            check_append(&fx, &run(&fx), &now, &between(&source, 9, 10), "10", &format!("the run after {point}'s resume"));
+        }
+        fx.finish();
+    }
+}
+
+/// A lost acknowledgement of the publishing transaction is judged from the
+/// stored mark: published once, never re-applied.
+#[test]
+fn a_lost_publication_acknowledgement_is_judged_by_the_mark() {
+    let (fx, source, target) = standard("inc_chpg_ack");
+    let run = run_with(&fx, &[("DPONE_TARGET_FAULTS", "publish:ack_lost:1")]);
+    check_append(&fx, &run, &target, &source, "5", "a lost acknowledgement");
+    fx.finish();
+}
+
+// ---------------------------------------------------------------------------
+// Guards (each made to fire)
+// ---------------------------------------------------------------------------
+
+/// A run crashed after staging; someone changes a verified staging table.
+/// The ClickHouse source is not durable, so the resumed run re-extracts the
+/// journaled batch instead of reusing the staging: what it publishes is the
+/// source's rows, never the tampered ones.
+#[test]
+fn a_tampered_staging_table_is_re_extracted_not_published() {
+    let (fx, source, target) = standard("inc_chpg_stg");
+    run_with(&fx, &[("DPONE_FAILPOINT", "checkpoint.after_write")]).assert_aborted_at("checkpoint.after_write");
+    let status = fx.status();
+    let table = harness::verified_stagings(&status).into_iter().next().expect("a verified chunk").1;
+    fx.pg_exec(&format!("UPDATE {} SET name = 'tampered' WHERE id = 3", fx.pg_table(&table)));
+    let doc = check_append(&fx, &run(&fx), &target, &source, "5", "resume after a tampered staging");
+    assert_eq!(doc["reused_chunks"], 0, "{doc:#}");
+    fx.finish();
+}
+
+/// A staging table under the generation (a view) is changed while the run
+/// pauses right before publishing: the publishing transaction fingerprints
+/// the rows it inserts, finds them unlike the verified ones and rolls back.
+#[test]
+fn a_staging_changed_under_the_publication_is_rolled_back() {
+    let (fx, _, target) = standard("inc_chpg_stg2");
+    let m = fx.manifest.display().to_string();
+    let pg = dpone_testkit::postgres_url();
+    let child = harness::spawn(
+        fx.dir(),
+        &["run", &m, "--format", "json"],
+        &[
+            ("DPONE_CONN_CH", fx.clickhouse_url.as_str()),
+            ("DPONE_CONN_PG", pg.as_str()),
+            ("DPONE_FAILPOINT_SLEEP", "publish.before_exchange:4000"),
+        ],
+    );
+    harness::wait_until(std::time::Duration::from_secs(60), "the run records its intent", || state_of(&fx.status()) == "publishing");
+    let table = harness::verified_stagings(&fx.status()).into_iter().next().expect("a verified chunk").1;
+    fx.pg_exec(&format!("UPDATE {} SET name = 'tampered' WHERE id = 3", fx.pg_table(&table)));
+    let doc = child.wait().assert_failed("a staging changed under the publication", 1, "generation_verification_failed");
+    assert_eq!(doc["publication"], "absent", "the transaction rolled back: {doc:#}");
+    fx.assert_target(&target, "target unchanged");
+    assert!(mark(&fx).is_none(), "no mark stored");
+    fx.finish();
+}
+
+/// The mark moved while the run paused right before its publication (its
+/// intent recorded by this very invocation): the publishing transaction
+/// re-checks the mark and rolls back; the mark is neither the one before
+/// nor the one after, so the outcome cannot be claimed.
+#[test]
+fn a_mark_moved_during_the_run_is_refused_by_the_publishing_transaction() {
+    let (fx, mut source, target) = standard("inc_chpg_moved");
+    run(&fx).assert_succeeded("first run");
+    let new = vec![row(6, 2, 1), row(7, 2, 2)];
+    fx.insert_source(&new);
+    source.extend(new);
+    let before = plus(&target, &between(&source, i64::MIN, 5));
+    let m = fx.manifest.display().to_string();
+    let pg = dpone_testkit::postgres_url();
+    let child = harness::spawn(
+        fx.dir(),
+        &["run", &m, "--format", "json"],
+        &[
+            ("DPONE_CONN_CH", fx.clickhouse_url.as_str()),
+            ("DPONE_CONN_PG", pg.as_str()),
+            ("DPONE_FAILPOINT_SLEEP", "publish.before_exchange:4000"),
+        ],
+    );
+    harness::wait_until(std::time::Duration::from_secs(60), "the run records its intent", || state_of(&fx.status()) == "publishing");
+    fx.pg_exec(&format!("UPDATE {} SET mark = '6'", fx.pg_table("_dpone_marks")));
+    child.wait().assert_failed("a mark moved during the run", 1, "outcome_unknown");
+    fx.assert_target(&before, "target unchanged: the transaction rolled back");
+    assert_eq!(mark_value(&fx).as_deref(), Some("6"), "the mark is left as found");
+    fx.finish();
+}
+
+/// The mark moved while the run was down after the batch was fixed: the
+/// run stops before publishing (rows would be duplicated or skipped).
+#[test]
+fn a_mark_moved_before_the_intent_stops_the_run() {
+    let (fx, mut source, target) = standard("inc_chpg_moved2");
+    run(&fx).assert_succeeded("first run");
+    let new = vec![row(6, 2, 1), row(7, 2, 2)];
+    fx.insert_source(&new);
+    source.extend(new);
+    run_with(&fx, &[("DPONE_FAILPOINT", "generation.after_build")]).assert_aborted_at("generation.after_build");
+    fx.pg_exec(&format!("UPDATE {} SET mark = '6'", fx.pg_table("_dpone_marks")));
+    run(&fx).assert_failed("a moved mark", 1, "incremental_mark_moved");
+    fx.assert_target(&plus(&target, &between(&source, i64::MIN, 5)), "target unchanged");
+    assert_eq!(mark_value(&fx).as_deref(), Some("6"), "the mark is left as found");
+    fx.finish();
+}
+
+/// The publishing transaction checks that the target grew by exactly the
+/// batch: a trigger of the target that adds a row makes it roll back.
+#[test]
+fn a_target_that_grows_by_more_than_the_batch_rolls_the_append_back() {
+    let (fx, _, target) = standard("inc_chpg_trig");
+    let f = fx.pg_table("echo");
+    fx.pg_exec(&format!(
+        "CREATE FUNCTION {f}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+         IF NEW.id = 3 THEN INSERT INTO {t} VALUES (1003, NEW.ts, 'echo'); END IF; RETURN NULL; END $$; \
+         CREATE TRIGGER echo AFTER INSERT ON {t} FOR EACH ROW EXECUTE FUNCTION {f}()",
+        t = fx.target_sql()
+    ));
+    let doc = run(&fx).assert_failed("a target trigger adding rows", 1, "publication_verification_failed");
+    assert_eq!(doc["publication"], "absent", "the transaction rolled back: {doc:#}");
+    fx.assert_target(&target, "target unchanged");
+    assert!(mark(&fx).is_none(), "no mark stored");
+    assert_eq!(state_of(&fx.status()), "failed");
+    fx.finish();
+}
+
+/// A generation changed behind dpone's back between its verification and
+/// the publication: the resumed run refuses it.
+#[test]
+fn a_tampered_generation_is_not_published() {
+    let (fx, _, target) = standard("inc_chpg_gen");
+    run_with(&fx, &[("DPONE_FAILPOINT", "publish.before_exchange")]).assert_aborted_at("publish.before_exchange");
+    let status = fx.status();
+    let generation = status["journal"]["intent"]["generation_table"].as_str().expect("a generation").to_string();
+    // The generation is a view over the staging: change a staging row under it.
+    let table = harness::verified_stagings(&status).into_iter().next().expect("a verified chunk").1;
+    fx.pg_exec(&format!("INSERT INTO {} VALUES (42, NULL, 'smuggled')", fx.pg_table(&table)));
+    let run = run(&fx);
+    // Re-verification reads the staging under the generation view.
+    run.assert_failed(&format!("a tampered generation ({generation})"), 1, "staging_changed");
+    fx.assert_target(&target, "target unchanged");
+    assert!(mark(&fx).is_none(), "no mark stored");
+    fx.finish();
+}
+
+/// ClickHouse -> PostgreSQL is allowed; PostgreSQL -> ClickHouse is still refused.
+#[test]
+fn the_reverse_route_is_still_refused() {
+    let fx = fixture("inc_chpg_rev");
+    let text = std::fs::read_to_string(&fx.manifest).unwrap();
+    let swapped = text
+        .replacen("type: clickhouse", "type: TMP", 1)
+        .replacen("type: postgres", "type: clickhouse", 1)
+        .replacen("type: TMP", "type: postgres", 1)
+        .replacen("connection_id: CH}", "connection_id: TMPC}", 1)
+        .replacen("connection_id: PG}", "connection_id: CH}", 1)
+        .replacen("connection_id: TMPC}", "connection_id: PG}", 1);
+    std::fs::write(&fx.manifest, swapped).unwrap();
+    let doc = run(&fx).assert_failed("postgres->clickhouse", 2, "unsupported_strategy_route");
+    assert!(doc["errors"][0]["message"].as_str().unwrap_or_default().contains("postgres->clickhouse"), "{doc:#}");
+    let _ = ident("x");
+    fx.finish();
+}

@@ -1,0 +1,204 @@
+//! `incremental_append` on a PostgreSQL target: the high-water mark and
+//! the transaction that publishes a batch with it.
+//!
+//! The mark lives in `_dpone_marks` in the **target table's schema** (not
+//! the staging schema: changing `sink.staging.schema` must not lose the
+//! mark, which would make the next run append every row again), one row
+//! per target table: the cursor column, the cursor type, the mark, the run
+//! whose publication stored it and the rows it appended. Only the
+//! publishing transaction writes it.
+//!
+//! The publication is one SERIALIZABLE transaction under the same locks as
+//! a window's (`sink/transaction.rs`): the session's advisory lock of the
+//! target, then `LOCK TABLE target IN SHARE ROW EXCLUSIVE MODE` and the
+//! marks table `IN SHARE ROW EXCLUSIVE MODE`. Inside it:
+//!
+//! 1. the stored mark must be the one the batch was read after
+//!    (`incremental_mark_moved`);
+//! 2. `INSERT` the generation (the verified staging), fingerprinting the
+//!    inserted rows as they are returned: they must be the verified rows
+//!    (`generation_verification_failed`);
+//! 3. the target must have grown by exactly the batch
+//!    (`publication_verification_failed`, e.g. a trigger that added rows);
+//! 4. the new mark (with this run's id), then `COMMIT`.
+//!
+//! The stored mark is the publication's receipt: [`PostgresTarget::read_mark`]
+//! first waits for any publishing session of the target still running (its
+//! client may have died), so an interrupted publication is judged from a
+//! final mark.
+
+use super::PostgresTarget;
+use super::fingerprint::{self, SESSION, query, select_sql};
+use super::transaction::{LOCK_WAIT, lock_text, rolled_back};
+use crate::error::classify;
+use crate::source::quote_ident;
+use dpone_core::incremental::{CursorKind, CursorValue, StoredMark, receipt_identity};
+use dpone_core::ports::{AdapterError, PublicationOutcome, Result};
+use tokio_postgres::{GenericClient, IsolationLevel};
+
+/// The table beside an incrementally appended target holding its mark.
+pub const MARKS_TABLE: &str = "_dpone_marks";
+
+impl PostgresTarget {
+    pub(super) fn marks_sql(&self) -> String {
+        format!("{}.{}", quote_ident(self.schema()), quote_ident(MARKS_TABLE))
+    }
+
+    /// The mark of this target (None: no row, or no marks table).
+    async fn read_mark_in(&self, client: &impl GenericClient) -> Result<Option<StoredMark>> {
+        let exists: bool = client
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&self.marks_sql()])
+            .await
+            .map_err(|e| classify("reading the mark", e))?
+            .get(0);
+        if !exists {
+            return Ok(None);
+        }
+        let row = client
+            .query_opt(
+                &format!("SELECT cursor_column, mark_kind, mark, run FROM {} WHERE target_table = $1", self.marks_sql()),
+                &[&self.table.name],
+            )
+            .await
+            .map_err(|e| classify("reading the mark", e))?;
+        let Some(row) = row else { return Ok(None) };
+        let (column, kind, mark, run): (String, Option<String>, Option<String>, String) = (row.get(0), row.get(1), row.get(2), row.get(3));
+        let unreadable = || {
+            AdapterError::permanent("mark_unreadable", format!("the mark of `{}` in {} cannot be read", self.table.name, self.marks_sql()))
+                .hint("restore the row, or delete it to start over (the next run appends every source row up to the maximum)")
+        };
+        let value = match (kind.as_deref(), mark) {
+            (None, None) => None,
+            (Some(k), Some(m)) => {
+                let kind = match k {
+                    "integer" => CursorKind::Integer,
+                    "timestamp" => CursorKind::Timestamp,
+                    "date" => CursorKind::Date,
+                    _ => return Err(unreadable()),
+                };
+                Some(CursorValue::parse(kind, &m).map_err(|_| unreadable())?)
+            }
+            _ => return Err(unreadable()),
+        };
+        Ok(Some(StoredMark { column, value, run_id: run }))
+    }
+
+    /// The stored mark, final: read after any running publication of this
+    /// target ended.
+    pub(super) async fn read_final_mark(&self) -> Result<Option<StoredMark>> {
+        let client = self.connect().await?;
+        self.wait_for_publishers(&client).await?;
+        self.read_mark_in(&client).await
+    }
+
+    /// The append's publishing transaction (see the module docs).
+    pub(super) async fn append_in_transaction(
+        &self,
+        generation: &str,
+        before: Option<&StoredMark>,
+        after: &StoredMark,
+        rows: u64,
+    ) -> Result<PublicationOutcome> {
+        let mut client = self.connect().await?;
+        let setup = format!("SET application_name = 'dpone publish'; SET lock_timeout = '{LOCK_WAIT}'; {SESSION}");
+        client.batch_execute(&setup).await.map_err(|e| classify("preparing the publication", e))?;
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {} (target_table text PRIMARY KEY, cursor_column text NOT NULL, mark_kind text, mark text, \
+                 run text NOT NULL, rows bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now())",
+                self.marks_sql()
+            ))
+            .await
+            .map_err(|e| classify("creating the marks table", e))?;
+        let recorded = fingerprint::recorded(&client, &self.owned_sql(generation)).await?.unwrap_or_default();
+        let expected = recorded.get("window").ok_or_else(|| {
+            AdapterError::verification("generation_verification_failed", format!("the generation {generation} carries no fingerprint"))
+                .hint("abandon the run and rerun: the generation was not built by this version of dpone")
+        })?;
+        client
+            .query_one("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&lock_text(&self.target_sql())])
+            .await
+            .map_err(|e| classify("waiting for another publication of this target", e))?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::Serializable)
+            .start()
+            .await
+            .map_err(|e| classify("starting the publication", e))?;
+        let statements = async {
+            let (t, marks) = (self.target_sql(), self.marks_sql());
+            tx.batch_execute(&format!("LOCK TABLE {t} IN SHARE ROW EXCLUSIVE MODE; LOCK TABLE {marks} IN SHARE ROW EXCLUSIVE MODE"))
+                .await
+                .map_err(|e| classify("locking the target", e))?;
+            let now = self.read_mark_in(&tx).await?;
+            if now.as_ref() != before {
+                return Err(AdapterError::verification(
+                    "incremental_mark_moved",
+                    format!(
+                        "the target's mark is {} but the batch was read after {}",
+                        receipt_identity(now.as_ref()),
+                        receipt_identity(before)
+                    ),
+                )
+                .hint("another writer moved the mark (another run, or an edit of _dpone_marks); nothing was published: run again to read after the current mark"));
+            }
+            let count = |what: &'static str| {
+                let tx = &tx;
+                let sql = format!("SELECT count(*) FROM {t}");
+                async move { tx.query_one(&sql, &[]).await.map(|r| r.get::<_, i64>(0) as u64).map_err(|e| classify(what, e)) }
+            };
+            let rows_before = count("counting the target").await?;
+            let list = self.column_list()?;
+            let insert = format!(
+                "WITH inserted AS (INSERT INTO {t} ({list}) SELECT {list} FROM {} RETURNING {list}) {}",
+                self.owned_sql(generation),
+                select_sql(&list, "inserted", None)
+            );
+            let inserted = query(&tx, &insert, "inserting the batch").await?;
+            if inserted != expected {
+                return Err(AdapterError::verification(
+                    "generation_verification_failed",
+                    format!("the generation {generation} holds {inserted}, but its verified staging held {expected}"),
+                )
+                .hint("someone changed dpone's staging or generation tables; nothing was published; abandon the run and rerun"));
+            }
+            let rows_after = count("counting the published target").await?;
+            if inserted.rows != rows || rows_after != rows_before + rows {
+                return Err(AdapterError::verification(
+                    "publication_verification_failed",
+                    format!(
+                        "the append inserted {} rows and the target grew from {rows_before} to {rows_after}; the verified batch holds {rows}",
+                        inserted.rows
+                    ),
+                )
+                .hint("something besides dpone wrote into the target inside the publishing transaction (a trigger or rule of the target?); nothing was published"));
+            }
+            let (kind, mark) = (after.value.map(|v| v.kind().as_str().to_string()), after.value.map(|v| v.to_string()));
+            tx.execute(
+                &format!(
+                    "INSERT INTO {marks} (target_table, cursor_column, mark_kind, mark, run, rows) VALUES ($1, $2, $3, $4, $5, $6) \
+                     ON CONFLICT (target_table) DO UPDATE SET cursor_column = excluded.cursor_column, mark_kind = excluded.mark_kind, \
+                     mark = excluded.mark, run = excluded.run, rows = excluded.rows, committed_at = now()"
+                ),
+                &[&self.table.name, &after.column, &kind, &mark, &after.run_id, &(rows as i64)],
+            )
+            .await
+            .map_err(|e| classify("storing the mark", e))?;
+            Ok::<(), AdapterError>(())
+        };
+        // Nothing was committed: whatever failed, the transaction rolls back.
+        statements.await.map_err(rolled_back)?;
+        match tx.commit().await {
+            Ok(()) => Ok(PublicationOutcome::Published),
+            Err(e) if e.code().is_some_and(|c| !c.code().starts_with("08") && !c.code().starts_with("57")) => {
+                let mut err = rolled_back(classify("committing the publication", e));
+                err.hint = Some("nothing was published; run the same command again".into());
+                Err(err)
+            }
+            Err(e) => Err(AdapterError::indeterminate(
+                "outcome_unknown",
+                format!("the publishing transaction's outcome is unknown: {}", classify("committing the publication", e).message),
+            )),
+        }
+    }
+}

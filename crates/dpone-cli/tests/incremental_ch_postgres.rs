@@ -425,3 +425,94 @@ fn the_reverse_route_is_still_refused() {
     let _ = ident("x");
     fx.finish();
 }
+
+// ---------------------------------------------------------------------------
+// Randomized: runs with random source changes between them, random crashes
+// ---------------------------------------------------------------------------
+
+/// A small deterministic generator (the seed is printed on failure).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+fn max_id(rows: &[Row]) -> Option<i64> {
+    rows.iter()
+        .filter_map(|r| match r[0] {
+            ch_postgres_common::V::Int(i) => Some(i as i64),
+            _ => None,
+        })
+        .max()
+}
+
+/// The expected target is computed from the rows the test wrote: after
+/// each completed run it gains the source rows with a cursor in (mark,
+/// source maximum] (the source only changes while no run is unfinished, so
+/// the batch a crashed run fixed is what its completion reads), and the
+/// mark becomes that maximum.
+#[test]
+fn twelve_random_runs_with_random_crashes_end_with_the_expected_target() {
+    let seed = 0x5eed_u64 ^ std::process::id() as u64;
+    let mut rng = Lcg(seed);
+    let (fx, mut source, target) = standard("inc_chpg_rand");
+    let mut model = target;
+    let mut mark: Option<i64> = None;
+    let mut applied: Option<(String, u64)> = None;
+    let mut unfinished = false;
+    let mut next_id = 6;
+    let complete = |model: &mut Vec<Row>, mark: &mut Option<i64>, source: &[Row]| {
+        if let Some(max) = max_id(source).filter(|m| mark.is_none_or(|old| *m > old)) {
+            model.extend(between(source, mark.unwrap_or(i64::MIN), max));
+            *mark = Some(max);
+        }
+    };
+    for i in 0..12 {
+        let what = format!("seed {seed:#x}, run {i}");
+        if !unfinished {
+            for _ in 0..rng.next(4) {
+                let id = match rng.next(3) {
+                    0 => next_id - 1 - rng.next(6) as i64, // late: at or below the newest id
+                    _ => {
+                        next_id += 1;
+                        next_id - 1
+                    }
+                };
+                let r = row(id, 1 + rng.next(20) as u32, rng.next(24) as u32);
+                fx.insert_source(std::slice::from_ref(&r));
+                source.push(r);
+            }
+        }
+        let point = match rng.next(2) {
+            0 => None,
+            _ => Some(POINTS[rng.next(POINTS.len() as u64) as usize]),
+        };
+        let run = match point {
+            Some(p) => run_with(&fx, &[("DPONE_FAILPOINT", p)]),
+            None => run(&fx),
+        };
+        run.assert_no_panic();
+        let status = fx.status();
+        unfinished = state_of(&status) != "succeeded";
+        if point.is_none() {
+            assert_eq!(run.code, Some(0), "{what}: a run without a failpoint succeeds:\n{}", run.describe());
+        }
+        let this = (status["run_id"].as_str().unwrap_or_default().to_string(), status["execution"].as_u64().unwrap_or(0));
+        if !unfinished && applied.as_ref() != Some(&this) {
+            complete(&mut model, &mut mark, &source);
+            applied = Some(this);
+            fx.assert_target(&model, &format!("{what}: target after a completed run"));
+            assert_eq!(mark_value(&fx), mark.map(|m| m.to_string()), "{what}: mark after a completed run");
+        }
+    }
+    if unfinished {
+        run(&fx).assert_succeeded("the final resume");
+        complete(&mut model, &mut mark, &source);
+    }
+    fx.assert_target(&model, &format!("seed {seed:#x}: final target"));
+    assert_eq!(mark_value(&fx), mark.map(|m| m.to_string()), "seed {seed:#x}: final mark");
+    fx.finish();
+}

@@ -659,6 +659,18 @@ sink:
     }
 
     #[test]
+    fn clickhouse_to_postgres_appends_in_its_serializable_transaction() {
+        let text = APPEND
+            .replacen("type: sqlite", "type: clickhouse", 1)
+            .replacen("{connection_type: params, params: {path: source.db}}", "{connection_type: env, connection_id: CH}", 1)
+            .replacen("type: sqlite", "type: postgres", 1)
+            .replacen("{connection_type: params, params: {path: target.db}}", "{connection_type: env, connection_id: PG}", 1);
+        let p = Plan::build(&manifest::load(&text).unwrap(), &Interval::default()).unwrap();
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        assert_eq!(p.publication.method, "serializable_transaction_append");
+    }
+
+    #[test]
     fn routes_without_an_append_publication_refuse_it_naming_the_route() {
         let pg = "{connection_type: env, connection_id: PG}";
         let text = APPEND

@@ -549,3 +549,47 @@ fn date_and_datetime_cursors() {
     check_append(&fx, &run(&fx), &[], &all, "2026-09-02T00:00:00Z", "a DateTime cursor after the mark was deleted");
     fx.finish();
 }
+
+/// The run is killed (SIGKILL) while its publishing transaction waits for
+/// a lock of the target: the server still runs the orphaned session (which
+/// holds the target's advisory lock). The next run judges the publication
+/// from the stored mark, finds the old one (nothing appended), re-verifies
+/// and publishes the batch once. (The orphan never got its COMMIT, so this
+/// does not prove the wait for a publishing session before reading the
+/// mark; that wait is the one receipts use, `sink/transaction.rs`.)
+#[test]
+fn a_run_killed_inside_its_publishing_transaction_is_judged_by_the_mark() {
+    let (fx, source, target) = standard("inc_chpg_kill");
+    let m = fx.manifest.display().to_string();
+    let pg = dpone_testkit::postgres_url();
+    let child = harness::spawn(
+        fx.dir(),
+        &["run", &m, "--format", "json"],
+        &[
+            ("DPONE_CONN_CH", fx.clickhouse_url.as_str()),
+            ("DPONE_CONN_PG", pg.as_str()),
+            ("DPONE_FAILPOINT_SLEEP", "publish.before_exchange:2000"),
+        ],
+    );
+    harness::wait_until(std::time::Duration::from_secs(60), "the run records its intent", || state_of(&fx.status()) == "publishing");
+    // The lock is held by a session of its own: the fixture's session polls
+    // pg_stat_activity, whose contents a transaction would freeze.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    let (locker, connection) = rt.block_on(tokio_postgres::connect(&pg, tokio_postgres::NoTls)).expect("connect");
+    rt.spawn(connection);
+    rt.block_on(locker.batch_execute(&format!("BEGIN; LOCK TABLE {} IN ACCESS EXCLUSIVE MODE", fx.target_sql()))).expect("lock");
+    harness::wait_until(std::time::Duration::from_secs(60), "the publishing transaction waits for the target's lock", || {
+        fx.pg_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dpone publish' AND wait_event_type = 'Lock'")
+            .as_deref()
+            == Some("1")
+    });
+    child.signal("KILL");
+    let killed = child.wait();
+    assert_eq!(killed.code, None, "killed by a signal:\n{}", killed.describe());
+    rt.block_on(locker.batch_execute("COMMIT")).expect("unlock");
+    fx.assert_target(&target, "after the kill: nothing appended");
+    assert!(mark(&fx).is_none(), "after the kill: no mark stored");
+    let doc = check_append(&fx, &run(&fx), &target, &source, "5", "the run after the kill");
+    assert_eq!(doc["resumed"], true, "{doc:#}");
+    fx.finish();
+}

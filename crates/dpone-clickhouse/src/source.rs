@@ -10,6 +10,12 @@
 //! between chunks are not detected by this check: for a window, write the
 //! source before the run or accept per-chunk consistency (docs/manifest.md).
 //! The source version is not durable: an interrupted run re-extracts.
+//!
+//! `incremental_append`: [`Source::cursor_max`] is the cursor's maximum
+//! when the run starts (NULL cursors refused, in the same query), and a
+//! read with `ReadRequest.cursor` selects only the batch's range, checked
+//! after EOF like any chunk (the check re-reads the same range). A resumed
+//! run re-extracts the journaled range, never a wider one.
 
 use crate::client::{ChClient, quote_ident, quote_str};
 use crate::sink::filter_sql;

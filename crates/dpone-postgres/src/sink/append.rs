@@ -22,7 +22,7 @@
 //!    (`publication_verification_failed`, e.g. a trigger that added rows);
 //! 4. the new mark (with this run's id), then `COMMIT`.
 //!
-//! The stored mark is the publication's receipt: [`PostgresTarget::read_mark`]
+//! The stored mark is the publication's receipt: `Target::read_mark`
 //! first waits for any publishing session of the target still running (its
 //! client may have died), so an interrupted publication is judged from a
 //! final mark.

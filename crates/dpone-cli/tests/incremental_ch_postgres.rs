@@ -13,6 +13,7 @@
 //! journaled batch was appended once.
 
 mod ch_postgres_common;
+mod crash_points;
 mod harness;
 
 use ch_postgres_common::{Fixture, Row, col, ident, int, text, ts};
@@ -204,21 +205,8 @@ fn a_null_cursor_value_is_refused_naming_the_column() {
 // Crashes and resumption
 // ---------------------------------------------------------------------------
 
-const POINTS: &[&str] = &[
-    "plan.after_persist",
-    "staging.before_write",
-    "staging.mid_stream",
-    "staging.after_ack",
-    "chunk.after_verify",
-    "checkpoint.after_write",
-    "generation.after_build",
-    "publish.before_intent",
-    "publish.before_exchange",
-    "publish.after_exchange",
-    "evidence.before_write",
-    "evidence.after_write",
-    "state.after_succeeded",
-];
+/// Abort points a run of one chunk passes (every run-order failpoint).
+const POINTS: &[&str] = &crash_points::ABORT_POINTS;
 
 #[test]
 fn the_core_failpoints_are_all_exercised() {

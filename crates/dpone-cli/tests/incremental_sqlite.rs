@@ -11,6 +11,7 @@
 //! batch, a late row below the mark), resumes, and checks that exactly the
 //! journaled batch was appended once.
 
+mod crash_points;
 mod harness;
 
 use harness::{Run, assert_same_rows, state_of};
@@ -357,21 +358,7 @@ fn routes_without_incremental_publication_refuse_it_before_any_io() {
 // ---------------------------------------------------------------------------
 
 /// Abort points a run of one chunk passes (every run-order failpoint).
-const POINTS: &[&str] = &[
-    "plan.after_persist",
-    "staging.before_write",
-    "staging.mid_stream",
-    "staging.after_ack",
-    "chunk.after_verify",
-    "checkpoint.after_write",
-    "generation.after_build",
-    "publish.before_intent",
-    "publish.before_exchange",
-    "publish.after_exchange",
-    "evidence.before_write",
-    "evidence.after_write",
-    "state.after_succeeded",
-];
+const POINTS: &[&str] = &crash_points::ABORT_POINTS;
 
 #[test]
 fn the_core_failpoints_are_all_exercised() {

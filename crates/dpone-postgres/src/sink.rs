@@ -2,10 +2,13 @@
 //! verification, one SERIALIZABLE publication with a receipt.
 //!
 //! - Staging: one table per chunk attempt (`CREATE TABLE ... (LIKE
-//!   target)`); every frame is one `COPY ... FROM STDIN (FORMAT binary)`
-//!   whose row count the server confirms. A transient failure of a frame's
-//!   COPY is retried at most twice with the same sealed bytes, after
-//!   checking whether the rows landed.
+//!   target)`); frames are encoded once each and streamed into
+//!   `COPY ... FROM STDIN (FORMAT binary)` statements of about
+//!   `COPY_BATCH_BYTES`, whose row count the server confirms. A frame is
+//!   released once encoded; the encoded batch is kept until confirmed. A
+//!   transient failure of a batch's COPY is retried at most twice with the
+//!   same sealed bytes, after checking (by the staging table's count)
+//!   whether the rows landed.
 //! - Verification reads the staging table back with binary COPY and
 //!   computes the same canonical digest the stream carried; in the same
 //!   snapshot it records the table's server-side fingerprint.
@@ -59,6 +62,8 @@ pub const FRAME_RETRIES: u32 = 2;
 /// reaches this size (several frames per statement: frames are small, a
 /// statement costs round trips).
 pub const COPY_BATCH_BYTES: usize = 1 << 20;
+/// Bytes parsed at once when a table is read back to be digested.
+const READ_BACK_FRAME_BYTES: usize = 128 << 10;
 
 pub struct PostgresTarget {
     config: tokio_postgres::Config,
@@ -159,8 +164,9 @@ impl PostgresTarget {
         let stream = client.copy_out(&sql).await.map_err(|e| classify("reading staged rows back", e))?;
         futures_util::pin_mut!(stream);
         let mut input = CopyInput { stream, reading: "reading staged rows back", finishing: "reading staged rows back" };
-        // Frames only bound how much is parsed at once: they are digested and dropped.
-        let limits = FrameLimits { block_rows: 1 << 16, flush_bytes: 1 << 20, max_row_bytes: usize::MAX };
+        // Frames only bound how much is parsed at once: they are digested and
+        // dropped, so a small one (one reused buffer per read-back) suffices.
+        let limits = FrameLimits { block_rows: 1 << 16, flush_bytes: READ_BACK_FRAME_BYTES, max_row_bytes: usize::MAX };
         let parser = &mut CopyParser::read_back(RowCodec { columns: codecs });
         let stats = frames::assemble(parser, &mut input, cols.len(), limits, &mut DigestOnly::default()).await?;
         Ok(Contents { rows: stats.rows, digest: stats.digest })

@@ -362,7 +362,7 @@ mod tests {
         let types: Vec<ColumnType> = ["Int64", "Nullable(String)", "Nullable(Int32)"].iter().map(|t| ct(t)).collect();
         let targets: Vec<ColumnType> = ["Int64", "Nullable(String)", "Int32"].iter().map(|t| ct(t)).collect();
         let rows: Vec<Vec<Value>> = (0..20)
-            .map(|i| vec![Value::int(i), if i % 3 == 0 { Value::Null } else { Value::str(&"y".repeat(i as usize)) }, Value::int(i as i32)])
+            .map(|i| vec![Value::int(i), if i % 3 == 0 { Value::Null } else { Value::str(&"y".repeat(i as usize)) }, Value::int(i)])
             .collect();
         let mut src = Vec::new();
         let mut src_digest = RowDigest::new(3);

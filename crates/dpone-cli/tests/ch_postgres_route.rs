@@ -174,6 +174,38 @@ fn an_empty_source_window_deletes_the_targets_window() {
 // ---------------------------------------------------------------------------
 
 /// A RANGE bound `FOR VALUES FROM (a) TO (b)` on UTC instants.
+/// A chunk of several MiB spans many ClickHouse frames and several COPY
+/// statements into its staging table (`COPY_BATCH_BYTES` of the PostgreSQL
+/// target); every row lands once, verified against the source's digest.
+#[test]
+fn a_chunk_larger_than_one_copy_statement_lands_whole() {
+    let fx = Fixture::new(
+        "chpg_batches",
+        vec![col("id", "Int64", "bigint NOT NULL"), col("ts", "DateTime64(6, 'UTC')", "timestamptz"), col("s", "String", "text")],
+    );
+    // 3 days x 8,000 rows of ~300 bytes: about 2.4 MB per one-day chunk.
+    fx.ch_exec(&format!(
+        "INSERT INTO {} SELECT number, toDateTime64('2026-09-06 00:00:00', 6, 'UTC') + toIntervalSecond(intDiv(number * 259200, 24000)), \
+         concat(toString(number), ':', repeat('x', 290 + number % 7)) FROM numbers(24000)",
+        fx.source_sql()
+    ));
+    for (what, block_rows) in [("frames of 128 KiB", None), ("frames of 37 rows", Some(37))] {
+        fx.write_manifest(&Options { block_rows, ..Options::default() });
+        let doc = fx.run().assert_succeeded(what);
+        assert_eq!(doc["inserted_rows"], 24000, "{what}: every row inserted: {doc:#}");
+        let chunks = doc["chunks"].as_array().expect("chunks");
+        assert_eq!(chunks.len(), 3, "{what}: one chunk per day: {doc:#}");
+        assert!(chunks.iter().all(|c| c["rows"] == 8000), "{what}: 8,000 rows per chunk: {doc:#}");
+        let target = fx.target_sql();
+        let stats =
+            fx.pg_scalar(&format!("SELECT count(*) || ' ' || count(DISTINCT id) || ' ' || sum(length(s)) || ' ' || sum(id) FROM {target}"));
+        let expected_len: u64 = (0..24000u64).map(|n| n.to_string().len() as u64 + 1 + 290 + n % 7).sum();
+        assert_eq!(stats, Some(format!("24000 24000 {expected_len} {}", 24000u64 * 23999 / 2)), "{what}: every row exactly once");
+        assert_eq!(fx.leftovers(), Vec::<String>::new(), "{what}: no staging table left");
+    }
+    fx.finish();
+}
+
 fn range(from: &str, to: &str) -> String {
     format!("FOR VALUES FROM ('{from}+00') TO ('{to}+00')")
 }

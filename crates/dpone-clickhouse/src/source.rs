@@ -29,7 +29,7 @@ use dpone_core::types::{Column, DType, parse_clickhouse_type};
 use std::sync::OnceLock;
 
 /// Frames are flushed at this size (or earlier at `block_rows`).
-pub const FLUSH_BYTES: usize = 1 << 20;
+pub const FLUSH_BYTES: usize = 128 << 10;
 
 pub struct ClickhouseSource {
     client: ChClient,

@@ -223,7 +223,7 @@ impl Transcoder for RowParser {
                 return Ok((pos, stop));
             }
             let (columns, source_digest) = (&self.columns, &mut self.source_digest);
-            frame.write_row(predicted, |out, digest| {
+            let hash = frame.write_row(predicted, |out, digest| {
                 let mut q = pos;
                 for (i, c) in columns.iter().enumerate() {
                     let (src, _, null) = Self::measure(c, data, q)?.expect("measured above");
@@ -239,7 +239,14 @@ impl Transcoder for RowParser {
                 }
                 Ok(())
             })?;
-            self.source_digest.add_row(&data[pos..p]);
+            // Where the row's source encoding is its canonical encoding (most
+            // types convert byte for byte), its hash is the one just computed.
+            let (source, canonical) = (&data[pos..p], &frame.out[frame.out.len() - predicted..]);
+            if source == canonical {
+                self.source_digest.add_hash(hash);
+            } else {
+                self.source_digest.add_row(source);
+            }
             pos = p;
         }
     }
@@ -345,6 +352,43 @@ mod tests {
         let e = parser.parse(&[1u8], &mut frame).unwrap_err();
         assert_eq!(e.column, "amount");
         assert!(e.reason.contains("NULL in a column whose target is NOT NULL"), "{}", e.reason);
+    }
+
+    /// Rows whose source encoding is their canonical encoding reuse the
+    /// canonical hash for the source digest; the digest is the same as
+    /// hashing the source bytes (mixed with rows whose bytes differ).
+    #[test]
+    fn source_digest_of_rows_encoded_as_their_target() {
+        let types: Vec<ColumnType> = ["Int64", "Nullable(String)", "Nullable(Int32)"].iter().map(|t| ct(t)).collect();
+        let targets: Vec<ColumnType> = ["Int64", "Nullable(String)", "Int32"].iter().map(|t| ct(t)).collect();
+        let rows: Vec<Vec<Value>> = (0..20)
+            .map(|i| vec![Value::int(i), if i % 3 == 0 { Value::Null } else { Value::str(&"y".repeat(i as usize)) }, Value::int(i)])
+            .collect();
+        let mut src = Vec::new();
+        let mut src_digest = RowDigest::new(3);
+        for r in &rows {
+            let s = src.len();
+            encode_row(&mut src, &types, r).unwrap();
+            src_digest.add_row(&src[s..]);
+            if r[1].is_null() {
+                src_digest.add_null(1);
+            }
+        }
+        // The same types on both sides: every row's bytes are unchanged.
+        let same: Vec<ColumnCodec> = types.iter().enumerate().map(|(i, t)| codec_for(&format!("c{i}"), t, t).unwrap()).collect();
+        let mut parser = RowParser::new(same);
+        let mut frame = FrameBuf::unbudgeted(3, limits(1000, 1 << 20));
+        assert_eq!(parser.parse(&src, &mut frame).unwrap().0, src.len());
+        assert_eq!(frame.out, src, "identical types convert byte for byte");
+        assert_eq!(parser.source_digest, src_digest);
+        // Nullable(Int32) into Int32: the bytes differ (no NULL prefix), the digest is of the source bytes.
+        let codecs: Vec<ColumnCodec> =
+            types.iter().zip(&targets).enumerate().map(|(i, (s, t))| codec_for(&format!("c{i}"), s, t).unwrap()).collect();
+        let mut parser = RowParser::new(codecs);
+        let mut frame = FrameBuf::unbudgeted(3, limits(1000, 1 << 20));
+        assert_eq!(parser.parse(&src, &mut frame).unwrap().0, src.len());
+        assert_ne!(frame.out, src);
+        assert_eq!(parser.source_digest, src_digest);
     }
 
     #[test]

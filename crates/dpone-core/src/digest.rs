@@ -39,6 +39,14 @@ impl RowDigest {
         self.null_counts.iter_mut().for_each(|n| *n = 0);
     }
 
+    /// Adds one row given its hash (`row_hash` of its canonical bytes),
+    /// for a caller that hashed the same bytes already.
+    #[inline]
+    pub fn add_hash(&mut self, hash: U256) {
+        self.sum = self.sum.wrapping_add(hash);
+        self.rows += 1;
+    }
+
     /// Adds one row given its canonical bytes.
     #[inline]
     pub fn add_row(&mut self, canonical: &[u8]) {

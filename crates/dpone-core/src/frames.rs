@@ -36,10 +36,11 @@
 //! transcoder, and the per-row checks are a few integer comparisons.
 
 use crate::budget::FrameBuffer;
-use crate::digest::RowDigest;
+use crate::digest::{RowDigest, row_hash};
 use crate::ports::{AdapterError, Frame, FrameTx, ReadRequest, ReadStats, Result};
 use crate::state::LEASE_CHECK_ROWS;
 use bytes::Bytes;
+use ethnum::U256;
 use std::future::Future;
 
 mod route;
@@ -230,11 +231,11 @@ impl FrameBuf {
 
     /// Writes one admitted row of `row_bytes` encoded bytes: `write` appends
     /// its fields to the output and counts its NULLs into the digest; the
-    /// row is then hashed and counted. An encoder that produces another
+    /// row is then hashed and counted (its hash is returned). An encoder that produces another
     /// size than predicted is an internal error. After an error the read is
     /// over (the frame's NULL counts may include the refused row).
     #[inline]
-    pub fn write_row<W>(&mut self, row_bytes: usize, write: W) -> std::result::Result<(), TranscodeError>
+    pub fn write_row<W>(&mut self, row_bytes: usize, write: W) -> std::result::Result<U256, TranscodeError>
     where
         W: FnOnce(&mut Vec<u8>, &mut RowDigest) -> std::result::Result<(), TranscodeError>,
     {
@@ -252,9 +253,10 @@ impl FrameBuf {
                 format!("internal error: the encoder produced {produced} bytes for a row sized {row_bytes}"),
             ));
         }
-        self.digest.add_row(&self.out[start..]);
+        let hash = row_hash(&self.out[start..]);
+        self.digest.add_hash(hash);
         self.rows += 1;
-        Ok(())
+        Ok(hash)
     }
 }
 

@@ -2,10 +2,13 @@
 //! verification, one SERIALIZABLE publication with a receipt.
 //!
 //! - Staging: one table per chunk attempt (`CREATE TABLE ... (LIKE
-//!   target)`); every frame is one `COPY ... FROM STDIN (FORMAT binary)`
-//!   whose row count the server confirms. A transient failure of a frame's
-//!   COPY is retried at most twice with the same sealed bytes, after
-//!   checking whether the rows landed.
+//!   target)`); frames are encoded once each and streamed into
+//!   `COPY ... FROM STDIN (FORMAT binary)` statements of about
+//!   `COPY_BATCH_BYTES`, whose row count the server confirms. A frame is
+//!   released once encoded; the encoded batch is kept until confirmed. A
+//!   transient failure of a batch's COPY is retried at most twice with the
+//!   same sealed bytes, after checking (by the staging table's count)
+//!   whether the rows landed.
 //! - Verification reads the staging table back with binary COPY and
 //!   computes the same canonical digest the stream carried; in the same
 //!   snapshot it records the table's server-side fingerprint.
@@ -55,8 +58,14 @@ use publish::SwapPartition;
 
 /// The table holding one receipt per publication, next to the staging.
 pub const RECEIPTS_TABLE: &str = "_dpone_receipts";
-/// Retries of one frame's COPY after a transient failure.
+/// Retries of one COPY batch after a transient failure.
 pub const FRAME_RETRIES: u32 = 2;
+/// Frames are streamed into one COPY statement until its encoded payload
+/// reaches this size (several frames per statement: frames are small, a
+/// statement costs round trips).
+pub const COPY_BATCH_BYTES: usize = 1 << 20;
+/// Bytes parsed at once when a table is read back to be digested.
+const READ_BACK_FRAME_BYTES: usize = 128 << 10;
 
 pub struct PostgresTarget {
     config: tokio_postgres::Config,
@@ -157,8 +166,9 @@ impl PostgresTarget {
         let stream = client.copy_out(&sql).await.map_err(|e| classify("reading staged rows back", e))?;
         futures_util::pin_mut!(stream);
         let mut input = CopyInput { stream, reading: "reading staged rows back", finishing: "reading staged rows back" };
-        // Frames only bound how much is parsed at once: they are digested and dropped.
-        let limits = FrameLimits { block_rows: 1 << 16, flush_bytes: 1 << 20, max_row_bytes: usize::MAX };
+        // Frames only bound how much is parsed at once: they are digested and
+        // dropped, so a small one (one reused buffer per read-back) suffices.
+        let limits = FrameLimits { block_rows: 1 << 16, flush_bytes: READ_BACK_FRAME_BYTES, max_row_bytes: usize::MAX };
         let parser = &mut CopyParser::read_back(RowCodec { columns: codecs });
         let stats = frames::assemble(parser, &mut input, cols.len(), limits, &mut DigestOnly::default()).await?;
         Ok(Contents { rows: stats.rows, digest: stats.digest })
@@ -189,12 +199,32 @@ impl PostgresTarget {
         Ok(sql)
     }
 
-    /// One frame's COPY; returns the rows the server confirmed.
-    async fn copy_frame(&self, client: &Client, copy_sql: &str, payload: &[u8]) -> Result<u64> {
+    /// One batch's COPY, sent again as a whole (a retry); returns the rows
+    /// the server confirmed.
+    async fn copy_batch(&self, client: &Client, copy_sql: &str, pieces: &[bytes::Bytes]) -> Result<u64> {
         let sink = client.copy_in(copy_sql).await.map_err(|e| classify("starting a staging COPY", e))?;
         futures_util::pin_mut!(sink);
-        sink.send(bytes::Bytes::copy_from_slice(payload)).await.map_err(|e| classify("sending a staging COPY", e))?;
+        for piece in pieces.iter().cloned().chain([bytes::Bytes::from_static(&COPY_TRAILER)]) {
+            sink.send(piece).await.map_err(|e| classify("sending a staging COPY", e))?;
+        }
         sink.finish().await.map_err(|e| classify("finishing a staging COPY", e))
+    }
+}
+
+/// The encoded pieces of one COPY statement (the header in the first), kept
+/// until the server confirms its rows.
+#[derive(Default)]
+struct CopyBatch {
+    pieces: Vec<bytes::Bytes>,
+    bytes: usize,
+    rows: u64,
+}
+
+impl CopyBatch {
+    fn push(&mut self, piece: bytes::Bytes, rows: u64) {
+        self.bytes += piece.len();
+        self.rows += rows;
+        self.pieces.push(piece);
     }
 }
 
@@ -299,23 +329,69 @@ impl Target for PostgresTarget {
         let copy_sql = format!("COPY {} ({}) FROM STDIN (FORMAT binary)", self.owned_sql(table), self.column_list()?);
         let mut client = self.connect().await?;
         let mut written = 0u64;
-        let mut payload = Vec::new();
-        while let Some(frame) = frames.recv().await {
-            payload.clear();
-            payload.extend_from_slice(&COPY_HEADER);
-            encoder
-                .encode_rows(&frame.bytes, frame.rows, &mut payload)
-                .map_err(|e| AdapterError::permanent("invalid_value", e.to_string()).hint("dpone never alters a value to make it fit"))?;
-            payload.extend_from_slice(&COPY_TRAILER);
-            // The frame's budget slot is released once its rows are confirmed.
+        let mut frames_left = true;
+        while frames_left {
+            // One COPY statement: frames are encoded and streamed into it as
+            // they arrive until its payload reaches COPY_BATCH_BYTES. Each
+            // frame (and its budget slot) is released once encoded; the
+            // encoded pieces are kept, unbudgeted but bounded by the batch
+            // size, until the server confirms the batch's rows.
+            let mut batch = CopyBatch::default();
+            let mut first_try: Option<AdapterError> = None;
+            let mut sink = None;
+            while batch.bytes < COPY_BATCH_BYTES {
+                let Some(frame) = frames.recv().await else {
+                    frames_left = false;
+                    break;
+                };
+                let mut payload = Vec::with_capacity(frame.bytes.len() + frame.bytes.len() / 2 + COPY_HEADER.len());
+                if batch.pieces.is_empty() {
+                    payload.extend_from_slice(&COPY_HEADER);
+                }
+                encoder.encode_rows(&frame.bytes, frame.rows, &mut payload).map_err(|e| {
+                    AdapterError::permanent("invalid_value", e.to_string()).hint("dpone never alters a value to make it fit")
+                })?;
+                // Moved into `Bytes`, not copied.
+                let piece = bytes::Bytes::from(payload);
+                batch.push(piece.clone(), frame.rows);
+                drop(frame);
+                if sink.is_none() {
+                    match client.copy_in::<_, bytes::Bytes>(&copy_sql).await {
+                        Ok(s) => sink = Some(Box::pin(s)),
+                        Err(e) => first_try = Some(classify("starting a staging COPY", e)),
+                    }
+                }
+                if let Some(s) = sink.as_mut()
+                    && let Err(e) = s.send(piece).await
+                {
+                    first_try = Some(classify("sending a staging COPY", e));
+                    // Dropping the sink aborts the statement (CopyFail).
+                    sink = None;
+                }
+                if first_try.is_some() {
+                    // Stop collecting: the batch so far is retried as a whole.
+                    break;
+                }
+            }
+            if batch.pieces.is_empty() {
+                break;
+            }
+            let mut attempt = match (first_try, sink) {
+                (Some(e), _) => Err(e),
+                (None, Some(mut s)) => match s.send(bytes::Bytes::from_static(&COPY_TRAILER)).await {
+                    Ok(()) => s.as_mut().finish().await.map_err(|e| classify("finishing a staging COPY", e)),
+                    Err(e) => Err(classify("sending a staging COPY", e)),
+                },
+                (None, None) => self.copy_batch(&client, &copy_sql, &batch.pieces).await,
+            };
             let mut tries = 0;
             loop {
-                match self.copy_frame(&client, &copy_sql, &payload).await {
-                    Ok(n) if n == frame.rows => break,
+                match attempt {
+                    Ok(n) if n == batch.rows => break,
                     Ok(n) => {
                         return Err(AdapterError::permanent(
                             "staging_verification_failed",
-                            format!("the server confirmed {n} rows for a frame of {}", frame.rows),
+                            format!("the server confirmed {n} rows for a COPY of {}", batch.rows),
                         ));
                     }
                     Err(e) if e.class != ErrorClass::Permanent && tries < FRAME_RETRIES => {
@@ -327,7 +403,7 @@ impl Target for PostgresTarget {
                             .await
                             .map_err(|e| classify("checking a retried COPY", e))?
                             .get(0);
-                        if now as u64 == written + frame.rows {
+                        if now as u64 == written + batch.rows {
                             break;
                         }
                         if now as u64 != written {
@@ -337,12 +413,12 @@ impl Target for PostgresTarget {
                             ));
                         }
                         tokio::time::sleep(std::time::Duration::from_millis(100 * tries as u64)).await;
+                        attempt = self.copy_batch(&client, &copy_sql, &batch.pieces).await;
                     }
                     Err(e) => return Err(e),
                 }
             }
-            written += frame.rows;
-            drop(frame);
+            written += batch.rows;
         }
         Ok(written)
     }

@@ -150,14 +150,27 @@ pub(super) async fn sum_of_verified(client: &impl GenericClient, stagings: &[Str
 
 impl super::PostgresTarget {
     /// Verifies a staging table: its digest read back by binary COPY and
-    /// its fingerprint, in one snapshot; the fingerprint is recorded on it.
+    /// its fingerprint, in one snapshot (shared by two connections, so that
+    /// both run at once); the fingerprint is recorded on it.
     pub(super) async fn inspect_staging(&self, name: &str) -> Result<Contents> {
         let table = self.owned_sql(name);
         let client = self.connect().await?;
         let begin = format!("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; {SESSION}");
         client.batch_execute(&begin).await.map_err(|e| classify("verifying a staging table", e))?;
-        let fp = query(&client, &select_sql(&self.column_list()?, &table, None), "fingerprinting a staging table").await?;
-        let contents = self.read_back(&client, &table, None).await?;
+        // The fingerprint is computed on a second connection in the same
+        // snapshot (exported by the first), at the same time as the read-back.
+        let snapshot: String =
+            client.query_one("SELECT pg_export_snapshot()", &[]).await.map_err(|e| classify("verifying a staging table", e))?.get(0);
+        let second = self.connect().await?;
+        let join = format!(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}; {SESSION}",
+            crate::source::quote_literal(&snapshot)
+        );
+        second.batch_execute(&join).await.map_err(|e| classify("verifying a staging table", e))?;
+        let fp_sql = select_sql(&self.column_list()?, &table, None);
+        let (fp, contents) =
+            tokio::try_join!(query(&second, &fp_sql, "fingerprinting a staging table"), self.read_back(&client, &table, None))?;
+        second.batch_execute("COMMIT").await.map_err(|e| classify("verifying a staging table", e))?;
         client.batch_execute("COMMIT").await.map_err(|e| classify("verifying a staging table", e))?;
         if fp.rows != contents.rows {
             return Err(AdapterError::internal(format!("one snapshot of {table} counted {} and {} rows", fp.rows, contents.rows)));

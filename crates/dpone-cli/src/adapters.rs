@@ -381,4 +381,8 @@ impl Target for RealTarget {
     ) -> Result<PublicationOutcome> {
         redacted!(self, RealTarget, |t| t.publish_append(generation, before, after, rows).await)
     }
+
+    async fn reset_mark(&self, before: Option<&StoredMark>, after: Option<&StoredMark>) -> Result<()> {
+        redacted!(self, RealTarget, |t| t.reset_mark(before, after).await)
+    }
 }

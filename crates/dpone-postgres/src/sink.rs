@@ -488,4 +488,12 @@ impl Target for PostgresTarget {
     ) -> Result<PublicationOutcome> {
         self.append_in_transaction(generation, before, after, rows).await
     }
+
+    async fn reset_mark(
+        &self,
+        before: Option<&dpone_core::incremental::StoredMark>,
+        after: Option<&dpone_core::incremental::StoredMark>,
+    ) -> Result<()> {
+        self.reset_mark_in_transaction(before, after).await
+    }
 }

@@ -400,6 +400,15 @@ impl<T: Target> Target for FaultyTarget<T> {
     ) -> Result<PublicationOutcome> {
         self.run(TargetOp::Publish, self.inner.publish_append(generation, before, after, rows)).await
     }
+
+    /// Faults named `publish`: a reset writes the mark as a publication does.
+    async fn reset_mark(
+        &self,
+        before: Option<&dpone_core::incremental::StoredMark>,
+        after: Option<&dpone_core::incremental::StoredMark>,
+    ) -> Result<()> {
+        self.run(TargetOp::Publish, self.inner.reset_mark(before, after)).await
+    }
 }
 
 #[cfg(test)]

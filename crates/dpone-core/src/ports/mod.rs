@@ -368,4 +368,15 @@ pub trait Target: Send + Sync + 'static {
         let _ = (generation, before, after, rows);
         async { Err(incremental_unsupported("target")) }
     }
+
+    /// `incremental_append`, an operator's deliberate move of the mark
+    /// (`dpone state reset`): in one transaction, checks that the stored
+    /// mark is still `before` (compare-and-set: `incremental_mark_moved`
+    /// otherwise, nothing changed) and stores `after`, or removes the mark
+    /// when `after` is None (the next run reads from the start). Rows are
+    /// never touched. The caller holds the target's lease.
+    fn reset_mark(&self, before: Option<&StoredMark>, after: Option<&StoredMark>) -> impl Future<Output = Result<()>> + Send {
+        let _ = (before, after);
+        async { Err(incremental_unsupported("target")) }
+    }
 }

@@ -28,9 +28,16 @@ async fn under_lease<R>(
     who: &Operator,
     act: impl AsyncFnOnce(Arc<LeaseKeeper>) -> Result<R, AdapterError>,
 ) -> Result<R, AdapterError> {
-    let lease = LeaseKeeper::acquire(store, scope, &who.holder, who.lease_ttl_ms, Failpoints::default(), who.host.clone())
-        .await
-        .map_err(store_error)?;
+    let lease =
+        LeaseKeeper::acquire(store, scope, &who.holder, who.lease_ttl_ms, Failpoints::default(), who.host.clone()).await.map_err(|e| {
+            match e {
+                dpone_core::state::StoreError::Held { holder, .. } => {
+                    AdapterError::permanent("lease_held", format!("another dpone process holds the target {scope}: {holder}"))
+                        .hint("wait for it to finish (a run that died frees its lease when it expires, at most 60 s), then try again")
+                }
+                other => store_error(other),
+            }
+        })?;
     let result = act(lease.clone()).await;
     lease.release().await;
     result

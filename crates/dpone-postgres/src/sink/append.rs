@@ -109,10 +109,24 @@ impl PostgresTarget {
             ))
             .await
             .map_err(|e| classify("creating the marks table", e))?;
+        let key = lock_text(&self.target_sql());
         client
-            .query_one("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&lock_text(&self.target_sql())])
+            .query_one("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&key])
             .await
             .map_err(|e| classify("waiting for a publication of this target", e))?;
+        let done = self.reset_mark_locked(&mut client, before, after).await;
+        // The session ends with the client anyway; unlocking at once frees
+        // the target for a run even while the connection winds down.
+        let _ = client.query_one("SELECT pg_advisory_unlock(hashtextextended($1, 0))", &[&key]).await;
+        done
+    }
+
+    async fn reset_mark_locked(
+        &self,
+        client: &mut tokio_postgres::Client,
+        before: Option<&StoredMark>,
+        after: Option<&StoredMark>,
+    ) -> Result<()> {
         let tx = client
             .build_transaction()
             .isolation_level(IsolationLevel::Serializable)

@@ -125,7 +125,7 @@ pub fn show(path: &Path, selector: Option<&str>, format: Format) -> u8 {
         }
     }
     if let Some(r) = &reset {
-        print_reset(&r);
+        print_reset(r);
     }
     EXIT_OK
 }

@@ -625,6 +625,17 @@ fn a_mark_of_another_cursor_column_is_refused() {
     assert!(message.contains("`id`") && message.contains("`ts`"), "{doc:#}");
     assert_same_rows(&before, &fx.target_rows(), "target unchanged");
     assert_eq!(fx.mark_value().as_deref(), Some("5"));
+    // The documented way out: a reset to a value of the new cursor (typed
+    // by the target's column), after which runs continue by `ts`.
+    let reset = harness::run(
+        &fx.dir,
+        &["state", "reset", "manifest.yaml", "--to", "2026-09-01T03:00:00Z", "--reason", "cursor is now ts", "--yes"],
+        &[],
+    );
+    assert_eq!(reset.code, Some(0), "{}", reset.describe());
+    let batch = dump(&fx.source, "SELECT * FROM t WHERE ts > '2026-09-01 03:00:00.000000'");
+    assert_eq!(batch.len(), 2);
+    check_append(&fx, &fx.run(), &before, &batch, "2026-09-01T05:00:00Z", "the run after a reset to the new cursor");
 }
 
 // ---------------------------------------------------------------------------

@@ -99,7 +99,7 @@ pub fn show(path: &Path, selector: Option<&str>, format: Format) -> u8 {
         Ok(v) => v,
         Err(code) => return code,
     };
-    let mark = match crate::commands::runtime().block_on(target.read_mark()) {
+    let mark = match crate::commands::runtime().block_on(target.peek_mark()) {
         Ok(m) => m,
         Err(e) => return fail(&e),
     };

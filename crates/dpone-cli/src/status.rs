@@ -99,7 +99,7 @@ struct MarkView {
 impl MarkView {
     fn read(manifest: &Manifest, target: &AnyTarget) -> Option<MarkView> {
         let (column, _) = manifest.incremental()?;
-        let mark = crate::commands::runtime().block_on(target.read_mark()).map_err(|e| format!("[{}] {}", e.code, e.message));
+        let mark = crate::commands::runtime().block_on(target.peek_mark()).map_err(|e| format!("[{}] {}", e.code, e.message));
         Some(MarkView { column: column.to_string(), mark, last_reset: None })
     }
 

@@ -715,3 +715,30 @@ fn a_reset_is_refused_while_a_run_holds_the_lease_or_is_unfinished() {
     assert_eq!(mark_value(&fx).as_deref(), Some("7"));
     fx.finish();
 }
+
+/// Read-only commands do not wait out a running publication (up to 300 s
+/// for a run's own judgement): after a short bounded wait they say a
+/// publication is in progress.
+#[test]
+fn read_only_commands_do_not_block_on_a_running_publication() {
+    let (fx, source, target) = standard("inc_chpg_peek");
+    check_append(&fx, &run(&fx), &target, &source, "5", "first run");
+    // A publishing session of the target, as the publication takes it.
+    let key = format!("dpone publication of {}.{}", ident(&fx.schema), ident("t")).replace('\'', "''");
+    fx.pg_exec(&format!("SELECT pg_advisory_lock(hashtextextended('{key}', 0))"));
+    let started = std::time::Instant::now();
+    let shown = state(&fx, &["show"]);
+    assert_eq!(shown.code, Some(2), "{}", shown.describe());
+    assert!(shown.stderr.contains("publication_in_progress"), "{}", shown.describe());
+    let status = fx.status();
+    let error = status["incremental"]["error"].as_str().unwrap_or_default().to_string();
+    assert!(error.contains("publication_in_progress"), "status says so: {status:#}");
+    let m = fx.manifest.display().to_string();
+    let plan = fx.dpone(&["plan", &m], &[]);
+    assert_ne!(plan.code, Some(0), "{}", plan.describe());
+    assert!(plan.stdout.contains("publication_in_progress") || plan.stderr.contains("publication_in_progress"), "{}", plan.describe());
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "the three commands took {:?}", started.elapsed());
+    fx.pg_exec(&format!("SELECT pg_advisory_unlock(hashtextextended('{key}', 0))"));
+    assert_eq!(show(&fx)["mark"]["value"], "5", "once the publication ended, the mark is shown");
+    fx.finish();
+}

@@ -479,6 +479,10 @@ impl Target for PostgresTarget {
         self.read_final_mark().await
     }
 
+    async fn peek_mark(&self) -> Result<Option<dpone_core::incremental::StoredMark>> {
+        self.peek_final_mark().await
+    }
+
     async fn publish_append(
         &self,
         generation: &str,

@@ -390,6 +390,11 @@ impl<T: Target> Target for FaultyTarget<T> {
         self.run(TargetOp::Identity, self.inner.read_mark()).await
     }
 
+    /// Faults named `identity`, as `read_mark`.
+    async fn peek_mark(&self) -> Result<Option<dpone_core::incremental::StoredMark>> {
+        self.run(TargetOp::Identity, self.inner.peek_mark()).await
+    }
+
     /// Faults named `publish`: the append is the incremental publication.
     async fn publish_append(
         &self,

@@ -353,6 +353,15 @@ pub trait Target: Send + Sync + 'static {
         async { Err(incremental_unsupported("target")) }
     }
 
+    /// [`Target::read_mark`] for read-only commands (`status`, `plan`,
+    /// `state show`): a target whose mark is final only once a running
+    /// publication ended waits a short bounded time, then refuses
+    /// (`publication_in_progress`) instead of blocking. A run judges its
+    /// publication with `read_mark`, never with this.
+    fn peek_mark(&self) -> impl Future<Output = Result<Option<StoredMark>>> + Send {
+        self.read_mark()
+    }
+
     /// `incremental_append`: in one transaction, checks that the stored
     /// mark is still `before`, appends every row of `generation` to the
     /// target, checks that the target grew by exactly `rows`, and stores

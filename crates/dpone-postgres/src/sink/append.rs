@@ -36,6 +36,9 @@ use dpone_core::incremental::{CursorKind, CursorValue, StoredMark, receipt_ident
 use dpone_core::ports::{AdapterError, PublicationOutcome, Result};
 use tokio_postgres::{GenericClient, IsolationLevel};
 
+/// How long a read-only command waits for a running publication.
+const PEEK_WAIT: &str = "2s";
+
 /// The table beside an incrementally appended target holding its mark.
 pub const MARKS_TABLE: &str = "_dpone_marks";
 
@@ -166,6 +169,24 @@ impl PostgresTarget {
             }
         }
         tx.commit().await.map_err(|e| classify("committing the reset of the mark", e))
+    }
+
+    /// The stored mark for a read-only command (`status`, `plan`, `state
+    /// show`): like [`Self::read_final_mark`], but waits at most
+    /// [`PEEK_WAIT`] for a running publication of the target, then
+    /// answers `publication_in_progress` instead of blocking. A run's own
+    /// judgement keeps the full wait (`read_mark`).
+    pub(super) async fn peek_final_mark(&self) -> Result<Option<StoredMark>> {
+        let client = self.connect().await?;
+        match self.wait_for_publishers_within(&client, PEEK_WAIT).await {
+            Ok(()) => self.read_mark_in(&client).await,
+            Err(e) if e.code == "postgres_error:55P03" => Err(AdapterError::transient(
+                "publication_in_progress",
+                format!("a publication of {} is in progress; its mark is not final yet", self.target_sql()),
+            )
+            .hint("run the command again once it ended (a publishing session whose client died is ended by the server)")),
+            Err(e) => Err(e),
+        }
     }
 
     /// The append's publishing transaction (see the module docs).

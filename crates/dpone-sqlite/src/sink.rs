@@ -541,6 +541,14 @@ impl Target for SqliteTarget {
     }
 
     async fn reset_mark(&self, before: Option<&StoredMark>, after: Option<&StoredMark>) -> Result<()> {
+        // Opening a missing file would create an empty database.
+        if !self.config.path.exists() {
+            return Err(AdapterError::permanent(
+                "target_missing",
+                format!("the SQLite target {} does not exist", self.config.path.display()),
+            )
+            .hint("check sink.connection; a target that was never written has no mark to reset"));
+        }
         let (marks_sql, schema, target) = (self.owned_sql(MARKS_TABLE), self.schema(), self.config.table.name.clone());
         let (before, after) = (before.cloned(), after.cloned());
         self.with_conn(move |conn| {

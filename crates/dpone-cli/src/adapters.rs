@@ -381,4 +381,12 @@ impl Target for RealTarget {
     ) -> Result<PublicationOutcome> {
         redacted!(self, RealTarget, |t| t.publish_append(generation, before, after, rows).await)
     }
+
+    async fn peek_mark(&self) -> Result<Option<StoredMark>> {
+        redacted!(self, RealTarget, |t| t.peek_mark().await)
+    }
+
+    async fn reset_mark(&self, before: Option<&StoredMark>, after: Option<&StoredMark>) -> Result<()> {
+        redacted!(self, RealTarget, |t| t.reset_mark(before, after).await)
+    }
 }

@@ -244,7 +244,7 @@ fn plan_one(path: &Path, manifest: &Manifest, args: &IntervalArgs, offline: bool
             // transaction, closed right after).
             let batch = match (&plan.incremental, p.cursor_kind, p.refusals.is_empty()) {
                 (Some(inc), Some(kind), true) => {
-                    let mark = t.read_mark().await?;
+                    let mark = t.peek_mark().await?;
                     s.open_snapshot().await?;
                     let max = s.cursor_max(&inc.column, kind).await;
                     let _ = s.close_snapshot().await;

@@ -13,6 +13,7 @@ mod envelope;
 mod failpoints;
 mod host;
 mod listing;
+mod mark;
 mod output;
 mod progress;
 mod redact;
@@ -169,6 +170,11 @@ enum Command {
         #[arg(long, value_name = "SELECTOR")]
         selector: Option<String>,
     },
+    /// An incremental_append target's high-water mark: show it, or deliberately move it.
+    State {
+        #[command(subcommand)]
+        command: StateCommand,
+    },
     /// Type mappings between systems.
     Schema {
         #[command(subcommand)]
@@ -218,6 +224,41 @@ enum ManifestCommand {
 }
 
 #[derive(Subcommand, Debug)]
+enum StateCommand {
+    /// The mark stored in the target (read-only, no lease): column, type, value, the run that wrote it.
+    Show {
+        manifest: PathBuf,
+        /// The process of a batch manifest.
+        #[arg(long, value_name = "SELECTOR")]
+        selector: Option<String>,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Move the mark to a value (`--to`) or clear it (`--clear`), journaled with who and why.
+    Reset {
+        manifest: PathBuf,
+        /// The process of a batch manifest.
+        #[arg(long, value_name = "SELECTOR")]
+        selector: Option<String>,
+        /// The new mark, a value of the cursor's type; the next run reads rows above it.
+        #[arg(long, value_name = "VALUE", conflicts_with = "clear")]
+        to: Option<String>,
+        /// Remove the mark: the next run reads from the start (or initial_value).
+        #[arg(long)]
+        clear: bool,
+        /// Why the mark moves (required; journaled with the operator).
+        #[arg(long)]
+        reason: Option<String>,
+        /// The receipt `dpone state show` printed; refused if the mark moved since.
+        #[arg(long, value_name = "RECEIPT")]
+        expect: Option<String>,
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 enum SchemaCommand {
     /// Print the type mapping tables.
     TypeMatrix {
@@ -260,6 +301,12 @@ pub fn main() -> ExitCode {
         Command::Status { manifest, selector, run_id, format } => status::status(&manifest, selector.as_deref(), run_id.as_deref(), format),
         Command::Resolve { manifest, selector, outcome } => status::resolve(&manifest, selector.as_deref(), Some(&outcome)),
         Command::Abandon { manifest, selector } => status::resolve(&manifest, selector.as_deref(), None),
+        Command::State { command: StateCommand::Show { manifest, selector, format } } => mark::show(&manifest, selector.as_deref(), format),
+        Command::State { command: StateCommand::Reset { manifest, selector, to, clear, reason, expect, yes } } => mark::reset(
+            &manifest,
+            selector.as_deref(),
+            &mark::ResetRequest { to: to.as_deref(), clear, reason: reason.as_deref(), expect: expect.as_deref(), yes },
+        ),
         Command::Ci { command } => ci::run(command),
     };
     ExitCode::from(code)

@@ -9,7 +9,7 @@ use crate::commands::{EXIT_CONFIG, EXIT_OK};
 use crate::output::{print_diagnostics, print_json};
 use crate::state::StoreChoice;
 use dpone_core::Diagnostics;
-use dpone_core::incremental::StoredMark;
+use dpone_core::incremental::{StoredMark, receipt_identity};
 use dpone_core::manifest::Manifest;
 use dpone_core::ports::Target;
 use dpone_core::state::{ChunkState, RunJournal, RunState, StateStore};
@@ -92,20 +92,32 @@ fn find_journal(store: &dyn StateStore, scope: &str, run_id: Option<&str>) -> Re
 struct MarkView {
     column: String,
     mark: Result<Option<StoredMark>, String>,
+    /// The latest `dpone state reset` journaled for the target.
+    last_reset: Option<dpone_engine::MarkReset>,
 }
 
 impl MarkView {
     fn read(manifest: &Manifest, target: &AnyTarget) -> Option<MarkView> {
         let (column, _) = manifest.incremental()?;
-        let mark = crate::commands::runtime().block_on(target.read_mark()).map_err(|e| format!("[{}] {}", e.code, e.message));
-        Some(MarkView { column: column.to_string(), mark })
+        let mark = crate::commands::runtime().block_on(target.peek_mark()).map_err(|e| format!("[{}] {}", e.code, e.message));
+        Some(MarkView { column: column.to_string(), mark, last_reset: None })
+    }
+
+    fn with_resets(mut self, store: &dyn StateStore, scope: &str) -> MarkView {
+        self.last_reset = dpone_engine::mark_resets(store, scope).ok().and_then(|mut all| all.pop());
+        self
     }
 
     fn json(&self) -> serde_json::Value {
-        match &self.mark {
+        let mut v = match &self.mark {
             Ok(m) => json!({"column": self.column, "stored_mark": m}),
             Err(e) => json!({"column": self.column, "error": e}),
+        };
+        if let Some(r) = &self.last_reset {
+            v["last_reset"] = json!({"operator": r.operator, "reason": r.reason, "at": r.at, "state": r.state,
+                "before": receipt_identity(r.before.as_ref()), "after": receipt_identity(r.after.as_ref())});
         }
+        v
     }
 
     fn print(&self) {
@@ -117,6 +129,18 @@ impl MarkView {
             Err(e) => format!("unreadable: {e}"),
         };
         println!("mark        {}", crate::output::safe(&text));
+        if let Some(r) = &self.last_reset {
+            let text = format!(
+                "{} by {} at {} ({}): {} -> {}",
+                r.state,
+                r.operator,
+                r.at,
+                r.reason,
+                receipt_identity(r.before.as_ref()),
+                receipt_identity(r.after.as_ref())
+            );
+            println!("last reset  {}", crate::output::safe(&text));
+        }
     }
 }
 
@@ -141,6 +165,7 @@ pub fn status(path: &Path, selector: Option<&str>, run_id: Option<&str>, format:
             return EXIT_CONFIG;
         }
     };
+    let mark = mark.map(|m| m.with_resets(store.as_ref(), &scope));
     let journal = match find_journal(store.as_ref(), &scope, run_id) {
         Ok(Some(j)) => j,
         Ok(None) => {

@@ -581,3 +581,164 @@ fn a_run_killed_inside_its_publishing_transaction_is_judged_by_the_mark() {
     assert_eq!(doc["resumed"], true, "{doc:#}");
     fx.finish();
 }
+
+// ---------------------------------------------------------------------------
+// `dpone state show|reset`
+// ---------------------------------------------------------------------------
+
+fn state(fx: &Fixture, args: &[&str]) -> Run {
+    let m = fx.manifest.display().to_string();
+    let mut all = vec!["state", args[0], m.as_str()];
+    all.extend_from_slice(&args[1..]);
+    fx.dpone(&all, &[("DPONE_OPERATOR", "bob")])
+}
+
+fn show(fx: &Fixture) -> serde_json::Value {
+    let s = state(fx, &["show", "--format", "json"]);
+    assert_eq!(s.code, Some(0), "dpone state show:\n{}", s.describe());
+    s.json()
+}
+
+fn assert_reset_refused(run: &Run, code: &str, what: &str) {
+    assert_eq!(run.code, Some(2), "{what}: expected exit 2:\n{}", run.describe());
+    assert!(run.stderr.contains(code) || run.stdout.contains(code), "{what}: expected `{code}`:\n{}", run.describe());
+}
+
+#[test]
+fn state_show_and_reset_move_the_mark_and_the_next_run_reappends_above_it() {
+    let (fx, source, target) = standard("inc_chpg_state");
+    assert_eq!(show(&fx)["mark"], serde_json::Value::Null, "no mark before the first run");
+    check_append(&fx, &run(&fx), &target, &source, "5", "first run");
+    let shown = show(&fx);
+    assert_eq!(
+        (shown["mark"]["column"].as_str(), shown["mark"]["type"].as_str(), shown["mark"]["value"].as_str()),
+        (Some("id"), Some("integer"), Some("5")),
+        "{shown:#}"
+    );
+    assert_eq!(shown["mark"]["run_id"].as_str(), mark(&fx).map(|(_, r)| r).as_deref(), "{shown:#}");
+    let receipt = shown["mark"]["receipt"].as_str().expect("a receipt").to_string();
+    let all = plus(&target, &source);
+
+    // Refusals: no reason, a bad value, both or neither of --to/--clear.
+    for (args, code) in [
+        (vec!["reset", "--to", "2", "--yes"], "reset_reason_required"),
+        (vec!["reset", "--to", "x", "--reason", "r", "--yes"], "invalid_mark_value"),
+        (vec!["reset", "--reason", "r", "--yes"], "invalid_value"),
+    ] {
+        assert_reset_refused(&state(&fx, &args), code, &format!("{args:?}"));
+        assert_eq!(mark_value(&fx).as_deref(), Some("5"), "{args:?}: the mark is unchanged");
+    }
+
+    // Reset to 2: rows untouched, the next run appends 3, 4, 5 again.
+    let reset = state(&fx, &["reset", "--to", "2", "--reason", "replay 3..5", "--expect", &receipt, "--yes"]);
+    assert_eq!(reset.code, Some(0), "{}", reset.describe());
+    fx.assert_target(&all, "a reset does not touch the rows");
+    let (value, run_id) = mark(&fx).expect("a mark");
+    assert_eq!((value.as_deref(), run_id.starts_with("reset-")), (Some("2"), true), "{run_id}");
+    let last = show(&fx)["last_reset"].clone();
+    assert_eq!(
+        (last["operator"].as_str(), last["reason"].as_str(), last["state"].as_str()),
+        (Some("bob"), Some("replay 3..5"), Some("applied")),
+        "{last:#}"
+    );
+    assert_eq!(fx.status()["incremental"]["last_reset"]["operator"], "bob");
+    check_append(&fx, &run(&fx), &all, &between(&source, 2, 5), "5", "the run after a reset to 2");
+
+    // The mark moved since it was shown (the receipt is the first run's).
+    assert_reset_refused(
+        &state(&fx, &["reset", "--to", "1", "--reason", "r", "--expect", &receipt, "--yes"]),
+        "incremental_mark_moved",
+        "stale --expect",
+    );
+    assert_eq!(mark_value(&fx).as_deref(), Some("5"));
+
+    // Clear: the next run reads every row again.
+    let before = plus(&all, &between(&source, 2, 5));
+    let reset = state(&fx, &["reset", "--clear", "--reason", "start over", "--yes"]);
+    assert_eq!(reset.code, Some(0), "{}", reset.describe());
+    assert!(mark(&fx).is_none(), "the mark row is gone");
+    check_append(&fx, &run(&fx), &before, &source, "5", "the run after a cleared mark");
+    fx.finish();
+}
+
+/// The target's own compare-and-set: a reset whose mark moved between its
+/// read and its transaction changes nothing.
+#[test]
+fn the_postgres_target_refuses_a_reset_whose_mark_moved_in_between() {
+    use dpone_core::incremental::{CursorValue, StoredMark};
+    use dpone_core::ports::Target;
+    use std::str::FromStr;
+    let (fx, source, target) = standard("inc_chpg_cas");
+    check_append(&fx, &run(&fx), &target, &source, "5", "first run");
+    let (_, run_id) = mark(&fx).expect("a mark");
+    let seen = StoredMark { column: "id".into(), value: Some(CursorValue::Integer(5)), run_id };
+    fx.pg_exec(&format!("UPDATE {} SET mark = '4'", fx.pg_table("_dpone_marks")));
+    let config = tokio_postgres::Config::from_str(&dpone_testkit::postgres_url()).expect("a URL");
+    let pg = dpone_postgres::PostgresTarget::new(
+        config,
+        dpone_core::manifest::TableRef { schema: Some(fx.schema.clone()), name: "t".into() },
+        None,
+        false,
+    );
+    let after = StoredMark { column: "id".into(), value: Some(CursorValue::Integer(1)), run_id: "reset-x".into() };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    for after in [Some(&after), None] {
+        let err = rt.block_on(pg.reset_mark(Some(&seen), after)).expect_err("a moved mark is refused");
+        assert_eq!(err.code, "incremental_mark_moved", "{err:?}");
+        assert_eq!(mark_value(&fx).as_deref(), Some("4"), "the mark is left as found");
+    }
+    fx.finish();
+}
+
+#[test]
+fn a_reset_is_refused_while_a_run_holds_the_lease_or_is_unfinished() {
+    let (fx, source, target) = standard("inc_chpg_state_lease");
+    check_append(&fx, &run(&fx), &target, &source, "5", "first run");
+    fx.insert_source(&[row(6, 2, 1)]);
+    let m = fx.manifest.display().to_string();
+    let pg = dpone_testkit::postgres_url();
+    let env = [
+        ("DPONE_CONN_CH", fx.clickhouse_url.as_str()),
+        ("DPONE_CONN_PG", pg.as_str()),
+        ("DPONE_FAILPOINT_SLEEP", "publish.before_intent:5000"),
+    ];
+    let child = harness::spawn(fx.dir(), &["run", &m, "--format", "json"], &env);
+    harness::wait_until(std::time::Duration::from_secs(60), "the run is verified", || state_of(&fx.status()) == "verified");
+    assert_reset_refused(&state(&fx, &["reset", "--to", "2", "--reason", "r", "--yes"]), "lease_held", "a run holds the lease");
+    assert_eq!(mark_value(&fx).as_deref(), Some("5"), "the mark is unchanged");
+    child.wait().assert_succeeded("the run");
+    fx.insert_source(&[row(7, 2, 2)]);
+    run_with(&fx, &[("DPONE_FAILPOINT", "publish.before_intent")]).assert_aborted_at("publish.before_intent");
+    assert_reset_refused(&state(&fx, &["reset", "--to", "2", "--reason", "r", "--yes"]), "unfinished_run", "an unfinished run");
+    assert_eq!(mark_value(&fx).as_deref(), Some("6"), "the mark is unchanged");
+    run(&fx).assert_succeeded("the resumed run");
+    assert_eq!(mark_value(&fx).as_deref(), Some("7"));
+    fx.finish();
+}
+
+/// Read-only commands do not wait out a running publication (up to 300 s
+/// for a run's own judgement): after a short bounded wait they say a
+/// publication is in progress.
+#[test]
+fn read_only_commands_do_not_block_on_a_running_publication() {
+    let (fx, source, target) = standard("inc_chpg_peek");
+    check_append(&fx, &run(&fx), &target, &source, "5", "first run");
+    // A publishing session of the target, as the publication takes it.
+    let key = format!("dpone publication of {}.{}", ident(&fx.schema), ident("t")).replace('\'', "''");
+    fx.pg_exec(&format!("SELECT pg_advisory_lock(hashtextextended('{key}', 0))"));
+    let started = std::time::Instant::now();
+    let shown = state(&fx, &["show"]);
+    assert_eq!(shown.code, Some(2), "{}", shown.describe());
+    assert!(shown.stderr.contains("publication_in_progress"), "{}", shown.describe());
+    let status = fx.status();
+    let error = status["incremental"]["error"].as_str().unwrap_or_default().to_string();
+    assert!(error.contains("publication_in_progress"), "status says so: {status:#}");
+    let m = fx.manifest.display().to_string();
+    let plan = fx.dpone(&["plan", &m], &[]);
+    assert_ne!(plan.code, Some(0), "{}", plan.describe());
+    assert!(plan.stdout.contains("publication_in_progress") || plan.stderr.contains("publication_in_progress"), "{}", plan.describe());
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "the three commands took {:?}", started.elapsed());
+    fx.pg_exec(&format!("SELECT pg_advisory_unlock(hashtextextended('{key}', 0))"));
+    assert_eq!(show(&fx)["mark"]["value"], "5", "once the publication ended, the mark is shown");
+    fx.finish();
+}

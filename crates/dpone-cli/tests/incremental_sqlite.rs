@@ -625,4 +625,186 @@ fn a_mark_of_another_cursor_column_is_refused() {
     assert!(message.contains("`id`") && message.contains("`ts`"), "{doc:#}");
     assert_same_rows(&before, &fx.target_rows(), "target unchanged");
     assert_eq!(fx.mark_value().as_deref(), Some("5"));
+    // The documented way out: a reset to a value of the new cursor (typed
+    // by the target's column), after which runs continue by `ts`.
+    let reset = harness::run(
+        &fx.dir,
+        &["state", "reset", "manifest.yaml", "--to", "2026-09-01T03:00:00Z", "--reason", "cursor is now ts", "--yes"],
+        &[],
+    );
+    assert_eq!(reset.code, Some(0), "{}", reset.describe());
+    let batch = dump(&fx.source, "SELECT * FROM t WHERE ts > '2026-09-01 03:00:00.000000'");
+    assert_eq!(batch.len(), 2);
+    check_append(&fx, &fx.run(), &before, &batch, "2026-09-01T05:00:00Z", "the run after a reset to the new cursor");
+}
+
+// ---------------------------------------------------------------------------
+// `dpone state show|reset`
+// ---------------------------------------------------------------------------
+
+impl Fixture {
+    fn state(&self, args: &[&str], env: &[(&str, &str)]) -> harness::Run {
+        let mut all = vec!["state"];
+        all.extend_from_slice(args);
+        harness::run(&self.dir, &all, env)
+    }
+
+    fn show(&self) -> serde_json::Value {
+        let s = self.state(&["show", "manifest.yaml", "--format", "json"], &[]);
+        assert_eq!(s.code, Some(0), "dpone state show:\n{}", s.describe());
+        s.json()
+    }
+
+    fn reset(&self, args: &[&str]) -> harness::Run {
+        let mut all = vec!["reset", "manifest.yaml"];
+        all.extend_from_slice(args);
+        self.state(&all, &[("DPONE_OPERATOR", "alice")])
+    }
+}
+
+/// A refused reset exits 2, names `code` and leaves target and mark as they were.
+fn assert_reset_refused(run: &harness::Run, code: &str, what: &str) {
+    assert_eq!(run.code, Some(2), "{what}: expected exit 2:\n{}", run.describe());
+    assert!(run.stderr.contains(code) || run.stdout.contains(code), "{what}: expected `{code}`:\n{}", run.describe());
+}
+
+#[test]
+fn state_show_prints_no_mark_then_the_mark_a_run_stored() {
+    let fx = Fixture::standard();
+    let text = fx.state(&["show", "manifest.yaml"], &[]);
+    assert_eq!(text.code, Some(0), "{}", text.describe());
+    assert!(text.stdout.contains("no mark"), "{}", text.describe());
+    assert_eq!(fx.show()["mark"], serde_json::Value::Null);
+    fx.run().assert_succeeded("first run");
+    let (_, run_id) = fx.mark().expect("a mark");
+    let shown = fx.show();
+    assert_eq!(shown["mark"]["column"], "id", "{shown:#}");
+    assert_eq!(shown["mark"]["type"], "integer", "{shown:#}");
+    assert_eq!(shown["mark"]["value"], "5", "{shown:#}");
+    assert_eq!(shown["mark"]["run_id"], run_id.as_str(), "{shown:#}");
+    let text = fx.state(&["show", "manifest.yaml"], &[]);
+    assert!(text.stdout.contains("id = 5 (integer)"), "{}", text.describe());
+    assert!(fx.target_rows().len() == 7, "show wrote nothing");
+}
+
+#[test]
+fn a_reset_to_a_lower_value_makes_the_next_run_append_the_rows_above_it_again() {
+    let fx = Fixture::standard();
+    fx.run().assert_succeeded("first run");
+    let before = fx.target_rows();
+    let receipt = fx.show()["mark"]["receipt"].as_str().expect("a receipt").to_string();
+    let reset = fx.reset(&["--to", "2", "--reason", "replay ids 3..5", "--expect", &receipt, "--yes"]);
+    assert_eq!(reset.code, Some(0), "{}", reset.describe());
+    assert_same_rows(&before, &fx.target_rows(), "a reset does not touch the rows");
+    let (mark, run) = fx.mark().expect("a mark");
+    assert_eq!(mark.as_deref(), Some("2"));
+    assert!(run.starts_with("reset-"), "the mark names the reset: {run}");
+    // The journal of the state store records who and why.
+    let shown = fx.show();
+    let last = &shown["last_reset"];
+    assert_eq!(last["operator"], "alice", "{shown:#}");
+    assert_eq!(last["reason"], "replay ids 3..5", "{shown:#}");
+    assert_eq!(last["state"], "applied", "{shown:#}");
+    assert_eq!(last["before"], receipt.as_str(), "{shown:#}");
+    assert!(last["holder"].as_str().unwrap_or_default().contains(" pid "), "{shown:#}");
+    let status = fx.status();
+    assert_eq!(status["incremental"]["last_reset"]["reason"], "replay ids 3..5", "status shows the reset: {status:#}");
+    // The next run reads 2 < id <= 5: rows 3, 4, 5 a second time.
+    let run = fx.run();
+    check_append(&fx, &run, &before, &fx.source_rows_in(2, 5), "5", "the run after a reset to 2");
+}
+
+#[test]
+fn a_cleared_mark_makes_the_next_run_read_from_the_start() {
+    let fx = Fixture::standard();
+    fx.run().assert_succeeded("first run");
+    let before = fx.target_rows();
+    let reset = fx.reset(&["--clear", "--reason", "target rebuilt", "--yes"]);
+    assert_eq!(reset.code, Some(0), "{}", reset.describe());
+    assert!(fx.mark().is_none(), "the mark row is gone");
+    assert_eq!(fx.show()["mark"], serde_json::Value::Null);
+    let run = fx.run();
+    check_append(&fx, &run, &before, &fx.source_rows_in(i64::MIN, 5), "5", "the run after a cleared mark");
+}
+
+#[test]
+fn a_reset_is_refused_without_a_reason_with_a_bad_value_or_an_unconfirmed_answer() {
+    let fx = Fixture::standard();
+    fx.run().assert_succeeded("first run");
+    let mark = fx.mark();
+    for (args, code) in [
+        (vec!["--to", "2", "--yes"], "reset_reason_required"),
+        (vec!["--to", "2", "--reason", " ", "--yes"], "reset_reason_required"),
+        (vec!["--to", "two", "--reason", "r", "--yes"], "invalid_mark_value"),
+        (vec!["--to", "1.5", "--reason", "r", "--yes"], "invalid_mark_value"),
+        (vec!["--reason", "r", "--yes"], "invalid_value"),
+        (vec!["--to", "2", "--reason", "r"], "reset_not_confirmed"),
+        (vec!["--to", "2", "--clear", "--reason", "r", "--yes"], "cannot be used with"),
+    ] {
+        let run = fx.reset(&args);
+        assert_reset_refused(&run, code, &format!("{args:?}"));
+        assert_eq!(fx.mark(), mark, "{args:?}: the mark is unchanged");
+    }
+    assert_eq!(fx.show()["last_reset"], serde_json::Value::Null, "nothing was journaled");
+}
+
+#[test]
+fn a_reset_is_refused_when_the_mark_moved_since_it_was_shown() {
+    let fx = Fixture::standard();
+    fx.run().assert_succeeded("first run");
+    let receipt = fx.show()["mark"]["receipt"].as_str().expect("a receipt").to_string();
+    fx.source_insert(&[row(6, &ts(2, 1))]);
+    fx.run().assert_succeeded("a run moves the mark");
+    let mark = fx.mark();
+    let run = fx.reset(&["--to", "2", "--reason", "r", "--expect", &receipt, "--yes"]);
+    assert_reset_refused(&run, "incremental_mark_moved", "a mark moved since show");
+    assert_eq!(fx.mark(), mark, "the mark is unchanged");
+}
+
+/// The compare-and-set of the target's own transaction: a reset whose
+/// mark moved between its read and its transaction changes nothing.
+#[test]
+fn the_target_refuses_a_reset_whose_mark_moved_in_between() {
+    use dpone_core::incremental::{CursorValue, StoredMark};
+    use dpone_core::ports::Target;
+    let fx = Fixture::standard();
+    fx.run().assert_succeeded("first run");
+    let (_, run_id) = fx.mark().expect("a mark");
+    let seen = StoredMark { column: "id".into(), value: Some(CursorValue::Integer(5)), run_id };
+    fx.target_exec("UPDATE _dpone_marks SET mark = '4'");
+    let target = dpone_sqlite::SqliteTarget::new(dpone_sqlite::SqliteConfig {
+        path: fx.target.clone(),
+        table: dpone_core::manifest::TableRef { schema: None, name: "t".into() },
+    });
+    let after = StoredMark { column: "id".into(), value: Some(CursorValue::Integer(1)), run_id: "reset-x".into() };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let err = rt.block_on(target.reset_mark(Some(&seen), Some(&after))).expect_err("a moved mark is refused");
+    assert_eq!(err.code, "incremental_mark_moved", "{err:?}");
+    assert_eq!(fx.mark_value().as_deref(), Some("4"), "the mark is left as found");
+    let err = rt.block_on(target.reset_mark(Some(&seen), None)).expect_err("a clear too");
+    assert_eq!(err.code, "incremental_mark_moved", "{err:?}");
+    assert_eq!(fx.mark_value().as_deref(), Some("4"), "the mark is left as found");
+}
+
+#[test]
+fn a_reset_is_refused_while_a_run_holds_the_lease_or_is_unfinished() {
+    let fx = Fixture::standard();
+    fx.run().assert_succeeded("first run");
+    fx.source_insert(&[row(6, &ts(2, 1))]);
+    let mark = fx.mark();
+    let child =
+        harness::spawn(&fx.dir, &["run", "manifest.yaml", "--format", "json"], &[("DPONE_FAILPOINT_SLEEP", "publish.before_intent:4000")]);
+    harness::wait_until(std::time::Duration::from_secs(30), "the run reaches its intent", || state_of(&fx.status()) == "verified");
+    let run = fx.reset(&["--to", "2", "--reason", "r", "--yes"]);
+    assert_reset_refused(&run, "lease_held", "a run holds the lease");
+    assert_eq!(fx.mark(), mark, "the mark is unchanged");
+    child.wait().assert_succeeded("the run");
+    // An unfinished run: its batch was read after the current mark.
+    fx.source_insert(&[row(7, &ts(2, 2))]);
+    fx.run_with(&[("DPONE_FAILPOINT", "publish.before_intent")]).assert_aborted_at("publish.before_intent");
+    let mark = fx.mark();
+    let run = fx.reset(&["--to", "2", "--reason", "r", "--yes"]);
+    assert_reset_refused(&run, "unfinished_run", "an unfinished run");
+    assert_eq!(fx.mark(), mark, "the mark is unchanged");
+    fx.run().assert_succeeded("the resumed run");
 }

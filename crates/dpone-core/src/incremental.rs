@@ -148,7 +148,7 @@ pub fn mark_mismatch(column: &str, kind: CursorKind, mark: &StoredMark) -> Optio
                 kind.as_str()
             ),
         )
-        .hint("restore source.options.incremental_column; to start over, delete the target's row in _dpone_marks (the next run then appends every source row up to the maximum)")
+        .hint("restore source.options.incremental_column; to start over, `dpone state reset <manifest> --clear --reason \"...\"` (the next run then appends every source row up to the maximum) or `--to <value>` of the new cursor")
     })
 }
 

@@ -555,6 +555,10 @@ impl Target for PostgresTarget {
         self.read_final_mark().await
     }
 
+    async fn peek_mark(&self) -> Result<Option<dpone_core::incremental::StoredMark>> {
+        self.peek_final_mark().await
+    }
+
     async fn publish_append(
         &self,
         generation: &str,
@@ -563,5 +567,13 @@ impl Target for PostgresTarget {
         rows: u64,
     ) -> Result<PublicationOutcome> {
         self.append_in_transaction(generation, before, after, rows).await
+    }
+
+    async fn reset_mark(
+        &self,
+        before: Option<&dpone_core::incremental::StoredMark>,
+        after: Option<&dpone_core::incremental::StoredMark>,
+    ) -> Result<()> {
+        self.reset_mark_in_transaction(before, after).await
     }
 }

@@ -172,6 +172,15 @@ fn read_mark_in(conn: &Connection, marks_sql: &str, schema: &str, target: &str) 
     Ok(Some(StoredMark { column, value, run_id: run }))
 }
 
+/// The refusal of a reset whose mark is no longer the one the operator saw.
+fn mark_moved(now: Option<&StoredMark>, expected: Option<&StoredMark>) -> AdapterError {
+    AdapterError::permanent(
+        "incremental_mark_moved",
+        format!("the target's mark is {} but the reset expected {}", receipt_identity(now), receipt_identity(expected)),
+    )
+    .hint("the mark moved since it was read (a run, or another reset); nothing was changed: look at `dpone state show` and reset again")
+}
+
 fn staging_ddl(table_sql: &str, columns: &[Column]) -> String {
     let defs: Vec<String> = columns
         .iter()
@@ -527,6 +536,50 @@ impl Target for SqliteTarget {
                 // SQLite's commit is atomic: a failed COMMIT leaves rows and mark as they were.
                 Err(e) => Err(classify("committing the publication", e)),
             }
+        })
+        .await
+    }
+
+    async fn reset_mark(&self, before: Option<&StoredMark>, after: Option<&StoredMark>) -> Result<()> {
+        // Opening a missing file would create an empty database.
+        if !self.config.path.exists() {
+            return Err(AdapterError::permanent(
+                "target_missing",
+                format!("the SQLite target {} does not exist", self.config.path.display()),
+            )
+            .hint("check sink.connection; a target that was never written has no mark to reset"));
+        }
+        let (marks_sql, schema, target) = (self.owned_sql(MARKS_TABLE), self.schema(), self.config.table.name.clone());
+        let (before, after) = (before.cloned(), after.cloned());
+        self.with_conn(move |conn| {
+            let tx = conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(|e| classify("starting the reset of the mark", e))?;
+            // Under the write lock: the mark is still the one the operator saw.
+            let now = read_mark_in(&tx, &marks_sql, &schema, &target)?;
+            if now != before {
+                return Err(mark_moved(now.as_ref(), before.as_ref()));
+            }
+            match &after {
+                Some(after) => {
+                    tx.execute_batch(&marks_ddl(&marks_sql)).map_err(|e| classify("creating the marks table", e))?;
+                    tx.execute(
+                        &format!(
+                            "INSERT INTO {marks_sql} (target_table, cursor_column, mark_kind, mark, run, rows) VALUES (?1, ?2, ?3, ?4, ?5, 0) \
+                             ON CONFLICT (target_table) DO UPDATE SET cursor_column = excluded.cursor_column, mark_kind = excluded.mark_kind, \
+                             mark = excluded.mark, run = excluded.run, rows = excluded.rows"
+                        ),
+                        rusqlite::params![target, after.column, after.value.map(|v| v.kind().as_str()), after.value.map(|v| v.to_string()), after.run_id],
+                    )
+                    .map_err(|e| classify("storing the mark", e))?;
+                }
+                None if now.is_some() => {
+                    tx.execute(&format!("DELETE FROM {marks_sql} WHERE target_table = ?1"), [&target])
+                        .map_err(|e| classify("clearing the mark", e))?;
+                }
+                None => {}
+            }
+            tx.commit().map_err(|e| classify("committing the reset of the mark", e))
         })
         .await
     }

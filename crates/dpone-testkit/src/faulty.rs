@@ -390,6 +390,11 @@ impl<T: Target> Target for FaultyTarget<T> {
         self.run(TargetOp::Identity, self.inner.read_mark()).await
     }
 
+    /// Faults named `identity`, as `read_mark`.
+    async fn peek_mark(&self) -> Result<Option<dpone_core::incremental::StoredMark>> {
+        self.run(TargetOp::Identity, self.inner.peek_mark()).await
+    }
+
     /// Faults named `publish`: the append is the incremental publication.
     async fn publish_append(
         &self,
@@ -399,6 +404,15 @@ impl<T: Target> Target for FaultyTarget<T> {
         rows: u64,
     ) -> Result<PublicationOutcome> {
         self.run(TargetOp::Publish, self.inner.publish_append(generation, before, after, rows)).await
+    }
+
+    /// Faults named `publish`: a reset writes the mark as a publication does.
+    async fn reset_mark(
+        &self,
+        before: Option<&dpone_core::incremental::StoredMark>,
+        after: Option<&dpone_core::incremental::StoredMark>,
+    ) -> Result<()> {
+        self.run(TargetOp::Publish, self.inner.reset_mark(before, after)).await
     }
 }
 

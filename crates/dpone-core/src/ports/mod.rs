@@ -353,6 +353,15 @@ pub trait Target: Send + Sync + 'static {
         async { Err(incremental_unsupported("target")) }
     }
 
+    /// [`Target::read_mark`] for read-only commands (`status`, `plan`,
+    /// `state show`): a target whose mark is final only once a running
+    /// publication ended waits a short bounded time, then refuses
+    /// (`publication_in_progress`) instead of blocking. A run judges its
+    /// publication with `read_mark`, never with this.
+    fn peek_mark(&self) -> impl Future<Output = Result<Option<StoredMark>>> + Send {
+        self.read_mark()
+    }
+
     /// `incremental_append`: in one transaction, checks that the stored
     /// mark is still `before`, appends every row of `generation` to the
     /// target, checks that the target grew by exactly `rows`, and stores
@@ -366,6 +375,17 @@ pub trait Target: Send + Sync + 'static {
         rows: u64,
     ) -> impl Future<Output = Result<PublicationOutcome>> + Send {
         let _ = (generation, before, after, rows);
+        async { Err(incremental_unsupported("target")) }
+    }
+
+    /// `incremental_append`, an operator's deliberate move of the mark
+    /// (`dpone state reset`): in one transaction, checks that the stored
+    /// mark is still `before` (compare-and-set: `incremental_mark_moved`
+    /// otherwise, nothing changed) and stores `after`, or removes the mark
+    /// when `after` is None (the next run reads from the start). Rows are
+    /// never touched. The caller holds the target's lease.
+    fn reset_mark(&self, before: Option<&StoredMark>, after: Option<&StoredMark>) -> impl Future<Output = Result<()>> + Send {
+        let _ = (before, after);
         async { Err(incremental_unsupported("target")) }
     }
 }

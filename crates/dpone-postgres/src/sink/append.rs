@@ -36,6 +36,9 @@ use dpone_core::incremental::{CursorKind, CursorValue, StoredMark, receipt_ident
 use dpone_core::ports::{AdapterError, PublicationOutcome, Result};
 use tokio_postgres::{GenericClient, IsolationLevel};
 
+/// How long a read-only command waits for a running publication.
+const PEEK_WAIT: &str = "2s";
+
 /// The table beside an incrementally appended target holding its mark.
 pub const MARKS_TABLE: &str = "_dpone_marks";
 
@@ -89,6 +92,101 @@ impl PostgresTarget {
         let client = self.connect().await?;
         self.wait_for_publishers(&client).await?;
         self.read_mark_in(&client).await
+    }
+
+    /// An operator's move of the mark (`dpone state reset`): one
+    /// SERIALIZABLE transaction under the locks of a publication (the
+    /// target's advisory lock, the marks table `IN SHARE ROW EXCLUSIVE
+    /// MODE`), so it serializes with any publishing session of the target;
+    /// the stored mark must still be `before`, then `after` is stored (or
+    /// the row deleted). The target's rows are not touched.
+    pub(super) async fn reset_mark_in_transaction(&self, before: Option<&StoredMark>, after: Option<&StoredMark>) -> Result<()> {
+        let mut client = self.connect().await?;
+        let setup = format!("SET application_name = 'dpone publish'; SET lock_timeout = '{LOCK_WAIT}'");
+        client.batch_execute(&setup).await.map_err(|e| classify("preparing the reset of the mark", e))?;
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {} (target_table text PRIMARY KEY, cursor_column text NOT NULL, mark_kind text, mark text, \
+                 run text NOT NULL, rows bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now())",
+                self.marks_sql()
+            ))
+            .await
+            .map_err(|e| classify("creating the marks table", e))?;
+        let key = lock_text(&self.target_sql());
+        client
+            .query_one("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&key])
+            .await
+            .map_err(|e| classify("waiting for a publication of this target", e))?;
+        let done = self.reset_mark_locked(&mut client, before, after).await;
+        // The session ends with the client anyway; unlocking at once frees
+        // the target for a run even while the connection winds down.
+        let _ = client.query_one("SELECT pg_advisory_unlock(hashtextextended($1, 0))", &[&key]).await;
+        done
+    }
+
+    async fn reset_mark_locked(
+        &self,
+        client: &mut tokio_postgres::Client,
+        before: Option<&StoredMark>,
+        after: Option<&StoredMark>,
+    ) -> Result<()> {
+        let tx = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::Serializable)
+            .start()
+            .await
+            .map_err(|e| classify("starting the reset of the mark", e))?;
+        let marks = self.marks_sql();
+        tx.batch_execute(&format!("LOCK TABLE {marks} IN SHARE ROW EXCLUSIVE MODE"))
+            .await
+            .map_err(|e| classify("locking the marks table", e))?;
+        let now = self.read_mark_in(&tx).await?;
+        if now.as_ref() != before {
+            return Err(AdapterError::permanent(
+                "incremental_mark_moved",
+                format!("the target's mark is {} but the reset expected {}", receipt_identity(now.as_ref()), receipt_identity(before)),
+            )
+            .hint("the mark moved since it was read (a run, or another reset); nothing was changed: look at `dpone state show` and reset again"));
+        }
+        match after {
+            Some(after) => {
+                let (kind, mark) = (after.value.map(|v| v.kind().as_str().to_string()), after.value.map(|v| v.to_string()));
+                tx.execute(
+                    &format!(
+                        "INSERT INTO {marks} (target_table, cursor_column, mark_kind, mark, run, rows) VALUES ($1, $2, $3, $4, $5, 0) \
+                         ON CONFLICT (target_table) DO UPDATE SET cursor_column = excluded.cursor_column, mark_kind = excluded.mark_kind, \
+                         mark = excluded.mark, run = excluded.run, rows = excluded.rows, committed_at = now()"
+                    ),
+                    &[&self.table.name, &after.column, &kind, &mark, &after.run_id],
+                )
+                .await
+                .map_err(|e| classify("storing the mark", e))?;
+            }
+            None => {
+                tx.execute(&format!("DELETE FROM {marks} WHERE target_table = $1"), &[&self.table.name])
+                    .await
+                    .map_err(|e| classify("clearing the mark", e))?;
+            }
+        }
+        tx.commit().await.map_err(|e| classify("committing the reset of the mark", e))
+    }
+
+    /// The stored mark for a read-only command (`status`, `plan`, `state
+    /// show`): like [`Self::read_final_mark`], but waits at most
+    /// [`PEEK_WAIT`] for a running publication of the target, then
+    /// answers `publication_in_progress` instead of blocking. A run's own
+    /// judgement keeps the full wait (`read_mark`).
+    pub(super) async fn peek_final_mark(&self) -> Result<Option<StoredMark>> {
+        let client = self.connect().await?;
+        match self.wait_for_publishers_within(&client, PEEK_WAIT).await {
+            Ok(()) => self.read_mark_in(&client).await,
+            Err(e) if e.code == "postgres_error:55P03" => Err(AdapterError::transient(
+                "publication_in_progress",
+                format!("a publication of {} is in progress; its mark is not final yet", self.target_sql()),
+            )
+            .hint("run the command again once it ended (a publishing session whose client died is ended by the server)")),
+            Err(e) => Err(e),
+        }
     }
 
     /// The append's publishing transaction (see the module docs).

@@ -56,6 +56,12 @@ impl PostgresTarget {
     /// whose client died included), so that a receipt read afterwards is
     /// final. `client` must not be inside a transaction.
     pub(super) async fn wait_for_publishers(&self, client: &Client) -> Result<()> {
+        self.wait_for_publishers_within(client, LOCK_WAIT).await
+    }
+
+    /// [`Self::wait_for_publishers`], waiting at most `wait` (a PostgreSQL
+    /// interval such as `2s`); past it the lock wait fails.
+    pub(super) async fn wait_for_publishers_within(&self, client: &Client, wait: &str) -> Result<()> {
         let key = lock_text(&self.target_sql());
         let free: bool = client
             .query_one("SELECT pg_try_advisory_lock_shared(hashtextextended($1, 0))", &[&key])
@@ -65,7 +71,7 @@ impl PostgresTarget {
         if !free {
             tracing::info!("waiting for an earlier publishing transaction of this target to end");
             client
-                .batch_execute(&format!("SET lock_timeout = '{LOCK_WAIT}'"))
+                .batch_execute(&format!("SET lock_timeout = '{wait}'"))
                 .await
                 .map_err(|e| classify("waiting for a running publication", e))?;
             client.query_one("SELECT pg_advisory_lock_shared(hashtextextended($1, 0))", &[&key]).await.map_err(|e| {

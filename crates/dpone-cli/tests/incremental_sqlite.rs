@@ -808,3 +808,38 @@ fn a_reset_is_refused_while_a_run_holds_the_lease_or_is_unfinished() {
     assert_eq!(fx.mark(), mark, "the mark is unchanged");
     fx.run().assert_succeeded("the resumed run");
 }
+
+/// A mark row that cannot be read (an edit of `_dpone_marks` by hand) stops
+/// the next run before it writes anything: `mark_unreadable`, target and
+/// mark untouched.
+#[test]
+fn an_unreadable_mark_is_refused_and_nothing_is_appended() {
+    let fx = Fixture::standard();
+    fx.run().assert_succeeded("first run");
+    let before = fx.target_rows();
+    let conn = Connection::open(&fx.target).expect("open target");
+    conn.execute("UPDATE _dpone_marks SET mark_kind = 'no-such-kind'", []).expect("corrupt the mark");
+    drop(conn);
+    let run = fx.run();
+    run.assert_no_panic();
+    assert_ne!(run.code, Some(0), "expected the run to be refused:\n{}", run.describe());
+    assert!(run.stdout.contains("mark_unreadable") || run.stderr.contains("mark_unreadable"), "{}", run.describe());
+    assert_same_rows(&before, &fx.target_rows(), "nothing appended over an unreadable mark");
+    let shown = fx.state(&["show", "manifest.yaml"], &[]);
+    assert!(shown.stdout.contains("mark_unreadable") || shown.stderr.contains("mark_unreadable"), "{}", shown.describe());
+}
+
+/// `dpone state` on a process that keeps no mark says so instead of
+/// printing "no mark".
+#[test]
+fn state_commands_refuse_a_process_that_is_not_an_append() {
+    let fx = Fixture::standard();
+    let full_refresh =
+        manifest("id", "", "").replace("    incremental_column: id\n", "").replace("mode: incremental_append", "mode: full_refresh");
+    std::fs::write(fx.dir.join("full.yaml"), full_refresh).expect("write manifest");
+    for args in [&["show", "full.yaml"][..], &["reset", "full.yaml", "--clear", "--reason", "x", "--yes"][..]] {
+        let run = fx.state(args, &[]);
+        assert_eq!(run.code, Some(2), "state {args:?}: expected exit 2:\n{}", run.describe());
+        assert!(run.stderr.contains("not_incremental") || run.stdout.contains("not_incremental"), "{}", run.describe());
+    }
+}

@@ -119,6 +119,30 @@ pub struct StoredMark {
     pub run_id: String,
 }
 
+impl StoredMark {
+    /// A mark from its row as every target keeps it in `_dpone_marks`
+    /// (cursor column, kind, value as text, run): None when the row cannot
+    /// be read (an unknown kind, a value that is not of its kind, a kind
+    /// without a value or a value without a kind). The adapters turn None
+    /// into `mark_unreadable`.
+    pub fn from_row(column: String, kind: Option<&str>, mark: Option<&str>, run_id: String) -> Option<StoredMark> {
+        let value = match (kind, mark) {
+            (None, None) => None,
+            (Some(k), Some(m)) => {
+                let kind = match k {
+                    "integer" => CursorKind::Integer,
+                    "timestamp" => CursorKind::Timestamp,
+                    "date" => CursorKind::Date,
+                    _ => return None,
+                };
+                Some(CursorValue::parse(kind, m).ok()?)
+            }
+            _ => return None,
+        };
+        Some(StoredMark { column, value, run_id })
+    }
+}
+
 /// The identity of a target's mark (its receipt): what a publication
 /// changes atomically with the rows, so that its outcome is judged by
 /// comparing it with the recorded before and after (`none` when no run
@@ -249,6 +273,21 @@ impl CursorBatch {
 
 #[cfg(test)]
 mod tests {
+
+    /// What the targets' `mark_unreadable` stands on: a row that is not a
+    /// mark of its own kind is refused, never read as "no mark".
+    #[test]
+    fn stored_marks_are_read_from_rows_or_refused() {
+        let row = |k: Option<&str>, m: Option<&str>| StoredMark::from_row("id".into(), k, m, "r1".into());
+        assert_eq!(row(Some("integer"), Some("9")).unwrap().value, Some(CursorValue::parse(CursorKind::Integer, "9").unwrap()));
+        assert_eq!(row(None, None).unwrap().value, None);
+        assert!(row(Some("timestamp"), Some("2026-09-01T00:00:00Z")).is_some());
+        assert!(row(Some("date"), Some("2026-09-01")).is_some());
+        assert_eq!(row(Some("integer"), Some("nine")), None);
+        assert_eq!(row(Some("float"), Some("9")), None);
+        assert_eq!(row(Some("integer"), None), None);
+        assert_eq!(row(None, Some("9")), None);
+    }
     use super::*;
 
     fn mark(v: i64) -> Option<StoredMark> {

@@ -14,7 +14,7 @@ use crate::source::{check_window_values, describe_table, encode_row, select_list
 use crate::types::{quote_ident, to_sql};
 use dpone_core::Diagnostic;
 use dpone_core::digest::RowDigest;
-use dpone_core::incremental::{CursorKind, CursorValue, StoredMark, receipt_identity};
+use dpone_core::incremental::{StoredMark, receipt_identity};
 use dpone_core::ports::{
     AdapterError, Contents, EligibilityRequest, FrameRx, GenerationBuild, PublicationOutcome, Result, RowFilter, TableRole, Target,
     WindowStats,
@@ -156,20 +156,7 @@ fn read_mark_in(conn: &Connection, marks_sql: &str, schema: &str, target: &str) 
         AdapterError::permanent("mark_unreadable", format!("the mark of `{target}` in {MARKS_TABLE} cannot be read"))
             .hint("restore the row, or delete it to start over (the next run appends every source row up to the maximum)")
     };
-    let value = match (kind.as_deref(), mark) {
-        (None, None) => None,
-        (Some(k), Some(m)) => {
-            let kind = match k {
-                "integer" => CursorKind::Integer,
-                "timestamp" => CursorKind::Timestamp,
-                "date" => CursorKind::Date,
-                _ => return Err(unreadable()),
-            };
-            Some(CursorValue::parse(kind, &m).map_err(|_| unreadable())?)
-        }
-        _ => return Err(unreadable()),
-    };
-    Ok(Some(StoredMark { column, value, run_id: run }))
+    StoredMark::from_row(column, kind.as_deref(), mark.as_deref(), run).map(Some).ok_or_else(unreadable)
 }
 
 /// The refusal of a reset whose mark is no longer the one the operator saw.

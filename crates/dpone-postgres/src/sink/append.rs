@@ -32,7 +32,7 @@ use super::fingerprint::{self, SESSION, query, select_sql};
 use super::transaction::{LOCK_WAIT, lock_text, rolled_back};
 use crate::error::classify;
 use crate::source::quote_ident;
-use dpone_core::incremental::{CursorKind, CursorValue, StoredMark, receipt_identity};
+use dpone_core::incremental::{StoredMark, receipt_identity};
 use dpone_core::ports::{AdapterError, PublicationOutcome, Result};
 use tokio_postgres::{GenericClient, IsolationLevel};
 
@@ -70,20 +70,7 @@ impl PostgresTarget {
             AdapterError::permanent("mark_unreadable", format!("the mark of `{}` in {} cannot be read", self.table.name, self.marks_sql()))
                 .hint("restore the row, or delete it to start over (the next run appends every source row up to the maximum)")
         };
-        let value = match (kind.as_deref(), mark) {
-            (None, None) => None,
-            (Some(k), Some(m)) => {
-                let kind = match k {
-                    "integer" => CursorKind::Integer,
-                    "timestamp" => CursorKind::Timestamp,
-                    "date" => CursorKind::Date,
-                    _ => return Err(unreadable()),
-                };
-                Some(CursorValue::parse(kind, &m).map_err(|_| unreadable())?)
-            }
-            _ => return Err(unreadable()),
-        };
-        Ok(Some(StoredMark { column, value, run_id: run }))
+        StoredMark::from_row(column, kind.as_deref(), mark.as_deref(), run).map(Some).ok_or_else(unreadable)
     }
 
     /// The stored mark, final: read after any running publication of this

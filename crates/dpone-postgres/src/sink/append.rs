@@ -29,7 +29,7 @@
 
 use super::PostgresTarget;
 use super::fingerprint::{self, SESSION, query, select_sql};
-use super::transaction::{LOCK_WAIT, lock_text, rolled_back};
+use super::transaction::{LOCK_WAIT, commit_outcome, lock_text, rolled_back};
 use crate::error::classify;
 use crate::source::quote_ident;
 use dpone_core::incremental::{StoredMark, receipt_identity};
@@ -273,17 +273,6 @@ impl PostgresTarget {
         };
         // Nothing was committed: whatever failed, the transaction rolls back.
         statements.await.map_err(rolled_back)?;
-        match tx.commit().await {
-            Ok(()) => Ok(PublicationOutcome::Published),
-            Err(e) if e.code().is_some_and(|c| !c.code().starts_with("08") && !c.code().starts_with("57")) => {
-                let mut err = rolled_back(classify("committing the publication", e));
-                err.hint = Some("nothing was published; run the same command again".into());
-                Err(err)
-            }
-            Err(e) => Err(AdapterError::indeterminate(
-                "outcome_unknown",
-                format!("the publishing transaction's outcome is unknown: {}", classify("committing the publication", e).message),
-            )),
-        }
+        commit_outcome(tx.commit().await)
     }
 }

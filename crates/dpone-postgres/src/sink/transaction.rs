@@ -51,6 +51,26 @@ pub(super) fn rolled_back(e: AdapterError) -> AdapterError {
     AdapterError { message: format!("the publishing transaction was rolled back: {}", e.message), ..e }
 }
 
+/// How a publishing `COMMIT` ended. The server answered it with an error:
+/// it rolled back (a serialization failure, a deferred constraint), unless
+/// the answer is the session's own end (SQLSTATE classes 08, 57), which may
+/// follow a commit: then, as with no answer at all, the outcome is unknown
+/// until the receipt is read.
+pub(super) fn commit_outcome(result: std::result::Result<(), tokio_postgres::Error>) -> Result<PublicationOutcome> {
+    match result {
+        Ok(()) => Ok(PublicationOutcome::Published),
+        Err(e) if e.code().is_some_and(|c| !c.code().starts_with("08") && !c.code().starts_with("57")) => {
+            let mut err = rolled_back(classify("committing the publication", e));
+            err.hint = Some("nothing was published; run the same command again".into());
+            Err(err)
+        }
+        Err(e) => Err(AdapterError::indeterminate(
+            "outcome_unknown",
+            format!("the publishing transaction's outcome is unknown: {}", classify("committing the publication", e).message),
+        )),
+    }
+}
+
 impl PostgresTarget {
     /// Waits until no publishing session of this target is running (one
     /// whose client died included), so that a receipt read afterwards is
@@ -140,21 +160,7 @@ impl PostgresTarget {
         };
         // Nothing was committed: whatever failed, the transaction rolls back.
         statements.await.map_err(rolled_back)?;
-        match tx.commit().await {
-            Ok(()) => Ok(PublicationOutcome::Published),
-            // The server answered COMMIT with an error: it rolled back
-            // (a serialization failure, a deferred constraint), unless the
-            // answer is the session's own end, which may follow a commit.
-            Err(e) if e.code().is_some_and(|c| !c.code().starts_with("08") && !c.code().starts_with("57")) => {
-                let mut err = rolled_back(classify("committing the publication", e));
-                err.hint = Some("nothing was published; run the same command again".into());
-                Err(err)
-            }
-            Err(e) => Err(AdapterError::indeterminate(
-                "outcome_unknown",
-                format!("the publishing transaction's outcome is unknown: {}", classify("committing the publication", e).message),
-            )),
-        }
+        commit_outcome(tx.commit().await)
     }
 
     /// The kept rows' fingerprint, recomputed under the lock, must be the one

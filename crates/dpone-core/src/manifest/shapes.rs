@@ -163,7 +163,11 @@ fn strategy_object() -> Shape {
             "Rolling window [end - lookback, end)",
         ),
         field("unique_key", Shape::List(Box::new(string())), "Key of incremental_merge"),
-        field("lookback", Shape::String { format: Some("duration") }, "incremental_merge: re-read margin below the mark"),
+        field(
+            "lookback",
+            Shape::Scalar,
+            "incremental_merge: re-read margin below the mark, an integer (integer cursor) or an ISO-8601 duration (timestamp or date cursor)",
+        ),
         field("predicate", string(), "Custom replace predicate"),
         field("partition", string(), "Partition of partition_replace"),
         field("dedup", Shape::Bool, "Deduplicate before load"),

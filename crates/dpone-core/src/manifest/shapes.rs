@@ -285,11 +285,11 @@ const SOURCE_OPTIONS_REFUSED: &[(&str, &str)] = &[
     ("query", "query sources are not available: a source is a table (source.table), optionally narrowed by options.columns"),
     ("exclude_columns", "list the columns to move in options.columns instead"),
     ("micro_batch_commit", "a run publishes once, atomically; remove the key"),
-    ("unique_key", "incremental merges are not available; remove the key"),
+    ("unique_key", "a merge's key is written as sink.strategy.unique_key (mode: incremental_merge); remove it here"),
 ];
 
 const STRATEGY_REFUSED: &[(&str, &str)] = &[
-    ("merge_policy", "incremental merges are not available: use `mode: replace` with a window, or `full_refresh`"),
+    ("merge_policy", "incremental_merge has one policy (the batch's rows replace the target's rows of their keys); remove the key"),
     ("only_new_rows", "incremental loads are not available: use `mode: replace` with a window"),
     ("duplicate_policy", "rows are moved with their multiplicity; remove the key"),
 ];

@@ -13,8 +13,8 @@ use dpone_core::Diagnostic;
 use dpone_core::incremental::{CursorKind, CursorValue, StoredMark};
 use dpone_core::manifest::{Manifest, System};
 use dpone_core::ports::{
-    Contents, EligibilityRequest, FrameRx, FrameTx, GenerationBuild, GenerationEstimate, PublicationOutcome, ReadRequest, ReadStats,
-    Result, RowFilter, Source, SourceVersion, TableRole, Target, WindowStats, Wiring,
+    Contents, EligibilityRequest, FrameRx, FrameTx, GenerationBuild, GenerationEstimate, MergeCounts, MergeKey, PublicationOutcome,
+    ReadRequest, ReadStats, Result, RowFilter, Source, SourceVersion, TableRole, Target, WindowStats, Wiring,
 };
 use dpone_core::types::{Column, ColumnType};
 use dpone_postgres::{PostgresSource, PostgresTarget};
@@ -384,6 +384,21 @@ impl Target for RealTarget {
 
     async fn peek_mark(&self) -> Result<Option<StoredMark>> {
         redacted!(self, RealTarget, |t| t.peek_mark().await)
+    }
+
+    async fn check_merge(&self, generation: &str, key: &MergeKey) -> Result<MergeCounts> {
+        redacted!(self, RealTarget, |t| t.check_merge(generation, key).await)
+    }
+
+    async fn publish_merge(
+        &self,
+        generation: &str,
+        before: Option<&StoredMark>,
+        after: &StoredMark,
+        key: &MergeKey,
+        expected: MergeCounts,
+    ) -> Result<PublicationOutcome> {
+        redacted!(self, RealTarget, |t| t.publish_merge(generation, before, after, key, expected).await)
     }
 
     async fn reset_mark(&self, before: Option<&StoredMark>, after: Option<&StoredMark>) -> Result<()> {

@@ -181,6 +181,7 @@ pub fn strategy_name(m: &Manifest) -> &'static str {
         manifest::Strategy::FullRefresh { .. } => "full_refresh",
         manifest::Strategy::Replace { .. } => "replace",
         manifest::Strategy::IncrementalAppend { .. } => "incremental_append",
+        manifest::Strategy::IncrementalMerge { .. } => "incremental_merge",
     }
 }
 
@@ -248,7 +249,9 @@ fn plan_one(path: &Path, manifest: &Manifest, args: &IntervalArgs, offline: bool
                     s.open_snapshot().await?;
                     let max = s.cursor_max(&inc.column, kind).await;
                     let _ = s.close_snapshot().await;
-                    Some(dpone_core::incremental::CursorBatch::new(&inc.column, kind, mark, p.initial_value, max?))
+                    Some(
+                        dpone_core::incremental::CursorBatch::new(&inc.column, kind, mark, p.initial_value, max?).with_lookback(p.lookback),
+                    )
                 }
                 _ => None,
             };

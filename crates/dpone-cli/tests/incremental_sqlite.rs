@@ -324,12 +324,13 @@ fn cursor_columns_that_cannot_order_rows_are_refused() {
 }
 
 #[test]
-fn lookback_is_refused_with_append_and_merge_stays_unsupported() {
+fn lookback_is_refused_with_append_and_merge_needs_a_key() {
     let fx = Fixture::new(&[], &[], &manifest("id", "", "    lookback: P1D\n"));
     assert_refused(&fx, &fx.run(), "incremental_lookback_requires_merge", "lookback");
+    // incremental_merge is tested in tests/incremental_merge_sqlite.rs.
     let text = manifest("id", "", "").replace("mode: incremental_append", "mode: incremental_merge");
     let fx = Fixture::new(&[], &[], &text);
-    assert_refused(&fx, &fx.run(), "unsupported_strategy", "incremental_merge");
+    assert_refused(&fx, &fx.run(), "merge_key_missing", "incremental_merge without unique_key");
 }
 
 #[test]

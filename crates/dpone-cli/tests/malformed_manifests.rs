@@ -527,7 +527,12 @@ fn manifest_cases() -> Vec<Case> {
             "incremental_lookback_requires_merge",
             "sink.strategy.lookback",
         ),
-        case("strategy_incremental_merge", f.set("sink.strategy.mode", "incremental_merge"), "unsupported_strategy", "sink.strategy.mode"),
+        case(
+            "strategy_incremental_merge_without_cursor",
+            f.set("sink.strategy.mode", "incremental_merge"),
+            "missing_key",
+            "source.options.incremental_column",
+        ),
         case("strategy_partition_replace", ch.set("sink.strategy.mode", "partition_replace"), "unsupported_strategy", "sink.strategy.mode"),
         case("replace_without_window", w.remove(WIN), "unsupported_strategy", "sink.strategy"),
         case(

@@ -157,6 +157,12 @@ pub struct IncrementalEvidence {
     /// What was read, e.g. `7 < id <= 10`.
     pub batch: String,
     pub rows_inserted: u64,
+    /// `incremental_merge`: the key, and the target rows replaced (deleted
+    /// because their key is in the batch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unique_key: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rows_replaced: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -12,7 +12,17 @@
 //! mark to [`CursorBatch::new_mark`] in one target transaction.
 //!
 //! Rows that arrive later with a cursor at or below the mark are never
-//! read: an append moves what is new by its cursor, not what changed.
+//! read by an append: it moves what is new by its cursor, not what changed.
+//!
+//! # Merge
+//!
+//! `incremental_merge` reads the same batch, optionally starting a
+//! [`Lookback`] below the mark (`cursor > mark - lookback`), and its
+//! publication replaces the target rows whose `unique_key` appears in the
+//! batch with the batch's version of each key (the greatest cursor; an
+//! exact tie of different rows is refused by the target adapter, which
+//! resolves the batch in its publishing transaction). Re-read rows replace
+//! themselves, so a lookback never duplicates.
 //!
 //! # Invariants
 //!
@@ -176,6 +186,68 @@ pub fn mark_mismatch(column: &str, kind: CursorKind, mark: &StoredMark) -> Optio
     })
 }
 
+/// `incremental_merge`: how far below the stored mark a run re-reads.
+/// An integer cursor takes a non-negative integer, a timestamp cursor an
+/// ISO-8601 duration, a date cursor a duration of whole days.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum Lookback {
+    Integer(i64),
+    /// Microseconds (timestamp cursors).
+    Micros(i64),
+    /// Days (date cursors).
+    Days(i32),
+}
+
+impl Lookback {
+    /// Reads `text` (as written in the manifest) for a cursor of `kind`.
+    pub fn parse(kind: CursorKind, text: &str) -> Result<Lookback, String> {
+        let t = text.trim();
+        let duration = || {
+            crate::time::FixedDuration::parse_iso8601(t).map_err(|e| {
+                format!("`{text}` is not an ISO-8601 duration ({e}); a {} cursor's lookback is a duration such as P3D", kind.as_str())
+            })
+        };
+        match kind {
+            CursorKind::Integer => match t.parse::<i64>() {
+                Ok(n) if n >= 0 => Ok(Lookback::Integer(n)),
+                _ => Err(format!(
+                    "`{text}` is not a non-negative integer; an integer cursor's lookback is a number of cursor units, e.g. 100"
+                )),
+            },
+            CursorKind::Timestamp => Ok(Lookback::Micros(duration()?.micros())),
+            CursorKind::Date => {
+                let d = duration()?.micros();
+                if d % crate::time::MICROS_PER_DAY != 0 {
+                    return Err(format!("`{text}` is not a whole number of days; a date cursor's lookback is e.g. P3D"));
+                }
+                i32::try_from(d / crate::time::MICROS_PER_DAY).map(Lookback::Days).map_err(|_| format!("`{text}` is too long"))
+            }
+        }
+    }
+
+    /// `v` moved back by the lookback (saturating), or None when the
+    /// lookback does not fit the value's kind.
+    pub fn below(self, v: CursorValue) -> Option<CursorValue> {
+        Some(match (v, self) {
+            (CursorValue::Integer(i), Lookback::Integer(n)) => CursorValue::Integer(i.saturating_sub(n)),
+            (CursorValue::Timestamp(t), Lookback::Micros(m)) => CursorValue::Timestamp(Timestamp(t.0.saturating_sub(m))),
+            (CursorValue::Date(d), Lookback::Days(n)) => CursorValue::Date(d.saturating_sub(n)),
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for Lookback {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Lookback::Integer(n) => write!(f, "{n}"),
+            Lookback::Micros(m) => write!(f, "{}", crate::time::FixedDuration(*m)),
+            Lookback::Days(d) => write!(f, "P{d}D"),
+        }
+    }
+}
+
 /// The lower bound of a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -198,6 +270,10 @@ pub struct CursorBatch {
     pub lower: Lower,
     /// The source snapshot's maximum cursor (None: no row).
     pub snapshot_max: Option<CursorValue>,
+    /// `incremental_merge`: the re-read margin below the mark, already
+    /// applied to `lower` (None: none, or no mark yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lookback: Option<Lookback>,
 }
 
 impl CursorBatch {
@@ -215,7 +291,20 @@ impl CursorBatch {
             (None, Some(i)) => Lower::AtLeast(i),
             (None, None) => Lower::Unbounded,
         };
-        CursorBatch { column: column.to_string(), kind, previous, lower, snapshot_max }
+        CursorBatch { column: column.to_string(), kind, previous, lower, snapshot_max, lookback: None }
+    }
+
+    /// The batch re-reading `lookback` below the stored mark (a merge):
+    /// `cursor > mark - lookback`. Without a mark (a first run) nothing
+    /// changes. The new mark never moves backwards ([`CursorBatch::new_mark`]).
+    pub fn with_lookback(mut self, lookback: Option<Lookback>) -> CursorBatch {
+        if let (Lower::After(mark), Some(l)) = (self.lower, lookback)
+            && let Some(lower) = l.below(mark)
+        {
+            self.lower = Lower::After(lower);
+            self.lookback = Some(l);
+        }
+        self
     }
 
     /// Whether `v` lies in the batch.
@@ -238,9 +327,11 @@ impl CursorBatch {
     }
 
     /// The mark the publication stores: the snapshot maximum, or the old
-    /// mark when the batch is empty.
+    /// mark when the batch is empty or (a lookback re-reading below the
+    /// mark) the maximum is below it: a mark never moves backwards.
     pub fn new_mark(&self) -> Option<CursorValue> {
-        if self.is_empty() { self.previous.as_ref().and_then(|m| m.value) } else { self.snapshot_max }
+        let previous = self.previous.as_ref().and_then(|m| m.value);
+        if self.is_empty() { previous } else { self.snapshot_max.max(previous) }
     }
 
     pub fn previous_mark(&self) -> Option<CursorValue> {
@@ -260,8 +351,12 @@ impl CursorBatch {
             Lower::AtLeast(l) => format!("{l} <= {} <= ", self.column),
             Lower::After(l) => format!("{l} < {} <= ", self.column),
         };
+        let margin = match (self.lookback, self.previous_mark()) {
+            (Some(l), Some(m)) => format!(" (re-reads {l} below the mark {m})"),
+            _ => String::new(),
+        };
         match (self.is_empty(), self.snapshot_max) {
-            (false, Some(max)) => format!("{lower}{max}"),
+            (false, Some(max)) => format!("{lower}{max}{margin}"),
             _ => match self.lower {
                 Lower::After(l) => format!("no row: the source holds no {} above the mark {l}", self.column),
                 Lower::AtLeast(l) => format!("no row: the source holds no {} at or above {l}", self.column),
@@ -361,6 +456,48 @@ mod tests {
         assert!(mark_mismatch("id", CursorKind::Timestamp, &m).is_some(), "same name, another type");
         let empty = StoredMark { column: "id".into(), value: None, run_id: "r".into() };
         assert!(mark_mismatch("id", CursorKind::Date, &empty).is_none(), "a mark without value fits any type");
+    }
+
+    #[test]
+    fn a_lookback_re_reads_below_the_mark_and_never_moves_it_backwards() {
+        let b = CursorBatch::new("id", CursorKind::Integer, mark(7), None, Some(CursorValue::Integer(10)))
+            .with_lookback(Some(Lookback::Integer(3)));
+        assert_eq!(b.lower, Lower::After(CursorValue::Integer(4)));
+        assert!(b.contains(CursorValue::Integer(5)) && !b.contains(CursorValue::Integer(4)));
+        assert_eq!(b.new_mark(), Some(CursorValue::Integer(10)));
+        assert_eq!(b.describe(), "4 < id <= 10 (re-reads 3 below the mark 7)");
+        // No row above the mark: the margin is re-read, the mark stays.
+        let b = CursorBatch::new("id", CursorKind::Integer, mark(7), None, Some(CursorValue::Integer(7)))
+            .with_lookback(Some(Lookback::Integer(3)));
+        assert!(!b.is_empty());
+        assert_eq!(b.new_mark(), Some(CursorValue::Integer(7)));
+        // The source's maximum fell below the mark (rows deleted): never backwards.
+        let b = CursorBatch::new("id", CursorKind::Integer, mark(7), None, Some(CursorValue::Integer(6)))
+            .with_lookback(Some(Lookback::Integer(3)));
+        assert_eq!(b.new_mark(), Some(CursorValue::Integer(7)));
+        // A first run has no mark to go below.
+        let b = CursorBatch::new("id", CursorKind::Integer, None, None, Some(CursorValue::Integer(6)))
+            .with_lookback(Some(Lookback::Integer(3)));
+        assert_eq!((b.lower, b.lookback), (Lower::Unbounded, None));
+        // Saturates instead of overflowing.
+        let b = CursorBatch::new("id", CursorKind::Integer, mark(i64::MIN + 1), None, Some(CursorValue::Integer(0)))
+            .with_lookback(Some(Lookback::Integer(5)));
+        assert_eq!(b.lower, Lower::After(CursorValue::Integer(i64::MIN)));
+    }
+
+    #[test]
+    fn lookbacks_parse_by_the_cursor_kind() {
+        assert_eq!(Lookback::parse(CursorKind::Integer, "100"), Ok(Lookback::Integer(100)));
+        assert!(Lookback::parse(CursorKind::Integer, "-1").is_err());
+        assert!(Lookback::parse(CursorKind::Integer, "P1D").is_err());
+        assert_eq!(Lookback::parse(CursorKind::Timestamp, "PT1H"), Ok(Lookback::Micros(3_600_000_000)));
+        assert!(Lookback::parse(CursorKind::Timestamp, "3").is_err());
+        assert_eq!(Lookback::parse(CursorKind::Date, "P2D"), Ok(Lookback::Days(2)));
+        assert!(Lookback::parse(CursorKind::Date, "PT1H").is_err());
+        let ts = CursorValue::parse(CursorKind::Timestamp, "2026-09-02T00:00:00Z").unwrap();
+        assert_eq!(Lookback::Micros(3_600_000_000).below(ts).unwrap().to_string(), "2026-09-01T23:00:00Z");
+        assert_eq!(Lookback::Integer(1).below(ts), None, "a lookback of another kind does not apply");
+        assert_eq!(Lookback::Days(2).to_string(), "P2D");
     }
 
     #[test]

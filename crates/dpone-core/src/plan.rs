@@ -49,6 +49,12 @@ pub struct IncrementalPlan {
     pub column: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub initial_value: Option<String>,
+    /// `incremental_merge`: the key whose batch rows replace the target's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unique_key: Option<Vec<String>>,
+    /// `incremental_merge`: the re-read margin below the mark, as written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lookback: Option<String>,
     /// After probing: the target's stored mark (None: never published).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stored_mark: Option<crate::incremental::StoredMark>,
@@ -62,6 +68,8 @@ pub struct IncrementalPlan {
 
 /// Routes whose target publishes an incremental append.
 pub const INCREMENTAL_ROUTES: &[(System, System)] = &[(System::Sqlite, System::Sqlite), (System::Clickhouse, System::Postgres)];
+/// Routes whose target publishes an incremental merge.
+pub const MERGE_ROUTES: &[(System, System)] = &[(System::Sqlite, System::Sqlite)];
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Route {
@@ -370,16 +378,26 @@ impl Plan {
             Strategy::FullRefresh { .. } => "full_refresh",
             Strategy::Replace { .. } => "replace",
             Strategy::IncrementalAppend { .. } => "incremental_append",
+            Strategy::IncrementalMerge { .. } => "incremental_merge",
         };
+        let merge = manifest.merge();
         let incremental = manifest.incremental().map(|(column, initial)| IncrementalPlan {
             column: column.to_string(),
             initial_value: initial.map(str::to_string),
+            unique_key: merge.map(|(key, _)| key.to_vec()),
+            lookback: merge.and_then(|(_, l)| l.map(str::to_string)),
             stored_mark: None,
             batch: None,
             reads: None,
         });
+        let routes = if merge.is_some() { MERGE_ROUTES } else { INCREMENTAL_ROUTES };
         let publication = match &incremental {
-            Some(_) if INCREMENTAL_ROUTES.contains(&(src.system, snk.system)) => PublicationPlan {
+            Some(_) if merge.is_some() && routes.contains(&(src.system, snk.system)) => PublicationPlan {
+                method: format!("{}_merge", publication.method),
+                atomic: true,
+                description: "one transaction deletes the target rows whose unique_key is in the verified batch, inserts the batch's version of each key (the greatest cursor), checks that every batch key appears exactly once, and moves the high-water mark (in _dpone_marks) from the recorded old mark to the new one".into(),
+            },
+            Some(_) if routes.contains(&(src.system, snk.system)) => PublicationPlan {
                 method: format!("{}_append", publication.method),
                 atomic: true,
                 description: "one transaction inserts the verified batch and moves the high-water mark (stored beside the target, in _dpone_marks) from the recorded old mark to the new one".into(),
@@ -390,9 +408,13 @@ impl Plan {
                         Diagnostic::new(
                             "unsupported_strategy_route",
                             "sink.strategy.mode",
-                            format!("`incremental_append` is not implemented on the route {route_name} yet"),
+                            format!("`{strategy}` is not implemented on the route {route_name} yet"),
                         )
-                        .hint("incremental_append runs on sqlite->sqlite and clickhouse->postgres; use `replace` with a window on this route"),
+                        .hint(if merge.is_some() {
+                            "incremental_merge runs on sqlite->sqlite; use `replace` with a window on this route"
+                        } else {
+                            "incremental_append runs on sqlite->sqlite and clickhouse->postgres; use `replace` with a window on this route"
+                        }),
                     );
                 }
                 publication

@@ -316,6 +316,11 @@ pub struct GenerationRecord {
     /// Seconds the build and its verification took.
     #[serde(default)]
     pub build_seconds: f64,
+    /// `incremental_merge`: the rows the publication inserts (one per key
+    /// of the batch); `replaced_rows` then counts the target rows whose key
+    /// is in the batch.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub merged_rows: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -266,7 +266,7 @@ async fn incremental_batch<S: Source, T: Target>(ctx: &Ctx<S, T>) -> Result<Opti
         return Err(AdapterError::permanent(d.code, d.message).hint(d.hint.unwrap_or_default()));
     }
     let max = ctx.source.cursor_max(&inc.column, kind).await?;
-    Ok(Some(CursorBatch::new(&inc.column, kind, previous, ctx.probe.initial_value, max)))
+    Ok(Some(CursorBatch::new(&inc.column, kind, previous, ctx.probe.initial_value, max).with_lookback(ctx.probe.lookback)))
 }
 
 /// The journal of a new run (state `planned`) under source `version`.

@@ -209,6 +209,12 @@ impl<S: Source, T: Target> Ctx<S, T> {
         self.options.cancel.check()
     }
 
+    /// `incremental_merge`: the key and the cursor that picks a key's version.
+    pub fn merge_key(&self) -> Option<dpone_core::ports::MergeKey> {
+        let inc = self.plan.incremental.as_ref()?;
+        Some(dpone_core::ports::MergeKey { unique_key: inc.unique_key.clone()?, cursor: inc.column.clone() })
+    }
+
     pub fn window_filter(&self, inside: bool) -> Option<RowFilter> {
         self.plan.window.as_ref().map(|w| RowFilter { column: w.column.clone(), start: w.start, end: w.end, inside })
     }

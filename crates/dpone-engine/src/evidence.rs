@@ -46,7 +46,9 @@ pub(crate) fn build_evidence<S: Source, T: Target>(
             snapshot_max: b.snapshot_max,
             new_mark: b.new_mark(),
             batch: b.describe(),
-            rows_inserted: generation.rows,
+            rows_inserted: generation.merged_rows.unwrap_or(generation.rows),
+            unique_key: ctx.merge_key().map(|k| k.unique_key),
+            rows_replaced: generation.merged_rows.map(|_| generation.replaced_rows),
         }),
         window: ctx.plan.window.as_ref().map(|w| WindowEvidence {
             column: w.column.clone(),

@@ -215,6 +215,14 @@ async fn build<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, generat
     // Paused here, a test may change the generation: the verification below must see it.
     ctx.failpoint("generation.after_build").await?;
     let verified = verify(ctx, generation, build, window, kept_before).await?;
+    // A merge: the verified batch resolved to one row per key (a tie or a
+    // NULL key refuses the run here, before any intent), and what its
+    // publication will insert and replace, checked again by it.
+    let merge = match ctx.merge_key() {
+        Some(key) if j.cursor.is_some() => Some(ctx.target.check_merge(generation, &key).await?),
+        _ => None,
+    };
+    let replaced_rows = merge.map_or(replaced_rows, |m| m.replaced);
     let record = GenerationRecord {
         table: generation.to_string(),
         rows: verified.rows,
@@ -229,6 +237,7 @@ async fn build<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, generat
         check: verified.check,
         link: verified.link,
         build_seconds: started.elapsed().as_secs_f64(),
+        merged_rows: merge.map(|m| m.inserted),
     };
     journal.update(|j| j.generation = Some(record)).await
 }

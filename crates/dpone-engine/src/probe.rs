@@ -1,7 +1,7 @@
 //! Read-only probes that turn an offline plan into a runnable one.
 
 use dpone_core::Diagnostic;
-use dpone_core::incremental::{CursorKind, CursorValue};
+use dpone_core::incremental::{CursorKind, CursorValue, Lookback};
 use dpone_core::manifest::Manifest;
 use dpone_core::plan::{Plan, null_checks, read_columns, schema_refusals};
 use dpone_core::ports::{AccessPath, AdapterError, EligibilityRequest, ErrorClass, GenerationEstimate, RowFilter, Source, Target};
@@ -25,6 +25,8 @@ pub struct Probe {
     /// `initial_value` (known once the source was described).
     pub cursor_kind: Option<CursorKind>,
     pub initial_value: Option<CursorValue>,
+    /// `incremental_merge`: the typed `lookback`.
+    pub lookback: Option<Lookback>,
     pub refusals: Vec<Diagnostic>,
 }
 
@@ -129,6 +131,9 @@ async fn probe_inner<S: Source, T: Target>(
         && !p.source_columns.is_empty()
     {
         cursor_refusals(&mut p, &inc.column, inc.initial_value.as_deref());
+        if let Some(key) = &inc.unique_key {
+            merge_refusals(&mut p, key, inc.lookback.as_deref());
+        }
     }
     if p.refusals.is_empty() {
         match source.preflight(window_column.as_deref()).await {
@@ -156,6 +161,18 @@ async fn probe_inner<S: Source, T: Target>(
             Err(e) => return Err(e),
         }
         if !p.target_columns.is_empty() {
+            if let Some(key) = plan.incremental.as_ref().and_then(|i| i.unique_key.as_ref()) {
+                for k in key.iter().filter(|k| !p.target_columns.iter().any(|c| &c.name == *k)) {
+                    p.refusals.push(
+                        Diagnostic::new(
+                            "merge_key_column_missing",
+                            "sink.strategy.unique_key",
+                            format!("the target has no key column `{k}`"),
+                        )
+                        .hint("list columns that exist in both the source and the target table"),
+                    );
+                }
+            }
             p.refusals.extend(schema_refusals(&p.source_columns, &p.target_columns, manifest.sink.refuse_nullable_into_not_null));
             p.null_checks = null_checks(&p.source_columns, &p.target_columns);
         }
@@ -218,6 +235,34 @@ fn cursor_refusals(p: &mut Probe, column: &str, initial: Option<&str>) {
                     format!("{reason}: the cursor column `{column}` is a {}", kind.as_str()),
                 )
                 .hint("write a value of the cursor's type, e.g. 1000, 2026-09-01T00:00:00Z or 2026-09-01"),
+            ),
+        }
+    }
+}
+
+/// The `unique_key` of an `incremental_merge` must name source columns;
+/// `lookback` must be a margin of the cursor's kind (an integer for an
+/// integer cursor, an ISO-8601 duration for a timestamp, whole days for a
+/// date).
+fn merge_refusals(p: &mut Probe, key: &[String], lookback: Option<&str>) {
+    for k in key {
+        if !p.source_columns.iter().any(|c| &c.name == k) {
+            let hint = match dpone_core::error::did_you_mean(k, p.source_columns.iter().map(|c| c.name.as_str())) {
+                Some(s) => format!("did you mean `{s}`?"),
+                None => "list columns that exist in both the source and the target table".into(),
+            };
+            p.refusals.push(
+                Diagnostic::new("merge_key_column_missing", "sink.strategy.unique_key", format!("the source has no key column `{k}`"))
+                    .hint(hint),
+            );
+        }
+    }
+    if let (Some(kind), Some(text)) = (p.cursor_kind, lookback) {
+        match Lookback::parse(kind, text) {
+            Ok(l) => p.lookback = Some(l),
+            Err(reason) => p.refusals.push(
+                Diagnostic::new("invalid_lookback", "sink.strategy.lookback", reason)
+                    .hint("an integer cursor takes an integer (e.g. 100), a timestamp cursor a duration (e.g. PT6H), a date cursor whole days (e.g. P3D)"),
             ),
         }
     }

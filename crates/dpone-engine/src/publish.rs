@@ -17,7 +17,7 @@ use crate::generation::{check_kept_rows, reverify};
 use crate::journal::Journal;
 use dpone_core::evidence::PublicationCheck;
 use dpone_core::incremental::receipt_identity;
-use dpone_core::ports::{AdapterError, PublicationOutcome, Source, TableRole, Target};
+use dpone_core::ports::{AdapterError, MergeCounts, PublicationOutcome, Source, TableRole, Target};
 use dpone_core::state::{JournalError, PublicationIntent, RunState};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -73,8 +73,20 @@ async fn publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, inten
     let outcome = match &j.cursor {
         // An append: the verified batch and the new mark, in one transaction.
         Some(batch) => {
-            let rows = j.generation.as_ref().map(|g| g.rows).ok_or_else(|| AdapterError::internal("publishing without a generation"))?;
-            ctx.target.publish_append(&intent.generation_table, batch.previous.as_ref(), &batch.receipt(&j.stem()), rows).await
+            let g = j.generation.as_ref().ok_or_else(|| AdapterError::internal("publishing without a generation"))?;
+            match (ctx.merge_key(), g.merged_rows) {
+                // A merge: the batch's keys replaced, in one transaction.
+                (Some(key), Some(inserted)) => {
+                    let expected = MergeCounts { inserted, replaced: g.replaced_rows };
+                    ctx.target
+                        .publish_merge(&intent.generation_table, batch.previous.as_ref(), &batch.receipt(&j.stem()), &key, expected)
+                        .await
+                }
+                (Some(_), None) => Err(AdapterError::internal("a merge's generation record has no merged rows")),
+                (None, _) => {
+                    ctx.target.publish_append(&intent.generation_table, batch.previous.as_ref(), &batch.receipt(&j.stem()), g.rows).await
+                }
+            }
         }
         None => ctx.target.publish(&intent.generation_table, keep.as_ref(), &intent.backup_table).await,
     };

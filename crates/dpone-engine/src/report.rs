@@ -62,12 +62,19 @@ pub struct MarkReport {
     pub new_mark: Option<CursorValue>,
     /// What was read, e.g. `7 < id <= 10`.
     pub batch: String,
+    /// `incremental_merge`: the key, and the target rows replaced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unique_key: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rows_replaced: Option<u64>,
 }
 
 /// The report of a succeeded run, from its journal.
 pub(crate) fn report<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal) -> RunReport {
     let generation = j.generation.clone().unwrap_or_else(|| panic!("a succeeded run {} records its generation", j.run_id));
     let window_rows = j.chunks.values().map(|c| c.rows).sum();
+    // A merge inserts one row per key of the batch.
+    let inserted_rows = generation.merged_rows.unwrap_or(window_rows);
     RunReport {
         run_id: j.run_id.clone(),
         status: "succeeded",
@@ -75,9 +82,9 @@ pub(crate) fn report<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal) -> R
         resumed: ctx.resumption.resumed.load(Ordering::SeqCst),
         reused_chunks: ctx.resumption.reused.load(Ordering::SeqCst),
         extracted_rows: window_rows,
-        inserted_rows: window_rows,
+        inserted_rows,
         kept_rows: match j.final_rows {
-            Some(total) => total.saturating_sub(generation.rows),
+            Some(total) => total.saturating_sub(inserted_rows),
             None => generation.kept_rows,
         },
         kept_null_window_rows: j.null_window_rows.unwrap_or(0),
@@ -93,6 +100,8 @@ pub(crate) fn report<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal) -> R
             previous_mark: b.previous_mark(),
             new_mark: b.new_mark(),
             batch: b.describe(),
+            unique_key: ctx.merge_key().map(|k| k.unique_key),
+            rows_replaced: generation.merged_rows.map(|_| generation.replaced_rows),
         }),
         chunks: j
             .chunks

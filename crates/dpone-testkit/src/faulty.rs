@@ -406,6 +406,23 @@ impl<T: Target> Target for FaultyTarget<T> {
         self.run(TargetOp::Publish, self.inner.publish_append(generation, before, after, rows)).await
     }
 
+    /// Faults named `inspect`: the merge's check reads the generation.
+    async fn check_merge(&self, generation: &str, key: &dpone_core::ports::MergeKey) -> Result<dpone_core::ports::MergeCounts> {
+        self.run(TargetOp::Inspect, self.inner.check_merge(generation, key)).await
+    }
+
+    /// Faults named `publish`: the merge is the incremental publication.
+    async fn publish_merge(
+        &self,
+        generation: &str,
+        before: Option<&dpone_core::incremental::StoredMark>,
+        after: &dpone_core::incremental::StoredMark,
+        key: &dpone_core::ports::MergeKey,
+        expected: dpone_core::ports::MergeCounts,
+    ) -> Result<PublicationOutcome> {
+        self.run(TargetOp::Publish, self.inner.publish_merge(generation, before, after, key, expected)).await
+    }
+
     /// Faults named `publish`: a reset writes the mark as a publication does.
     async fn reset_mark(
         &self,

@@ -193,6 +193,17 @@ pub enum Strategy {
         column: String,
         initial_value: Option<String>,
     },
+    /// The rows of the batch (as for an append, re-read `lookback` below
+    /// the mark) replace the target rows with the same `unique_key`; one
+    /// version per key, the greatest cursor (see `crate::incremental`).
+    IncrementalMerge {
+        column: String,
+        initial_value: Option<String>,
+        unique_key: Vec<String>,
+        /// As written: an integer (integer cursor) or an ISO-8601 duration
+        /// (timestamp or date cursor); typed at probe time.
+        lookback: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -282,14 +293,25 @@ impl Manifest {
     pub fn window(&self) -> Option<&WindowSpec> {
         match &self.sink.strategy {
             Strategy::Replace { window } => Some(window),
-            Strategy::FullRefresh { .. } | Strategy::IncrementalAppend { .. } => None,
+            Strategy::FullRefresh { .. } | Strategy::IncrementalAppend { .. } | Strategy::IncrementalMerge { .. } => None,
         }
     }
 
-    /// The cursor column and `initial_value` of an `incremental_append`.
+    /// The cursor column and `initial_value` of an `incremental_append`
+    /// or `incremental_merge`.
     pub fn incremental(&self) -> Option<(&str, Option<&str>)> {
         match &self.sink.strategy {
-            Strategy::IncrementalAppend { column, initial_value } => Some((column.as_str(), initial_value.as_deref())),
+            Strategy::IncrementalAppend { column, initial_value } | Strategy::IncrementalMerge { column, initial_value, .. } => {
+                Some((column.as_str(), initial_value.as_deref()))
+            }
+            _ => None,
+        }
+    }
+
+    /// The `unique_key` and `lookback` (as written) of an `incremental_merge`.
+    pub fn merge(&self) -> Option<(&[String], Option<&str>)> {
+        match &self.sink.strategy {
+            Strategy::IncrementalMerge { unique_key, lookback, .. } => Some((unique_key.as_slice(), lookback.as_deref())),
             _ => None,
         }
     }

@@ -163,7 +163,11 @@ fn strategy_object() -> Shape {
             "Rolling window [end - lookback, end)",
         ),
         field("unique_key", Shape::List(Box::new(string())), "Key of incremental_merge"),
-        field("lookback", Shape::String { format: Some("duration") }, "incremental_merge: re-read margin below the mark"),
+        field(
+            "lookback",
+            Shape::Scalar,
+            "incremental_merge: re-read margin below the mark, an integer (integer cursor) or an ISO-8601 duration (timestamp or date cursor)",
+        ),
         field("predicate", string(), "Custom replace predicate"),
         field("partition", string(), "Partition of partition_replace"),
         field("dedup", Shape::Bool, "Deduplicate before load"),
@@ -281,11 +285,11 @@ const SOURCE_OPTIONS_REFUSED: &[(&str, &str)] = &[
     ("query", "query sources are not available: a source is a table (source.table), optionally narrowed by options.columns"),
     ("exclude_columns", "list the columns to move in options.columns instead"),
     ("micro_batch_commit", "a run publishes once, atomically; remove the key"),
-    ("unique_key", "incremental merges are not available; remove the key"),
+    ("unique_key", "a merge's key is written as sink.strategy.unique_key (mode: incremental_merge); remove it here"),
 ];
 
 const STRATEGY_REFUSED: &[(&str, &str)] = &[
-    ("merge_policy", "incremental merges are not available: use `mode: replace` with a window, or `full_refresh`"),
+    ("merge_policy", "incremental_merge has one policy (the batch's rows replace the target's rows of their keys); remove the key"),
     ("only_new_rows", "incremental loads are not available: use `mode: replace` with a window"),
     ("duplicate_policy", "rows are moved with their multiplicity; remove the key"),
 ];

@@ -146,6 +146,20 @@ fn incremental_append_loads_its_cursor_and_initial_value() {
 }
 
 #[test]
+fn incremental_merge_loads_its_key_and_lookback() {
+    let text =
+        incremental("", "    unique_key: [id, name]\n    lookback: 3\n").replace("mode: incremental_append", "mode: incremental_merge");
+    let m = load(&text).unwrap();
+    assert_eq!(m.incremental(), Some(("id", None)));
+    assert_eq!(m.merge(), Some((&["id".to_string(), "name".to_string()][..], Some("3"))));
+    let text = incremental("", "    unique_key: [id]\n    lookback: PT6H\n").replace("mode: incremental_append", "mode: incremental_merge");
+    assert_eq!(load(&text).unwrap().merge().and_then(|(_, l)| l), Some("PT6H"));
+    let text =
+        incremental("    columns: [id]\n", "    unique_key: [name]\n").replace("mode: incremental_append", "mode: incremental_merge");
+    assert_eq!(codes(&text), vec![("merge_key_not_selected".into(), "source.options.columns".into())]);
+}
+
+#[test]
 fn incremental_append_refusals_name_their_paths() {
     let no_cursor = incremental("", "").replace("  options:\n    incremental_column: id\n", "");
     assert_eq!(codes(&no_cursor), vec![("missing_key".into(), "source.options.incremental_column".into())]);
@@ -159,7 +173,7 @@ fn incremental_append_refusals_name_their_paths() {
     );
     assert_eq!(codes(&incremental("", "    unique_key: [id]\n")), vec![("invalid_strategy".into(), "sink.strategy.unique_key".into())]);
     let merge = incremental("", "").replace("mode: incremental_append", "mode: incremental_merge");
-    assert_eq!(codes(&merge), vec![("unsupported_strategy".into(), "sink.strategy.mode".into())]);
+    assert_eq!(codes(&merge), vec![("merge_key_missing".into(), "sink.strategy.unique_key".into())]);
     // The window's lookback is not the strategy's.
     assert_eq!(
         codes(&VALID.replace("    atomicity: target_atomic\n", "    atomicity: target_atomic\n    lookback: P1D\n")),

@@ -85,6 +85,25 @@ pub struct ReadStats {
     pub digest: RowDigest,
 }
 
+/// `incremental_merge`: the columns that identify a row and the cursor
+/// whose greatest value picks a key's version within a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergeKey {
+    pub unique_key: Vec<String>,
+    pub cursor: String,
+}
+
+/// `incremental_merge`: what publishing a verified batch will do, found by
+/// the target before the intent and checked again by the publishing
+/// transaction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct MergeCounts {
+    /// Rows inserted: one per key of the batch (its greatest cursor).
+    pub inserted: u64,
+    /// Target rows whose key is in the batch, deleted by the publication.
+    pub replaced: u64,
+}
+
 /// Which rows of a table to inspect, relative to `[start, end)` on `column`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RowFilter {
@@ -375,6 +394,36 @@ pub trait Target: Send + Sync + 'static {
         rows: u64,
     ) -> impl Future<Output = Result<PublicationOutcome>> + Send {
         let _ = (generation, before, after, rows);
+        async { Err(incremental_unsupported("target")) }
+    }
+
+    /// `incremental_merge`, before the intent: resolves the verified batch
+    /// in `generation` to one row per key (the greatest cursor; identical
+    /// rows count once) and counts what the publication will insert and
+    /// replace. A key with a NULL column (`merge_key_null`) or two
+    /// different rows at its greatest cursor (`merge_key_tie`, naming the
+    /// key) is refused. Read-only.
+    fn check_merge(&self, generation: &str, key: &MergeKey) -> impl Future<Output = Result<MergeCounts>> + Send {
+        let _ = (generation, key);
+        async { Err(incremental_unsupported("target")) }
+    }
+
+    /// `incremental_merge`: in one transaction, checks that the stored mark
+    /// is still `before`, resolves the batch as [`Target::check_merge`]
+    /// does (same refusals), deletes the target rows whose key is in the
+    /// batch, inserts the resolved rows, checks that the counts are
+    /// `expected`, that every resolved row is present and every batch key
+    /// appears exactly once, and stores `after`. A failed check rolls
+    /// everything back. Never retried blindly: judged by [`Target::read_mark`].
+    fn publish_merge(
+        &self,
+        generation: &str,
+        before: Option<&StoredMark>,
+        after: &StoredMark,
+        key: &MergeKey,
+        expected: MergeCounts,
+    ) -> impl Future<Output = Result<PublicationOutcome>> + Send {
+        let _ = (generation, before, after, key, expected);
         async { Err(incremental_unsupported("target")) }
     }
 

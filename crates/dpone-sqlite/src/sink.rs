@@ -26,6 +26,9 @@ use rusqlite::Connection;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+mod marks;
+pub use marks::MARKS_TABLE;
+
 pub struct SqliteTarget {
     config: SqliteConfig,
     columns: Arc<OnceLock<Vec<Column>>>,
@@ -118,133 +121,6 @@ fn kept_difference(conn: &Connection, target_sql: &str, generation_sql: &str, co
     conn.query_row(&sql, rusqlite::params_from_iter(p.iter()), |r| r.get::<_, i64>(0))
         .map(|n| n as u64)
         .map_err(|e| classify("comparing kept rows", e))
-}
-
-/// The table beside an incrementally appended target that holds its
-/// high-water mark, one row per target table of the database, written
-/// only in the transaction that appends the rows the mark covers.
-pub const MARKS_TABLE: &str = "_dpone_marks";
-
-fn marks_ddl(marks_sql: &str) -> String {
-    format!(
-        "CREATE TABLE IF NOT EXISTS {marks_sql} (target_table TEXT PRIMARY KEY, cursor_column TEXT NOT NULL, \
-         mark_kind TEXT, mark TEXT, run TEXT NOT NULL, rows INTEGER NOT NULL)"
-    )
-}
-
-/// The mark of `target` in `marks_sql` (None: no row, or no marks table).
-fn read_mark_in(conn: &Connection, marks_sql: &str, schema: &str, target: &str) -> Result<Option<StoredMark>> {
-    let exists: i64 = conn
-        .query_row(
-            &format!("SELECT count(*) FROM {}.sqlite_master WHERE type = 'table' AND name = ?1", quote_ident(schema)),
-            [MARKS_TABLE],
-            |r| r.get(0),
-        )
-        .map_err(|e| classify("reading the mark", e))?;
-    if exists == 0 {
-        return Ok(None);
-    }
-    let row: Option<(String, Option<String>, Option<String>, String)> = conn
-        .query_row(&format!("SELECT cursor_column, mark_kind, mark, run FROM {marks_sql} WHERE target_table = ?1"), [target], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-        })
-        .map(Some)
-        .or_else(|e| if let rusqlite::Error::QueryReturnedNoRows = e { Ok(None) } else { Err(e) })
-        .map_err(|e| classify("reading the mark", e))?;
-    let Some((column, kind, mark, run)) = row else { return Ok(None) };
-    let unreadable = || {
-        AdapterError::permanent("mark_unreadable", format!("the mark of `{target}` in {MARKS_TABLE} cannot be read"))
-            .hint("restore the row, or delete it to start over (the next run appends every source row up to the maximum)")
-    };
-    StoredMark::from_row(column, kind.as_deref(), mark.as_deref(), run).map(Some).ok_or_else(unreadable)
-}
-
-/// The refusal of a reset whose mark is no longer the one the operator saw.
-fn mark_moved(now: Option<&StoredMark>, expected: Option<&StoredMark>) -> AdapterError {
-    AdapterError::permanent(
-        "incremental_mark_moved",
-        format!("the target's mark is {} but the reset expected {}", receipt_identity(now), receipt_identity(expected)),
-    )
-    .hint("the mark moved since it was read (a run, or another reset); nothing was changed: look at `dpone state show` and reset again")
-}
-
-/// `incremental_merge`'s SQL over a verified batch table and the target.
-struct MergeSql {
-    /// The key columns, quoted: `"a", "b"`.
-    key: String,
-    /// The batch resolved to one row per key: the rows at their key's
-    /// greatest cursor, identical rows once (a tie leaves two rows of one key).
-    resolved: String,
-    /// Target rows whose key is in the batch.
-    in_batch: String,
-}
-
-impl MergeSql {
-    fn new(target_sql: &str, gen_sql: &str, cols: &str, key: &MergeKey) -> MergeSql {
-        let k = key.unique_key.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
-        let c = quote_ident(&key.cursor);
-        MergeSql {
-            resolved: format!(
-                "SELECT DISTINCT {cols} FROM (SELECT {cols}, max({c}) OVER (PARTITION BY {k}) AS _dpone_top FROM {gen_sql}) WHERE {c} = _dpone_top"
-            ),
-            in_batch: format!("FROM {target_sql} WHERE ({k}) IN (SELECT {k} FROM {gen_sql})"),
-            key: k,
-        }
-    }
-}
-
-/// Resolves the batch in `gen_sql` (see [`Target::check_merge`]): refuses
-/// a NULL key column and a tie, counts the rows to insert and replace.
-fn resolve_merge(conn: &Connection, target_sql: &str, gen_sql: &str, columns: &[Column], key: &MergeKey) -> Result<MergeCounts> {
-    let sql = MergeSql::new(target_sql, gen_sql, &select_list(columns), key);
-    let count = |q: String| -> Result<u64> {
-        conn.query_row(&q, [], |r| r.get::<_, i64>(0)).map(|n| n as u64).map_err(|e| classify("resolving the merge batch", e))
-    };
-    for k in &key.unique_key {
-        let nulls = count(format!("SELECT count(*) FROM {gen_sql} WHERE {} IS NULL", quote_ident(k)))?;
-        if nulls > 0 {
-            return Err(AdapterError::permanent(
-                "merge_key_null",
-                format!("{nulls} row(s) of the batch have no value in the key column `{k}`; a NULL key identifies no row to replace"),
-            )
-            .hint("fill the key column in the source (or choose a unique_key whose columns are never NULL), then run again"));
-        }
-    }
-    // The key's values as text, e.g. `id = 5, region = 'eu'`.
-    let key_text = key
-        .unique_key
-        .iter()
-        .map(|k| format!("'{} = ' || quote({})", k.replace('\'', "''"), quote_ident(k)))
-        .collect::<Vec<_>>()
-        .join(" || ', ' || ");
-    let tie: Option<(String, String, i64)> = conn
-        .query_row(
-            &format!(
-                "SELECT {key_text}, quote({c}), count(*) FROM ({resolved}) GROUP BY {k} HAVING count(*) > 1 LIMIT 1",
-                c = quote_ident(&key.cursor),
-                resolved = sql.resolved,
-                k = sql.key
-            ),
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )
-        .map(Some)
-        .or_else(|e| if let rusqlite::Error::QueryReturnedNoRows = e { Ok(None) } else { Err(e) })
-        .map_err(|e| classify("resolving the merge batch", e))?;
-    if let Some((key_values, cursor, n)) = tie {
-        return Err(AdapterError::permanent(
-            "merge_key_tie",
-            format!(
-                "the batch holds {n} different rows of the key ({key_values}) at its greatest cursor {} = {cursor}; which one replaces the target's row cannot be decided",
-                key.cursor
-            ),
-        )
-        .hint("make the source hold one version per key and cursor value (or a cursor that tells versions apart), then run again; nothing was published"));
-    }
-    Ok(MergeCounts {
-        inserted: count(format!("SELECT count(*) FROM ({})", sql.resolved))?,
-        replaced: count(format!("SELECT count(*) {}", sql.in_batch))?,
-    })
 }
 
 fn staging_ddl(table_sql: &str, columns: &[Column]) -> String {
@@ -532,11 +408,7 @@ impl Target for SqliteTarget {
     }
 
     async fn read_mark(&self) -> Result<Option<StoredMark>> {
-        if !self.config.path.exists() {
-            return Ok(None);
-        }
-        let (marks_sql, schema, target) = (self.owned_sql(MARKS_TABLE), self.schema(), self.config.table.name.clone());
-        self.with_conn(move |c| read_mark_in(c, &marks_sql, &schema, &target)).await
+        self.read_mark_here().await
     }
 
     async fn publish_append(
@@ -546,70 +418,11 @@ impl Target for SqliteTarget {
         after: &StoredMark,
         rows: u64,
     ) -> Result<PublicationOutcome> {
-        let columns = self.columns()?;
-        let (target_sql, gen_sql, marks_sql) = (self.table_sql(), self.owned_sql(generation), self.owned_sql(MARKS_TABLE));
-        let (schema, target) = (self.schema(), self.config.table.name.clone());
-        let (before, after) = (before.cloned(), after.clone());
-        self.with_conn(move |conn| {
-            let cols = select_list(&columns);
-            let tx = conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                .map_err(|e| classify("starting the publication", e))?;
-            // Under the write lock: the mark is the one the batch was read
-            // after. Any early return drops `tx`, which rolls back.
-            let now = read_mark_in(&tx, &marks_sql, &schema, &target)?;
-            if now != before {
-                return Err(AdapterError::permanent(
-                    "incremental_mark_moved",
-                    format!(
-                        "the target's mark is {} but the batch was read after {}",
-                        receipt_identity(now.as_ref()),
-                        receipt_identity(before.as_ref())
-                    ),
-                )
-                .hint("another writer moved the mark; nothing was published"));
-            }
-            let count = |tx: &rusqlite::Transaction| -> Result<u64> {
-                tx.query_row(&format!("SELECT count(*) FROM {target_sql}"), [], |r| r.get::<_, i64>(0))
-                    .map(|n| n as u64)
-                    .map_err(|e| classify("counting the target", e))
-            };
-            let rows_before = count(&tx)?;
-            let inserted = tx
-                .execute(&format!("INSERT INTO {target_sql} ({cols}) SELECT {cols} FROM {gen_sql}"), [])
-                .map_err(|e| classify("publishing", e))? as u64;
-            let rows_after = count(&tx)?;
-            if inserted != rows || rows_after != rows_before + rows {
-                return Err(AdapterError::verification(
-                    "publication_verification_failed",
-                    format!("the append inserted {inserted} rows and the target grew from {rows_before} to {rows_after}; the verified batch holds {rows}"),
-                ));
-            }
-            tx.execute_batch(&marks_ddl(&marks_sql)).map_err(|e| classify("creating the marks table", e))?;
-            let mark_kind = after.value.map(|v| v.kind().as_str());
-            let mark = after.value.map(|v| v.to_string());
-            tx.execute(
-                &format!(
-                    "INSERT INTO {marks_sql} (target_table, cursor_column, mark_kind, mark, run, rows) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
-                     ON CONFLICT (target_table) DO UPDATE SET cursor_column = excluded.cursor_column, mark_kind = excluded.mark_kind, \
-                     mark = excluded.mark, run = excluded.run, rows = excluded.rows"
-                ),
-                rusqlite::params![target, after.column, mark_kind, mark, after.run_id, rows as i64],
-            )
-            .map_err(|e| classify("storing the mark", e))?;
-            match tx.commit() {
-                Ok(()) => Ok(PublicationOutcome::Published),
-                // SQLite's commit is atomic: a failed COMMIT leaves rows and mark as they were.
-                Err(e) => Err(classify("committing the publication", e)),
-            }
-        })
-        .await
+        self.publish_append_here(generation, before, after, rows).await
     }
 
     async fn check_merge(&self, generation: &str, key: &MergeKey) -> Result<MergeCounts> {
-        let columns = self.columns()?;
-        let (target_sql, gen_sql, key) = (self.table_sql(), self.owned_sql(generation), key.clone());
-        self.with_conn(move |conn| resolve_merge(conn, &target_sql, &gen_sql, &columns, &key)).await
+        self.check_merge_here(generation, key).await
     }
 
     async fn publish_merge(
@@ -620,133 +433,11 @@ impl Target for SqliteTarget {
         key: &MergeKey,
         expected: MergeCounts,
     ) -> Result<PublicationOutcome> {
-        let columns = self.columns()?;
-        let (target_sql, gen_sql, marks_sql) = (self.table_sql(), self.owned_sql(generation), self.owned_sql(MARKS_TABLE));
-        let (schema, target) = (self.schema(), self.config.table.name.clone());
-        let (before, after, key) = (before.cloned(), after.clone(), key.clone());
-        self.with_conn(move |conn| {
-            let cols = select_list(&columns);
-            let sql = MergeSql::new(&target_sql, &gen_sql, &cols, &key);
-            let tx = conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                .map_err(|e| classify("starting the publication", e))?;
-            // Under the write lock: the mark is the one the batch was read
-            // after. Any early return drops `tx`, which rolls back.
-            let now = read_mark_in(&tx, &marks_sql, &schema, &target)?;
-            if now != before {
-                return Err(AdapterError::permanent(
-                    "incremental_mark_moved",
-                    format!(
-                        "the target's mark is {} but the batch was read after {}",
-                        receipt_identity(now.as_ref()),
-                        receipt_identity(before.as_ref())
-                    ),
-                )
-                .hint("another writer moved the mark; nothing was published"));
-            }
-            let failed = |what: String| {
-                AdapterError::verification("publication_verification_failed", what)
-                    .hint("another writer changed the target's rows of the batch's keys during the run (or a trigger did); nothing was published: run again")
-            };
-            // The batch resolved again, under the lock: what the run checked before its intent.
-            let counts = resolve_merge(&tx, &target_sql, &gen_sql, &columns, &key)?;
-            if counts != expected {
-                return Err(failed(format!(
-                    "the merge would insert {} and replace {} rows, but the run checked {} and {} before its intent",
-                    counts.inserted, counts.replaced, expected.inserted, expected.replaced
-                )));
-            }
-            let count = |q: String| -> Result<u64> {
-                tx.query_row(&q, [], |r| r.get::<_, i64>(0)).map(|n| n as u64).map_err(|e| classify("verifying the merge", e))
-            };
-            let rows_before = count(format!("SELECT count(*) FROM {target_sql}"))?;
-            let deleted = tx.execute(&format!("DELETE {}", sql.in_batch), []).map_err(|e| classify("publishing", e))? as u64;
-            let inserted = tx
-                .execute(&format!("INSERT INTO {target_sql} ({cols}) {}", sql.resolved), [])
-                .map_err(|e| classify("publishing", e))? as u64;
-            let rows_after = count(format!("SELECT count(*) FROM {target_sql}"))?;
-            // Each key of the batch exactly once, every resolved row present.
-            let not_once = count(format!("SELECT count(*) FROM (SELECT 1 {} GROUP BY {} HAVING count(*) <> 1)", sql.in_batch, sql.key))?;
-            let missing = count(format!("SELECT count(*) FROM ({} EXCEPT SELECT {cols} FROM {target_sql})", sql.resolved))?;
-            if deleted != expected.replaced
-                || inserted != expected.inserted
-                || rows_after + deleted != rows_before + inserted
-                || not_once != 0
-                || missing != 0
-            {
-                return Err(failed(format!(
-                    "the merge deleted {deleted} rows and inserted {inserted} (expected {} and {}); the target went from {rows_before} to {rows_after} rows; {not_once} batch keys do not appear exactly once; {missing} batch rows are missing",
-                    expected.replaced, expected.inserted
-                )));
-            }
-            tx.execute_batch(&marks_ddl(&marks_sql)).map_err(|e| classify("creating the marks table", e))?;
-            tx.execute(
-                &format!(
-                    "INSERT INTO {marks_sql} (target_table, cursor_column, mark_kind, mark, run, rows) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
-                     ON CONFLICT (target_table) DO UPDATE SET cursor_column = excluded.cursor_column, mark_kind = excluded.mark_kind, \
-                     mark = excluded.mark, run = excluded.run, rows = excluded.rows"
-                ),
-                rusqlite::params![
-                    target,
-                    after.column,
-                    after.value.map(|v| v.kind().as_str()),
-                    after.value.map(|v| v.to_string()),
-                    after.run_id,
-                    inserted as i64
-                ],
-            )
-            .map_err(|e| classify("storing the mark", e))?;
-            match tx.commit() {
-                Ok(()) => Ok(PublicationOutcome::Published),
-                // SQLite's commit is atomic: a failed COMMIT leaves rows and mark as they were.
-                Err(e) => Err(classify("committing the publication", e)),
-            }
-        })
-        .await
+        self.publish_merge_here(generation, before, after, key, expected).await
     }
 
     async fn reset_mark(&self, before: Option<&StoredMark>, after: Option<&StoredMark>) -> Result<()> {
-        // Opening a missing file would create an empty database.
-        if !self.config.path.exists() {
-            return Err(AdapterError::permanent(
-                "target_missing",
-                format!("the SQLite target {} does not exist", self.config.path.display()),
-            )
-            .hint("check sink.connection; a target that was never written has no mark to reset"));
-        }
-        let (marks_sql, schema, target) = (self.owned_sql(MARKS_TABLE), self.schema(), self.config.table.name.clone());
-        let (before, after) = (before.cloned(), after.cloned());
-        self.with_conn(move |conn| {
-            let tx = conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                .map_err(|e| classify("starting the reset of the mark", e))?;
-            // Under the write lock: the mark is still the one the operator saw.
-            let now = read_mark_in(&tx, &marks_sql, &schema, &target)?;
-            if now != before {
-                return Err(mark_moved(now.as_ref(), before.as_ref()));
-            }
-            match &after {
-                Some(after) => {
-                    tx.execute_batch(&marks_ddl(&marks_sql)).map_err(|e| classify("creating the marks table", e))?;
-                    tx.execute(
-                        &format!(
-                            "INSERT INTO {marks_sql} (target_table, cursor_column, mark_kind, mark, run, rows) VALUES (?1, ?2, ?3, ?4, ?5, 0) \
-                             ON CONFLICT (target_table) DO UPDATE SET cursor_column = excluded.cursor_column, mark_kind = excluded.mark_kind, \
-                             mark = excluded.mark, run = excluded.run, rows = excluded.rows"
-                        ),
-                        rusqlite::params![target, after.column, after.value.map(|v| v.kind().as_str()), after.value.map(|v| v.to_string()), after.run_id],
-                    )
-                    .map_err(|e| classify("storing the mark", e))?;
-                }
-                None if now.is_some() => {
-                    tx.execute(&format!("DELETE FROM {marks_sql} WHERE target_table = ?1"), [&target])
-                        .map_err(|e| classify("clearing the mark", e))?;
-                }
-                None => {}
-            }
-            tx.commit().map_err(|e| classify("committing the reset of the mark", e))
-        })
-        .await
+        self.reset_mark_here(before, after).await
     }
 
     async fn drop_tables(&self, names: &[String]) -> Result<()> {

@@ -16,6 +16,9 @@ use crate::window::MAX_CHUNKS;
 use crate::yaml::{Node, Value};
 use std::collections::BTreeMap;
 
+mod incremental;
+use incremental::incremental;
+
 /// Reads typed values out of a structurally valid tree, recording semantic
 /// problems with their paths and positions.
 pub(crate) struct Reader<'a> {
@@ -439,133 +442,6 @@ pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: Strin
         r.error("invalid_cron", "schedule.cron", Some(cron), e, "write five fields: minute hour day-of-month month day-of-week");
     }
     Some(manifest)
-}
-
-/// `mode: incremental_append` / `incremental_merge`: the cursor column
-/// (selected, when columns are listed), an optional `initial_value` (typed
-/// once the column's type is known, at probe time), for a merge its
-/// `unique_key` (selected too) and optional `lookback`, and nothing of the
-/// other strategies.
-fn incremental(
-    r: &mut Reader,
-    mode: &str,
-    strat_n: Option<&Node>,
-    src_opts: Option<&Node>,
-    columns: Option<&[String]>,
-) -> Option<Strategy> {
-    let merge = mode == "incremental_merge";
-    if let Some(w) = child(strat_n, "window") {
-        r.error(
-            "invalid_strategy",
-            "sink.strategy.window",
-            Some(w),
-            format!("a window belongs to `mode: replace`, not `{mode}`"),
-            "remove `window`; the cursor column selects the rows",
-        );
-    }
-    if !merge && let Some(n) = child(strat_n, "lookback") {
-        r.error(
-            "incremental_lookback_requires_merge",
-            "sink.strategy.lookback",
-            Some(n),
-            "`lookback` re-reads rows below the mark, which an append would insert twice; it is only valid with `incremental_merge`",
-            "remove `lookback`; rows that arrive later at or below the mark are not appended (see docs/manifest.md, Strategies)",
-        );
-    }
-    let refused: &[&str] = if merge {
-        &["atomicity", "overwrite_type", "predicate", "partition"]
-    } else {
-        &["atomicity", "overwrite_type", "unique_key", "predicate", "partition"]
-    };
-    for key in refused {
-        if let Some(n) = child(strat_n, key) {
-            r.error(
-                "invalid_strategy",
-                &join("sink.strategy", key),
-                Some(n),
-                format!("`{key}` does not apply to `mode: {mode}`"),
-                "remove it",
-            );
-        }
-    }
-    for key in ["dedup", "pre_sql", "post_sql", "hooks"] {
-        if let Some(n) = child(strat_n, key) {
-            r.error(
-                "unsupported_policy",
-                &join("sink.strategy", key),
-                Some(n),
-                format!("`{key}` is not supported by this runtime"),
-                "remove it; run such SQL outside dpone",
-            );
-        }
-    }
-    let Some(column_n) = child(src_opts, "incremental_column") else {
-        r.error(
-            "missing_key",
-            "source.options.incremental_column",
-            child(strat_n, "mode").or(strat_n),
-            format!("`mode: {mode}` needs the cursor column `source.options.incremental_column`"),
-            "name an integer, timestamp or date column whose values grow with new rows, e.g. `incremental_column: id`",
-        );
-        return None;
-    };
-    let column = column_n.as_str().unwrap_or_default().to_string();
-    if column.is_empty() {
-        r.error("invalid_value", "source.options.incremental_column", Some(column_n), "the cursor column is empty", "name a column");
-    }
-    if let Some(cols) = columns
-        && !cols.contains(&column)
-    {
-        r.error(
-            "incremental_column_not_selected",
-            "source.options.columns",
-            child(src_opts, "columns"),
-            format!("the cursor column `{column}` is not in the column list"),
-            "add it to source.options.columns",
-        );
-    }
-    let initial_value = child(src_opts, "initial_value").and_then(|n| scalar_text(&n.value));
-    if !merge {
-        return Some(Strategy::IncrementalAppend { column, initial_value });
-    }
-    let key_n = child(strat_n, "unique_key");
-    let unique_key: Vec<String> = match key_n.map(|n| &n.value) {
-        Some(Value::Seq(items)) => items.iter().filter_map(|n| n.as_str().map(str::to_string)).collect(),
-        _ => Vec::new(),
-    };
-    if unique_key.is_empty() || unique_key.iter().any(String::is_empty) {
-        r.error(
-            "merge_key_missing",
-            "sink.strategy.unique_key",
-            key_n.or(child(strat_n, "mode")).or(strat_n),
-            "`mode: incremental_merge` needs `sink.strategy.unique_key`: the column(s) whose values identify a row",
-            "list the key columns, e.g. `unique_key: [id]`",
-        );
-    }
-    for (i, name) in unique_key.iter().enumerate() {
-        if unique_key[..i].contains(name) {
-            r.error(
-                "duplicate_column",
-                &format!("sink.strategy.unique_key[{i}]"),
-                key_n,
-                format!("key column `{name}` is listed twice"),
-                "list each key column once",
-            );
-        }
-        if let Some(cols) = columns
-            && !cols.contains(name)
-        {
-            r.error(
-                "merge_key_not_selected",
-                "source.options.columns",
-                child(src_opts, "columns"),
-                format!("the key column `{name}` is not in the column list"),
-                "add it to source.options.columns",
-            );
-        }
-    }
-    let lookback = child(strat_n, "lookback").and_then(|n| scalar_text(&n.value));
-    Some(Strategy::IncrementalMerge { column, initial_value, unique_key, lookback })
 }
 
 /// `state:`: sqlite takes nothing else; postgres takes exactly one of

@@ -401,3 +401,120 @@ fn a_target_changed_under_the_batch_keys_rolls_the_merge_back() {
     assert_same_rows(&before, &fx.target_rows(), "target unchanged: the transaction rolled back");
     assert_eq!(fx.mark_value().as_deref(), Some("3"), "the mark is left as found");
 }
+
+// ---------------------------------------------------------------------------
+// Randomized: 20 runs, random inserts and updates between them, random crashes
+// ---------------------------------------------------------------------------
+
+/// A small deterministic generator (the seed is printed on failure).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// The source rows whose cursor lies in `(after, upto]` (`after` None: from
+/// the start), read directly from the source file.
+fn source_batch(fx: &Fixture, after: Option<i64>, upto: i64) -> Vec<(i64, i64, String)> {
+    let conn = Connection::open_with_flags(&fx.source, OpenFlags::SQLITE_OPEN_READ_ONLY).expect("open source");
+    let mut stmt = conn.prepare("SELECT id, ver, name FROM t WHERE ver > ?1 AND ver <= ?2").expect("prepare");
+    stmt.query_map([after.unwrap_or(i64::MIN), upto], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .expect("query")
+        .collect::<rusqlite::Result<_>>()
+        .expect("rows")
+}
+
+/// The expected target is computed independently of dpone: after each
+/// completed run, the model merges the source rows whose cursor lies in
+/// (mark - lookback, source maximum] (each key taking its greatest cursor,
+/// replacing the target's row of that key), and the mark becomes that
+/// maximum. Between runs the source gains new keys, updates of existing
+/// keys above every cursor so far, late updates below the mark (read again
+/// only inside the lookback margin) and identical duplicate rows (which
+/// count once). The source only changes while no run is unfinished, so
+/// the batch a crashed run journaled is what its completion reads.
+#[test]
+fn twenty_random_merge_runs_with_random_crashes_end_with_the_expected_target() {
+    const LOOKBACK: i64 = 2;
+    let seed = 0x3e76e_u64 ^ std::process::id() as u64;
+    let mut rng = Lcg(seed);
+    let fx = Fixture::new(&[row(1, 1, "a"), row(2, 2, "b")], &[row(9, 0, "old")], &manifest(&format!("    lookback: {LOOKBACK}\n")));
+    let mut model: Model = [(9, (0, "old".to_string()))].into_iter().collect();
+    let mut mark: Option<i64> = None;
+    let mut top = 2_i64; // the greatest cursor the source ever held
+    let mut applied: Option<(String, u64)> = None;
+    let mut unfinished = false;
+    let settle = |model: &mut Model, mark: &mut Option<i64>, top: i64| {
+        let lower = mark.map(|m| m - LOOKBACK);
+        let batch = source_batch(&fx, lower, top);
+        let batch: Vec<(i64, i64, &str)> = batch.iter().map(|(i, v, n)| (*i, *v, n.as_str())).collect();
+        merge_into(model, &batch);
+        *mark = Some(top);
+    };
+    for i in 0..20 {
+        let what = format!("seed {seed:#x}, run {i}");
+        if !unfinished {
+            for _ in 0..rng.next(5) {
+                let id = 1 + rng.next(8) as i64;
+                let name = format!("n{i}-{}", rng.next(1000));
+                let exists: i64 = Connection::open(&fx.source)
+                    .unwrap()
+                    .query_row("SELECT count(*) FROM t WHERE id = ?1", [id], |r| r.get(0))
+                    .expect("count");
+                let holds_top: i64 = Connection::open(&fx.source)
+                    .unwrap()
+                    .query_row("SELECT count(*) FROM t WHERE id = ?1 AND ver = ?2", [id, top], |r| r.get(0))
+                    .expect("count");
+                match rng.next(5) {
+                    // A late update below the greatest cursor (never of the
+                    // row holding it, so the source maximum never falls).
+                    0 if exists > 0 && holds_top == 0 && top > 2 => {
+                        let ver = top - 1 - rng.next(3) as i64;
+                        fx.source_exec(&format!("UPDATE t SET ver = {ver}, name = '{name}' WHERE id = {id}"));
+                    }
+                    // An identical copy of an existing row.
+                    1 if exists > 0 => fx.source_exec(&format!("INSERT INTO t SELECT * FROM t WHERE id = {id} LIMIT 1")),
+                    _ if exists > 0 => {
+                        top += 1;
+                        fx.source_exec(&format!("UPDATE t SET ver = {top}, name = '{name}' WHERE id = {id}"));
+                    }
+                    _ => {
+                        top += 1;
+                        fx.source_insert(&[row(id, top, &name)]);
+                    }
+                }
+            }
+        }
+        let point = match rng.next(2) {
+            0 => None,
+            _ => Some(crash_points::ABORT_POINTS[rng.next(crash_points::ABORT_POINTS.len() as u64) as usize]),
+        };
+        let run = match point {
+            Some(p) => fx.run_with(&[("DPONE_FAILPOINT", p)]),
+            None => fx.run(),
+        };
+        run.assert_no_panic();
+        let status = fx.status();
+        unfinished = state_of(&status) != "succeeded";
+        if point.is_none() {
+            assert_eq!(run.code, Some(0), "{what}: a run without a failpoint succeeds:\n{}", run.describe());
+        }
+        let this = (status["run_id"].as_str().unwrap_or_default().to_string(), status["execution"].as_u64().unwrap_or(0));
+        if !unfinished && applied.as_ref() != Some(&this) {
+            settle(&mut model, &mut mark, top);
+            applied = Some(this);
+            assert_same_rows(&model_rows(&model), &fx.target_rows(), &format!("{what}: target after a completed run"));
+            assert_eq!(fx.mark_value(), mark.map(|m| m.to_string()), "{what}: mark after a completed run");
+        }
+    }
+    if unfinished {
+        fx.run().assert_succeeded("the final resume");
+        settle(&mut model, &mut mark, top);
+    }
+    assert_same_rows(&model_rows(&model), &fx.target_rows(), &format!("seed {seed:#x}: final target"));
+    assert_eq!(fx.mark_value(), mark.map(|m| m.to_string()), "seed {seed:#x}: final mark");
+    assert_eq!(fx.leftovers(), Vec::<String>::new(), "seed {seed:#x}: no staging or generation table left");
+}

@@ -12,7 +12,9 @@
 //!   and the staging parts (hard links); a row of it inserted, deleted or
 //!   changed -> `generation_verification_failed` (a changed row keeps the
 //!   count: only the generation's digest sees it);
-//! - a kept row of the target changed after the build -> `kept_rows_changed`.
+//! - a kept row of the target changed after the build -> `kept_rows_changed`;
+//! - the source session that exported the run's snapshot terminated before
+//!   the read (`staging.before_write`) -> `snapshot_lost`.
 //!
 //! `publication_verification_failed` cannot happen here: the publication
 //! is `EXCHANGE TABLES`, which makes the verified generation table itself
@@ -194,4 +196,49 @@ fn a_kept_row_changed_after_the_build_is_refused() {
 fn with_name(mut r: Row, name: &str) -> Row {
     r[3] = text(name);
     r
+}
+
+/// The session that exported the run's snapshot (the keeper) is terminated
+/// while the run waits before its read: the chunk reader cannot import the
+/// snapshot, so the run stops with `snapshot_lost` and publishes nothing
+/// (rows read under another snapshot would not be one source version);
+/// the next run re-extracts the window under a new snapshot.
+#[test]
+fn a_lost_source_snapshot_is_refused_and_the_next_run_re_extracts() {
+    let fx = fixture("guard_pgch_snap");
+    let uuid_before = uuid(&fx);
+    let what = "the snapshot keeper terminated at staging.before_write";
+    // The run's own sessions carry a name no other test uses.
+    let app = format!("dpone_{}", fx.schema);
+    let url = format!(
+        "{}{}application_name={app}",
+        dpone_testkit::postgres_url(),
+        if dpone_testkit::postgres_url().contains('?') { '&' } else { '?' }
+    );
+    let env = vec![
+        ("DPONE_CONN_PG".to_string(), url.clone()),
+        ("DPONE_CONN_CH".to_string(), fx.clickhouse_url.clone()),
+        ("DPONE_FAILPOINT_SLEEP".to_string(), format!("staging.before_write:{PAUSE_MS}")),
+    ];
+    let m = fx.manifest.display().to_string();
+    let args = ["run", m.as_str(), "--interval-end", INTERVAL_END, "--format", "json"];
+    let child = spawn(fx.dir(), &args, &env);
+    let keeper = format!("SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app}' AND query LIKE '%pg_export_snapshot%'");
+    wait_until("the run's snapshot keeper is open", LIMIT, || fx.pg_scalar(&keeper) == "1");
+    fx.pg_exec(&format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{app}' AND query LIKE '%pg_export_snapshot%'"
+    ));
+    let out = wait(child, LIMIT);
+    assert_refused(&out, "snapshot_lost", what);
+    assert_unchanged(&fx, &target(), &uuid_before, what);
+    // The next run takes a new snapshot and publishes the window.
+    let env: Vec<(String, String)> = env.into_iter().filter(|(k, _)| k != "DPONE_FAILPOINT_SLEEP").collect();
+    let out = wait(spawn(fx.dir(), &args, &env), LIMIT);
+    assert_eq!(out.status.code(), Some(0), "the run after a lost snapshot:\n{}", guards_common::describe(&out));
+    // Kept: the target's rows outside the window (all but id 200); the
+    // window's rows: the source's, but id 5 (at the window's end).
+    let expected: Vec<Row> =
+        target().into_iter().filter(|r| r[0] != int(200)).chain(source().into_iter().filter(|r| r[0] != int(5))).collect();
+    assert_same_rows(&expected, &fx.target_rows(), "the window re-extracted under a new snapshot");
+    fx.finish();
 }

@@ -197,6 +197,14 @@ impl Fixture {
         self.block_on(self.pg.batch_execute(sql)).unwrap_or_else(|e| panic!("PostgreSQL refused `{sql}`: {e:?}"));
     }
 
+    /// The first column of the first row of a PostgreSQL query, as text.
+    pub fn pg_scalar(&self, sql: &str) -> String {
+        let row = self
+            .block_on(self.pg.query_one(&format!("SELECT ({sql})::text"), &[]))
+            .unwrap_or_else(|e| panic!("PostgreSQL refused `{sql}`: {e:?}"));
+        row.get::<_, Option<String>>(0).unwrap_or_default()
+    }
+
     pub fn ch_exec(&self, sql: &str) {
         self.block_on(self.ch.execute(sql, Idempotence::Safe)).unwrap_or_else(|e| panic!("ClickHouse refused `{sql}`: {e}"));
     }

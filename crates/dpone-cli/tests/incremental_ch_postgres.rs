@@ -315,8 +315,8 @@ fn a_staging_changed_under_the_publication_is_rolled_back() {
 
 /// The mark moved while the run paused right before its publication (its
 /// intent recorded by this very invocation): the publishing transaction
-/// re-checks the mark and rolls back; the mark is neither the one before
-/// nor the one after, so the outcome cannot be claimed.
+/// re-checks the mark and rolls back: the run is `failed`
+/// (`incremental_mark_moved`), nothing of it published.
 #[test]
 fn a_mark_moved_during_the_run_is_refused_by_the_publishing_transaction() {
     let (fx, mut source, target) = standard("inc_chpg_moved");
@@ -338,7 +338,8 @@ fn a_mark_moved_during_the_run_is_refused_by_the_publishing_transaction() {
     );
     harness::wait_until(std::time::Duration::from_secs(60), "the run records its intent", || state_of(&fx.status()) == "publishing");
     fx.pg_exec(&format!("UPDATE {} SET mark = '6'", fx.pg_table("_dpone_marks")));
-    child.wait().assert_failed("a mark moved during the run", 1, "outcome_unknown");
+    child.wait().assert_failed("a mark moved during the run", 1, "incremental_mark_moved");
+    assert_eq!(state_of(&fx.status()), "failed", "the run is failed, not outcome-unknown");
     fx.assert_target(&before, "target unchanged: the transaction rolled back");
     assert_eq!(mark_value(&fx).as_deref(), Some("6"), "the mark is left as found");
     fx.finish();

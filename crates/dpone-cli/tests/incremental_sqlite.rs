@@ -467,8 +467,10 @@ fn a_mark_moved_before_the_intent_stops_the_run() {
 
 /// The mark moved while the run paused right before its publication (the
 /// intent recorded by this very invocation, so nothing is reconciled
-/// first): the publishing transaction re-checks the mark, rolls back, and
-/// the run cannot tell the outcome (the mark is neither before nor after).
+/// first): the publishing transaction re-checks the mark and rolls back;
+/// the run fails with `incremental_mark_moved`, nothing of it published
+/// (its own transaction's guard refused, so the outcome is known although
+/// the mark is neither the run's before nor its after).
 #[test]
 fn a_mark_moved_during_the_run_is_refused_by_the_publishing_transaction() {
     let fx = Fixture::standard();
@@ -483,7 +485,8 @@ fn a_mark_moved_during_the_run_is_refused_by_the_publishing_transaction() {
     harness::wait_until(std::time::Duration::from_secs(30), "the run records its intent", || state_of(&fx.status()) == "publishing");
     fx.target_exec("UPDATE _dpone_marks SET mark = '6'");
     let run = child.wait();
-    run.assert_failed("a mark moved during the run", 1, "outcome_unknown");
+    let doc = run.assert_failed("a mark moved during the run", 1, "incremental_mark_moved");
+    assert_eq!(state_of(&fx.status()), "failed", "the run is failed, not outcome-unknown: {doc:#}");
     assert_same_rows(&before, &fx.target_rows(), "target unchanged: the transaction rolled back");
     assert_eq!(fx.mark_value().as_deref(), Some("6"), "the mark is left as found");
 }

@@ -17,7 +17,7 @@ use crate::generation::{check_kept_rows, reverify};
 use crate::journal::Journal;
 use dpone_core::evidence::PublicationCheck;
 use dpone_core::incremental::receipt_identity;
-use dpone_core::ports::{AdapterError, MergeCounts, PublicationOutcome, Source, TableRole, Target};
+use dpone_core::ports::{AdapterError, ErrorKind, MergeCounts, PublicationOutcome, Source, TableRole, Target};
 use dpone_core::state::{JournalError, PublicationIntent, RunState};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -121,7 +121,16 @@ async fn publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, inten
         }
         other => {
             // Never retry blindly: look at what the target is now.
-            let judged = reconcile(ctx, intent).await.unwrap_or(PublicationOutcome::Unknown);
+            let mut judged = reconcile(ctx, intent).await.unwrap_or(PublicationOutcome::Unknown);
+            // An incremental publication refused by a guard of its own
+            // transaction (the mark moved, the target grew by more than the
+            // batch) rolled back: nothing of this run became visible, even
+            // though the mark another writer stored is neither the one the
+            // batch was read after nor this run's.
+            if judged == PublicationOutcome::Unknown && j.cursor.is_some() && matches!(&other, Err(e) if e.kind == ErrorKind::Verification)
+            {
+                judged = PublicationOutcome::Absent;
+            }
             match (judged, other) {
                 (PublicationOutcome::Published, _) => {}
                 (PublicationOutcome::Absent, Err(e)) => {

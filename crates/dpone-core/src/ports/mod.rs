@@ -384,8 +384,10 @@ pub trait Target: Send + Sync + 'static {
     /// `incremental_append`: in one transaction, checks that the stored
     /// mark is still `before`, appends every row of `generation` to the
     /// target, checks that the target grew by exactly `rows`, and stores
-    /// `after`. A failed check rolls everything back (nothing published).
-    /// Never retried blindly: the outcome is judged by [`Target::read_mark`].
+    /// `after`. A failed check rolls everything back (nothing published)
+    /// and is returned as an error of kind `Verification`, which the engine
+    /// takes as a definite rollback; an error of any other kind is judged
+    /// by [`Target::read_mark`]. Never retried blindly.
     fn publish_append(
         &self,
         generation: &str,
@@ -414,7 +416,9 @@ pub trait Target: Send + Sync + 'static {
     /// batch, inserts the resolved rows, checks that the counts are
     /// `expected`, that every resolved row is present and every batch key
     /// appears exactly once, and stores `after`. A failed check rolls
-    /// everything back. Never retried blindly: judged by [`Target::read_mark`].
+    /// everything back and is an error of kind `Verification` (a definite
+    /// rollback, as for [`Target::publish_append`]). Never retried blindly:
+    /// any other error is judged by [`Target::read_mark`].
     fn publish_merge(
         &self,
         generation: &str,

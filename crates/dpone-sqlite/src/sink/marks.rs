@@ -161,7 +161,7 @@ impl SqliteTarget {
             // after. Any early return drops `tx`, which rolls back.
             let now = read_mark_in(&tx, &marks_sql, &schema, &target)?;
             if now != before {
-                return Err(AdapterError::permanent(
+                return Err(AdapterError::verification(
                     "incremental_mark_moved",
                     format!(
                         "the target's mark is {} but the batch was read after {}",
@@ -236,7 +236,7 @@ impl SqliteTarget {
             // after. Any early return drops `tx`, which rolls back.
             let now = read_mark_in(&tx, &marks_sql, &schema, &target)?;
             if now != before {
-                return Err(AdapterError::permanent(
+                return Err(AdapterError::verification(
                     "incremental_mark_moved",
                     format!(
                         "the target's mark is {} but the batch was read after {}",

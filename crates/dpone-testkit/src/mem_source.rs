@@ -20,10 +20,15 @@
 //! order; [`MemSource::misroute`] makes it send each chunk's rows into the
 //! next chunk's stream (with that stream's stats), to prove that staging
 //! verification refuses rows outside their chunk.
+//!
+//! `incremental_append`: [`Source::cursor_max`] is the snapshot's greatest
+//! cursor value (a NULL one is refused, `incremental_cursor_null`), and a
+//! read with a cursor batch takes the rows whose cursor the batch contains.
 
 use crate::rows::{Row, add_to_digest};
 use dpone_core::digest::RowDigest;
 use dpone_core::error::did_you_mean;
+use dpone_core::incremental::{CursorKind, CursorValue};
 use dpone_core::ports::{AccessPath, AdapterError, ErrorClass, Frame, FrameTx, ReadRequest, ReadStats, Result, Source, SourceVersion};
 use dpone_core::rowbinary::encode_value;
 use dpone_core::state::LEASE_CHECK_ROWS;
@@ -171,6 +176,16 @@ impl MemSource {
     }
 }
 
+/// A cursor value of `kind` from a stored value (None: NULL or another type).
+fn cursor_value(v: &Value, kind: CursorKind) -> Option<CursorValue> {
+    match (kind, v) {
+        (CursorKind::Integer, Value::Int(i)) => i64::try_from(*i).ok().map(CursorValue::Integer),
+        (CursorKind::Timestamp, Value::Micros(m)) => Some(CursorValue::Timestamp(Timestamp(*m))),
+        (CursorKind::Date, Value::Date(d)) => Some(CursorValue::Date(*d)),
+        _ => None,
+    }
+}
+
 fn check_widths(columns: &[Column], rows: &[Row]) {
     if let Some(r) = rows.iter().find(|r| r.len() != columns.len()) {
         panic!("a MemSource row has {} values for {} columns: {r:?}", r.len(), columns.len());
@@ -213,7 +228,7 @@ impl Source for MemSource {
     }
 
     async fn read(&self, request: ReadRequest, out: FrameTx) -> Result<ReadStats> {
-        let (rows, indexes, window, fault) = {
+        let (rows, indexes, window, cursor, fault) = {
             let mut s = self.lock();
             s.calls.push(SourceCall::Read { start: request.bounds.as_ref().map(|(_, c)| c.start) });
             s.reads += 1;
@@ -231,7 +246,11 @@ impl Source for MemSource {
                 Some((col, chunk)) => Some((index(col)?, *chunk)),
                 None => None,
             };
-            (rows, indexes, window, fault)
+            let cursor = match &request.cursor {
+                Some(batch) => Some((index(&batch.column)?, batch.clone())),
+                None => None,
+            };
+            (rows, indexes, window, cursor, fault)
         };
         if request.target_types.len() != indexes.len() {
             return Err(AdapterError::permanent("internal_error", "a read request with more or fewer target types than columns"));
@@ -249,6 +268,12 @@ impl Source for MemSource {
             if let Some((w, chunk)) = &window {
                 match &row[*w] {
                     Value::Micros(m) if chunk.contains(Timestamp(*m)) => {}
+                    _ => continue,
+                }
+            }
+            if let Some((c, batch)) = &cursor {
+                match cursor_value(&row[*c], batch.kind) {
+                    Some(v) if batch.contains(v) => {}
                     _ => continue,
                 }
             }
@@ -304,6 +329,29 @@ impl Source for MemSource {
             return Err(injected(f.class, f.nth));
         }
         Ok(stats)
+    }
+
+    /// The greatest cursor value of the snapshot; a NULL cursor value is
+    /// refused (`incremental_cursor_null`), as the real sources refuse it.
+    async fn cursor_max(&self, column: &str, kind: CursorKind) -> Result<Option<CursorValue>> {
+        let s = self.lock();
+        let rows = s.snapshot.clone().ok_or_else(|| AdapterError::permanent("internal_error", "cursor_max before open_snapshot"))?;
+        let c = s
+            .columns
+            .iter()
+            .position(|c| c.name == column)
+            .ok_or_else(|| AdapterError::permanent("unknown_column", format!("source column `{column}` does not exist")))?;
+        let mut max = None;
+        for row in rows.iter() {
+            let v = cursor_value(&row[c], kind).ok_or_else(|| {
+                AdapterError::permanent(
+                    "incremental_cursor_null",
+                    format!("cursor column `{column}` holds {:?}, not a {kind:?} value", row[c]),
+                )
+            })?;
+            max = max.max(Some(v));
+        }
+        Ok(max)
     }
 
     async fn access_path(&self, window_column: &str) -> Result<Option<AccessPath>> {

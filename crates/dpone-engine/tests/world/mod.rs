@@ -66,9 +66,14 @@ pub fn source_rows() -> Vec<Row> {
 
 impl World {
     pub fn new(model: Publication) -> World {
-        let manifest = manifest::load(MANIFEST).expect("the test manifest is valid");
         let end = dpone_core::time::Timestamp(DAY0.0 + 2 * DAY).to_string();
-        let plan = Plan::build(&manifest, &Interval { end: Some((end, "--interval-end")), start: None }).expect("a plan");
+        World::with_manifest(model, MANIFEST, Interval { end: Some((end, "--interval-end")), start: None })
+    }
+
+    /// A world running `manifest_text` (same source, target and rows).
+    pub fn with_manifest(model: Publication, manifest_text: &str, interval: Interval) -> World {
+        let manifest = manifest::load(manifest_text).expect("the test manifest is valid");
+        let plan = Plan::build(&manifest, &interval).expect("a plan");
         assert!(plan.refusals.is_empty(), "{:?}", plan.refusals);
         let target = MemTarget::new(model, "events", standard_columns());
         target.insert_rows("events", &target_rows());

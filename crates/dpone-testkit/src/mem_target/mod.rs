@@ -150,6 +150,16 @@ impl MemTarget {
     }
 
     /// Receipts of the InPlaceReceipt model, oldest first.
+    /// The stored `incremental_append` mark (test hook: not logged).
+    pub fn mark(&self) -> Option<dpone_core::incremental::StoredMark> {
+        self.lock().mark.clone()
+    }
+
+    /// Moves the stored mark as another writer would (test hook).
+    pub fn set_mark(&self, mark: Option<dpone_core::incremental::StoredMark>) {
+        self.lock().mark = mark;
+    }
+
     pub fn receipts(&self) -> Vec<Receipt> {
         match self.lock().tables.get(RECEIPTS_TABLE).map(|t| &t.body) {
             Some(Body::Receipts(r)) => r.clone(),

@@ -11,6 +11,7 @@ use crate::faulty::TargetOp;
 use dpone_core::Diagnostic;
 use dpone_core::evidence::PublicationCheck;
 use dpone_core::identity::OWNED_PREFIX;
+use dpone_core::incremental::{StoredMark, receipt_identity};
 use dpone_core::ports::{
     AdapterError, Contents, EligibilityRequest, FrameRx, GenerationBuild, PublicationOutcome, Result, RowFilter, TableRole, Target,
     WindowStats,
@@ -419,6 +420,62 @@ impl Target for MemTarget {
         let db = self.lock();
         let (columns, rows) = db.read(&self.table)?;
         window_stats(&columns, &rows, filter)
+    }
+
+    /// `_dpone_marks`' row of the target, read outside any transaction.
+    async fn read_mark(&self) -> Result<Option<StoredMark>> {
+        self.log(TargetOp::Identity, vec![self.table.clone()]);
+        Ok(self.lock().mark.clone())
+    }
+
+    /// One transaction, as every adapter's: the mark re-checked, the
+    /// generation's rows appended, the growth checked, the mark stored.
+    /// The store's lock makes it all or nothing; a failed check is a
+    /// `Verification` error (a definite rollback).
+    async fn publish_append(
+        &self,
+        generation: &str,
+        before: Option<&StoredMark>,
+        after: &StoredMark,
+        rows: u64,
+    ) -> Result<PublicationOutcome> {
+        self.log(TargetOp::Publish, vec![generation.to_string(), self.table.clone()]);
+        self.columns()?;
+        let mut db = self.lock();
+        if db.mark.as_ref() != before {
+            return Err(AdapterError::verification(
+                "incremental_mark_moved",
+                format!(
+                    "the target's mark is {} but the batch was read after {}",
+                    receipt_identity(db.mark.as_ref()),
+                    receipt_identity(before)
+                ),
+            ));
+        }
+        let (_, batch) = db.read(generation)?;
+        if batch.len() as u64 != rows {
+            return Err(AdapterError::verification(
+                "publication_verification_failed",
+                format!("the generation {generation} holds {} rows; the verified batch holds {rows}", batch.len()),
+            ));
+        }
+        db.rows_mut(&self.table)?.extend(batch);
+        db.mark = Some(after.clone());
+        Ok(PublicationOutcome::Published)
+    }
+
+    /// Compare-and-set of the mark; rows untouched.
+    async fn reset_mark(&self, before: Option<&StoredMark>, after: Option<&StoredMark>) -> Result<()> {
+        self.log(TargetOp::Publish, vec![self.table.clone()]);
+        let mut db = self.lock();
+        if db.mark.as_ref() != before {
+            return Err(AdapterError::permanent(
+                "incremental_mark_moved",
+                format!("the target's mark is {} but the reset expected {}", receipt_identity(db.mark.as_ref()), receipt_identity(before)),
+            ));
+        }
+        db.mark = after.cloned();
+        Ok(())
     }
 
     async fn drop_tables(&self, names: &[String]) -> Result<()> {

@@ -64,6 +64,9 @@ pub(crate) struct Db {
     pub calls: Vec<TargetCall>,
     pub refusals: Vec<Diagnostic>,
     pub compare_kept_gap: bool,
+    /// `incremental_append`: the stored high-water mark of the target
+    /// (its `_dpone_marks` row), written in the publishing step.
+    pub mark: Option<dpone_core::incremental::StoredMark>,
 }
 
 pub(crate) fn unknown_table(name: &str) -> AdapterError {
@@ -76,7 +79,7 @@ pub(crate) fn table_exists(name: &str) -> AdapterError {
 
 impl Db {
     pub fn new() -> Self {
-        Db { tables: BTreeMap::new(), next_id: 1, calls: Vec::new(), refusals: Vec::new(), compare_kept_gap: false }
+        Db { tables: BTreeMap::new(), next_id: 1, calls: Vec::new(), refusals: Vec::new(), compare_kept_gap: false, mark: None }
     }
 
     /// Creates `name`; an existing table of that name is an error.

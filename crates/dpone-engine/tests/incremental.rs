@@ -1,0 +1,169 @@
+//! `incremental_append` on the port fakes, every publication model: a
+//! crash at every failpoint, then a rerun, publishes the batch exactly
+//! once with its mark; a mark moved by another writer is refused before
+//! the intent or by the publishing step itself (a definite rollback:
+//! `failed`, not `outcome-unknown`).
+
+mod world;
+
+use dpone_core::failpoint::abort_points;
+use dpone_core::incremental::{CursorValue, StoredMark};
+use dpone_core::plan::Interval;
+use dpone_core::state::RunState;
+use dpone_testkit::Publication;
+use dpone_testkit::rows::{Row, multiset};
+use dpone_testkit::target_conformance::{DAY0, row, target_rows};
+use world::World;
+
+/// The same tables as the window runs, appended by the cursor `id`.
+const MANIFEST: &str = r#"
+kind: dpone.batch.v1
+source:
+  type: sqlite
+  connection: {connection_type: params, params: {path: source.db}}
+  table: {name: events}
+  options:
+    incremental_column: id
+    native_transfer:
+      execution:
+        native_chunks: {max_rows: 1, max_bytes: 65536, stage_allocated_bytes_stop_threshold: 100000000}
+sink:
+  type: sqlite
+  connection: {connection_type: params, params: {path: target.db}}
+  table: {name: events}
+  strategy:
+    mode: incremental_append
+"#;
+
+fn world(model: Publication) -> World {
+    World::with_manifest(model, MANIFEST, Interval { end: None, start: None })
+}
+
+fn new_rows(ids: std::ops::RangeInclusive<i64>) -> Vec<Row> {
+    ids.map(|id| row(id, Some(DAY0.0 + id), Some("appended"), id as i128)).collect()
+}
+
+/// The target after appending `batches` to its initial rows.
+fn expected(batches: &[&[Row]]) -> Vec<Row> {
+    multiset(target_rows().into_iter().chain(batches.iter().flat_map(|b| b.iter().cloned())))
+}
+
+fn mark_of(w: &World) -> Option<i64> {
+    w.target.mark().and_then(|m| match m.value {
+        Some(CursorValue::Integer(i)) => Some(i),
+        _ => None,
+    })
+}
+
+/// For every failpoint: the first run appends ids 1..=3 (mark 3); the
+/// source gains 4..=6; the second run crashes at the point; the source
+/// gains 7 while it is down; the rerun finishes the journaled batch
+/// (4..=6, mark 6) exactly once, and the next run appends 7.
+async fn crash_then_rerun(model: Publication, point: &str) {
+    let what = format!("{}: crash at {point}", model.name());
+    let w = world(model);
+    let first = new_rows(1..=3);
+    w.source.set_rows(first.clone());
+    w.run().await.unwrap_or_else(|f| panic!("{what}: first run: {f}"));
+    assert_eq!(mark_of(&w), Some(3), "{what}: first mark");
+    let second = new_rows(4..=6);
+    w.source.insert_rows(second.clone());
+    w.crash_at(point, 1).await;
+    let published = w.target.target_rows() != expected(&[&first]);
+    if published {
+        assert_eq!(w.target.target_rows(), expected(&[&first, &second]), "{what}: all of the batch or nothing");
+        assert_eq!(mark_of(&w), Some(6), "{what}: rows and mark together");
+    } else {
+        assert_eq!(mark_of(&w), Some(3), "{what}: no rows, no new mark");
+    }
+    let third = new_rows(7..=7);
+    w.source.insert_rows(third.clone());
+    let finished = w.state() == Some(RunState::Succeeded);
+    let report = w.run().await.unwrap_or_else(|f| panic!("{what}: the rerun failed: {f}"));
+    assert_eq!(report.resumed, !finished, "{what}: the rerun continues the crashed run");
+    if finished {
+        assert_eq!(w.target.target_rows(), expected(&[&first, &second, &third]), "{what}: the run after a finished one");
+        assert_eq!(mark_of(&w), Some(7), "{what}");
+        return;
+    }
+    assert_eq!(w.target.target_rows(), expected(&[&first, &second]), "{what}: the resumed run appends its journaled batch once");
+    assert_eq!(mark_of(&w), Some(6), "{what}: the journaled batch's mark, not the source's new maximum");
+    w.run().await.unwrap_or_else(|f| panic!("{what}: the next run failed: {f}"));
+    assert_eq!(w.target.target_rows(), expected(&[&first, &second, &third]), "{what}: the next run appends what arrived");
+    assert_eq!(mark_of(&w), Some(7), "{what}");
+    assert!(w.owned_tables().iter().all(|t| t.starts_with("_dpone_bak_")), "{what}: {:?}", w.owned_tables());
+}
+
+#[tokio::test]
+async fn a_crash_at_every_failpoint_then_a_rerun_appends_each_batch_exactly_once() {
+    for model in Publication::ALL {
+        for point in abort_points() {
+            crash_then_rerun(model, point).await;
+        }
+    }
+}
+
+fn foreign_mark(value: i64) -> Option<StoredMark> {
+    Some(StoredMark { column: "id".into(), value: Some(CursorValue::Integer(value)), run_id: "another writer".into() })
+}
+
+/// Moved while the run was down after its batch was fixed, before its
+/// intent: the run stops before publishing, the target untouched.
+#[tokio::test]
+async fn a_mark_moved_before_the_intent_stops_the_run() {
+    for model in Publication::ALL {
+        let what = model.name();
+        let w = world(model);
+        w.source.set_rows(new_rows(1..=3));
+        w.crash_at("generation.after_build", 1).await;
+        w.target.set_mark(foreign_mark(2));
+        let f = w.run().await.expect_err("a moved mark refuses the run");
+        assert_eq!(f.code, "incremental_mark_moved", "{what}: {f}");
+        assert_eq!(w.target.target_rows(), multiset(target_rows()), "{what}: nothing appended");
+        assert_eq!(mark_of(&w), Some(2), "{what}: the mark is left as found");
+    }
+}
+
+/// Moved between the intent and the publishing step of the same
+/// invocation: the publishing step refuses it and rolls back, which is a
+/// definite outcome (`failed`, publication absent).
+#[tokio::test]
+async fn a_mark_moved_under_the_publication_ends_failed_not_unknown() {
+    for model in Publication::ALL {
+        let what = model.name();
+        let w = world(model);
+        w.source.set_rows(new_rows(1..=3));
+        let target = w.target.clone();
+        let hook = dpone_core::failpoint::Failpoints::new(std::sync::Arc::new(OnPoint {
+            point: "publish.before_exchange",
+            then: Box::new(move || target.set_mark(foreign_mark(9))),
+        }));
+        let f = w.run_with(hook).await.expect_err("a moved mark refuses the publication");
+        assert_eq!(f.code, "incremental_mark_moved", "{what}: {f}");
+        assert_eq!(f.publication, Some(dpone_core::ports::PublicationOutcome::Absent), "{what}: {f}");
+        assert_eq!(w.state(), Some(RunState::Failed), "{what}: journal");
+        assert_eq!(w.target.target_rows(), multiset(target_rows()), "{what}: nothing appended");
+        assert_eq!(mark_of(&w), Some(9), "{what}: the mark is left as found");
+    }
+}
+
+/// Runs `then` (a change by another writer) when `point` is hit.
+struct OnPoint {
+    point: &'static str,
+    then: Box<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for OnPoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "OnPoint({})", self.point)
+    }
+}
+
+impl dpone_core::failpoint::Injector for OnPoint {
+    fn at(&self, point: &str) -> Option<dpone_core::failpoint::Action> {
+        if point == self.point {
+            (self.then)();
+        }
+        None
+    }
+}

@@ -1,8 +1,10 @@
-//! `incremental_append` on the port fakes, every publication model: a
-//! crash at every failpoint, then a rerun, publishes the batch exactly
-//! once with its mark; a mark moved by another writer is refused before
-//! the intent or by the publishing step itself (a definite rollback:
-//! `failed`, not `outcome-unknown`).
+//! `incremental_append` and `incremental_merge` on the port fakes, every
+//! publication model: a crash at every failpoint, then a rerun, publishes
+//! the batch exactly once with its mark; a mark moved by another writer is
+//! refused before the intent or by the publishing step itself (a definite
+//! rollback: `failed`, not `outcome-unknown`); a merge's tie is refused
+//! before the intent and a target changed under its keys by the
+//! publication.
 
 mod world;
 
@@ -165,5 +167,130 @@ impl dpone_core::failpoint::Injector for OnPoint {
             (self.then)();
         }
         None
+    }
+}
+
+// ---------------------------------------------------------------------------
+// incremental_merge: key `id`, cursor `ts`
+// ---------------------------------------------------------------------------
+
+fn merge_world(model: Publication) -> World {
+    let text = MANIFEST
+        .replace("incremental_column: id", "incremental_column: ts")
+        .replace("    mode: incremental_append\n", "    mode: incremental_merge\n    unique_key: [id]\n");
+    World::with_manifest(model, &text, Interval { end: None, start: None })
+}
+
+/// A source row: key `id`, cursor `ts` = DAY0 + `version` µs.
+fn version(id: i64, version: i64, name: &str) -> Row {
+    row(id, Some(DAY0.0 + version), Some(name), i128::from(id))
+}
+
+/// The target after merging `batches` (each already one row per key) into
+/// its initial rows (ids 1..=8, one row each).
+fn merged(batches: &[&[Row]]) -> Vec<Row> {
+    let mut by_key: std::collections::BTreeMap<String, Row> = target_rows().into_iter().map(|r| (format!("{:?}", r[0]), r)).collect();
+    for b in batches {
+        for r in b.iter() {
+            by_key.insert(format!("{:?}", r[0]), r.clone());
+        }
+    }
+    multiset(by_key.into_values())
+}
+
+fn merge_mark(w: &World) -> Option<i64> {
+    w.target.mark().and_then(|m| match m.value {
+        Some(CursorValue::Timestamp(t)) => Some(t.0 - DAY0.0),
+        _ => None,
+    })
+}
+
+/// For every failpoint: the first run merges keys 2 (replacing the
+/// target's row 2), 100 and 101; the source then updates 101 (two
+/// versions, the greater wins), adds 102 twice identically and the second
+/// run crashes at the point; while it is down key 100 is updated; the
+/// rerun merges exactly the journaled batch once, the next run the update.
+async fn merge_crash_then_rerun(model: Publication, point: &str) {
+    let what = format!("{}: merge, crash at {point}", model.name());
+    let w = merge_world(model);
+    let first = vec![version(2, 1, "two"), version(100, 2, "a"), version(101, 3, "b")];
+    w.source.set_rows(first.clone());
+    w.run().await.unwrap_or_else(|f| panic!("{what}: first run: {f}"));
+    assert_eq!(merge_mark(&w), Some(3), "{what}: first mark");
+    assert_eq!(w.target.target_rows(), merged(&[&first]), "{what}: first merge");
+    w.source.set_rows(vec![
+        version(2, 1, "two"),
+        version(100, 2, "a"),
+        version(101, 4, "b4"),
+        version(101, 5, "b5"),
+        version(102, 5, "c"),
+        version(102, 5, "c"),
+    ]);
+    let second = vec![version(101, 5, "b5"), version(102, 5, "c")];
+    w.crash_at(point, 1).await;
+    let published = w.target.target_rows() != merged(&[&first]);
+    if published {
+        assert_eq!(w.target.target_rows(), merged(&[&first, &second]), "{what}: all of the merge or nothing");
+        assert_eq!(merge_mark(&w), Some(5), "{what}: rows and mark together");
+    } else {
+        assert_eq!(merge_mark(&w), Some(3), "{what}: no rows, no new mark");
+    }
+    w.source.insert_rows(vec![version(100, 6, "a6")]);
+    let third = vec![version(100, 6, "a6")];
+    let finished = w.state() == Some(RunState::Succeeded);
+    let report = w.run().await.unwrap_or_else(|f| panic!("{what}: the rerun failed: {f}"));
+    assert_eq!(report.resumed, !finished, "{what}: the rerun continues the crashed run");
+    if !finished {
+        assert_eq!(w.target.target_rows(), merged(&[&first, &second]), "{what}: the resumed run merges its journaled batch once");
+        assert_eq!(merge_mark(&w), Some(5), "{what}: the journaled batch's mark");
+        w.run().await.unwrap_or_else(|f| panic!("{what}: the next run failed: {f}"));
+    }
+    assert_eq!(w.target.target_rows(), merged(&[&first, &second, &third]), "{what}: the next run merges the update");
+    assert_eq!(merge_mark(&w), Some(6), "{what}");
+}
+
+#[tokio::test]
+async fn a_merge_crashed_at_every_failpoint_then_rerun_replaces_each_key_exactly_once() {
+    for model in Publication::ALL {
+        for point in abort_points() {
+            merge_crash_then_rerun(model, point).await;
+        }
+    }
+}
+
+/// Two different rows of one key at its greatest cursor: refused before
+/// the intent, naming the code; nothing merged, no mark.
+#[tokio::test]
+async fn an_exact_tie_is_refused_before_the_intent() {
+    for model in Publication::ALL {
+        let w = merge_world(model);
+        w.source.set_rows(vec![version(100, 2, "a"), version(100, 2, "other")]);
+        let f = w.run().await.expect_err("a tie refuses the run");
+        assert_eq!(f.code, "merge_key_tie", "{}: {f}", model.name());
+        assert_eq!(w.target.target_rows(), multiset(target_rows()), "{}: nothing merged", model.name());
+        assert_eq!(w.target.mark(), None, "{}", model.name());
+    }
+}
+
+/// Another writer adds a row of a batch key between the intent and the
+/// publication: the publishing step counts more rows to replace than the
+/// run recorded and refuses (a definite rollback: `failed`).
+#[tokio::test]
+async fn a_target_changed_under_the_batch_keys_is_refused_by_the_publication() {
+    for model in Publication::ALL {
+        let what = model.name();
+        let w = merge_world(model);
+        w.source.set_rows(vec![version(100, 2, "a")]);
+        let target = w.target.clone();
+        let hook = dpone_core::failpoint::Failpoints::new(std::sync::Arc::new(OnPoint {
+            point: "publish.before_exchange",
+            then: Box::new(move || target.insert_rows("events", &[version(100, 1, "intruder")])),
+        }));
+        let f = w.run_with(hook).await.expect_err("the changed target refuses the publication");
+        assert_eq!(f.code, "publication_verification_failed", "{what}: {f}");
+        assert_eq!(w.state(), Some(RunState::Failed), "{what}: journal");
+        let with_intruder = multiset(target_rows().into_iter().chain([version(100, 1, "intruder")]));
+        assert_eq!(w.target.target_rows(), with_intruder, "{what}: nothing merged");
+        assert_eq!(w.target.mark(), None, "{what}");
     }
 }

@@ -13,8 +13,8 @@ use dpone_core::evidence::PublicationCheck;
 use dpone_core::identity::OWNED_PREFIX;
 use dpone_core::incremental::{StoredMark, receipt_identity};
 use dpone_core::ports::{
-    AdapterError, Contents, EligibilityRequest, FrameRx, GenerationBuild, PublicationOutcome, Result, RowFilter, TableRole, Target,
-    WindowStats,
+    AdapterError, Contents, EligibilityRequest, FrameRx, GenerationBuild, MergeCounts, MergeKey, PublicationOutcome, Result, RowFilter,
+    TableRole, Target, WindowStats,
 };
 use dpone_core::types::Column;
 
@@ -462,6 +462,27 @@ impl Target for MemTarget {
         db.rows_mut(&self.table)?.extend(batch);
         db.mark = Some(after.clone());
         Ok(PublicationOutcome::Published)
+    }
+
+    async fn check_merge(&self, generation: &str, key: &MergeKey) -> Result<MergeCounts> {
+        self.log(TargetOp::Inspect, vec![generation.to_string(), self.table.clone()]);
+        self.columns()?;
+        let db = self.lock();
+        Ok(super::merge::resolve(&db, &self.table, generation, key)?.counts())
+    }
+
+    async fn publish_merge(
+        &self,
+        generation: &str,
+        before: Option<&StoredMark>,
+        after: &StoredMark,
+        key: &MergeKey,
+        expected: MergeCounts,
+    ) -> Result<PublicationOutcome> {
+        self.log(TargetOp::Publish, vec![generation.to_string(), self.table.clone()]);
+        self.columns()?;
+        let mut db = self.lock();
+        super::merge::publish(&mut db, &self.table, generation, before, after, key, expected)
     }
 
     /// Compare-and-set of the mark; rows untouched.

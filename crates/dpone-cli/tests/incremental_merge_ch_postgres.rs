@@ -494,10 +494,11 @@ fn a_mark_moved_during_the_run_is_refused_by_the_publishing_transaction() {
 }
 
 /// The checks after DELETE + INSERT, each made to fire by a trigger of the
-/// target, on a first run (batch keys 1..=3): every one rolls back.
+/// target, on a first run (batch keys 1..=3; key 2 in the target for the
+/// checks of the counts): every one rolls back.
 #[test]
 fn the_checks_after_the_merge_roll_it_back() {
-    let cases = [
+    let cases: [(&str, &str, &str); 5] = [
         // A resolved row not present as resolved.
         ("BEFORE INSERT", "IF NEW.id = 2 THEN NEW.name := 'changed'; END IF; RETURN NEW;", "1 batch rows are missing"),
         // A batch key twice.
@@ -512,9 +513,17 @@ fn the_checks_after_the_merge_roll_it_back() {
             "IF NEW.id = 3 THEN INSERT INTO {t} VALUES (1003, NEW.ver, 'echo'); END IF; RETURN NULL;",
             "the target went from 1 to 5 rows; 0 batch keys do not appear exactly once; 0 batch rows are missing",
         ),
+        // Fewer target rows deleted than the batch's keys held (key 2 is in the target).
+        ("BEFORE DELETE", "IF OLD.id = 2 THEN RETURN NULL; END IF; RETURN OLD;", "deleted 0 rows and inserted 3 (expected 1 and 3)"),
+        // Fewer rows inserted than the batch resolves to.
+        ("BEFORE INSERT", "IF NEW.id = 2 THEN RETURN NULL; END IF; RETURN NEW;", "deleted 1 rows and inserted 2 (expected 1 and 3)"),
     ];
     for (when, body, message) in cases {
-        let (fx, model) = standard("merge_chpg_trig", None);
+        let (fx, mut model) = standard("merge_chpg_trig", None);
+        if when == "BEFORE DELETE" || body.contains("RETURN NULL; END IF; RETURN NEW") {
+            fx.insert_target(&[row(2, 0, "old")]);
+            model = model_of(ID_VER, &[row(9, 0, "old"), row(2, 0, "old")]);
+        }
         let (f, t) = (fx.pg_table("tamper"), fx.target_sql());
         fx.pg_exec(&format!(
             "CREATE FUNCTION {f}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {} END $$; \

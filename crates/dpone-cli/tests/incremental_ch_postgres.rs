@@ -449,7 +449,7 @@ fn max_id(rows: &[Row]) -> Option<i64> {
 /// the batch a crashed run fixed is what its completion reads), and the
 /// mark becomes that maximum.
 #[test]
-fn twelve_random_runs_with_random_crashes_end_with_the_expected_target() {
+fn twenty_random_runs_with_random_crashes_end_with_the_expected_target() {
     let seed = 0x5eed_u64 ^ std::process::id() as u64;
     let mut rng = Lcg(seed);
     let (fx, mut source, target) = standard("inc_chpg_rand");
@@ -464,7 +464,7 @@ fn twelve_random_runs_with_random_crashes_end_with_the_expected_target() {
             *mark = Some(max);
         }
     };
-    for i in 0..12 {
+    for i in 0..20 {
         let what = format!("seed {seed:#x}, run {i}");
         if !unfinished {
             for _ in 0..rng.next(4) {

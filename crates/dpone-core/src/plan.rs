@@ -69,7 +69,7 @@ pub struct IncrementalPlan {
 /// Routes whose target publishes an incremental append.
 pub const INCREMENTAL_ROUTES: &[(System, System)] = &[(System::Sqlite, System::Sqlite), (System::Clickhouse, System::Postgres)];
 /// Routes whose target publishes an incremental merge.
-pub const MERGE_ROUTES: &[(System, System)] = &[(System::Sqlite, System::Sqlite)];
+pub const MERGE_ROUTES: &[(System, System)] = &[(System::Sqlite, System::Sqlite), (System::Clickhouse, System::Postgres)];
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Route {
@@ -411,7 +411,7 @@ impl Plan {
                             format!("`{strategy}` is not implemented on the route {route_name} yet"),
                         )
                         .hint(if merge.is_some() {
-                            "incremental_merge runs on sqlite->sqlite; use `replace` with a window on this route"
+                            "incremental_merge runs on sqlite->sqlite and clickhouse->postgres; use `replace` with a window on this route"
                         } else {
                             "incremental_append runs on sqlite->sqlite and clickhouse->postgres; use `replace` with a window on this route"
                         }),

@@ -27,7 +27,8 @@
 //! `sink/publish.rs` holds what surrounds the publishing transaction: the
 //! partition a swap replaces, the generation, the receipt identity and the
 //! backup a swap keeps; `sink/transaction.rs` the transaction and its lock;
-//! `sink/fingerprint.rs` the fingerprints.
+//! `sink/fingerprint.rs` the fingerprints; `sink/append.rs` the marks and
+//! `incremental_append`, `sink/merge.rs` `incremental_merge`.
 
 use crate::catalog::{CatalogColumn, DESCRIBE_SQL, map_target_type};
 use crate::encode::{COPY_HEADER, COPY_TRAILER, CopyEncoder};
@@ -51,6 +52,7 @@ use tokio_postgres::Client;
 
 mod append;
 mod fingerprint;
+mod merge;
 mod publish;
 pub use append::MARKS_TABLE;
 mod transaction;
@@ -567,6 +569,21 @@ impl Target for PostgresTarget {
         rows: u64,
     ) -> Result<PublicationOutcome> {
         self.append_in_transaction(generation, before, after, rows).await
+    }
+
+    async fn check_merge(&self, generation: &str, key: &dpone_core::ports::MergeKey) -> Result<dpone_core::ports::MergeCounts> {
+        self.check_merge_here(generation, key).await
+    }
+
+    async fn publish_merge(
+        &self,
+        generation: &str,
+        before: Option<&dpone_core::incremental::StoredMark>,
+        after: &dpone_core::incremental::StoredMark,
+        key: &dpone_core::ports::MergeKey,
+        expected: dpone_core::ports::MergeCounts,
+    ) -> Result<PublicationOutcome> {
+        self.merge_in_transaction(generation, before, after, key, expected).await
     }
 
     async fn reset_mark(

@@ -28,13 +28,13 @@
 //! final mark.
 
 use super::PostgresTarget;
-use super::fingerprint::{self, SESSION, query, select_sql};
+use super::fingerprint::{self, Fingerprint, SESSION, query, select_sql};
 use super::transaction::{LOCK_WAIT, commit_outcome, lock_text, rolled_back};
 use crate::error::classify;
 use crate::source::quote_ident;
 use dpone_core::incremental::{StoredMark, receipt_identity};
 use dpone_core::ports::{AdapterError, PublicationOutcome, Result};
-use tokio_postgres::{GenericClient, IsolationLevel};
+use tokio_postgres::{GenericClient, IsolationLevel, Transaction};
 
 /// How long a read-only command waits for a running publication.
 const PEEK_WAIT: &str = "2s";
@@ -91,14 +91,7 @@ impl PostgresTarget {
         let mut client = self.connect().await?;
         let setup = format!("SET application_name = 'dpone publish'; SET lock_timeout = '{LOCK_WAIT}'");
         client.batch_execute(&setup).await.map_err(|e| classify("preparing the reset of the mark", e))?;
-        client
-            .batch_execute(&format!(
-                "CREATE TABLE IF NOT EXISTS {} (target_table text PRIMARY KEY, cursor_column text NOT NULL, mark_kind text, mark text, \
-                 run text NOT NULL, rows bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now())",
-                self.marks_sql()
-            ))
-            .await
-            .map_err(|e| classify("creating the marks table", e))?;
+        client.batch_execute(&self.marks_ddl()).await.map_err(|e| classify("creating the marks table", e))?;
         let key = lock_text(&self.target_sql());
         client
             .query_one("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&key])
@@ -136,19 +129,7 @@ impl PostgresTarget {
             .hint("the mark moved since it was read (a run, or another reset); nothing was changed: look at `dpone state show` and reset again"));
         }
         match after {
-            Some(after) => {
-                let (kind, mark) = (after.value.map(|v| v.kind().as_str().to_string()), after.value.map(|v| v.to_string()));
-                tx.execute(
-                    &format!(
-                        "INSERT INTO {marks} (target_table, cursor_column, mark_kind, mark, run, rows) VALUES ($1, $2, $3, $4, $5, 0) \
-                         ON CONFLICT (target_table) DO UPDATE SET cursor_column = excluded.cursor_column, mark_kind = excluded.mark_kind, \
-                         mark = excluded.mark, run = excluded.run, rows = excluded.rows, committed_at = now()"
-                    ),
-                    &[&self.table.name, &after.column, &kind, &mark, &after.run_id],
-                )
-                .await
-                .map_err(|e| classify("storing the mark", e))?;
-            }
+            Some(after) => self.store_mark(&tx, after, 0).await?,
             None => {
                 tx.execute(&format!("DELETE FROM {marks} WHERE target_table = $1"), &[&self.table.name])
                     .await
@@ -176,25 +157,23 @@ impl PostgresTarget {
         }
     }
 
-    /// The append's publishing transaction (see the module docs).
-    pub(super) async fn append_in_transaction(
-        &self,
-        generation: &str,
-        before: Option<&StoredMark>,
-        after: &StoredMark,
-        rows: u64,
-    ) -> Result<PublicationOutcome> {
-        let mut client = self.connect().await?;
+    fn marks_ddl(&self) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (target_table text PRIMARY KEY, cursor_column text NOT NULL, mark_kind text, mark text, \
+             run text NOT NULL, rows bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now())",
+            self.marks_sql()
+        )
+    }
+
+    /// What precedes an incremental publishing transaction (append or
+    /// merge): a session with the fingerprint settings, the marks table,
+    /// the generation's recorded fingerprint (what was verified) and the
+    /// target's advisory publication lock (`sink/transaction.rs`).
+    pub(super) async fn open_marked_publication(&self, generation: &str) -> Result<(tokio_postgres::Client, Fingerprint)> {
+        let client = self.connect().await?;
         let setup = format!("SET application_name = 'dpone publish'; SET lock_timeout = '{LOCK_WAIT}'; {SESSION}");
         client.batch_execute(&setup).await.map_err(|e| classify("preparing the publication", e))?;
-        client
-            .batch_execute(&format!(
-                "CREATE TABLE IF NOT EXISTS {} (target_table text PRIMARY KEY, cursor_column text NOT NULL, mark_kind text, mark text, \
-                 run text NOT NULL, rows bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now())",
-                self.marks_sql()
-            ))
-            .await
-            .map_err(|e| classify("creating the marks table", e))?;
+        client.batch_execute(&self.marks_ddl()).await.map_err(|e| classify("creating the marks table", e))?;
         let recorded = fingerprint::recorded(&client, &self.owned_sql(generation)).await?.unwrap_or_default();
         let expected = recorded.get("window").ok_or_else(|| {
             AdapterError::verification("generation_verification_failed", format!("the generation {generation} carries no fingerprint"))
@@ -204,6 +183,55 @@ impl PostgresTarget {
             .query_one("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&lock_text(&self.target_sql())])
             .await
             .map_err(|e| classify("waiting for another publication of this target", e))?;
+        Ok((client, expected))
+    }
+
+    /// First statements of an incremental publishing transaction: the
+    /// target and the marks table locked `IN SHARE ROW EXCLUSIVE MODE`
+    /// before any snapshot, then the stored mark must still be `before`.
+    pub(super) async fn lock_and_check_mark(&self, tx: &Transaction<'_>, before: Option<&StoredMark>) -> Result<()> {
+        let (t, marks) = (self.target_sql(), self.marks_sql());
+        tx.batch_execute(&format!("LOCK TABLE {t} IN SHARE ROW EXCLUSIVE MODE; LOCK TABLE {marks} IN SHARE ROW EXCLUSIVE MODE"))
+            .await
+            .map_err(|e| classify("locking the target", e))?;
+        let now = self.read_mark_in(tx).await?;
+        if now.as_ref() != before {
+            return Err(AdapterError::verification(
+                "incremental_mark_moved",
+                format!("the target's mark is {} but the batch was read after {}", receipt_identity(now.as_ref()), receipt_identity(before)),
+            )
+            .hint("another writer moved the mark (another run, or an edit of _dpone_marks); nothing was published: run again to read after the current mark"));
+        }
+        Ok(())
+    }
+
+    /// Last statement of an incremental publishing transaction: the new
+    /// mark, with the run that stored it and the rows it inserted.
+    pub(super) async fn store_mark(&self, tx: &Transaction<'_>, after: &StoredMark, rows: u64) -> Result<()> {
+        let (kind, mark) = (after.value.map(|v| v.kind().as_str().to_string()), after.value.map(|v| v.to_string()));
+        tx.execute(
+            &format!(
+                "INSERT INTO {} (target_table, cursor_column, mark_kind, mark, run, rows) VALUES ($1, $2, $3, $4, $5, $6) \
+                 ON CONFLICT (target_table) DO UPDATE SET cursor_column = excluded.cursor_column, mark_kind = excluded.mark_kind, \
+                 mark = excluded.mark, run = excluded.run, rows = excluded.rows, committed_at = now()",
+                self.marks_sql()
+            ),
+            &[&self.table.name, &after.column, &kind, &mark, &after.run_id, &(rows as i64)],
+        )
+        .await
+        .map_err(|e| classify("storing the mark", e))?;
+        Ok(())
+    }
+
+    /// The append's publishing transaction (see the module docs).
+    pub(super) async fn append_in_transaction(
+        &self,
+        generation: &str,
+        before: Option<&StoredMark>,
+        after: &StoredMark,
+        rows: u64,
+    ) -> Result<PublicationOutcome> {
+        let (mut client, expected) = self.open_marked_publication(generation).await?;
         let tx = client
             .build_transaction()
             .isolation_level(IsolationLevel::Serializable)
@@ -211,22 +239,8 @@ impl PostgresTarget {
             .await
             .map_err(|e| classify("starting the publication", e))?;
         let statements = async {
-            let (t, marks) = (self.target_sql(), self.marks_sql());
-            tx.batch_execute(&format!("LOCK TABLE {t} IN SHARE ROW EXCLUSIVE MODE; LOCK TABLE {marks} IN SHARE ROW EXCLUSIVE MODE"))
-                .await
-                .map_err(|e| classify("locking the target", e))?;
-            let now = self.read_mark_in(&tx).await?;
-            if now.as_ref() != before {
-                return Err(AdapterError::verification(
-                    "incremental_mark_moved",
-                    format!(
-                        "the target's mark is {} but the batch was read after {}",
-                        receipt_identity(now.as_ref()),
-                        receipt_identity(before)
-                    ),
-                )
-                .hint("another writer moved the mark (another run, or an edit of _dpone_marks); nothing was published: run again to read after the current mark"));
-            }
+            self.lock_and_check_mark(&tx, before).await?;
+            let t = self.target_sql();
             let count = |what: &'static str| {
                 let tx = &tx;
                 let sql = format!("SELECT count(*) FROM {t}");
@@ -258,18 +272,7 @@ impl PostgresTarget {
                 )
                 .hint("something besides dpone wrote into the target inside the publishing transaction (a trigger or rule of the target?); nothing was published"));
             }
-            let (kind, mark) = (after.value.map(|v| v.kind().as_str().to_string()), after.value.map(|v| v.to_string()));
-            tx.execute(
-                &format!(
-                    "INSERT INTO {marks} (target_table, cursor_column, mark_kind, mark, run, rows) VALUES ($1, $2, $3, $4, $5, $6) \
-                     ON CONFLICT (target_table) DO UPDATE SET cursor_column = excluded.cursor_column, mark_kind = excluded.mark_kind, \
-                     mark = excluded.mark, run = excluded.run, rows = excluded.rows, committed_at = now()"
-                ),
-                &[&self.table.name, &after.column, &kind, &mark, &after.run_id, &(rows as i64)],
-            )
-            .await
-            .map_err(|e| classify("storing the mark", e))?;
-            Ok::<(), AdapterError>(())
+            self.store_mark(&tx, after, rows).await
         };
         // Nothing was committed: whatever failed, the transaction rolls back.
         statements.await.map_err(rolled_back)?;

@@ -1,0 +1,242 @@
+//! `incremental_merge` on a PostgreSQL target: the batch (the verified
+//! generation) resolved to one row per `unique_key`, and the transaction
+//! that replaces the target's rows of those keys with it and stores the
+//! mark.
+//!
+//! The resolution is SQL over the generation, on the server (the rows never
+//! leave it), with the semantics of the SQLite target's
+//! (`dpone-sqlite/src/sink/marks.rs`): per key the rows at the greatest
+//! cursor, identical rows once (`SELECT DISTINCT`: NULLs compare equal
+//! there); a key column holding NULL refuses the batch (`merge_key_null`:
+//! a NULL key identifies no row, and `IN` would never match it), two
+//! different rows at a key's greatest cursor refuse it (`merge_key_tie`,
+//! naming the key's values and the cursor).
+//!
+//! The publication is one SERIALIZABLE transaction under the locks of an
+//! append (`sink/append.rs`: the target's advisory lock, the target and
+//! `_dpone_marks` `IN SHARE ROW EXCLUSIVE MODE`), one snapshot throughout:
+//!
+//! 1. the stored mark must be the one the batch was read after
+//!    (`incremental_mark_moved`);
+//! 2. the generation's fingerprint must be the one recorded from the
+//!    verified staging (`generation_verification_failed`): the rows
+//!    resolved below are the verified ones;
+//! 3. the batch is resolved again and its counts (rows to insert, target
+//!    rows of the batch's keys to replace) must be the ones the run checked
+//!    before its intent (`publication_verification_failed`: another writer
+//!    changed the target's rows of these keys);
+//! 4. `DELETE` the target rows whose key is in the batch, `INSERT` the
+//!    resolved rows; the affected counts must be the expected ones, the
+//!    target's count must have moved by exactly their difference, every
+//!    batch key must appear exactly once and every resolved row must be
+//!    present (`publication_verification_failed`, e.g. a trigger);
+//! 5. the new mark (with this run's id), then `COMMIT`.
+//!
+//! A row whose key moves between partitions of a partitioned target is a
+//! DELETE from one and an INSERT routed to the other: nothing here depends
+//! on where a row lives.
+
+use super::PostgresTarget;
+use super::fingerprint::{query, select_sql};
+use super::transaction::{commit_outcome, rolled_back};
+use crate::error::classify;
+use crate::source::{quote_ident, quote_literal};
+use dpone_core::incremental::StoredMark;
+use dpone_core::ports::{AdapterError, MergeCounts, MergeKey, PublicationOutcome, Result};
+use dpone_core::types::{Column, DType};
+use tokio_postgres::{GenericClient, IsolationLevel};
+
+/// `incremental_merge`'s SQL over the generation and the target.
+struct MergeSql {
+    /// The key columns, quoted: `"a", "b"`.
+    key: String,
+    /// The batch resolved to one row per key: the rows at their key's
+    /// greatest cursor, identical rows once (a tie leaves two rows of one key).
+    resolved: String,
+    /// Target rows whose key is in the batch.
+    in_batch: String,
+}
+
+impl MergeSql {
+    fn new(target_sql: &str, gen_sql: &str, cols: &str, key: &MergeKey) -> MergeSql {
+        let k = key.unique_key.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
+        let c = quote_ident(&key.cursor);
+        MergeSql {
+            resolved: format!(
+                "SELECT DISTINCT {cols} FROM (SELECT {cols}, max({c}) OVER (PARTITION BY {k}) AS _dpone_top FROM {gen_sql}) AS b \
+                 WHERE {c} = _dpone_top"
+            ),
+            in_batch: format!("FROM {target_sql} WHERE ({k}) IN (SELECT {k} FROM {gen_sql})"),
+            key: k,
+        }
+    }
+}
+
+/// A column's value as text in a message: numbers bare, anything else
+/// quoted as a literal (`id = 5, region = 'eu'`).
+fn value_text(columns: &[Column], name: &str) -> String {
+    let c = quote_ident(name);
+    let bare = columns.iter().find(|col| col.name == name).is_some_and(|col| {
+        matches!(
+            col.ty.dtype,
+            DType::Int8
+                | DType::Int16
+                | DType::Int32
+                | DType::Int64
+                | DType::UInt8
+                | DType::UInt16
+                | DType::UInt32
+                | DType::UInt64
+                | DType::Float32
+                | DType::Float64
+                | DType::Decimal { .. }
+        )
+    });
+    if bare { format!("coalesce({c}::text, 'NULL')") } else { format!("quote_nullable({c})") }
+}
+
+async fn count(client: &impl GenericClient, sql: &str, what: &str) -> Result<u64> {
+    client.query_one(sql, &[]).await.map(|r| r.get::<_, i64>(0) as u64).map_err(|e| classify(what, e))
+}
+
+/// Resolves the batch in `gen_sql` (see [`dpone_core::ports::Target::check_merge`]):
+/// refuses a NULL key column and a tie, counts the rows to insert and replace.
+async fn resolve(client: &impl GenericClient, target_sql: &str, gen_sql: &str, columns: &[Column], key: &MergeKey) -> Result<MergeCounts> {
+    let cols = columns.iter().map(|c| quote_ident(&c.name)).collect::<Vec<_>>().join(", ");
+    let sql = MergeSql::new(target_sql, gen_sql, &cols, key);
+    let what = "resolving the merge batch";
+    // One scan counts the NULLs of every key column.
+    let nulls = key.unique_key.iter().map(|k| format!("count(*) FILTER (WHERE {} IS NULL)", quote_ident(k))).collect::<Vec<_>>();
+    let row = client.query_one(&format!("SELECT {} FROM {gen_sql}", nulls.join(", ")), &[]).await.map_err(|e| classify(what, e))?;
+    for (i, k) in key.unique_key.iter().enumerate() {
+        let n: i64 = row.get(i);
+        if n > 0 {
+            return Err(AdapterError::permanent(
+                "merge_key_null",
+                format!("{n} row(s) of the batch have no value in the key column `{k}`; a NULL key identifies no row to replace"),
+            )
+            .hint("fill the key column in the source (or choose a unique_key whose columns are never NULL), then run again"));
+        }
+    }
+    let key_text = key
+        .unique_key
+        .iter()
+        .map(|k| format!("{} || {}", quote_literal(&format!("{k} = ")), value_text(columns, k)))
+        .collect::<Vec<_>>()
+        .join(" || ', ' || ");
+    let tie = client
+        .query_opt(
+            &format!(
+                "SELECT {key_text}, {cursor}, count(*) FROM ({resolved}) AS r GROUP BY {k}, {c} HAVING count(*) > 1 LIMIT 1",
+                cursor = value_text(columns, &key.cursor),
+                resolved = sql.resolved,
+                k = sql.key,
+                c = quote_ident(&key.cursor),
+            ),
+            &[],
+        )
+        .await
+        .map_err(|e| classify(what, e))?;
+    if let Some(row) = tie {
+        let (key_values, cursor, n): (String, String, i64) = (row.get(0), row.get(1), row.get(2));
+        return Err(AdapterError::permanent(
+            "merge_key_tie",
+            format!(
+                "the batch holds {n} different rows of the key ({key_values}) at its greatest cursor {} = {cursor}; which one replaces the target's row cannot be decided",
+                key.cursor
+            ),
+        )
+        .hint("make the source hold one version per key and cursor value (or a cursor that tells versions apart), then run again; nothing was published"));
+    }
+    Ok(MergeCounts {
+        inserted: count(client, &format!("SELECT count(*) FROM ({}) AS r", sql.resolved), what).await?,
+        replaced: count(client, &format!("SELECT count(*) {}", sql.in_batch), what).await?,
+    })
+}
+
+impl PostgresTarget {
+    /// [`dpone_core::ports::Target::check_merge`]: read-only, outside any
+    /// publication lock (the publishing transaction resolves again).
+    pub(super) async fn check_merge_here(&self, generation: &str, key: &MergeKey) -> Result<MergeCounts> {
+        let client = self.connect().await?;
+        resolve(&client, &self.target_sql(), &self.owned_sql(generation), self.columns()?, key).await
+    }
+
+    /// The merge's publishing transaction (see the module docs).
+    pub(super) async fn merge_in_transaction(
+        &self,
+        generation: &str,
+        before: Option<&StoredMark>,
+        after: &StoredMark,
+        key: &MergeKey,
+        expected: MergeCounts,
+    ) -> Result<PublicationOutcome> {
+        let (mut client, verified) = self.open_marked_publication(generation).await?;
+        let columns = self.columns()?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::Serializable)
+            .start()
+            .await
+            .map_err(|e| classify("starting the publication", e))?;
+        let statements = async {
+            self.lock_and_check_mark(&tx, before).await?;
+            let (t, gen_sql, list) = (self.target_sql(), self.owned_sql(generation), self.column_list()?);
+            let now = query(&tx, &select_sql(&list, &gen_sql, None), "fingerprinting the generation").await?;
+            if now != verified {
+                return Err(AdapterError::verification(
+                    "generation_verification_failed",
+                    format!("the generation {generation} holds {now}, but its verified staging held {verified}"),
+                )
+                .hint("someone changed dpone's staging or generation tables; nothing was published; abandon the run and rerun"));
+            }
+            let failed = |what: String| {
+                AdapterError::verification("publication_verification_failed", what)
+                    .hint("another writer changed the target's rows of the batch's keys during the run (or a trigger did); nothing was published: run again")
+            };
+            // The batch resolved again, under the lock: what the run checked before its intent.
+            let counts = resolve(&tx, &t, &gen_sql, columns, key).await?;
+            if counts != expected {
+                return Err(failed(format!(
+                    "the merge would insert {} and replace {} rows, but the run checked {} and {} before its intent",
+                    counts.inserted, counts.replaced, expected.inserted, expected.replaced
+                )));
+            }
+            let sql = MergeSql::new(&t, &gen_sql, &list, key);
+            let what = "verifying the merge";
+            let rows_before = count(&tx, &format!("SELECT count(*) FROM {t}"), what).await?;
+            let deleted =
+                tx.execute(&format!("DELETE {}", sql.in_batch), &[]).await.map_err(|e| classify("deleting the batch's keys", e))?;
+            let inserted = tx
+                .execute(&format!("INSERT INTO {t} ({list}) {}", sql.resolved), &[])
+                .await
+                .map_err(|e| classify("inserting the merged rows", e))?;
+            let rows_after = count(&tx, &format!("SELECT count(*) FROM {t}"), what).await?;
+            // Each key of the batch exactly once, every resolved row present.
+            let not_once = count(
+                &tx,
+                &format!("SELECT count(*) FROM (SELECT 1 {} GROUP BY {} HAVING count(*) <> 1) AS k", sql.in_batch, sql.key),
+                what,
+            )
+            .await?;
+            let missing =
+                count(&tx, &format!("SELECT count(*) FROM ({} EXCEPT ALL SELECT {list} FROM {t}) AS m", sql.resolved), what).await?;
+            if deleted != expected.replaced
+                || inserted != expected.inserted
+                || rows_after + deleted != rows_before + inserted
+                || not_once != 0
+                || missing != 0
+            {
+                return Err(failed(format!(
+                    "the merge deleted {deleted} rows and inserted {inserted} (expected {} and {}); the target went from {rows_before} to {rows_after} rows; \
+                     {not_once} batch keys do not appear exactly once; {missing} batch rows are missing",
+                    expected.replaced, expected.inserted
+                )));
+            }
+            self.store_mark(&tx, after, inserted).await
+        };
+        // Nothing was committed: whatever failed, the transaction rolls back.
+        statements.await.map_err(rolled_back)?;
+        commit_outcome(tx.commit().await)
+    }
+}

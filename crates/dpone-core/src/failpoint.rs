@@ -82,7 +82,10 @@ impl Failpoints {
     /// What to do at `point` (None: carry on).
     #[inline]
     pub fn at(&self, point: &str) -> Option<Action> {
-        debug_assert!(POINTS.contains(&point) || BUILD_POINTS.contains(&point) || APPEND_POINTS.contains(&point), "unknown failpoint {point}");
+        debug_assert!(
+            POINTS.contains(&point) || BUILD_POINTS.contains(&point) || APPEND_POINTS.contains(&point),
+            "unknown failpoint {point}"
+        );
         self.0.as_ref().and_then(|i| i.at(point))
     }
 

@@ -170,9 +170,9 @@ impl ClickhouseTarget {
 
     /// The target's UUID now, or an error when the target is missing.
     async fn live_uuid(&self) -> Result<String> {
-        self.table_uuid(&self.database, &self.table).await?.ok_or_else(|| {
-            AdapterError::permanent("target_missing", format!("the target {} does not exist", self.target_sql()))
-        })
+        self.table_uuid(&self.database, &self.table)
+            .await?
+            .ok_or_else(|| AdapterError::permanent("target_missing", format!("the target {} does not exist", self.target_sql())))
     }
 
     pub(super) async fn read_mark_now(&self) -> Result<Option<StoredMark>> {
@@ -190,13 +190,9 @@ impl ClickhouseTarget {
         ))
         .await?;
         let (column, kind, value, run, cleared) = match mark {
-            Some(m) => (
-                m.column.clone(),
-                m.value.map(|v| v.kind().as_str().to_string()),
-                m.value.map(|v| v.to_string()),
-                m.run_id.clone(),
-                0,
-            ),
+            Some(m) => {
+                (m.column.clone(), m.value.map(|v| v.kind().as_str().to_string()), m.value.map(|v| v.to_string()), m.run_id.clone(), 0)
+            }
             None => (String::new(), None, None, String::new(), 1),
         };
         // Retrying this INSERT could only add the same row twice: harmless.
@@ -253,7 +249,9 @@ impl ClickhouseTarget {
     }
 
     /// Whether `g2` holds exactly the target's rows plus the batch's: by part
-    /// identity, else (parts renamed by a merge) by count and digest.
+    /// identity with the target's parts as linked, else (parts renamed by a
+    /// merge, or a write that landed before the link) by count and digest
+    /// against the target now.
     async fn holds_target_and_batch(&self, g2: &str, target: &Parts, batch: &Parts, generation: &str) -> Result<bool> {
         let mut expected = target.clone();
         for (id, parts) in batch {
@@ -263,6 +261,11 @@ impl ClickhouseTarget {
         if self.parts_of(&self.database, g2).await? == expected {
             return Ok(true);
         }
+        self.same_rows_as_target_and_batch(g2, generation).await
+    }
+
+    /// Whether `g2`'s count and digest are the target's now plus the batch's.
+    async fn same_rows_as_target_and_batch(&self, g2: &str, generation: &str) -> Result<bool> {
         let t = self.contents_where(&self.target_sql(), "1").await?;
         let b = self.contents_where(&self.owned_sql(generation), "1").await?;
         let g = self.contents_where(&self.owned_sql(g2), "1").await?;
@@ -360,7 +363,7 @@ impl ClickhouseTarget {
         let now = self.live_uuid().await?;
         let unchanged = now == uuid_before
             && (self.parts_of(&self.database, &self.table).await? == target_parts
-                || self.holds_target_and_batch(g2, &target_parts, &batch_parts, generation).await?);
+                || self.same_rows_as_target_and_batch(g2, generation).await?);
         if !unchanged {
             return Err(AdapterError::verification(
                 "kept_rows_changed",

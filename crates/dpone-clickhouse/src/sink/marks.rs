@@ -38,6 +38,12 @@
 //! backup), as with the window replace. dpone's lease excludes other
 //! dpone runs; writers outside dpone must not write an appended target.
 //!
+//! The batch itself (the run's generation) was digest-verified by the
+//! engine before the intent, and is re-verified by a resumed run; between
+//! the intent and this publication within one invocation only its row
+//! count is re-checked here (`generation_changed`), as the window replace
+//! publishes its verified generation without re-reading it.
+//!
 //! `reset_mark` is a compare-and-set by the holder of the target's lease:
 //! the latest row for the live UUID must be the expected mark, then a row
 //! with the next sequence number is added (`cleared = 1`: no mark). Mark

@@ -266,10 +266,10 @@ impl Source for AnySource {
 
     async fn read(&self, request: ReadRequest, out: FrameTx) -> Result<ReadStats> {
         // A source that cannot select a cursor range would read every row:
-        // only the SQLite and ClickHouse sources read incremental batches
+        // only the SQLite, ClickHouse and PostgreSQL sources read incremental batches
         // (the plan refuses other routes; this keeps a bug from appending
         // twice).
-        if request.cursor.is_some() && !matches!(self.kind, SourceKind::Sqlite(_) | SourceKind::Clickhouse(_)) {
+        if request.cursor.is_some() && !matches!(self.kind, SourceKind::Sqlite(_) | SourceKind::Clickhouse(_) | SourceKind::Postgres(_)) {
             return Err(dpone_core::ports::AdapterError::permanent(
                 "unsupported_strategy_route",
                 "this source does not read incremental batches",

@@ -333,26 +333,8 @@ fn lookback_is_refused_with_append_and_merge_needs_a_key() {
     assert_refused(&fx, &fx.run(), "merge_key_missing", "incremental_merge without unique_key");
 }
 
-#[test]
-fn routes_without_incremental_publication_refuse_it_before_any_io() {
-    // Nothing listens on port 1: a refusal that needed a connection would fail differently.
-    let env = [("DPONE_CONN_CH", "http://127.0.0.1:1"), ("DPONE_CONN_PG", "postgres://u@127.0.0.1:1/d")];
-    // clickhouse->postgres runs appends (tests/incremental_ch_postgres.rs);
-    // postgres->clickhouse is refused.
-    let text = manifest("id", "", "")
-        .replacen("type: sqlite", "type: postgres", 1)
-        .replacen("{connection_type: params, params: {path: source.db}}", "{connection_type: env, connection_id: PG}", 1)
-        .replacen(
-            "  type: sqlite\n  connection: {connection_type: params, params: {path: target.db}}",
-            "  type: clickhouse\n  connection: {connection_type: env, connection_id: CH}",
-            1,
-        );
-    let fx = Fixture::new(&[], &[], &text);
-    let run = harness::run(&fx.dir, &["run", "manifest.yaml", "--format", "json"], &env);
-    let doc = run.assert_failed("postgres->clickhouse", 2, "unsupported_strategy_route");
-    let message = doc["errors"][0]["message"].as_str().unwrap_or_default();
-    assert!(message.contains("postgres->clickhouse"), "expected the error to name the route: {doc:#}");
-}
+// Every route runs appends now: clickhouse->postgres (tests/incremental_ch_postgres.rs),
+// postgres->clickhouse (tests/incremental_pg_clickhouse.rs).
 
 // ---------------------------------------------------------------------------
 // Crashes and resumption

@@ -17,7 +17,10 @@
 //!   is read from the tables' UUIDs, never assumed from the response. The
 //!   previous generation is kept as `_dpone_bak_<run>` (one per target).
 //!
-//! The eligibility checks run before any write live in `sink/eligibility.rs`.
+//! The eligibility checks run before any write live in `sink/eligibility.rs`;
+//! `incremental_append` (the mark keyed by the table's UUID, a publication
+//! that links every partition, attaches the batch and exchanges) in
+//! `sink/marks.rs`.
 
 /// Bytes of the target's disk a run leaves free by default (1 GiB).
 pub const DEFAULT_DISK_RESERVE_BYTES: u64 = 1 << 30;
@@ -36,6 +39,7 @@ use std::sync::OnceLock;
 
 mod eligibility;
 mod generation;
+mod marks;
 
 /// Oldest major version with Atomic databases and EXCHANGE TABLES that dpone admits.
 pub const MIN_MAJOR_VERSION: u32 = 21;
@@ -426,7 +430,10 @@ impl Target for ClickhouseTarget {
         // keep it as this target's only backup.
         let backup_sql = self.owned_sql(backup);
         let comment = format!("dpone backup of {}", self.target_sql());
-        if self.table_uuid(&self.database, generation).await?.is_some() {
+        // An append's backup name already holds the previous target (its
+        // publication exchanged a table of that name); its generation is
+        // the batch, dropped with the run's tables.
+        if self.table_uuid(&self.database, backup).await?.is_none() && self.table_uuid(&self.database, generation).await?.is_some() {
             self.ddl(&format!("RENAME TABLE {} TO {backup_sql}", self.owned_sql(generation))).await?;
         }
         if self.table_uuid(&self.database, backup).await?.is_some() {
@@ -485,6 +492,28 @@ impl Target for ClickhouseTarget {
             min: if window > 0 { micros("min") } else { None },
             max: if window > 0 { micros("max") } else { None },
         })
+    }
+
+    async fn read_mark(&self) -> Result<Option<dpone_core::incremental::StoredMark>> {
+        self.read_mark_now().await
+    }
+
+    async fn publish_append(
+        &self,
+        generation: &str,
+        before: Option<&dpone_core::incremental::StoredMark>,
+        after: &dpone_core::incremental::StoredMark,
+        rows: u64,
+    ) -> Result<PublicationOutcome> {
+        self.publish_append_now(generation, before, after, rows).await
+    }
+
+    async fn reset_mark(
+        &self,
+        before: Option<&dpone_core::incremental::StoredMark>,
+        after: Option<&dpone_core::incremental::StoredMark>,
+    ) -> Result<()> {
+        self.reset_mark_now(before, after).await
     }
 
     async fn drop_tables(&self, names: &[String]) -> Result<()> {

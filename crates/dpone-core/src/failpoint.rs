@@ -43,6 +43,11 @@ pub const POINTS: &[&str] = &[
 /// straddling partitions copied, and after the staged chunks were attached.
 pub const BUILD_POINTS: &[&str] = &["generation.after_link", "generation.after_attach"];
 
+/// Abort (or pause) points inside a ClickHouse append's publication: after
+/// the target's partitions were linked into the table that replaces it,
+/// and after its mark row was written, right before the exchange.
+pub const APPEND_POINTS: &[&str] = &["append.after_link", "append.before_exchange"];
+
 /// Abort points: where a crash can be injected ([`POINTS`] minus faults).
 pub fn abort_points() -> impl Iterator<Item = &'static str> {
     POINTS.iter().copied().filter(|p| !p.starts_with("lease."))
@@ -77,7 +82,10 @@ impl Failpoints {
     /// What to do at `point` (None: carry on).
     #[inline]
     pub fn at(&self, point: &str) -> Option<Action> {
-        debug_assert!(POINTS.contains(&point) || BUILD_POINTS.contains(&point), "unknown failpoint {point}");
+        debug_assert!(
+            POINTS.contains(&point) || BUILD_POINTS.contains(&point) || APPEND_POINTS.contains(&point),
+            "unknown failpoint {point}"
+        );
         self.0.as_ref().and_then(|i| i.at(point))
     }
 

@@ -67,7 +67,8 @@ pub struct IncrementalPlan {
 }
 
 /// Routes whose target publishes an incremental append.
-pub const INCREMENTAL_ROUTES: &[(System, System)] = &[(System::Sqlite, System::Sqlite), (System::Clickhouse, System::Postgres)];
+pub const INCREMENTAL_ROUTES: &[(System, System)] =
+    &[(System::Sqlite, System::Sqlite), (System::Clickhouse, System::Postgres), (System::Postgres, System::Clickhouse)];
 /// Routes whose target publishes an incremental merge.
 pub const MERGE_ROUTES: &[(System, System)] = &[(System::Sqlite, System::Sqlite), (System::Clickhouse, System::Postgres)];
 
@@ -397,6 +398,11 @@ impl Plan {
                 atomic: true,
                 description: "one transaction deletes the target rows whose unique_key is in the verified batch, inserts the batch's version of each key (the greatest cursor), checks that every batch key appears exactly once, and moves the high-water mark (in _dpone_marks) from the recorded old mark to the new one".into(),
             },
+            Some(_) if snk.system == System::Clickhouse && routes.contains(&(src.system, snk.system)) => PublicationPlan {
+                method: format!("{}_append", publication.method),
+                atomic: true,
+                description: "a new table links every partition of the target (hard links, no row copied) and attaches the verified batch, is checked by part identity (or count and digest), gets the new mark in _dpone_marks keyed by its table UUID, then one EXCHANGE TABLES makes rows and mark visible together; the previous table is kept as the backup".into(),
+            },
             Some(_) if routes.contains(&(src.system, snk.system)) => PublicationPlan {
                 method: format!("{}_append", publication.method),
                 atomic: true,
@@ -413,7 +419,7 @@ impl Plan {
                         .hint(if merge.is_some() {
                             "incremental_merge runs on sqlite->sqlite and clickhouse->postgres; use `replace` with a window on this route"
                         } else {
-                            "incremental_append runs on sqlite->sqlite and clickhouse->postgres; use `replace` with a window on this route"
+                            "incremental_append runs on sqlite->sqlite, clickhouse->postgres and postgres->clickhouse; use `replace` with a window on this route"
                         }),
                     );
                 }

@@ -4,6 +4,7 @@
 //! - `catalog`: column introspection and the PostgreSQL -> canonical type map;
 //! - `transcode`: binary COPY -> RowBinary, exact, no allocation per value;
 //! - `source`: [`PostgresSource`], snapshot-consistent chunk reads;
+//! - `cursor`: an append's cursor maximum and batch predicate;
 //! - `state_store`: [`PostgresStateStore`], leases and fenced records of
 //!   runs shared by every host that reaches the database;
 //! - `tls`: libpq's `sslmode` over rustls (the workspace's one provider);
@@ -11,6 +12,7 @@
 
 pub mod catalog;
 pub mod config;
+mod cursor;
 pub mod encode;
 mod error;
 pub mod sink;

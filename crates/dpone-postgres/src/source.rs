@@ -14,12 +14,20 @@
 //! reads groups of adjacent chunks with `read_group`: one COPY of the
 //! group's span in the same snapshot, each row routed by its window value
 //! to its chunk's stream (`dpone_core::frames::assemble_routed`).
+//!
+//! `incremental_append`: `cursor_max` is read by the keeper inside the
+//! exported snapshot (NULL cursors refused in the same query), and a read
+//! with `ReadRequest.cursor` imports that snapshot and selects only the
+//! batch (`cursor.rs`). A resumed run re-extracts the journaled batch
+//! under a new snapshot: rows committed since then with a cursor above
+//! the batch's maximum are left for the next run.
 
 use crate::catalog::{ACCESS_PATH_SQL, CatalogColumn, DESCRIBE_SQL, map_type};
 use crate::error::classify;
 use crate::transcode::{CopyParser, RowCodec, codec_for};
 use bytes::Bytes;
 use dpone_core::frames::{self, ByteInput, FrameLimits, Need};
+use dpone_core::incremental::{CursorKind, CursorValue};
 use dpone_core::manifest::TableRef;
 use dpone_core::ports::{AccessPath, AdapterError, FrameTx, ReadRequest, ReadStats, Result, Source, SourceVersion, select_columns};
 use dpone_core::time::Timestamp;
@@ -144,10 +152,18 @@ impl PostgresSource {
                 err
             })?;
         let columns = request.columns.iter().map(|c| quote_ident(&c.name)).collect::<Vec<_>>().join(", ");
-        let mut sql = format!("COPY (SELECT {columns} FROM {}", self.table_sql());
+        let mut filters = Vec::new();
         if let Some((col, chunk)) = &request.bounds {
             let c = quote_ident(col);
-            sql.push_str(&format!(" WHERE {c} >= {} AND {c} < {}", timestamptz_literal(chunk.start), timestamptz_literal(chunk.end)));
+            filters.push(format!("{c} >= {} AND {c} < {}", timestamptz_literal(chunk.start), timestamptz_literal(chunk.end)));
+        }
+        if let Some(batch) = &request.cursor {
+            let oid = self.oids.get().and_then(|o| o.get(&batch.column)).copied().unwrap_or(0);
+            filters.push(crate::cursor::batch_predicate(batch, oid));
+        }
+        let mut sql = format!("COPY (SELECT {columns} FROM {}", self.table_sql());
+        if !filters.is_empty() {
+            sql.push_str(&format!(" WHERE {}", filters.join(" AND ")));
         }
         sql.push_str(") TO STDOUT (FORMAT binary)");
         Ok((client, sql))
@@ -272,6 +288,17 @@ impl Source for PostgresSource {
         let stats = frames::assemble_routed(&mut parser, &mut input, request.columns.len(), limits, &router, &mut outs).await?;
         client.batch_execute("COMMIT").await.map_err(|e| classify("ending the chunk group transaction", e))?;
         Ok(stats)
+    }
+
+    /// Read by the keeper, in the snapshot every batch read imports.
+    async fn cursor_max(&self, column: &str, kind: CursorKind) -> Result<Option<CursorValue>> {
+        let keeper = self.keeper()?;
+        let row = keeper
+            .client
+            .query_one(&crate::cursor::max_query(&self.table_sql(), column, kind), &[])
+            .await
+            .map_err(|e| classify("reading the cursor's maximum", e))?;
+        crate::cursor::max_from(column, kind, row.get(0), row.get(2))
     }
 
     async fn close_snapshot(&self) -> Result<()> {

@@ -133,7 +133,7 @@ sink:
     }
 
     #[test]
-    fn routes_without_an_append_publication_refuse_it_naming_the_route() {
+    fn postgres_to_clickhouse_plans_an_append_published_by_exchange() {
         let pg = "{connection_type: env, connection_id: PG}";
         let text = APPEND
             .replacen("type: sqlite", "type: postgres", 1)
@@ -141,8 +141,10 @@ sink:
             .replacen("type: sqlite", "type: clickhouse", 1)
             .replacen("{connection_type: params, params: {path: target.db}}", "{connection_type: env, connection_id: CH}", 1);
         let p = Plan::build(&manifest::load(&text).unwrap(), &Interval::default()).unwrap();
-        let codes: Vec<&str> = p.refusals.iter().map(|d| d.code.as_str()).collect();
-        assert_eq!(codes, vec!["unsupported_strategy_route"]);
-        assert!(p.refusals[0].message.contains("postgres->clickhouse"), "{}", p.refusals[0].message);
+        assert!(p.refusals.is_empty(), "{:?}", p.refusals);
+        assert!(p.publication.method.ends_with("_append"), "{}", p.publication.method);
+        for what in ["links every partition", "EXCHANGE TABLES", "table UUID"] {
+            assert!(p.publication.description.contains(what), "{what}: {}", p.publication.description);
+        }
     }
 }

@@ -248,7 +248,7 @@ pub trait Source: Send + Sync + 'static {
 
 fn incremental_unsupported(side: &str) -> AdapterError {
     AdapterError::permanent("unsupported_strategy_route", format!("this {side} does not implement incremental_append"))
-        .hint("incremental_append runs on sqlite->sqlite and clickhouse->postgres; use `replace` with a window on this route")
+        .hint("incremental_append runs on sqlite->sqlite, clickhouse->postgres and postgres->clickhouse; use `replace` with a window on this route")
 }
 
 /// What an adapter needs, besides its manifest section, to build itself:

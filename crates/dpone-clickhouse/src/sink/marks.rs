@@ -1,0 +1,382 @@
+//! `incremental_append` on a ClickHouse target: the mark, keyed by the
+//! table object it describes, and a publication that moves rows and mark
+//! in one `EXCHANGE TABLES`.
+//!
+//! ClickHouse has no transaction spanning two tables, so the mark cannot
+//! be written "with" the rows. Instead it is written *for a table object*:
+//! `<target database>._dpone_marks` holds rows keyed by a table's UUID,
+//! and the target's mark is the latest row for the UUID the target's name
+//! points to now (`system.tables`). The publication:
+//!
+//! 1. reads the target's UUID and its active parts (partition, rows,
+//!    `hash_of_all_files`);
+//! 2. builds `G2` (named like the run's backup, `_dpone_bak_...`) `AS`
+//!    the target: every partition of the target linked with `ATTACH
+//!    PARTITION ID ... FROM target` (hard links: the cost does not depend
+//!    on the history's size), then every partition of the verified batch
+//!    (the run's generation) attached the same way;
+//! 3. verifies `G2`: its parts are exactly the target's plus the batch's
+//!    (a multiset of `(rows, hash_of_all_files)` per partition), or, when
+//!    a background merge renamed parts, its count and digest equal the
+//!    target's plus the batch's (`generation_verification_failed`);
+//! 4. re-checks that the target's mark is still the batch's old one
+//!    (`incremental_mark_moved`) and writes the new mark for `G2`'s UUID;
+//! 5. right before the exchange, re-checks that the target's parts are
+//!    those linked in step 2, or its count and digest still equal them
+//!    (`kept_rows_changed`: a writer changed the target meanwhile);
+//! 6. one `EXCHANGE TABLES G2 AND target`, judged by the target's UUID.
+//!
+//! The mark becomes the target's mark exactly when the exchange happens:
+//! a crash before it leaves the old UUID, hence the old mark (the row
+//! written for `G2` describes a table nobody reads); a crash after it
+//! leaves `G2`'s UUID with its mark. After the exchange the name `G2`
+//! holds the previous target, which is the run's backup
+//! (`after_publication` keeps it as the window replace keeps its own).
+//!
+//! Step 5 and the exchange are two statements: a write to the target
+//! landing between them is lost from the target (it stays in the
+//! backup), as with the window replace. dpone's lease excludes other
+//! dpone runs; writers outside dpone must not write an appended target.
+//!
+//! The batch itself (the run's generation) was digest-verified by the
+//! engine before the intent, and is re-verified by a resumed run; between
+//! the intent and this publication within one invocation only its row
+//! count is re-checked here (`generation_changed`), as the window replace
+//! publishes its verified generation without re-reading it.
+//!
+//! `reset_mark` is a compare-and-set by the holder of the target's lease:
+//! the latest row for the live UUID must be the expected mark, then a row
+//! with the next sequence number is added (`cleared = 1`: no mark). Mark
+//! rows are only ever added; a table's mark is its row of highest `seq`.
+
+use super::{ClickhouseTarget, num, text};
+use crate::client::{Idempotence, quote_ident, quote_str};
+use dpone_core::digest::RowDigest;
+use dpone_core::failpoint::Action;
+use dpone_core::identity::OWNED_PREFIX;
+use dpone_core::incremental::{StoredMark, receipt_identity};
+use dpone_core::ports::{AdapterError, ErrorClass, ErrorKind, PublicationOutcome, Result};
+use serde_json::Value as Json;
+use std::collections::BTreeMap;
+
+/// The marks table, in the target's database.
+pub const MARKS_TABLE: &str = "_dpone_marks";
+/// Partitions attached per `ALTER TABLE` statement.
+const ATTACH_BATCH: usize = 200;
+
+/// Per partition, the sorted `(rows, hash_of_all_files)` of its active parts.
+type Parts = BTreeMap<String, Vec<(u64, String)>>;
+
+/// The latest mark row of one table object.
+struct MarkRow {
+    seq: u64,
+    /// None: cleared by `dpone state reset --clear`.
+    mark: Option<StoredMark>,
+}
+
+fn opt(row: &serde_json::Map<String, Json>, key: &str) -> Option<String> {
+    match row.get(key) {
+        None | Some(Json::Null) => None,
+        Some(Json::String(s)) => Some(s.clone()),
+        Some(v) => Some(v.to_string()),
+    }
+}
+
+fn sql_opt(v: Option<String>) -> String {
+    v.map(|s| quote_str(&s)).unwrap_or_else(|| "NULL".into())
+}
+
+fn rows_of(parts: &Parts) -> u64 {
+    parts.values().flatten().map(|(n, _)| n).sum()
+}
+
+impl ClickhouseTarget {
+    fn marks_sql(&self) -> String {
+        format!("{}.{}", quote_ident(&self.database), quote_ident(MARKS_TABLE))
+    }
+
+    /// The table that becomes the target: the run's backup name (after the
+    /// exchange it holds the previous target, which is the backup).
+    fn append_generation(generation: &str) -> Result<String> {
+        generation
+            .strip_prefix(&format!("{OWNED_PREFIX}gen_"))
+            .map(|rest| format!("{OWNED_PREFIX}bak_{rest}"))
+            .ok_or_else(|| AdapterError::internal(format!("`{generation}` is not a generation table's name")))
+    }
+
+    /// Stops (crash) or waits (pause) at an append's failpoint (tests only).
+    async fn append_failpoint(&self, point: &str) -> Result<()> {
+        match self.failpoints.at(point) {
+            Some(Action::Crash) => {
+                Err(AdapterError::of(ErrorKind::Crashed, "crashed", format!("crashed at failpoint {point} (simulated)")))
+            }
+            Some(Action::Pause(d)) => {
+                tokio::time::sleep(d).await;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn parts_of(&self, database: &str, table: &str) -> Result<Parts> {
+        let rows = self
+            .client
+            .query_rows(&format!(
+                "SELECT partition_id AS id, rows AS n, hash_of_all_files AS h FROM system.parts \
+                 WHERE database = {} AND table = {} AND active",
+                quote_str(database),
+                quote_str(table)
+            ))
+            .await?;
+        let mut out = Parts::new();
+        for r in &rows {
+            out.entry(text(r, "id")).or_default().push((num(r, "n")?, text(r, "h")));
+        }
+        out.values_mut().for_each(|v| v.sort());
+        Ok(out)
+    }
+
+    /// The latest mark row of the table object `uuid` (None: none, or no marks table).
+    async fn mark_row(&self, uuid: &str) -> Result<Option<MarkRow>> {
+        let exists = self
+            .client
+            .scalar(&format!(
+                "SELECT count() FROM system.tables WHERE database = {} AND name = {}",
+                quote_str(&self.database),
+                quote_str(MARKS_TABLE)
+            ))
+            .await?;
+        if exists == "0" {
+            return Ok(None);
+        }
+        let rows = self
+            .client
+            .query_rows(&format!(
+                "SELECT cursor_column, kind, mark, run_id, toString(seq) AS seq, cleared FROM {} \
+                 WHERE table_uuid = toUUID({}) ORDER BY seq DESC LIMIT 1",
+                self.marks_sql(),
+                quote_str(uuid)
+            ))
+            .await?;
+        let Some(r) = rows.first() else { return Ok(None) };
+        let seq = num(r, "seq")?;
+        if text(r, "cleared") == "1" {
+            return Ok(Some(MarkRow { seq, mark: None }));
+        }
+        let mark = StoredMark::from_row(text(r, "cursor_column"), opt(r, "kind").as_deref(), opt(r, "mark").as_deref(), text(r, "run_id"))
+            .ok_or_else(|| {
+                AdapterError::permanent(
+                    "mark_unreadable",
+                    format!("the mark of {} (table UUID {uuid}) in {} cannot be read", self.target_sql(), self.marks_sql()),
+                )
+                .hint("add a readable row for that UUID with a higher seq, or `dpone state reset --clear` to start over")
+            })?;
+        Ok(Some(MarkRow { seq, mark: Some(mark) }))
+    }
+
+    /// The target's UUID now, or an error when the target is missing.
+    async fn live_uuid(&self) -> Result<String> {
+        self.table_uuid(&self.database, &self.table)
+            .await?
+            .ok_or_else(|| AdapterError::permanent("target_missing", format!("the target {} does not exist", self.target_sql())))
+    }
+
+    pub(super) async fn read_mark_now(&self) -> Result<Option<StoredMark>> {
+        let uuid = self.live_uuid().await?;
+        Ok(self.mark_row(&uuid).await?.and_then(|r| r.mark))
+    }
+
+    /// Adds the mark row `mark` (None: cleared) with sequence `seq` for `uuid`.
+    async fn write_mark(&self, uuid: &str, mark: Option<&StoredMark>, seq: u64) -> Result<()> {
+        self.ddl(&format!(
+            "CREATE TABLE IF NOT EXISTS {} (table_uuid UUID, target String, cursor_column String, kind Nullable(String), \
+             mark Nullable(String), run_id String, seq UInt64, cleared UInt8, written_at DateTime64(6, 'UTC') DEFAULT now64(6)) \
+             ENGINE = MergeTree ORDER BY (table_uuid, seq)",
+            self.marks_sql()
+        ))
+        .await?;
+        let (column, kind, value, run, cleared) = match mark {
+            Some(m) => {
+                (m.column.clone(), m.value.map(|v| v.kind().as_str().to_string()), m.value.map(|v| v.to_string()), m.run_id.clone(), 0)
+            }
+            None => (String::new(), None, None, String::new(), 1),
+        };
+        // Retrying this INSERT could only add the same row twice: harmless.
+        self.client
+            .execute(
+                &format!(
+                    "INSERT INTO {} (table_uuid, target, cursor_column, kind, mark, run_id, seq, cleared) VALUES \
+                     (toUUID({}), {}, {}, {}, {}, {}, {seq}, {cleared})",
+                    self.marks_sql(),
+                    quote_str(uuid),
+                    quote_str(&self.table),
+                    quote_str(&column),
+                    sql_opt(kind),
+                    sql_opt(value),
+                    quote_str(&run),
+                ),
+                Idempotence::Safe,
+            )
+            .await
+    }
+
+    fn mark_moved(&self, now: Option<&StoredMark>, before: Option<&StoredMark>) -> AdapterError {
+        AdapterError::verification(
+            "incremental_mark_moved",
+            format!(
+                "the mark of {} is {} but {} was expected; nothing was changed",
+                self.target_sql(),
+                receipt_identity(now),
+                receipt_identity(before)
+            ),
+        )
+        .hint("another writer moved the mark (a run from another work dir or state store, or a row added to _dpone_marks); run again")
+    }
+
+    /// `dpone state reset`: compare-and-set of the live table's mark.
+    pub(super) async fn reset_mark_now(&self, before: Option<&StoredMark>, after: Option<&StoredMark>) -> Result<()> {
+        let uuid = self.live_uuid().await?;
+        let row = self.mark_row(&uuid).await?;
+        let now = row.as_ref().and_then(|r| r.mark.clone());
+        if now.as_ref() != before {
+            return Err(self.mark_moved(now.as_ref(), before));
+        }
+        self.write_mark(&uuid, after, row.map_or(1, |r| r.seq + 1)).await
+    }
+
+    /// Links every partition of `from` into `into_sql`.
+    async fn attach_all(&self, into_sql: &str, from_sql: &str, partitions: impl Iterator<Item = &String>) -> Result<()> {
+        let ids: Vec<&String> = partitions.collect();
+        for batch in ids.chunks(ATTACH_BATCH) {
+            let attach: Vec<String> = batch.iter().map(|id| format!("ATTACH PARTITION ID {} FROM {from_sql}", quote_str(id))).collect();
+            self.client.execute(&format!("ALTER TABLE {into_sql} {}", attach.join(", ")), Idempotence::Unsafe).await?;
+        }
+        Ok(())
+    }
+
+    /// Whether `g2` holds exactly the target's rows plus the batch's: by part
+    /// identity with the target's parts as linked, else (parts renamed by a
+    /// merge, or a write that landed before the link) by count and digest
+    /// against the target now.
+    async fn holds_target_and_batch(&self, g2: &str, target: &Parts, batch: &Parts, generation: &str) -> Result<bool> {
+        let mut expected = target.clone();
+        for (id, parts) in batch {
+            expected.entry(id.clone()).or_default().extend(parts.iter().cloned());
+        }
+        expected.values_mut().for_each(|v| v.sort());
+        if self.parts_of(&self.database, g2).await? == expected {
+            return Ok(true);
+        }
+        self.same_rows_as_target_and_batch(g2, generation).await
+    }
+
+    /// Whether `g2`'s count and digest are the target's now plus the batch's.
+    async fn same_rows_as_target_and_batch(&self, g2: &str, generation: &str) -> Result<bool> {
+        let t = self.contents_where(&self.target_sql(), "1").await?;
+        let b = self.contents_where(&self.owned_sql(generation), "1").await?;
+        let g = self.contents_where(&self.owned_sql(g2), "1").await?;
+        let mut sum: RowDigest = t.digest;
+        sum.merge(&b.digest);
+        Ok(g.rows == t.rows + b.rows && g.digest == sum)
+    }
+
+    pub(super) async fn publish_append_now(
+        &self,
+        generation: &str,
+        before: Option<&StoredMark>,
+        after: &StoredMark,
+        rows: u64,
+    ) -> Result<PublicationOutcome> {
+        let g2 = Self::append_generation(generation)?;
+        let g2_sql = self.owned_sql(&g2);
+        let result = self.build_append(generation, &g2, before, after, rows).await;
+        let (uuid_before, g2_uuid) = match result {
+            Ok(uuids) => uuids,
+            Err(e) => {
+                // Nothing was published: the target's name still points to
+                // its old UUID and so to its old mark.
+                let _ = self.ddl(&format!("DROP TABLE IF EXISTS {g2_sql} SYNC")).await;
+                return Err(e);
+            }
+        };
+        let exchange = self.client.execute(&format!("EXCHANGE TABLES {g2_sql} AND {}", self.target_sql()), Idempotence::Unsafe).await;
+        let observed = self.observe_target_uuid().await.map_err(|e| {
+            AdapterError::indeterminate(
+                "outcome_unknown",
+                format!("the EXCHANGE was sent and the target's UUID could not be read afterwards: {}", e.message),
+            )
+            .hint("read system.tables: if the target's UUID is the one _dpone_marks holds the new mark for, the batch was published")
+        })?;
+        match (observed, exchange) {
+            (Some(u), _) if u == g2_uuid => Ok(PublicationOutcome::Published),
+            (Some(u), Err(e)) if u == uuid_before => {
+                let _ = self.ddl(&format!("DROP TABLE IF EXISTS {g2_sql} SYNC")).await;
+                Err(AdapterError::new(
+                    if e.class == ErrorClass::Indeterminate { ErrorClass::Permanent } else { e.class },
+                    "publication_failed",
+                    format!("EXCHANGE TABLES did not take effect: {}", e.message),
+                ))
+            }
+            _ => Ok(PublicationOutcome::Unknown),
+        }
+    }
+
+    /// Steps 1-5 of the publication (module docs); returns the target's
+    /// UUID and `G2`'s.
+    async fn build_append(
+        &self,
+        generation: &str,
+        g2: &str,
+        before: Option<&StoredMark>,
+        after: &StoredMark,
+        rows: u64,
+    ) -> Result<(String, String)> {
+        let g2_sql = self.owned_sql(g2);
+        let uuid_before = self.live_uuid().await?;
+        let target_parts = self.parts_of(&self.database, &self.table).await?;
+        let batch_parts = self.parts_of(self.owned_db(generation), generation).await?;
+        if rows_of(&batch_parts) != rows {
+            return Err(AdapterError::verification(
+                "generation_changed",
+                format!("the generation `{generation}` holds {} rows, but {rows} were verified", rows_of(&batch_parts)),
+            )
+            .hint("someone changed dpone's generation table; nothing was published: abandon the run and run again"));
+        }
+        self.ddl(&format!("DROP TABLE IF EXISTS {g2_sql} SYNC")).await?;
+        self.ddl(&format!("CREATE TABLE {g2_sql} AS {}", self.target_sql())).await?;
+        self.attach_all(&g2_sql, &self.target_sql(), target_parts.keys()).await?;
+        self.append_failpoint("append.after_link").await?;
+        self.attach_all(&g2_sql, &self.owned_sql(generation), batch_parts.keys()).await?;
+        if !self.holds_target_and_batch(g2, &target_parts, &batch_parts, generation).await? {
+            return Err(AdapterError::verification(
+                "generation_verification_failed",
+                format!("{g2_sql} does not hold exactly the target's rows plus the verified batch of {rows} rows"),
+            )
+            .hint("the target or the run's generation changed while the publication was built; nothing was published: run again"));
+        }
+        let live = self.mark_row(&uuid_before).await?.and_then(|r| r.mark);
+        if live.as_ref() != before {
+            return Err(self.mark_moved(live.as_ref(), before));
+        }
+        let g2_uuid = self
+            .table_uuid(&self.database, g2)
+            .await?
+            .ok_or_else(|| AdapterError::permanent("publication_failed", format!("{g2_sql} disappeared before publication")))?;
+        self.write_mark(&g2_uuid, Some(after), 1).await?;
+        self.append_failpoint("append.before_exchange").await?;
+        // The target must still be what was linked: its own parts, or (a
+        // merge renamed them) the same rows.
+        let now = self.live_uuid().await?;
+        let unchanged = now == uuid_before
+            && (self.parts_of(&self.database, &self.table).await? == target_parts
+                || self.same_rows_as_target_and_batch(g2, generation).await?);
+        if !unchanged {
+            return Err(AdapterError::verification(
+                "kept_rows_changed",
+                format!("the target {} changed while the append was built (its parts or rows differ from those linked)", self.target_sql()),
+            )
+            .hint("another writer changed the target during the run; nothing was published: run again"));
+        }
+        Ok((uuid_before, g2_uuid))
+    }
+}

@@ -477,8 +477,8 @@ fn a_staging_changed_under_the_publication_is_rolled_back() {
 }
 
 /// The mark moved while the run paused right before its publication: the
-/// transaction re-checks it and rolls back; the mark is neither the one
-/// before nor the one after, so the outcome cannot be claimed.
+/// transaction re-checks it and rolls back, a definite outcome: the run is
+/// `failed` (`incremental_mark_moved`), nothing published.
 #[test]
 fn a_mark_moved_during_the_run_is_refused_by_the_publishing_transaction() {
     let (fx, mut model) = standard("merge_chpg_moved", None);
@@ -487,7 +487,7 @@ fn a_mark_moved_during_the_run_is_refused_by_the_publishing_transaction() {
     fx.insert_source(&[row(2, 4, "b2")]);
     let child = paused_run(&fx, 4000);
     fx.pg_exec(&format!("UPDATE {} SET mark = '4'", fx.pg_table("_dpone_marks")));
-    child.wait().assert_failed("a mark moved during the run", 1, "outcome_unknown");
+    child.wait().assert_failed("a mark moved during the run", 1, "incremental_mark_moved");
     fx.assert_target(&rows_of(&model), "target unchanged: the transaction rolled back");
     assert_eq!(mark_value(&fx).as_deref(), Some("4"), "the mark is left as found");
     fx.finish();

@@ -329,9 +329,9 @@ fn marks_rows(fx: &Fixture) -> u64 {
 }
 
 /// The mark moved while the run paused right before its publication: the
-/// publication re-checks it and builds nothing visible; the mark is
-/// neither the one before nor the one after, so the outcome cannot be
-/// claimed.
+/// publication re-checks it before its `EXCHANGE` and refuses, a definite
+/// outcome: the run is `failed` (`incremental_mark_moved`), nothing
+/// published, although the mark is neither the run's before nor its after.
 #[test]
 fn a_mark_moved_during_the_run_is_refused() {
     let (fx, mut source, target) = standard("inc_pgch_moved", true);
@@ -348,7 +348,8 @@ fn a_mark_moved_during_the_run_is_refused() {
         fx.db,
         live_uuid(&fx)
     ));
-    child.wait().assert_failed("a mark moved during the run", 1, "outcome_unknown");
+    child.wait().assert_failed("a mark moved during the run", 1, "incremental_mark_moved");
+    assert_eq!(state_of(&status(&fx)), "failed", "the run is failed, not outcome-unknown");
     assert_target(&fx, &before, "target unchanged");
     assert_eq!(mark_value(&fx).as_deref(), Some("6"), "the mark is left as found");
     fx.finish();

@@ -32,8 +32,9 @@
 //!      64-bit hash per row is returned, not the row), and afterwards
 //!      the window (or the whole table) must hold exactly the inserted
 //!      rows' count (`publication_verification_failed`);
-//!    a partition swap fingerprints the generation table under an
-//!    exclusive lock instead, then detaches, renames and attaches;
+//!    - a partition swap fingerprints the generation table under an
+//!      exclusive lock instead, then detaches, renames and attaches, and
+//!      counts the window as above;
 //! 4. the receipt naming the generation, then `COMMIT`.
 //!
 //! Before the transaction the publishing session takes a session-level

@@ -16,7 +16,12 @@
 //!   `kept_rows_changed`, by `compare_kept` before the intent, or inside the
 //!   publishing transaction when it changes after the intent;
 //! - a row a target trigger adds to the window inside the publishing
-//!   transaction -> `publication_verification_failed`.
+//!   transaction -> `publication_verification_failed`;
+//! - a target with triggers is published with the inserted rows
+//!   fingerprinted as the INSERT returns them: a row trigger changing an
+//!   inserted row, or a statement trigger changing dpone's staging table
+//!   from inside the publishing transaction (after the generation could
+//!   have been fingerprinted) -> `generation_verification_failed`.
 //!
 //! One chunk (`chunk_interval: P3D`) so that one pause covers the whole window.
 
@@ -221,6 +226,56 @@ fn a_row_a_trigger_adds_to_the_window_fails_the_publication_verification() {
     let out = wait(out, LIMIT);
     let doc = assert_refused(&out, "publication_verification_failed", what);
     assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains(&format!("holds {}", window_rows() + 1)), "{what}: {doc:#}");
+    assert_unpublished(&fx, &standard_target(), what);
+    fx.finish();
+}
+
+/// Creates `body` as a trigger function of the fixture's schema and a
+/// trigger of the target on `event` (e.g. `BEFORE INSERT`), for each
+/// `level` (`ROW`, `STATEMENT`); the function acts only in dpone's
+/// publishing session.
+fn target_trigger(fx: &Fixture, name: &str, event: &str, level: &str, body: &str) {
+    fx.pg_exec(&format!(
+        "CREATE FUNCTION {s}.{name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           IF current_setting('application_name') = 'dpone publish' AND pg_trigger_depth() = 1 THEN {body} END IF; \
+           IF TG_LEVEL = 'ROW' THEN RETURN NEW; END IF; RETURN NULL; END $$; \
+         CREATE TRIGGER {name} {event} ON {t} FOR EACH {level} EXECUTE FUNCTION {s}.{name}();",
+        s = ch_postgres_common::ident(&fx.schema),
+        t = fx.target_sql()
+    ));
+}
+
+#[test]
+fn a_row_a_trigger_changes_as_it_is_inserted_fails_the_generation_verification() {
+    let fx = standard_fixture("guard_chpg_rowtrig");
+    one_chunk(&fx, None);
+    target_trigger(&fx, "change_one", "BEFORE INSERT", "ROW", "IF NEW.id = 6 THEN NEW.name := 'changed'; END IF;");
+    let what = "a row trigger changing an inserted row during the publication";
+    let out = wait(spawn_run(&fx, &[]), LIMIT);
+    let doc = assert_refused(&out, "generation_verification_failed", what);
+    assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains("verified staging"), "{what}: {doc:#}");
+    assert_unpublished(&fx, &standard_target(), what);
+    fx.finish();
+}
+
+#[test]
+fn a_staging_row_a_trigger_changes_inside_the_publishing_transaction_is_refused() {
+    let fx = standard_fixture("guard_chpg_txtamper");
+    one_chunk(&fx, None);
+    // Before the window's DELETE, i.e. after the generation of a target
+    // without code of its own would have been fingerprinted: the INSERT
+    // reads the transaction's own change of the staging table.
+    let body = format!(
+        "DECLARE r record; BEGIN FOR r IN SELECT format('%I.%I', schemaname, tablename) AS t FROM pg_tables \
+           WHERE schemaname = {schema} AND starts_with(tablename, '_dpone_stg_') LOOP \
+           EXECUTE format('UPDATE %s SET name = ''tampered'' WHERE id = 6', r.t); END LOOP; END;",
+        schema = ch_postgres_common::pg_literal(&V::Str(fx.schema.clone()), "text")
+    );
+    target_trigger(&fx, "tamper_staging", "BEFORE DELETE OR TRUNCATE", "STATEMENT", &body);
+    let what = "a statement trigger changing a staging row inside the publishing transaction";
+    let out = wait(spawn_run(&fx, &[]), LIMIT);
+    let doc = assert_refused(&out, "generation_verification_failed", what);
+    assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains("verified staging"), "{what}: {doc:#}");
     assert_unpublished(&fx, &standard_target(), what);
     fx.finish();
 }

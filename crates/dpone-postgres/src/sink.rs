@@ -19,7 +19,9 @@
 //! - Publication: one `SERIALIZABLE` transaction under a lock of the
 //!   target: kept rows re-fingerprinted, `TRUNCATE` (full refresh) or
 //!   `DELETE` of the frozen window, `INSERT` from the generation checked
-//!   against the verified fingerprint, the window counted, and a receipt row
+//!   against the verified fingerprint (before it, in its snapshot, or as
+//!   it returns the rows when the target has triggers or rules, then the
+//!   window counted; `sink/transaction.rs`), and a receipt row
 //!   naming the generation. A lost commit acknowledgement is resolved by
 //!   probing for the receipt (`identity`), after waiting for any publishing
 //!   session still running.

@@ -19,8 +19,10 @@
 //!   tables hold now) and, for a window, the fingerprint of the target's
 //!   rows outside it at that moment (the kept rows).
 //!
-//! The publishing transaction recomputes both under its lock and refuses
-//! to commit unless they are equal (`sink/transaction.rs`).
+//! The publishing transaction recomputes both under its locks and refuses
+//! to commit unless they are equal (`sink/transaction.rs`: the generation's
+//! rows by a `SELECT` in the snapshot its `INSERT` reads, or, when the
+//! target has triggers or rules, the rows the `INSERT` returns).
 
 use crate::error::classify;
 use dpone_core::ports::{AdapterError, Contents, Result};
@@ -67,11 +69,16 @@ impl Fingerprint {
     }
 }
 
+/// The SQL of one row's 64-bit hash, over `columns` (a quoted list).
+pub(super) fn row_hash_sql(columns: &str) -> String {
+    format!("hashtextextended(ROW({columns})::text, 0)")
+}
+
 /// `SELECT count, sum` of the fingerprint of `columns` (a quoted list) over
 /// `from` (a relation, or a CTE name), restricted by `filter` (SQL).
 pub(super) fn select_sql(columns: &str, from: &str, filter: Option<&str>) -> String {
     let filter = filter.map(|f| format!(" WHERE {f}")).unwrap_or_default();
-    format!("SELECT count(*)::int8, coalesce(sum(hashtextextended(ROW({columns})::text, 0)), 0)::text FROM {from}{filter}")
+    format!("SELECT count(*)::int8, coalesce(sum({}), 0)::text FROM {from}{filter}", row_hash_sql(columns))
 }
 
 /// Runs a query built by [`select_sql`] (or ending in the same two columns).

@@ -3,21 +3,39 @@
 //!
 //! One SERIALIZABLE transaction, one statement at a time:
 //!
-//! 1. `LOCK TABLE target IN SHARE ROW EXCLUSIVE MODE`, before any query
-//!    takes the snapshot: writers outside dpone (READ COMMITTED ones
-//!    included, which serializable isolation does not see) wait until the
-//!    publication commits, and none that committed before is missed;
+//! 1. `LOCK TABLE target IN SHARE ROW EXCLUSIVE MODE`, and the generation
+//!    (a view locks the staging tables under it) `IN SHARE MODE`, before
+//!    any query takes the snapshot: writers outside dpone (READ COMMITTED
+//!    ones included, which serializable isolation does not see) wait until
+//!    the publication commits, none that committed before is missed, and
+//!    nobody changes the generation's rows or definition until then;
 //! 2. the fingerprint of the target's rows outside the window must still be
 //!    the one recorded when the generation was built (`kept_rows_changed`);
 //! 3. `DELETE` the window (`TRUNCATE` for a full refresh) and `INSERT` the
-//!    generation, fingerprinting the inserted rows as they are returned:
-//!    they must be the verified rows (`generation_verification_failed`);
-//!    a partition swap fingerprints the generation table under an
-//!    exclusive lock instead, then detaches, renames and attaches;
-//! 4. the window (or the whole table) must now hold exactly the inserted
-//!    rows' count (`publication_verification_failed`, e.g. a trigger that
-//!    added rows);
-//! 5. the receipt naming the generation, then `COMMIT`.
+//!    generation; the rows inserted must be the verified rows
+//!    (`generation_verification_failed`). How they are fingerprinted
+//!    depends on whether any code of the target's runs inside the
+//!    transaction:
+//!    - the target (its partitions and inheritance children included) has
+//!      no trigger and no rule of its own: the generation is fingerprinted
+//!      by one `SELECT` (which the server may run in parallel) and checked
+//!      BEFORE the `DELETE`, then inserted by a plain `INSERT ... SELECT`.
+//!      Both statements read the one snapshot of the serializable
+//!      transaction, the generation is locked against writers and
+//!      redefinition, and nothing but dpone's own statements runs in the
+//!      transaction, so the rows inserted are exactly the rows
+//!      fingerprinted; and since the target is locked and runs no code,
+//!      the window then holds exactly them (no count of it is needed);
+//!    - otherwise (a trigger could change, add or remove rows, or even
+//!      change dpone's staging tables from inside the transaction) the
+//!      inserted rows are fingerprinted as `RETURNING` yields them (one
+//!      64-bit hash per row is returned, not the row), and afterwards
+//!      the window (or the whole table) must hold exactly the inserted
+//!      rows' count (`publication_verification_failed`);
+//!    - a partition swap fingerprints the generation table under an
+//!      exclusive lock instead, then detaches, renames and attaches, and
+//!      counts the window as above;
+//! 4. the receipt naming the generation, then `COMMIT`.
 //!
 //! Before the transaction the publishing session takes a session-level
 //! advisory lock of the target, which the server releases only when that
@@ -69,6 +87,18 @@ pub(super) fn commit_outcome(result: std::result::Result<(), tokio_postgres::Err
             format!("the publishing transaction's outcome is unknown: {}", classify("committing the publication", e).message),
         )),
     }
+}
+
+/// The rows a publication inserts (`inserted`) must be the verified ones.
+fn check_generation(generation: &str, inserted: Fingerprint, expected: Fingerprint) -> Result<()> {
+    if inserted != expected {
+        return Err(AdapterError::verification(
+            "generation_verification_failed",
+            format!("the generation {generation} holds {inserted}, but its verified staging held {expected}"),
+        )
+        .hint("someone changed dpone's staging or generation tables; nothing was published; abandon the run and rerun"));
+    }
+    Ok(())
 }
 
 impl PostgresTarget {
@@ -134,24 +164,28 @@ impl PostgresTarget {
             .await
             .map_err(|e| classify("starting the publication", e))?;
         let statements = async {
-            tx.batch_execute(&format!("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE", self.target_sql()))
-                .await
-                .map_err(|e| classify("locking the target", e))?;
+            let mut locks = format!("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE;", self.target_sql());
+            if swap.is_none() {
+                locks.push_str(&format!(" LOCK TABLE {} IN SHARE MODE;", self.owned_sql(generation)));
+            }
+            tx.batch_execute(&locks).await.map_err(|e| classify("locking the target", e))?;
             if let Some(k) = keep {
                 self.check_kept(&tx, k, recorded.get("kept")).await?;
             }
             let inserted = match &swap {
-                Some(p) => self.swap_in(&tx, generation, p, backup).await?,
-                None => self.replace_in(&tx, generation, keep).await?,
+                Some(p) => {
+                    let inserted = self.swap_in(&tx, generation, p, backup, expected).await?;
+                    self.check_published(&tx, keep, inserted.rows).await?;
+                    inserted
+                }
+                None if self.runs_own_code(&tx).await? => {
+                    let inserted = self.replace_returning(&tx, generation, keep).await?;
+                    check_generation(generation, inserted, expected)?;
+                    self.check_published(&tx, keep, inserted.rows).await?;
+                    inserted
+                }
+                None => self.replace_plain(&tx, generation, keep, expected).await?,
             };
-            if inserted != expected {
-                return Err(AdapterError::verification(
-                    "generation_verification_failed",
-                    format!("the generation {generation} holds {inserted}, but its verified staging held {expected}"),
-                )
-                .hint("someone changed dpone's staging or generation tables; nothing was published; abandon the run and rerun"));
-            }
-            self.check_published(&tx, keep, inserted.rows).await?;
             let receipt = format!("INSERT INTO {} (target, generation, rows) VALUES ($1, $2, $3)", self.receipts_sql());
             tx.execute(&receipt, &[&self.target_sql(), &generation, &(inserted.rows as i64)])
                 .await
@@ -179,31 +213,80 @@ impl PostgresTarget {
         Ok(())
     }
 
-    /// DELETE the window (TRUNCATE everything) and INSERT the generation;
-    /// the fingerprint of the inserted rows.
-    async fn replace_in(&self, tx: &Transaction<'_>, generation: &str, keep: Option<&RowFilter>) -> Result<Fingerprint> {
-        let (list, t) = (self.column_list()?, self.target_sql());
-        let remove = match keep {
+    /// Whether the target, a partition or an inheritance child of it has a
+    /// trigger or a rule of its own: code that runs inside the publishing
+    /// transaction (see the module docs).
+    async fn runs_own_code(&self, tx: &Transaction<'_>) -> Result<bool> {
+        let sql = "WITH RECURSIVE tree(relid) AS (SELECT to_regclass($1)::oid UNION                    SELECT i.inhrelid FROM pg_inherits i JOIN tree ON i.inhparent = tree.relid)                    SELECT EXISTS (SELECT 1 FROM pg_trigger g JOIN tree ON g.tgrelid = tree.relid WHERE NOT g.tgisinternal)                    OR EXISTS (SELECT 1 FROM pg_rewrite r JOIN tree ON r.ev_class = tree.relid WHERE r.rulename <> '_RETURN')";
+        let row = tx.query_one(sql, &[&self.target_sql()]).await.map_err(|e| classify("looking up the target's triggers", e))?;
+        Ok(row.get(0))
+    }
+
+    /// The statement that empties the window (everything, for a full refresh).
+    fn remove_sql(&self, keep: Option<&RowFilter>) -> String {
+        let t = self.target_sql();
+        match keep {
             Some(k) => format!("DELETE FROM {t} WHERE {}", filter_sql(&RowFilter { inside: true, ..k.clone() })),
             None => format!("TRUNCATE {t}"),
-        };
-        tx.batch_execute(&remove).await.map_err(|e| classify("removing the window", e))?;
+        }
+    }
+
+    /// A target that runs no code of its own: the generation's fingerprint,
+    /// checked first, then DELETE the window (TRUNCATE everything) and a
+    /// plain INSERT of the generation, in the same snapshot.
+    async fn replace_plain(
+        &self,
+        tx: &Transaction<'_>,
+        generation: &str,
+        keep: Option<&RowFilter>,
+        expected: Fingerprint,
+    ) -> Result<Fingerprint> {
+        let (list, t, gen_sql) = (self.column_list()?, self.target_sql(), self.owned_sql(generation));
+        let fp = query(tx, &select_sql(&list, &gen_sql, None), "fingerprinting the generation").await?;
+        check_generation(generation, fp, expected)?;
+        tx.batch_execute(&self.remove_sql(keep)).await.map_err(|e| classify("removing the window", e))?;
+        let n = tx
+            .execute(&format!("INSERT INTO {t} ({list}) SELECT {list} FROM {gen_sql}"), &[])
+            .await
+            .map_err(|e| classify("inserting the generation", e))?;
+        if n != fp.rows {
+            return Err(AdapterError::internal(format!("one snapshot of {gen_sql} counted {} rows and inserted {n}", fp.rows)));
+        }
+        Ok(fp)
+    }
+
+    /// A target with triggers or rules: DELETE the window (TRUNCATE
+    /// everything) and INSERT the generation; the fingerprint of the rows
+    /// as the INSERT returns them (each row's hash, not the row).
+    async fn replace_returning(&self, tx: &Transaction<'_>, generation: &str, keep: Option<&RowFilter>) -> Result<Fingerprint> {
+        let list = self.column_list()?;
+        tx.batch_execute(&self.remove_sql(keep)).await.map_err(|e| classify("removing the window", e))?;
         let insert = format!(
-            "WITH inserted AS (INSERT INTO {t} ({list}) SELECT {list} FROM {} RETURNING {list}) {}",
+            "WITH inserted AS (INSERT INTO {} ({list}) SELECT {list} FROM {} RETURNING {} AS h) \
+             SELECT count(*)::int8, coalesce(sum(h), 0)::text FROM inserted",
+            self.target_sql(),
             self.owned_sql(generation),
-            select_sql(&list, "inserted", None)
+            fingerprint::row_hash_sql(&list)
         );
         query(tx, &insert, "inserting the generation").await
     }
 
     /// Swaps the window's partition for the generation table; the
     /// generation's fingerprint, taken under an exclusive lock first.
-    async fn swap_in(&self, tx: &Transaction<'_>, generation: &str, p: &super::SwapPartition, backup: &str) -> Result<Fingerprint> {
+    async fn swap_in(
+        &self,
+        tx: &Transaction<'_>,
+        generation: &str,
+        p: &super::SwapPartition,
+        backup: &str,
+        expected: Fingerprint,
+    ) -> Result<Fingerprint> {
         let gen_sql = self.owned_sql(generation);
         tx.batch_execute(&format!("LOCK TABLE {gen_sql} IN ACCESS EXCLUSIVE MODE"))
             .await
             .map_err(|e| classify("locking the generation", e))?;
         let fp = query(tx, &select_sql(&self.column_list()?, &gen_sql, None), "fingerprinting the generation").await?;
+        check_generation(generation, fp, expected)?;
         let old = format!("{}.{}", quote_ident(&p.schema), quote_ident(&p.name));
         // The partition's own comment goes with its name to the new partition.
         let comment: Option<String> = tx

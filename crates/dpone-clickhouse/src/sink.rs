@@ -331,6 +331,10 @@ impl Target for ClickhouseTarget {
             None => {}
         }
         self.failpoint("generation.after_link")?;
+        // Few statements, so that the staged parts are all in before a
+        // background merge of the generation could combine them (the
+        // engine then finds them by identity rather than digesting).
+        let mut attach = Vec::new();
         for s in stagings {
             let parts = self
                 .client
@@ -340,18 +344,12 @@ impl Target for ClickhouseTarget {
                     quote_str(s)
                 ))
                 .await?;
-            for p in parts {
-                self.client
-                    .execute(
-                        &format!(
-                            "ALTER TABLE {gen_sql} ATTACH PARTITION ID {} FROM {}",
-                            quote_str(&text(&p, "partition_id")),
-                            self.owned_sql(s)
-                        ),
-                        Idempotence::Unsafe,
-                    )
-                    .await?;
-            }
+            attach.extend(
+                parts.iter().map(|p| format!("ATTACH PARTITION ID {} FROM {}", quote_str(&text(p, "partition_id")), self.owned_sql(s))),
+            );
+        }
+        for batch in attach.chunks(generation::ATTACH_BATCH) {
+            self.client.execute(&format!("ALTER TABLE {gen_sql} {}", batch.join(", ")), Idempotence::Unsafe).await?;
         }
         self.failpoint("generation.after_attach")?;
         Ok(match link {

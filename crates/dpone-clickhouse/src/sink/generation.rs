@@ -41,7 +41,7 @@ const EXTERNAL_GROUP_BY_BYTES: u64 = 256 << 20;
 /// verification identified until they are attached (checked on 26.9).
 pub(super) const NO_MERGES: &str = "max_bytes_to_merge_at_max_space_in_pool = 1, max_bytes_to_merge_at_min_space_in_pool = 1";
 /// Partitions attached per `ALTER TABLE` statement.
-const ATTACH_BATCH: usize = 200;
+pub(super) const ATTACH_BATCH: usize = 200;
 
 /// One partition of a table, from its parts' metadata.
 #[derive(Debug, Clone)]

@@ -320,6 +320,10 @@ impl Target for RealTarget {
         redacted!(self, RealTarget, |t| t.count(table, filter).await)
     }
 
+    async fn part_identities(&self, table: TableRole<'_>) -> Result<Option<Vec<dpone_core::ports::PartIdentity>>> {
+        redacted!(self, RealTarget, |t| t.part_identities(table).await)
+    }
+
     fn keeps_rows_in_place(&self) -> bool {
         dispatch!(self, RealTarget, |t| t.keeps_rows_in_place())
     }

@@ -8,6 +8,11 @@
 //! - `staging.after_ack`: a staging row inserted, deleted (lightweight
 //!   `DELETE`) or changed (`ALTER TABLE ... UPDATE`, a mutation) ->
 //!   `staging_verification_failed`;
+//! - `chunk.after_verify`: a staging row inserted, deleted or changed after
+//!   the staging table was verified (its parts identified), before the
+//!   generation links its parts -> `generation_verification_failed` (the
+//!   generation no longer holds the verified parts, so it is digested; an
+//!   added part is seen by the count);
 //! - `generation.after_build`: the generation holds the kept rows (copied)
 //!   and the staging parts (hard links); a row of it inserted, deleted or
 //!   changed -> `generation_verification_failed` (a changed row keeps the
@@ -109,11 +114,21 @@ fn owned(fx: &Fixture, prefix: &str) -> Option<String> {
 }
 
 /// A run paused at `point`: once `ready` finds what to tamper with, `tamper` changes it.
-fn tampered_run<T>(fx: &Fixture, point: &str, mut ready: impl FnMut() -> Option<T>, tamper: impl FnOnce(T)) -> Output {
+fn tampered_run<T>(fx: &Fixture, point: &str, ready: impl FnMut() -> Option<T>, tamper: impl FnOnce(T)) -> Output {
+    tampered_run_paused(fx, point, PAUSE_MS, ready, tamper)
+}
+
+fn tampered_run_paused<T>(
+    fx: &Fixture,
+    point: &str,
+    pause_ms: &str,
+    mut ready: impl FnMut() -> Option<T>,
+    tamper: impl FnOnce(T),
+) -> Output {
     let env = vec![
         ("DPONE_CONN_PG".to_string(), dpone_testkit::postgres_url()),
         ("DPONE_CONN_CH".to_string(), fx.clickhouse_url.clone()),
-        ("DPONE_FAILPOINT_SLEEP".to_string(), format!("{point}:{PAUSE_MS}")),
+        ("DPONE_FAILPOINT_SLEEP".to_string(), format!("{point}:{pause_ms}")),
     ];
     let m = fx.manifest.display().to_string();
     let child = spawn(fx.dir(), &["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], &env);
@@ -158,6 +173,28 @@ fn a_staging_table_tampered_after_its_load_is_refused() {
         let loaded = || owned(&fx, "_dpone_stg_").filter(|t| count(&fx, t) == WINDOW_ROWS);
         let out = tampered_run(&fx, "staging.after_ack", loaded, |staging| tamper(&fx, &staging, how));
         assert_refused(&out, "staging_verification_failed", &what);
+        assert_unchanged(&fx, &target(), &uuid_before, &what);
+    }
+    fx.finish();
+}
+
+/// The staged parts are found in the generation by the identity recorded
+/// when the staging table was verified, not digested again: a staging
+/// table changed after its verification must not pass as verified.
+#[test]
+fn a_staging_table_tampered_after_its_verification_is_refused() {
+    let fx = fixture("guard_pgch_stgv");
+    let uuid_before = uuid(&fx);
+    for how in ["insert", "delete", "change"] {
+        let what = format!("a staging row {how} at chunk.after_verify");
+        let loaded = || owned(&fx, "_dpone_stg_").filter(|t| count(&fx, t) == WINDOW_ROWS);
+        // The staging table is loaded a moment before its verification
+        // ends and the run pauses (4 s): tamper well inside the pause.
+        let out = tampered_run_paused(&fx, "chunk.after_verify", "4000", loaded, |staging| {
+            std::thread::sleep(Duration::from_millis(1500));
+            tamper(&fx, &staging, how)
+        });
+        assert_refused(&out, "generation_verification_failed", &what);
         assert_unchanged(&fx, &target(), &uuid_before, &what);
     }
     fx.finish();

@@ -102,7 +102,9 @@ fn daily_partitions_outside_the_window_are_linked_not_copied() {
         (Some(58), Some(0), Some(3))
     );
     let ev = run_and_check(&fx, &before, &src, "daily partitions");
-    assert_eq!(ev["generation"]["verified_by"], "linked_partitions_by_identity");
+    // Neither history nor the window hashed again: the staged parts are
+    // found in the generation by the identity their verification recorded.
+    assert_eq!(ev["generation"]["verified_by"], "linked_partitions_and_staged_parts_by_identity");
     assert_eq!(partitions(&ev), (58, 0, 3), "58 days outside the window linked, its 3 days replaced: {}", ev["generation"]);
     assert_eq!(ev["generation"]["partitions"]["rows_copied"], 0, "nothing copied");
     assert_eq!(ev["generation"]["partitions"]["rows_linked"], 58 * 3);
@@ -271,7 +273,10 @@ fn an_unpartitioned_target_is_copied_whole_and_the_plan_says_so() {
     let text = fx.dpone(&["plan", &fx.manifest.display().to_string(), "--interval-end", INTERVAL_END]);
     assert!(text.stdout.contains("not partitioned by an expression of `ts`"), "the plan says why in words:\n{}", text.stdout);
     let ev = run_and_check(&fx, &before, &src, "an unpartitioned target");
-    assert_eq!(ev["generation"]["verified_by"], "digest", "an unpartitioned generation is digested whole");
+    assert_eq!(
+        ev["generation"]["verified_by"], "staged_parts_by_identity",
+        "an unpartitioned generation digests its copied kept rows, not the window's: its staged parts are found by identity"
+    );
     fx.finish();
 }
 

@@ -7,6 +7,9 @@
 //! - Verification is computed by the server over what it stores:
 //!   `sum(reinterpretAsUInt256(SHA256(formatRowNoNewline('RowBinary', ...))))`
 //!   equals the stream's digest when the stored rows are the sent rows.
+//!   Staging tables never merge, and `part_identities` names their parts,
+//!   so that the engine finds the verified parts in the generation by
+//!   identity instead of hashing their rows again.
 //! - Generation: `CREATE TABLE gen AS target`; the target's partitions
 //!   outside the window linked and straddling partitions' kept rows copied
 //!   when the window column is in the partition key (`sink/generation.rs`),
@@ -29,8 +32,8 @@ use crate::client::{ChClient, Idempotence, quote_ident, quote_str};
 use dpone_core::Diagnostic;
 use dpone_core::digest::RowDigest;
 use dpone_core::ports::{
-    AdapterError, Contents, EligibilityRequest, ErrorClass, FrameRx, GenerationBuild, GenerationEstimate, PublicationOutcome, Result,
-    RowFilter, TableRole, Target, WindowStats,
+    AdapterError, Contents, EligibilityRequest, ErrorClass, FrameRx, GenerationBuild, GenerationEstimate, PartIdentity, PublicationOutcome,
+    Result, RowFilter, TableRole, Target, WindowStats,
 };
 use dpone_core::time::Timestamp;
 use dpone_core::types::{Column, parse_clickhouse_type};
@@ -40,6 +43,8 @@ use std::sync::OnceLock;
 mod eligibility;
 mod generation;
 mod marks;
+
+use generation::NO_MERGES;
 
 /// Oldest major version with Atomic databases and EXCHANGE TABLES that dpone admits.
 pub const MIN_MAJOR_VERSION: u32 = 21;
@@ -224,7 +229,10 @@ impl Target for ClickhouseTarget {
     }
 
     async fn create_staging(&self, name: &str) -> Result<()> {
-        self.ddl(&format!("CREATE TABLE {} AS {}", self.owned_sql(name), self.target_sql())).await
+        // No merges in a staging table (a merge of at most 1 byte is never
+        // selected): its parts stay those its verification identified, so
+        // the generation can find them by identity (`sink/generation.rs`).
+        self.ddl(&format!("CREATE TABLE {} AS {} SETTINGS {NO_MERGES}", self.owned_sql(name), self.target_sql())).await
     }
 
     async fn load(&self, table: &str, mut frames: FrameRx) -> Result<u64> {
@@ -291,6 +299,10 @@ impl Target for ClickhouseTarget {
         self.contents_where(&self.role_sql(table), &w).await
     }
 
+    async fn part_identities(&self, table: TableRole<'_>) -> Result<Option<Vec<PartIdentity>>> {
+        Ok(Some(self.parts_of(table).await?))
+    }
+
     async fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<u64> {
         let mut sql = format!("SELECT count() FROM {}", self.role_sql(table));
         if let Some(f) = filter {
@@ -323,6 +335,10 @@ impl Target for ClickhouseTarget {
             None => {}
         }
         self.failpoint("generation.after_link")?;
+        // Few statements, so that the staged parts are all in before a
+        // background merge of the generation could combine them (the
+        // engine then finds them by identity rather than digesting).
+        let mut attach = Vec::new();
         for s in stagings {
             let parts = self
                 .client
@@ -332,18 +348,12 @@ impl Target for ClickhouseTarget {
                     quote_str(s)
                 ))
                 .await?;
-            for p in parts {
-                self.client
-                    .execute(
-                        &format!(
-                            "ALTER TABLE {gen_sql} ATTACH PARTITION ID {} FROM {}",
-                            quote_str(&text(&p, "partition_id")),
-                            self.owned_sql(s)
-                        ),
-                        Idempotence::Unsafe,
-                    )
-                    .await?;
-            }
+            attach.extend(
+                parts.iter().map(|p| format!("ATTACH PARTITION ID {} FROM {}", quote_str(&text(p, "partition_id")), self.owned_sql(s))),
+            );
+        }
+        for batch in attach.chunks(generation::ATTACH_BATCH) {
+            self.client.execute(&format!("ALTER TABLE {gen_sql} {}", batch.join(", ")), Idempotence::Unsafe).await?;
         }
         self.failpoint("generation.after_attach")?;
         Ok(match link {

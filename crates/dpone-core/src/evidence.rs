@@ -120,6 +120,16 @@ pub enum GenerationCheck {
     /// window's rows (the verified staging parts, linked) by digest; the
     /// total row count matches. History is neither copied nor hashed.
     LinkedPartitionsByIdentity,
+    /// Every kept row was copied and the copy digested; the window's rows
+    /// are the verified staging parts, found in the generation by part
+    /// identity (recorded when each staging table's digest was read); the
+    /// row counts (all, inside the window) match. The window's rows are
+    /// not hashed a second time.
+    StagedPartsByIdentity,
+    /// [`GenerationCheck::LinkedPartitionsByIdentity`], with the window's
+    /// rows checked as in [`GenerationCheck::StagedPartsByIdentity`]:
+    /// neither history nor the window is hashed a second time.
+    LinkedPartitionsAndStagedPartsByIdentity,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -228,6 +238,8 @@ mod tests {
             (GenerationCheck::CountsKeptDigestLinkedChunks, "counts_kept_digest_linked_chunks"),
             (GenerationCheck::CountsViewOfVerifiedChunks, "counts_view_of_verified_chunks"),
             (GenerationCheck::LinkedPartitionsByIdentity, "linked_partitions_by_identity"),
+            (GenerationCheck::StagedPartsByIdentity, "staged_parts_by_identity"),
+            (GenerationCheck::LinkedPartitionsAndStagedPartsByIdentity, "linked_partitions_and_staged_parts_by_identity"),
         ] {
             assert_eq!(serde_json::to_value(c).unwrap(), name);
             assert_eq!(serde_json::from_value::<GenerationCheck>(name.into()).unwrap(), c);

@@ -179,6 +179,12 @@ pub struct ChunkRecord {
     /// are kept so evidence shows two independent computations.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub stream_digest_sum: Option<String>,
+    /// The staging table's parts by identity, read before and after its
+    /// digest and equal both times: the parts that digest verified. None
+    /// when the target cannot identify parts or they changed meanwhile
+    /// (the generation is then verified by digest).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub parts: Option<Vec<crate::ports::PartIdentity>>,
     pub seconds: f64,
 }
 
@@ -198,6 +204,7 @@ impl ChunkRecord {
             digest_sum: String::new(),
             null_counts: Vec::new(),
             stream_digest_sum: None,
+            parts: None,
             seconds: 0.0,
         }
     }

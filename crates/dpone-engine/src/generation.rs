@@ -12,7 +12,7 @@ use dpone_core::digest::RowDigest;
 use dpone_core::evidence::{GenerationCheck, PublicationCheck};
 use dpone_core::identity;
 use dpone_core::incremental::{CursorBatch, StoredMark, receipt_identity};
-use dpone_core::ports::{AdapterError, Contents, GenerationBuild, GenerationMethod, LinkReport, Source, TableRole, Target};
+use dpone_core::ports::{AdapterError, Contents, GenerationBuild, GenerationMethod, LinkReport, PartIdentity, Source, TableRole, Target};
 use dpone_core::state::{GenerationRecord, PublicationIntent, RunState};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -130,8 +130,10 @@ pub(crate) async fn reverify<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jo
         .ok_or_else(|| AdapterError::internal("unreadable generation digest in the journal"))?;
     match record.check {
         // A copied generation is digested whole (once, on this rare path):
-        // a count misses a changed value in a linked part.
-        GenerationCheck::Digest | GenerationCheck::CountsKeptDigestLinkedChunks => {
+        // a count misses a changed value in a linked part. So is one whose
+        // staged parts were found by identity: they may have been merged
+        // since (the record's digest covers kept and window rows).
+        GenerationCheck::Digest | GenerationCheck::CountsKeptDigestLinkedChunks | GenerationCheck::StagedPartsByIdentity => {
             let now = ctx.target.inspect(table, None).await?;
             if now.digest != recorded {
                 return Err(changed(format!("holds {} rows ({}), not the recorded ones", now.rows, now.digest)));
@@ -140,7 +142,7 @@ pub(crate) async fn reverify<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jo
         // History was linked, not copied: digest the window's rows (the
         // record's digest covers them), count the whole; the kept rows are
         // compared with the target's next.
-        GenerationCheck::LinkedPartitionsByIdentity => {
+        GenerationCheck::LinkedPartitionsByIdentity | GenerationCheck::LinkedPartitionsAndStagedPartsByIdentity => {
             let total = ctx.target.count(table, None).await?;
             let inside = ctx.target.inspect(table, ctx.window_filter(true).as_ref()).await?;
             if total != record.rows || inside.digest.sum != recorded.sum || inside.digest.null_counts != recorded.null_counts {
@@ -214,7 +216,8 @@ async fn build<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, generat
     let build = ctx.target.build_generation(generation, keep.as_ref(), &stagings).await?;
     // Paused here, a test may change the generation: the verification below must see it.
     ctx.failpoint("generation.after_build").await?;
-    let verified = verify(ctx, generation, build, window, kept_before).await?;
+    let staged = crate::parts::staged(&j);
+    let verified = verify(ctx, generation, build, window, kept_before, staged.as_deref()).await?;
     // A merge: the verified batch resolved to one row per key (a tie or a
     // NULL key refuses the run here, before any intent), and what its
     // publication will insert and replace, checked again by it.
@@ -254,17 +257,20 @@ struct Verified {
 }
 
 /// Checks the built generation the way its build allows: a table of copied
-/// or linked rows is re-digested (a count misses a changed value); a view
-/// over the verified staging tables is counted (its target re-checks what
-/// it publishes in the publishing transaction); a partition-linked one is
-/// counted and its window's rows digested, the target having checked the
-/// linked partitions by part identity and the copied rows by digest.
+/// rows is re-digested (a count misses a changed value); a view over the
+/// verified staging tables is counted (its target re-checks what it
+/// publishes in the publishing transaction); the window's rows of a
+/// generation that linked the verified staging parts are those parts,
+/// found by identity (`parts.rs`), and counted, or else digested; history
+/// linked by partition was checked by the target by part identity, kept
+/// rows copied are digested.
 async fn verify<S: Source, T: Target>(
     ctx: &Ctx<S, T>,
     generation: &str,
     build: GenerationBuild,
     window: &RowDigest,
     kept_before: Option<Contents>,
+    staged: Option<&[PartIdentity]>,
 ) -> Result<Verified, AdapterError> {
     let table = TableRole::Owned(generation);
     let mismatch = |what: &str, got: u64, gd: &RowDigest, want: u64, wd: &RowDigest| {
@@ -298,13 +304,33 @@ async fn verify<S: Source, T: Target>(
             }
             window_only(GenerationCheck::CountsViewOfVerifiedChunks)
         }
+        GenerationBuild::Linked if crate::parts::staged_in(ctx, generation, staged, window.rows).await? => {
+            // The verified staging parts are in the generation, unchanged
+            // (an `ALTER TABLE ... UPDATE` keeps the row count, not the
+            // part's checksum). The other rows must be the copied kept
+            // rows, digested; with the total, no other row is left.
+            let kept = kept_before.ok_or_else(missing)?;
+            if let Some(keep) = ctx.window_filter(false) {
+                let g = ctx.target.inspect(table, Some(&keep)).await?;
+                if g.rows != kept.rows || g.digest != kept.digest {
+                    return Err(mismatch("the generation's kept rows", g.rows, &g.digest, kept.rows, &kept.digest));
+                }
+            }
+            let total = ctx.target.count(table, None).await?;
+            if total != kept.rows + window.rows {
+                return Err(count_mismatch(total, kept.rows + window.rows));
+            }
+            let mut expected = kept.digest.clone();
+            expected.merge(window);
+            Verified { check: GenerationCheck::StagedPartsByIdentity, rows: total, digest: expected, kept, link: None }
+        }
         GenerationBuild::Copied | GenerationBuild::Linked => {
             // Every kept row was copied, and the window's rows were copied
-            // (Copied) or its verified staging parts attached (Linked): the
-            // generation is digested whole. A count would miss
-            // a part changed after the link (an `ALTER TABLE ... UPDATE`
-            // keeps the row count); the kept rows are digested anyway, so
-            // this adds one pass over the window's rows.
+            // (Copied) or its verified staging parts attached but not found
+            // by identity (Linked): the generation is digested whole. A
+            // count would miss a part changed after the link (an `ALTER
+            // TABLE ... UPDATE` keeps the row count); the kept rows are
+            // digested anyway, so this adds one pass over the window's rows.
             let kept = kept_before.ok_or_else(missing)?;
             let mut expected = kept.digest.clone();
             expected.merge(window);
@@ -317,20 +343,34 @@ async fn verify<S: Source, T: Target>(
         GenerationBuild::PartitionsLinked(report) => {
             // The target checked linked partitions by part identity and the
             // copied rows by digest; here: the total, and the window's rows
-            // by digest (a count would miss a changed value).
+            // by the identity of the verified staging parts and their count,
+            // or else by digest (a count would miss a changed value).
             let expected_rows = report.rows_linked + report.rows_copied + window.rows;
             let total = ctx.target.count(table, None).await?;
             if total != expected_rows {
                 return Err(count_mismatch(total, expected_rows));
             }
-            let inside = ctx.target.inspect(table, ctx.window_filter(true).as_ref()).await?;
-            if inside.digest != *window {
-                return Err(mismatch("the generation's window", inside.rows, &inside.digest, window.rows, window));
-            }
+            let inside_filter = ctx.window_filter(true);
+            let check = if crate::parts::staged_in(ctx, generation, staged, window.rows).await? {
+                let inside = ctx.target.count(table, inside_filter.as_ref()).await?;
+                if inside != window.rows {
+                    return Err(AdapterError::verification(
+                        "generation_verification_failed",
+                        format!("the generation holds {inside} rows in the window, expected {}", window.rows),
+                    ));
+                }
+                GenerationCheck::LinkedPartitionsAndStagedPartsByIdentity
+            } else {
+                let inside = ctx.target.inspect(table, inside_filter.as_ref()).await?;
+                if inside.digest != *window {
+                    return Err(mismatch("the generation's window", inside.rows, &inside.digest, window.rows, window));
+                }
+                GenerationCheck::LinkedPartitionsByIdentity
+            };
             let copied = dpone_core::state::digest_from(report.rows_copied, &report.copied_digest_sum, &report.copied_null_counts)
                 .ok_or_else(|| AdapterError::internal("the target reported an unreadable digest of the copied rows"))?;
             let kept = Contents { rows: report.rows_linked + report.rows_copied, digest: copied };
-            Verified { check: GenerationCheck::LinkedPartitionsByIdentity, rows: total, digest: window.clone(), kept, link: Some(report) }
+            Verified { check, rows: total, digest: window.clone(), kept, link: Some(report) }
         }
     })
 }

@@ -35,6 +35,7 @@ mod generation;
 mod journal;
 mod lease;
 mod operator;
+mod parts;
 mod probe;
 mod publish;
 mod report;

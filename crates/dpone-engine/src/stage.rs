@@ -516,6 +516,7 @@ async fn verify_attempt<S: Source, T: Target>(
     };
     ctx.failpoint("staging.after_ack").await?;
     let verify_started = Instant::now();
+    let parts_before = crate::parts::read(ctx, staging).await;
     let staged = ctx.target.inspect(TableRole::Owned(staging), None).await?;
     if staged.rows != stats.rows || staged.digest != stats.digest {
         return Err(AdapterError::verification(
@@ -537,6 +538,7 @@ async fn verify_attempt<S: Source, T: Target>(
             ));
         }
     }
+    let parts = crate::parts::settled(parts_before, crate::parts::read(ctx, staging).await, staged.rows);
     let verify_seconds = verify_started.elapsed().as_secs_f64();
     ctx.failpoint("chunk.after_verify").await?;
     let chunk_key = chunk.unwrap_or(Chunk { index: 0, start: Timestamp(0), end: Timestamp(0) });
@@ -554,6 +556,7 @@ async fn verify_attempt<S: Source, T: Target>(
             digest_sum: staged.digest.sum_hex(),
             null_counts: staged.digest.null_counts.clone(),
             stream_digest_sum: Some(stats.digest.sum_hex()),
+            parts,
             seconds: started.elapsed().as_secs_f64(),
         },
         extract_seconds,

@@ -337,6 +337,10 @@ impl<T: Target> Target for FaultyTarget<T> {
         self.run(TargetOp::Count, self.inner.count(table, filter)).await
     }
 
+    async fn part_identities(&self, table: TableRole<'_>) -> Result<Option<Vec<dpone_core::ports::PartIdentity>>> {
+        self.inner.part_identities(table).await
+    }
+
     fn keeps_rows_in_place(&self) -> bool {
         self.inner.keeps_rows_in_place()
     }

@@ -28,14 +28,20 @@ use crate::client::{Idempotence, quote_ident, quote_str};
 use dpone_core::digest::RowDigest;
 use dpone_core::failpoint::Action;
 use dpone_core::partition::{PartitionFate, PartitionRange, fate};
-use dpone_core::ports::{AdapterError, Contents, ErrorKind, GenerationEstimate, GenerationMethod, LinkReport, Result, RowFilter};
+use dpone_core::ports::{
+    AdapterError, Contents, ErrorKind, GenerationEstimate, GenerationMethod, LinkReport, PartIdentity, Result, RowFilter, TableRole,
+};
 use dpone_core::time::Timestamp;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A `GROUP BY` over rows spills to disk beyond this many bytes of state.
 const EXTERNAL_GROUP_BY_BYTES: u64 = 256 << 20;
+/// Table settings under which MergeTree never selects a merge (its merged
+/// part may not exceed one byte): a staging table keeps the parts its
+/// verification identified until they are attached (checked on 26.9).
+pub(super) const NO_MERGES: &str = "max_bytes_to_merge_at_max_space_in_pool = 1, max_bytes_to_merge_at_min_space_in_pool = 1";
 /// Partitions attached per `ALTER TABLE` statement.
-const ATTACH_BATCH: usize = 200;
+pub(super) const ATTACH_BATCH: usize = 200;
 
 /// One partition of a table, from its parts' metadata.
 #[derive(Debug, Clone)]
@@ -296,6 +302,29 @@ impl ClickhouseTarget {
             ))
             .await?;
         v.parse().map_err(|_| AdapterError::permanent("clickhouse_protocol", "expected a number of bytes"))
+    }
+
+    /// The active parts of a table by identity (see [`PartIdentity`]).
+    pub(super) async fn parts_of(&self, table: TableRole<'_>) -> Result<Vec<PartIdentity>> {
+        let (database, name) = match table {
+            TableRole::Target => (self.database.as_str(), self.table.as_str()),
+            TableRole::Owned(n) => (self.owned_db(n), n),
+        };
+        let rows = self
+            .client
+            .query_rows(&format!(
+                "SELECT partition_id AS id, rows AS n, hash_of_all_files AS h FROM system.parts \
+                 WHERE database = {} AND table = {} AND active",
+                quote_str(database),
+                quote_str(name)
+            ))
+            .await?;
+        let mut parts = rows
+            .iter()
+            .map(|r| Ok(PartIdentity { partition: text(r, "id"), rows: num(r, "n")?, hash: text(r, "h") }))
+            .collect::<Result<Vec<_>>>()?;
+        parts.sort();
+        Ok(parts)
     }
 
     /// Each partition's parts as a sorted multiset of `(rows, checksum of

@@ -45,6 +45,36 @@ pub struct LinkReport {
     pub copied_null_counts: Vec<u64>,
 }
 
+/// One stored part of a table, as its storage identifies it: the partition
+/// it belongs to, its rows, and a checksum of all its files (ClickHouse's
+/// `system.parts.hash_of_all_files`). A part hard-linked into another table
+/// keeps all three (checked on 26.9); a mutation, a merge or a lightweight
+/// delete makes a part with another checksum. Equal identities mean equal
+/// files, so equal rows, as far as the checksum is collision-free.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct PartIdentity {
+    pub partition: String,
+    pub rows: u64,
+    pub hash: String,
+}
+
+/// Whether the multiset `have` contains every part of `want` (each as
+/// often as `want` holds it). Pure: the engine's check that a generation
+/// holds the verified staging parts.
+pub fn contains_parts(have: &[PartIdentity], want: &[PartIdentity]) -> bool {
+    let mut left: std::collections::BTreeMap<&PartIdentity, usize> = std::collections::BTreeMap::new();
+    for p in have {
+        *left.entry(p).or_default() += 1;
+    }
+    want.iter().all(|p| match left.get_mut(p) {
+        Some(n) if *n > 0 => {
+            *n -= 1;
+            true
+        }
+        _ => false,
+    })
+}
+
 /// How a target will build a generation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -96,4 +126,25 @@ pub enum PublicationOutcome {
     Absent,
     /// The target's state could not be established.
     Unknown,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PartIdentity, contains_parts};
+
+    fn p(partition: &str, rows: u64, hash: &str) -> PartIdentity {
+        PartIdentity { partition: partition.into(), rows, hash: hash.into() }
+    }
+
+    #[test]
+    fn containment_counts_multiplicity_and_every_field() {
+        let have = [p("all", 3, "a"), p("all", 3, "a"), p("all", 5, "b"), p("x", 1, "c")];
+        assert!(contains_parts(&have, &[]));
+        assert!(contains_parts(&have, &[p("all", 3, "a"), p("all", 3, "a"), p("all", 5, "b")]));
+        assert!(!contains_parts(&have, &[p("all", 3, "a"), p("all", 3, "a"), p("all", 3, "a")]), "multiplicity");
+        assert!(!contains_parts(&have, &[p("all", 5, "c")]), "another checksum");
+        assert!(!contains_parts(&have, &[p("all", 4, "b")]), "another row count");
+        assert!(!contains_parts(&have, &[p("y", 1, "c")]), "another partition");
+        assert!(!contains_parts(&[], &[p("all", 3, "a")]));
+    }
 }

@@ -38,7 +38,7 @@ pub use access::{AccessPath, AccessPlan, WindowRead};
 
 pub use channel::{Frame, FrameGuard, FrameRx, FrameTx, frame_channel, guarded_frame_channel};
 pub use error::{AdapterError, ErrorClass, ErrorKind, Result};
-pub use generation::{GenerationBuild, GenerationEstimate, GenerationMethod, LinkReport, PublicationOutcome};
+pub use generation::{GenerationBuild, GenerationEstimate, GenerationMethod, LinkReport, PartIdentity, PublicationOutcome, contains_parts};
 
 use crate::digest::RowDigest;
 use crate::error::Diagnostic;
@@ -291,6 +291,14 @@ pub trait Target: Send + Sync + 'static {
     /// Row count and digest of `table` (optionally filtered), computed over
     /// what the target stores.
     fn inspect(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> impl Future<Output = Result<Contents>> + Send;
+
+    /// The stored parts of `table` by identity ([`PartIdentity`]), or None
+    /// when the target cannot identify them (the default): then its
+    /// generations are verified by digest only. Read-only, metadata only.
+    fn part_identities(&self, table: TableRole<'_>) -> impl Future<Output = Result<Option<Vec<PartIdentity>>>> + Send {
+        let _ = table;
+        async { Ok(None) }
+    }
 
     /// Number of rows of `table` (optionally filtered).
     fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> impl Future<Output = Result<u64>> + Send;

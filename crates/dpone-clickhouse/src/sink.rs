@@ -300,7 +300,7 @@ impl Target for ClickhouseTarget {
     }
 
     async fn part_identities(&self, table: TableRole<'_>) -> Result<Option<Vec<PartIdentity>>> {
-        Ok(Some(self.parts_of(table).await?))
+        Ok(Some(self.part_list(table).await?))
     }
 
     async fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<u64> {

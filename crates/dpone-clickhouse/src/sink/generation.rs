@@ -305,7 +305,7 @@ impl ClickhouseTarget {
     }
 
     /// The active parts of a table by identity (see [`PartIdentity`]).
-    pub(super) async fn parts_of(&self, table: TableRole<'_>) -> Result<Vec<PartIdentity>> {
+    pub(super) async fn part_list(&self, table: TableRole<'_>) -> Result<Vec<PartIdentity>> {
         let (database, name) = match table {
             TableRole::Target => (self.database.as_str(), self.table.as_str()),
             TableRole::Owned(n) => (self.owned_db(n), n),

@@ -428,6 +428,29 @@ fn a_target_changed_under_the_batch_keys_is_refused() {
     fx.finish();
 }
 
+/// A writer adds a row to a partition that holds a batch key after the
+/// other partitions were linked and before that partition is copied: `G2`
+/// then holds one row more than the target had minus the replaced plus the
+/// inserted, and its check refuses; nothing is published.
+#[test]
+fn a_row_copied_that_was_not_counted_is_refused() {
+    let fx = fixture("mrg_pgch_copy", &["id"], None);
+    let target = vec![row(5, 0, 1, "e"), row(7, 0, 2, "g")];
+    fx.insert_target(&target);
+    fx.insert_source(&[row(5, 1, 1, "e2")]);
+    let child = spawn_paused(&fx, "append.after_link:4000");
+    harness::wait_until(Duration::from_secs(60), "G2 is built", || fx.owned_tables().iter().any(|t| t.starts_with("_dpone_bak_")));
+    let intruder = vec![row(6, 0, 1, "intruder")];
+    fx.insert_target(&intruder);
+    let doc = child.wait().assert_failed("a row copied that was not counted", 1, "publication_verification_failed");
+    assert!(harness::messages(&doc["errors"]).contains("holds 3 rows (expected 2 - 1 replaced + 1 inserted)"), "{doc:#}");
+    let now: Vec<Row> = target.iter().chain(&intruder).cloned().collect();
+    assert_same_rows(&now, &fx.target_rows(), "target unchanged but for the intruder");
+    assert_eq!(mark(&fx), None, "no mark for the live table");
+    assert!(fx.owned_tables().iter().all(|t| !t.starts_with("_dpone_bak_")), "G2 is dropped: {:?}", fx.owned_tables());
+    fx.finish();
+}
+
 /// A writer changes the target (outside the batch's keys) after `G2` was
 /// built, right before the exchange: refused, nothing published.
 #[test]

@@ -222,8 +222,11 @@ fn first_run_no_new_rows_updates_and_new_keys() {
     let fx = fixture("mrg_pgch_sem", &["id"], None);
     let mut source = Source::default();
     source.insert(&fx, &[row(1, 1, 1, "a"), row(2, 2, 2, "b"), row(3, 3, 3, "c")]);
-    // The target holds an older version of key 1 and a key the source lacks.
-    let target = vec![row(1, 0, 1, "old a"), row(9, 0, 4, "nine")];
+    // The target holds an older version of key 1, a key the source lacks
+    // and, in key 1's partition, a row without a key: ClickHouse's `NULL IN
+    // (..)` is NULL, so the copy of that partition must still keep it.
+    let null_key = vec![Value::Null, text("eu"), int(0), at("2026-09-01T00:00:00Z", 0), text("no key")];
+    let target = vec![row(1, 0, 1, "old a"), row(9, 0, 4, "nine"), null_key];
     fx.insert_target(&target);
     let mut want = merged(&target, &source.batch(None, 3), ID);
     check(&fx, &run(&fx), &want, 3, "first run");

@@ -298,25 +298,24 @@ fn lookback_must_fit_the_cursor_and_keys_must_exist() {
     assert!(harness::messages(&doc["errors"]).contains("`idd`"), "{doc:#}");
 }
 
+/// Every supported route publishes a merge now (sqlite->sqlite,
+/// clickhouse->postgres, postgres->clickhouse: `MERGE_ROUTES`); a merge on
+/// a route that does not exist is refused by the plan, before any I/O.
 #[test]
-fn routes_without_merge_publication_refuse_it_before_any_io() {
+fn a_merge_on_an_unsupported_route_is_refused_before_any_io() {
     // Nothing listens on port 1: a refusal that needed a connection would fail differently.
-    let env = [("DPONE_CONN_CH", "http://127.0.0.1:1"), ("DPONE_CONN_PG", "postgres://u@127.0.0.1:1/d")];
-    // clickhouse->postgres merges (incremental_merge_ch_postgres.rs); postgres->clickhouse does not.
-    let route = "postgres->clickhouse";
-    let text = manifest("")
-        .replacen("type: sqlite", "type: postgres", 1)
-        .replacen("{connection_type: params, params: {path: source.db}}", "{connection_type: env, connection_id: PG}", 1)
-        .replacen(
-            "  type: sqlite\n  connection: {connection_type: params, params: {path: target.db}}",
-            "  type: clickhouse\n  connection: {connection_type: env, connection_id: CH}",
-            1,
-        );
+    let env = [("DPONE_CONN_CH", "http://127.0.0.1:1")];
+    let route = "sqlite -> clickhouse";
+    let text = manifest("").replacen(
+        "  type: sqlite\n  connection: {connection_type: params, params: {path: target.db}}",
+        "  type: clickhouse\n  connection: {connection_type: env, connection_id: CH}",
+        1,
+    );
     let fx = Fixture::new(&[], &[], &text);
     let run = harness::run(&fx.dir, &["run", "manifest.yaml", "--format", "json"], &env);
-    let doc = run.assert_failed(route, 2, "unsupported_strategy_route");
+    let doc = run.assert_failed(route, 2, "unsupported_route");
     let message = harness::messages(&doc["errors"]);
-    assert!(message.contains(route) && message.contains("incremental_merge"), "expected the route named: {doc:#}");
+    assert!(message.contains(route), "expected the route named: {doc:#}");
 }
 
 // ---------------------------------------------------------------------------

@@ -43,6 +43,7 @@ use std::sync::OnceLock;
 mod eligibility;
 mod generation;
 mod marks;
+mod merge;
 
 use generation::NO_MERGES;
 
@@ -516,6 +517,21 @@ impl Target for ClickhouseTarget {
         rows: u64,
     ) -> Result<PublicationOutcome> {
         self.publish_append_now(generation, before, after, rows).await
+    }
+
+    async fn check_merge(&self, generation: &str, key: &dpone_core::ports::MergeKey) -> Result<dpone_core::ports::MergeCounts> {
+        self.check_merge_now(generation, key).await
+    }
+
+    async fn publish_merge(
+        &self,
+        generation: &str,
+        before: Option<&dpone_core::incremental::StoredMark>,
+        after: &dpone_core::incremental::StoredMark,
+        key: &dpone_core::ports::MergeKey,
+        expected: dpone_core::ports::MergeCounts,
+    ) -> Result<PublicationOutcome> {
+        self.publish_merge_now(generation, before, after, key, expected).await
     }
 
     async fn reset_mark(

@@ -70,7 +70,8 @@ pub struct IncrementalPlan {
 pub const INCREMENTAL_ROUTES: &[(System, System)] =
     &[(System::Sqlite, System::Sqlite), (System::Clickhouse, System::Postgres), (System::Postgres, System::Clickhouse)];
 /// Routes whose target publishes an incremental merge.
-pub const MERGE_ROUTES: &[(System, System)] = &[(System::Sqlite, System::Sqlite), (System::Clickhouse, System::Postgres)];
+pub const MERGE_ROUTES: &[(System, System)] =
+    &[(System::Sqlite, System::Sqlite), (System::Clickhouse, System::Postgres), (System::Postgres, System::Clickhouse)];
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Route {
@@ -393,6 +394,11 @@ impl Plan {
         });
         let routes = if merge.is_some() { MERGE_ROUTES } else { INCREMENTAL_ROUTES };
         let publication = match &incremental {
+            Some(_) if merge.is_some() && snk.system == System::Clickhouse && routes.contains(&(src.system, snk.system)) => PublicationPlan {
+                method: format!("{}_merge", publication.method),
+                atomic: true,
+                description: "the generation holds only the verified batch; a new table links the target's partitions that hold no key of the batch (hard links, no row copied), copies the partitions that hold batch keys without the rows of those keys, and inserts the batch's version of each unique_key (the greatest cursor); it is checked (counts, each batch key exactly once, the resolved rows' digest), gets the new mark in _dpone_marks keyed by its table UUID, then one EXCHANGE TABLES makes rows and mark visible together; the previous table is kept as the backup".into(),
+            },
             Some(_) if merge.is_some() && routes.contains(&(src.system, snk.system)) => PublicationPlan {
                 method: format!("{}_merge", publication.method),
                 atomic: true,
@@ -417,7 +423,7 @@ impl Plan {
                             format!("`{strategy}` is not implemented on the route {route_name} yet"),
                         )
                         .hint(if merge.is_some() {
-                            "incremental_merge runs on sqlite->sqlite and clickhouse->postgres; use `replace` with a window on this route"
+                            "incremental_merge runs on sqlite->sqlite, clickhouse->postgres and postgres->clickhouse; use `replace` with a window on this route"
                         } else {
                             "incremental_append runs on sqlite->sqlite, clickhouse->postgres and postgres->clickhouse; use `replace` with a window on this route"
                         }),

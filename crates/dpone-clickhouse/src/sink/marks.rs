@@ -65,13 +65,13 @@ pub const MARKS_TABLE: &str = "_dpone_marks";
 const ATTACH_BATCH: usize = 200;
 
 /// Per partition, the sorted `(rows, hash_of_all_files)` of its active parts.
-type Parts = BTreeMap<String, Vec<(u64, String)>>;
+pub(super) type Parts = BTreeMap<String, Vec<(u64, String)>>;
 
 /// The latest mark row of one table object.
-struct MarkRow {
+pub(super) struct MarkRow {
     seq: u64,
     /// None: cleared by `dpone state reset --clear`.
-    mark: Option<StoredMark>,
+    pub(super) mark: Option<StoredMark>,
 }
 
 fn opt(row: &serde_json::Map<String, Json>, key: &str) -> Option<String> {
@@ -86,7 +86,7 @@ fn sql_opt(v: Option<String>) -> String {
     v.map(|s| quote_str(&s)).unwrap_or_else(|| "NULL".into())
 }
 
-fn rows_of(parts: &Parts) -> u64 {
+pub(super) fn rows_of(parts: &Parts) -> u64 {
     parts.values().flatten().map(|(n, _)| n).sum()
 }
 
@@ -97,7 +97,7 @@ impl ClickhouseTarget {
 
     /// The table that becomes the target: the run's backup name (after the
     /// exchange it holds the previous target, which is the backup).
-    fn append_generation(generation: &str) -> Result<String> {
+    pub(super) fn append_generation(generation: &str) -> Result<String> {
         generation
             .strip_prefix(&format!("{OWNED_PREFIX}gen_"))
             .map(|rest| format!("{OWNED_PREFIX}bak_{rest}"))
@@ -105,7 +105,7 @@ impl ClickhouseTarget {
     }
 
     /// Stops (crash) or waits (pause) at an append's failpoint (tests only).
-    async fn append_failpoint(&self, point: &str) -> Result<()> {
+    pub(super) async fn append_failpoint(&self, point: &str) -> Result<()> {
         match self.failpoints.at(point) {
             Some(Action::Crash) => {
                 Err(AdapterError::of(ErrorKind::Crashed, "crashed", format!("crashed at failpoint {point} (simulated)")))
@@ -118,7 +118,7 @@ impl ClickhouseTarget {
         }
     }
 
-    async fn parts_of(&self, database: &str, table: &str) -> Result<Parts> {
+    pub(super) async fn parts_of(&self, database: &str, table: &str) -> Result<Parts> {
         let rows = self
             .client
             .query_rows(&format!(
@@ -137,7 +137,7 @@ impl ClickhouseTarget {
     }
 
     /// The latest mark row of the table object `uuid` (None: none, or no marks table).
-    async fn mark_row(&self, uuid: &str) -> Result<Option<MarkRow>> {
+    pub(super) async fn mark_row(&self, uuid: &str) -> Result<Option<MarkRow>> {
         let exists = self
             .client
             .scalar(&format!(
@@ -175,7 +175,7 @@ impl ClickhouseTarget {
     }
 
     /// The target's UUID now, or an error when the target is missing.
-    async fn live_uuid(&self) -> Result<String> {
+    pub(super) async fn live_uuid(&self) -> Result<String> {
         self.table_uuid(&self.database, &self.table)
             .await?
             .ok_or_else(|| AdapterError::permanent("target_missing", format!("the target {} does not exist", self.target_sql())))
@@ -187,7 +187,7 @@ impl ClickhouseTarget {
     }
 
     /// Adds the mark row `mark` (None: cleared) with sequence `seq` for `uuid`.
-    async fn write_mark(&self, uuid: &str, mark: Option<&StoredMark>, seq: u64) -> Result<()> {
+    pub(super) async fn write_mark(&self, uuid: &str, mark: Option<&StoredMark>, seq: u64) -> Result<()> {
         self.ddl(&format!(
             "CREATE TABLE IF NOT EXISTS {} (table_uuid UUID, target String, cursor_column String, kind Nullable(String), \
              mark Nullable(String), run_id String, seq UInt64, cleared UInt8, written_at DateTime64(6, 'UTC') DEFAULT now64(6)) \
@@ -220,7 +220,7 @@ impl ClickhouseTarget {
             .await
     }
 
-    fn mark_moved(&self, now: Option<&StoredMark>, before: Option<&StoredMark>) -> AdapterError {
+    pub(super) fn mark_moved(&self, now: Option<&StoredMark>, before: Option<&StoredMark>) -> AdapterError {
         AdapterError::verification(
             "incremental_mark_moved",
             format!(
@@ -244,8 +244,22 @@ impl ClickhouseTarget {
         self.write_mark(&uuid, after, row.map_or(1, |r| r.seq + 1)).await
     }
 
+    /// Re-checks that the target's mark (the mark of `uuid_before`) is
+    /// still `before`, then writes `after` for `G2`'s UUID; returns that UUID.
+    pub(super) async fn mark_g2(&self, uuid_before: &str, g2: &str, before: Option<&StoredMark>, after: &StoredMark) -> Result<String> {
+        let live = self.mark_row(uuid_before).await?.and_then(|r| r.mark);
+        if live.as_ref() != before {
+            return Err(self.mark_moved(live.as_ref(), before));
+        }
+        let g2_uuid = self.table_uuid(&self.database, g2).await?.ok_or_else(|| {
+            AdapterError::permanent("publication_failed", format!("{} disappeared before publication", self.owned_sql(g2)))
+        })?;
+        self.write_mark(&g2_uuid, Some(after), 1).await?;
+        Ok(g2_uuid)
+    }
+
     /// Links every partition of `from` into `into_sql`.
-    async fn attach_all(&self, into_sql: &str, from_sql: &str, partitions: impl Iterator<Item = &String>) -> Result<()> {
+    pub(super) async fn attach_all(&self, into_sql: &str, from_sql: &str, partitions: impl Iterator<Item = &String>) -> Result<()> {
         let ids: Vec<&String> = partitions.collect();
         for batch in ids.chunks(ATTACH_BATCH) {
             let attach: Vec<String> = batch.iter().map(|id| format!("ATTACH PARTITION ID {} FROM {from_sql}", quote_str(id))).collect();
@@ -288,13 +302,21 @@ impl ClickhouseTarget {
         rows: u64,
     ) -> Result<PublicationOutcome> {
         let g2 = Self::append_generation(generation)?;
-        let g2_sql = self.owned_sql(&g2);
-        let result = self.build_append(generation, &g2, before, after, rows).await;
-        let (uuid_before, g2_uuid) = match result {
+        let built = self.build_append(generation, &g2, before, after, rows).await;
+        self.exchange_built(&g2, built).await
+    }
+
+    /// Publishes `G2` once built and checked (`built`: the target's UUID
+    /// and `G2`'s) with one `EXCHANGE TABLES`, judged by the target's UUID;
+    /// drops `G2` when it was not built (nothing was published: the
+    /// target's name still points to its old UUID and so to its old mark)
+    /// or when the exchange did not take effect. Shared by the append and
+    /// the merge (`merge.rs`).
+    pub(super) async fn exchange_built(&self, g2: &str, built: Result<(String, String)>) -> Result<PublicationOutcome> {
+        let g2_sql = self.owned_sql(g2);
+        let (uuid_before, g2_uuid) = match built {
             Ok(uuids) => uuids,
             Err(e) => {
-                // Nothing was published: the target's name still points to
-                // its old UUID and so to its old mark.
                 let _ = self.ddl(&format!("DROP TABLE IF EXISTS {g2_sql} SYNC")).await;
                 return Err(e);
             }
@@ -354,15 +376,7 @@ impl ClickhouseTarget {
             )
             .hint("the target or the run's generation changed while the publication was built; nothing was published: run again"));
         }
-        let live = self.mark_row(&uuid_before).await?.and_then(|r| r.mark);
-        if live.as_ref() != before {
-            return Err(self.mark_moved(live.as_ref(), before));
-        }
-        let g2_uuid = self
-            .table_uuid(&self.database, g2)
-            .await?
-            .ok_or_else(|| AdapterError::permanent("publication_failed", format!("{g2_sql} disappeared before publication")))?;
-        self.write_mark(&g2_uuid, Some(after), 1).await?;
+        let g2_uuid = self.mark_g2(&uuid_before, g2, before, after).await?;
         self.append_failpoint("append.before_exchange").await?;
         // The target must still be what was linked: its own parts, or (a
         // merge renamed them) the same rows.

@@ -1,0 +1,279 @@
+//! `incremental_merge` on a ClickHouse target: the verified batch (the
+//! run's generation) resolved to one row per `unique_key`, and a
+//! publication that replaces the target's rows of those keys and moves the
+//! mark in one `EXCHANGE TABLES`, as the append does (`marks.rs`).
+//!
+//! The resolution is SQL over the generation, on the server, with the
+//! semantics of the SQLite and PostgreSQL targets: per key the rows at the
+//! greatest cursor, identical rows once; a key column holding NULL refuses
+//! the batch (`merge_key_null`), two different rows at a key's greatest
+//! cursor refuse it (`merge_key_tie`, naming the key's values and the
+//! cursor). ClickHouse's `x IN (...)` answers NULL for a NULL `x` of one
+//! column (0 for a tuple), so every membership test is `ifNull(.., 0)`:
+//! a target row with a NULL key is never "in the batch" and is kept.
+//!
+//! The publication builds `G2` (the run's backup name) `AS` the target:
+//!
+//! 1. reads the target's UUID and parts, resolves the batch again: its
+//!    counts must be those checked before the intent
+//!    (`publication_verification_failed`: a writer changed the target's
+//!    rows of the batch's keys);
+//! 2. links by `ATTACH PARTITION ID .. FROM target` every partition that
+//!    holds no batch key (hard links: the cost does not depend on the
+//!    history's size); copies the partitions that hold batch keys without
+//!    the rows of those keys (`INSERT .. SELECT .. WHERE _partition_id IN
+//!    (..) AND NOT <in batch>`); inserts the resolved rows (each lands in
+//!    its own partition, so a key whose new version moves to another
+//!    partition leaves its old one);
+//! 3. verifies `G2`: its count is the target's minus the replaced plus
+//!    the inserted, each batch key appears in it exactly once, and its rows
+//!    of batch keys have the resolved rows' count and digest
+//!    (`publication_verification_failed`);
+//! 4. re-checks the mark and writes the new mark for `G2`'s UUID, re-checks
+//!    the target unchanged (`kept_rows_changed`), then `EXCHANGE`, judged
+//!    by the target's UUID (`marks.rs`: `mark_g2`, `exchange_built`).
+//!
+//! Every failed check drops `G2` and is an error of kind `Verification`:
+//! the target's name still points to its old UUID, nothing was published.
+//! The failpoints inside are the append's (`append.after_link`,
+//! `append.before_exchange`).
+
+use super::{ClickhouseTarget, num, text};
+use crate::client::{Idempotence, quote_ident, quote_str};
+use dpone_core::incremental::StoredMark;
+use dpone_core::ports::{AdapterError, ErrorKind, MergeCounts, MergeKey, PublicationOutcome, Result};
+
+use super::marks::{Parts, rows_of};
+
+/// `incremental_merge`'s SQL over the generation and the target.
+struct MergeSql {
+    /// The key columns, quoted: `` `a`, `b` ``.
+    key: String,
+    /// The cursor column, quoted.
+    cursor: String,
+    /// Whether a row's key is one of the batch's (never NULL).
+    in_batch: String,
+    /// The batch resolved to one row per key (ties refused beforehand).
+    resolved: String,
+}
+
+impl MergeSql {
+    fn new(gen_sql: &str, cols: &str, key: &MergeKey) -> MergeSql {
+        let k = key.unique_key.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
+        let c = quote_ident(&key.cursor);
+        MergeSql {
+            in_batch: format!("ifNull(({k}) IN (SELECT {k} FROM {gen_sql}), 0)"),
+            resolved: format!("SELECT {cols} FROM {gen_sql} ORDER BY {c} DESC LIMIT 1 BY {k}"),
+            key: k,
+            cursor: c,
+        }
+    }
+}
+
+fn failed(what: String) -> AdapterError {
+    AdapterError::verification("publication_verification_failed", what).hint(
+        "another writer changed the target's rows of the batch's keys (or dpone's generation) during the run; nothing was published: run again",
+    )
+}
+
+impl ClickhouseTarget {
+    async fn count_sql(&self, sql: &str) -> Result<u64> {
+        let rows = self.client.query_rows(&format!("SELECT toString(({sql})) AS _dpone_n")).await?;
+        let r = rows.first().ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "a count returned no row"))?;
+        num(r, "_dpone_n")
+    }
+
+    /// Resolves the batch in `generation` (see [`dpone_core::ports::Target::check_merge`]):
+    /// refuses a NULL key column and a tie, counts the rows to insert and replace.
+    async fn resolve_merge(&self, generation: &str, key: &MergeKey) -> Result<MergeCounts> {
+        let gen_sql = self.owned_sql(generation);
+        let sql = MergeSql::new(&gen_sql, &self.column_list()?, key);
+        let nulls = key
+            .unique_key
+            .iter()
+            .enumerate()
+            .map(|(i, k)| format!("toString(countIf(isNull({}))) AS _dpone_n{i}", quote_ident(k)))
+            .collect::<Vec<_>>();
+        let rows = self.client.query_rows(&format!("SELECT {} FROM {gen_sql}", nulls.join(", "))).await?;
+        let r = rows.first().ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "an aggregate returned no row"))?;
+        for (i, k) in key.unique_key.iter().enumerate() {
+            let n = num(r, &format!("_dpone_n{i}"))?;
+            if n > 0 {
+                return Err(AdapterError::permanent(
+                    "merge_key_null",
+                    format!("{n} row(s) of the batch have no value in the key column `{k}`; a NULL key identifies no row to replace"),
+                )
+                .hint("fill the key column in the source (or choose a unique_key whose columns are never NULL), then run again"));
+            }
+        }
+        let key_text = key
+            .unique_key
+            .iter()
+            .map(|k| format!("{}, toString({})", quote_str(&format!("{k} = ")), quote_ident(k)))
+            .collect::<Vec<_>>()
+            .join(", ', ', ");
+        let (k, c) = (&sql.key, &sql.cursor);
+        let tie = self
+            .client
+            .query_rows(&format!(
+                "SELECT concat({key_text}) AS _dpone_key, toString({c}) AS _dpone_cursor, \
+                 toString(uniqExact(formatRowNoNewline('RowBinary', {cols}))) AS _dpone_n FROM {gen_sql} \
+                 WHERE ({k}, {c}) IN (SELECT {k}, max({c}) FROM {gen_sql} GROUP BY {k}) \
+                 GROUP BY {k}, {c} HAVING uniqExact(formatRowNoNewline('RowBinary', {cols})) > 1 LIMIT 1",
+                cols = self.column_list()?,
+            ))
+            .await?;
+        if let Some(r) = tie.first() {
+            return Err(AdapterError::permanent(
+                "merge_key_tie",
+                format!(
+                    "the batch holds {} different rows of the key ({}) at its greatest cursor {} = {}; which one replaces the target's row cannot be decided",
+                    text(r, "_dpone_n"),
+                    text(r, "_dpone_key"),
+                    key.cursor,
+                    text(r, "_dpone_cursor")
+                ),
+            )
+            .hint("make the source hold one version per key and cursor value (or a cursor that tells versions apart), then run again; nothing was published"));
+        }
+        Ok(MergeCounts {
+            inserted: self.count_sql(&format!("SELECT count() FROM (SELECT 1 FROM {gen_sql} GROUP BY {k})")).await?,
+            replaced: self.count_sql(&format!("SELECT count() FROM {} WHERE {}", self.target_sql(), sql.in_batch)).await?,
+        })
+    }
+
+    pub(super) async fn check_merge_now(&self, generation: &str, key: &MergeKey) -> Result<MergeCounts> {
+        self.resolve_merge(generation, key).await
+    }
+
+    pub(super) async fn publish_merge_now(
+        &self,
+        generation: &str,
+        before: Option<&StoredMark>,
+        after: &StoredMark,
+        key: &MergeKey,
+        expected: MergeCounts,
+    ) -> Result<PublicationOutcome> {
+        let g2 = Self::append_generation(generation)?;
+        let built = self.build_merge(generation, &g2, before, after, key, expected).await;
+        self.exchange_built(&g2, built).await
+    }
+
+    /// Steps 1-4 of the publication up to the exchange (module docs);
+    /// returns the target's UUID and `G2`'s.
+    async fn build_merge(
+        &self,
+        generation: &str,
+        g2: &str,
+        before: Option<&StoredMark>,
+        after: &StoredMark,
+        key: &MergeKey,
+        expected: MergeCounts,
+    ) -> Result<(String, String)> {
+        let (target_sql, g2_sql, gen_sql, list) = (self.target_sql(), self.owned_sql(g2), self.owned_sql(generation), self.column_list()?);
+        let sql = MergeSql::new(&gen_sql, &list, key);
+        let uuid_before = self.live_uuid().await?;
+        let target_parts = self.parts_of(&self.database, &self.table).await?;
+        // Resolved again: a refusal now means the generation changed since
+        // the check (which passed); either way nothing is published.
+        let counts = self.resolve_merge(generation, key).await.map_err(|e| match e.kind {
+            ErrorKind::Verification => e,
+            _ => AdapterError { kind: ErrorKind::Verification, ..e },
+        })?;
+        if counts != expected {
+            return Err(failed(format!(
+                "the merge would insert {} and replace {} rows, but the run checked {} and {} before its intent",
+                counts.inserted, counts.replaced, expected.inserted, expected.replaced
+            )));
+        }
+        let touched: Vec<String> = self
+            .client
+            .query_rows(&format!("SELECT DISTINCT _partition_id AS _dpone_partition FROM {target_sql} WHERE {}", sql.in_batch))
+            .await?
+            .iter()
+            .map(|r| text(r, "_dpone_partition"))
+            .collect();
+        self.ddl(&format!("DROP TABLE IF EXISTS {g2_sql} SYNC")).await?;
+        self.ddl(&format!("CREATE TABLE {g2_sql} AS {target_sql}")).await?;
+        self.attach_all(&g2_sql, &target_sql, target_parts.keys().filter(|id| !touched.contains(id))).await?;
+        self.append_failpoint("append.after_link").await?;
+        if !touched.is_empty() {
+            let ids = touched.iter().map(|id| quote_str(id)).collect::<Vec<_>>().join(", ");
+            self.client
+                .execute(
+                    &format!(
+                        "INSERT INTO {g2_sql} ({list}) SELECT {list} FROM {target_sql} WHERE _partition_id IN ({ids}) AND NOT {}",
+                        sql.in_batch
+                    ),
+                    Idempotence::Unsafe,
+                )
+                .await?;
+        }
+        if expected.inserted > 0 {
+            self.client.execute(&format!("INSERT INTO {g2_sql} ({list}) {}", sql.resolved), Idempotence::Unsafe).await?;
+        }
+        self.verify_merged(&g2_sql, &sql, rows_of(&target_parts), expected).await?;
+        let g2_uuid = self.mark_g2(&uuid_before, g2, before, after).await?;
+        self.append_failpoint("append.before_exchange").await?;
+        if !self.target_unchanged(&uuid_before, &target_parts, &g2_sql, &sql, expected).await? {
+            return Err(AdapterError::verification(
+                "kept_rows_changed",
+                format!("the target {target_sql} changed while the merge was built (its parts or rows differ from those copied)"),
+            )
+            .hint("another writer changed the target during the run; nothing was published: run again"));
+        }
+        Ok((uuid_before, g2_uuid))
+    }
+
+    /// Step 3: `G2` holds the target's rows minus the replaced plus the
+    /// resolved ones, each batch key once, the resolved rows exactly.
+    async fn verify_merged(&self, g2_sql: &str, sql: &MergeSql, target_rows: u64, expected: MergeCounts) -> Result<()> {
+        let total = self.count_sql(&format!("SELECT count() FROM {g2_sql}")).await?;
+        let not_once = self
+            .count_sql(&format!(
+                "SELECT count() FROM (SELECT 1 FROM {g2_sql} WHERE {} GROUP BY {} HAVING count() <> 1)",
+                sql.in_batch, sql.key
+            ))
+            .await?;
+        let merged = self.contents_where(g2_sql, &sql.in_batch).await?;
+        let resolved = self.contents_where(&format!("({})", sql.resolved), "1").await?;
+        let want = (target_rows + expected.inserted).checked_sub(expected.replaced);
+        if want != Some(total) || not_once != 0 || merged.rows != expected.inserted || merged.digest != resolved.digest {
+            return Err(failed(format!(
+                "{g2_sql} holds {total} rows (expected {target_rows} - {} replaced + {} inserted); {not_once} batch keys do not appear \
+                 exactly once; its rows of the batch's keys are {} with {} (the resolved batch: {} rows with {})",
+                expected.replaced,
+                expected.inserted,
+                merged.rows,
+                merged.digest.sum_hex(),
+                resolved.rows,
+                resolved.digest.sum_hex()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Step 4's re-check: the target is still the table copied, with the
+    /// same parts, or (a background merge renamed them) the same rows
+    /// outside the batch's keys and as many rows of them as replaced.
+    async fn target_unchanged(
+        &self,
+        uuid_before: &str,
+        parts: &Parts,
+        g2_sql: &str,
+        sql: &MergeSql,
+        expected: MergeCounts,
+    ) -> Result<bool> {
+        if self.live_uuid().await? != uuid_before {
+            return Ok(false);
+        }
+        if &self.parts_of(&self.database, &self.table).await? == parts {
+            return Ok(true);
+        }
+        let outside = format!("NOT {}", sql.in_batch);
+        let target = self.contents_where(&self.target_sql(), &outside).await?;
+        let kept = self.contents_where(g2_sql, &outside).await?;
+        let replaced = self.count_sql(&format!("SELECT count() FROM {} WHERE {}", self.target_sql(), sql.in_batch)).await?;
+        Ok(target.rows == kept.rows && target.digest == kept.digest && replaced == expected.replaced)
+    }
+}

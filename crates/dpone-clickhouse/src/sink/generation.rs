@@ -310,6 +310,11 @@ impl ClickhouseTarget {
             TableRole::Target => (self.database.as_str(), self.table.as_str()),
             TableRole::Owned(n) => (self.owned_db(n), n),
         };
+        self.active_parts(database, name).await
+    }
+
+    /// The active parts of `database.name`, sorted (see [`PartIdentity`]).
+    pub(super) async fn active_parts(&self, database: &str, name: &str) -> Result<Vec<PartIdentity>> {
         let rows = self
             .client
             .query_rows(&format!(

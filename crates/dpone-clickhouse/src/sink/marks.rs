@@ -119,18 +119,9 @@ impl ClickhouseTarget {
     }
 
     pub(super) async fn parts_of(&self, database: &str, table: &str) -> Result<Parts> {
-        let rows = self
-            .client
-            .query_rows(&format!(
-                "SELECT partition_id AS id, rows AS n, hash_of_all_files AS h FROM system.parts \
-                 WHERE database = {} AND table = {} AND active",
-                quote_str(database),
-                quote_str(table)
-            ))
-            .await?;
         let mut out = Parts::new();
-        for r in &rows {
-            out.entry(text(r, "id")).or_default().push((num(r, "n")?, text(r, "h")));
+        for p in self.active_parts(database, table).await? {
+            out.entry(p.partition).or_default().push((p.rows, p.hash));
         }
         out.values_mut().for_each(|v| v.sort());
         Ok(out)

@@ -99,11 +99,7 @@ impl ClickhouseTarget {
         for (i, k) in key.unique_key.iter().enumerate() {
             let n = num(r, &format!("_dpone_n{i}"))?;
             if n > 0 {
-                return Err(AdapterError::permanent(
-                    "merge_key_null",
-                    format!("{n} row(s) of the batch have no value in the key column `{k}`; a NULL key identifies no row to replace"),
-                )
-                .hint("fill the key column in the source (or choose a unique_key whose columns are never NULL), then run again"));
+                return Err(dpone_core::incremental::merge_key_null(k, n));
             }
         }
         let key_text = key
@@ -124,17 +120,12 @@ impl ClickhouseTarget {
             ))
             .await?;
         if let Some(r) = tie.first() {
-            return Err(AdapterError::permanent(
-                "merge_key_tie",
-                format!(
-                    "the batch holds {} different rows of the key ({}) at its greatest cursor {} = {}; which one replaces the target's row cannot be decided",
-                    text(r, "_dpone_n"),
-                    text(r, "_dpone_key"),
-                    key.cursor,
-                    text(r, "_dpone_cursor")
-                ),
-            )
-            .hint("make the source hold one version per key and cursor value (or a cursor that tells versions apart), then run again; nothing was published"));
+            return Err(dpone_core::incremental::merge_key_tie(
+                text(r, "_dpone_n"),
+                &text(r, "_dpone_key"),
+                &key.cursor,
+                &text(r, "_dpone_cursor"),
+            ));
         }
         Ok(MergeCounts {
             inserted: self.count_sql(&format!("SELECT count() FROM (SELECT 1 FROM {gen_sql} GROUP BY {k})")).await?,

@@ -111,11 +111,7 @@ async fn resolve(client: &impl GenericClient, target_sql: &str, gen_sql: &str, c
     for (i, k) in key.unique_key.iter().enumerate() {
         let n: i64 = row.get(i);
         if n > 0 {
-            return Err(AdapterError::permanent(
-                "merge_key_null",
-                format!("{n} row(s) of the batch have no value in the key column `{k}`; a NULL key identifies no row to replace"),
-            )
-            .hint("fill the key column in the source (or choose a unique_key whose columns are never NULL), then run again"));
+            return Err(dpone_core::incremental::merge_key_null(k, n));
         }
     }
     let key_text = key
@@ -139,14 +135,7 @@ async fn resolve(client: &impl GenericClient, target_sql: &str, gen_sql: &str, c
         .map_err(|e| classify(what, e))?;
     if let Some(row) = tie {
         let (key_values, cursor, n): (String, String, i64) = (row.get(0), row.get(1), row.get(2));
-        return Err(AdapterError::permanent(
-            "merge_key_tie",
-            format!(
-                "the batch holds {n} different rows of the key ({key_values}) at its greatest cursor {} = {cursor}; which one replaces the target's row cannot be decided",
-                key.cursor
-            ),
-        )
-        .hint("make the source hold one version per key and cursor value (or a cursor that tells versions apart), then run again; nothing was published"));
+        return Err(dpone_core::incremental::merge_key_tie(n, &key_values, &key.cursor, &cursor));
     }
     Ok(MergeCounts {
         inserted: count(client, &format!("SELECT count(*) FROM ({}) AS r", sql.resolved), what).await?,

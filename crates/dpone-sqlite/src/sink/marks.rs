@@ -88,11 +88,7 @@ fn resolve_merge(conn: &Connection, target_sql: &str, gen_sql: &str, columns: &[
     for k in &key.unique_key {
         let nulls = count(format!("SELECT count(*) FROM {gen_sql} WHERE {} IS NULL", quote_ident(k)))?;
         if nulls > 0 {
-            return Err(AdapterError::permanent(
-                "merge_key_null",
-                format!("{nulls} row(s) of the batch have no value in the key column `{k}`; a NULL key identifies no row to replace"),
-            )
-            .hint("fill the key column in the source (or choose a unique_key whose columns are never NULL), then run again"));
+            return Err(dpone_core::incremental::merge_key_null(k, nulls));
         }
     }
     // The key's values as text, e.g. `id = 5, region = 'eu'`.
@@ -117,14 +113,7 @@ fn resolve_merge(conn: &Connection, target_sql: &str, gen_sql: &str, columns: &[
         .or_else(|e| if let rusqlite::Error::QueryReturnedNoRows = e { Ok(None) } else { Err(e) })
         .map_err(|e| classify("resolving the merge batch", e))?;
     if let Some((key_values, cursor, n)) = tie {
-        return Err(AdapterError::permanent(
-            "merge_key_tie",
-            format!(
-                "the batch holds {n} different rows of the key ({key_values}) at its greatest cursor {} = {cursor}; which one replaces the target's row cannot be decided",
-                key.cursor
-            ),
-        )
-        .hint("make the source hold one version per key and cursor value (or a cursor that tells versions apart), then run again; nothing was published"));
+        return Err(dpone_core::incremental::merge_key_tie(n, &key_values, &key.cursor, &cursor));
     }
     Ok(MergeCounts {
         inserted: count(format!("SELECT count(*) FROM ({})", sql.resolved))?,

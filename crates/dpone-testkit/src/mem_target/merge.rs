@@ -73,24 +73,14 @@ pub(super) fn resolve(db: &Db, target: &str, generation: &str, key: &MergeKey) -
         let k = match key_of(&columns, &keys, &row)? {
             Ok(k) => k,
             Err(column) => {
-                return Err(AdapterError::permanent(
-                    "merge_key_null",
-                    format!("a row of the batch has no value in the key column `{column}`; a NULL key identifies no row to replace"),
-                ));
+                return Err(dpone_core::incremental::merge_key_null(&column, 1));
             }
         };
         let c = cursor_of(&row[cursor]).ok_or_else(|| AdapterError::internal("a batch row without a cursor value"))?;
         match best.get(&k) {
             Some((b, _)) if *b > c => {}
             Some((b, kept)) if *b == c && *kept != bytes => {
-                return Err(AdapterError::permanent(
-                    "merge_key_tie",
-                    format!(
-                        "the batch holds different rows of the key {:?} at its greatest cursor {} = {c}",
-                        row_key(&row, &keys),
-                        key.cursor
-                    ),
-                ));
+                return Err(dpone_core::incremental::merge_key_tie(2, &format!("{:?}", row_key(&row, &keys)), &key.cursor, &c.to_string()));
             }
             _ => {
                 best.insert(k, (c, bytes));

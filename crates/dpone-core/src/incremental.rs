@@ -367,6 +367,29 @@ impl CursorBatch {
     }
 }
 
+/// `merge_key_null`: `rows` rows of a merge batch have no value in the key
+/// column `column`. The one refusal every target gives.
+pub fn merge_key_null(column: &str, rows: impl fmt::Display) -> AdapterError {
+    AdapterError::permanent(
+        "merge_key_null",
+        format!("{rows} row(s) of the batch have no value in the key column `{column}`; a NULL key identifies no row to replace"),
+    )
+    .hint("fill the key column in the source (or choose a unique_key whose columns are never NULL), then run again")
+}
+
+/// `merge_key_tie`: `rows` different rows of one key (`key_values`, e.g.
+/// `id = 5, region = 'eu'`) at its greatest cursor `cursor_column = cursor`.
+/// The one refusal every target gives.
+pub fn merge_key_tie(rows: impl fmt::Display, key_values: &str, cursor_column: &str, cursor: &str) -> AdapterError {
+    AdapterError::permanent(
+        "merge_key_tie",
+        format!(
+            "the batch holds {rows} different rows of the key ({key_values}) at its greatest cursor {cursor_column} = {cursor}; which one replaces the target's row cannot be decided"
+        ),
+    )
+    .hint("make the source hold one version per key and cursor value (or a cursor that tells versions apart), then run again; nothing was published")
+}
+
 #[cfg(test)]
 mod tests {
 
@@ -520,27 +543,4 @@ mod tests {
         assert_eq!(after, "mark:id=7;run=r2");
         assert_eq!(receipt_identity(None), "mark:none");
     }
-}
-
-/// `merge_key_null`: `rows` rows of a merge batch have no value in the key
-/// column `column`. The one refusal every target gives.
-pub fn merge_key_null(column: &str, rows: impl fmt::Display) -> AdapterError {
-    AdapterError::permanent(
-        "merge_key_null",
-        format!("{rows} row(s) of the batch have no value in the key column `{column}`; a NULL key identifies no row to replace"),
-    )
-    .hint("fill the key column in the source (or choose a unique_key whose columns are never NULL), then run again")
-}
-
-/// `merge_key_tie`: `rows` different rows of one key (`key_values`, e.g.
-/// `id = 5, region = 'eu'`) at its greatest cursor `cursor_column = cursor`.
-/// The one refusal every target gives.
-pub fn merge_key_tie(rows: impl fmt::Display, key_values: &str, cursor_column: &str, cursor: &str) -> AdapterError {
-    AdapterError::permanent(
-        "merge_key_tie",
-        format!(
-            "the batch holds {rows} different rows of the key ({key_values}) at its greatest cursor {cursor_column} = {cursor}; which one replaces the target's row cannot be decided"
-        ),
-    )
-    .hint("make the source hold one version per key and cursor value (or a cursor that tells versions apart), then run again; nothing was published")
 }

@@ -308,15 +308,21 @@ seed_pg_table() {
   echo "created in $(($(date +%s) - t0)) s"
 }
 
-# write_pg_ch_manifest NAME TABLE [NATIVE_CHUNKS] [TARGET]: $TMP/NAME/manifest.yaml,
-# a PostgreSQL -> ClickHouse `replace` of dpone_bench.TABLE's window `ts`
-# (P7D, chunk_interval ${CHUNK_INTERVAL:-P1D}, parallelism $PARALLELISM)
-# into ClickHouse dpone_bench.TARGET (default TABLE), with `native_chunks:
-# NATIVE_CHUNKS` when given.
+# write_pg_ch_manifest NAME TABLE [NATIVE_CHUNKS] [TARGET] [DIGEST FILE]:
+# $TMP/NAME/manifest.yaml, a PostgreSQL -> ClickHouse `replace` of
+# dpone_bench.TABLE's window `ts` (P7D, chunk_interval ${CHUNK_INTERVAL:-P1D},
+# parallelism $PARALLELISM) into ClickHouse dpone_bench.TARGET (default
+# TABLE), with `native_chunks: NATIVE_CHUNKS` when given. With DIGEST, the
+# file is $TMP/NAME/FILE instead and its `execution` also holds
+# `verification: {digest: DIGEST}` (one more line, nothing else differs).
 write_pg_ch_manifest() {
-  local table=$2 nc=${3:-} target=${4:-$2} dir=$TMP/$1
+  local table=$2 nc=${3:-} target=${4:-$2} digest=${5:-} file=manifest.yaml dir=$TMP/$1 nl=$'\n' vline=""
+  if [ -n "$digest" ]; then
+    file=${6:?write_pg_ch_manifest: DIGEST needs a FILE}
+    vline="        verification: {digest: $digest}"
+  fi
   mkdir -p "$dir"
-  cat >"$dir/manifest.yaml" <<EOF
+  cat >"$dir/$file" <<EOF
 # Written by scripts/bench/$BENCH_NAME.sh
 kind: dpone.batch.v1
 source:
@@ -327,7 +333,7 @@ source:
     native_transfer:
       execution:
         chunking: {mode: bounded_window, parallelism: $PARALLELISM, checkpointing: resumable}
-${nc:+        native_chunks: $nc}
+${nc:+        native_chunks: $nc}${vline:+$nl$vline}
 sink:
   type: clickhouse
   connection: {connection_type: env, connection_id: BENCH_CH}

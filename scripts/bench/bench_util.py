@@ -35,6 +35,7 @@ CASE_LABELS = {
     "raw_ch_insert": "raw: curl RowBinary INSERT (file)",
     "ch_postgresql_fn": "ClickHouse INSERT ... SELECT FROM postgresql()",
     "dpone_empty": "dpone run, empty target",
+    "dpone_empty_xxh3": "dpone run, empty target, digest xxh3_128",
     "dpone_rerun": "dpone run, re-run replacing the window",
     "raw_pg_copy_noidx": "raw: psql COPY (FORMAT binary), source without index on ts",
     "ch_postgresql_fn_noidx": "ClickHouse postgresql() pull, source without index on ts",
@@ -42,8 +43,14 @@ CASE_LABELS = {
 }
 # dpone's run against ClickHouse's own postgresql() pull of the same source
 # table (issue 14: at most 1.0x).
-PGFN_PAIRS = (("dpone_empty", "ch_postgresql_fn"), ("dpone_empty_noidx", "ch_postgresql_fn_noidx"))
+PGFN_PAIRS = (("dpone_empty", "ch_postgresql_fn"), ("dpone_empty_xxh3", "ch_postgresql_fn"),
+              ("dpone_empty_noidx", "ch_postgresql_fn_noidx"))
 PHASES = ("extract", "load", "verify", "prepare", "publish", "evidence", "wall")
+# The dpone cases of the phases table, in order (both routes).
+DPONE_CASES = ("dpone_empty", "dpone_empty_xxh3", "dpone_rerun", "dpone_empty_noidx")
+# issue 14: the empty-target run with `execution.verification.digest:
+# xxh3_128` (the case) next to the same run with the default sha256 digest.
+XXH3_PAIR = ("dpone_empty_xxh3", "dpone_empty")
 
 
 def pg_parts(url):
@@ -92,7 +99,23 @@ def dpone_result(path):
         out["memory"] = ev.get("memory")
         g = ev.get("generation") or {}
         out["generation"] = {k: g.get(k) for k in ("verified_by", "partitions", "build_seconds", "kept_rows")}
+        out["digest_algorithms"] = sorted(digest_algorithms(ev))
     print(json.dumps(out, separators=(",", ":")))
+
+
+def digest_algorithms(value):
+    """The `algorithm` tags of every digest anywhere in an evidence document."""
+    found = set()
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            if isinstance(v.get("algorithm"), str):
+                found.add(v["algorithm"])
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return found
 
 
 def cpu_busy(seconds):
@@ -147,6 +170,7 @@ def summarize(samples):
         out["encoded_bytes"] = d[0].get("encoded_bytes")
         out["chunks"] = d[0].get("chunks")
         out["parallelism"] = d[0].get("parallelism")
+        out["digest_algorithms"] = sorted({a for x in d for a in x.get("digest_algorithms") or []})
     return out
 
 
@@ -177,7 +201,7 @@ def print_phases(datasets, title):
     print("| dataset | case | " + " | ".join(PHASES) + " | rest of wall | process wall | dpone CPU s |")
     print("|---|---|" + "---:|" * (len(PHASES) + 3))
     for name, d in datasets.items():
-        for c in ("dpone_empty", "dpone_rerun", "dpone_empty_noidx"):
+        for c in DPONE_CASES:
             v = d["cases"].get(c)
             if v and "median_phases_s" in v:
                 ph = v["median_phases_s"]
@@ -186,6 +210,40 @@ def print_phases(datasets, title):
                     + f" | {fmt(v['median_derived_s']['rest'])} | {fmt(v['median_wall_s'])}"
                     + f" | {fmt(v['median_client_cpu_s'])} |"
                 )
+
+
+def xxh3_comparison(cases):
+    """The xxh3_128 case against the sha256 one (medians): whole process and
+    per phase; None unless both ran."""
+    case, ref = XXH3_PAIR
+    if case not in cases or ref not in cases:
+        return None
+    a, b = cases[case], cases[ref]
+    out = {"case": case, "reference": ref, "ratio": a["median_wall_s"] / b["median_wall_s"],
+           "median_wall_s": a["median_wall_s"], "reference_median_wall_s": b["median_wall_s"],
+           "digest_algorithms": a.get("digest_algorithms"),
+           "reference_digest_algorithms": b.get("digest_algorithms")}
+    pa, pb = a.get("median_phases_s") or {}, b.get("median_phases_s") or {}
+    out["phase_ratios"] = {p: (pa[p] / pb[p]) if pb[p] else None for p in PHASES if p in pa and p in pb}
+    return out
+
+
+def print_xxh3(datasets, labels):
+    """One line per dataset: the xxh3_128 run against the sha256 run."""
+    for name, d in datasets.items():
+        v = d.get("xxh3_vs_sha256")
+        if not v:
+            continue
+        pr = v["phase_ratios"]
+        phases = ", ".join(f"{p} {fmt(pr.get(p))}x" for p in ("extract", "verify", "prepare", "publish") if p in pr)
+        print(
+            f"- {name}, {labels[v['case']]}: {fmt(v['ratio'])}x the sha256 run ({v['reference']}: "
+            f"{fmt(v['median_wall_s'])} s against {fmt(v['reference_median_wall_s'])} s)"
+            + (f"; phases {phases}" if phases else "")
+        )
+        algos = v.get("digest_algorithms")
+        if algos is not None and not any("xxh3" in a for a in algos):
+            print(f"- {name}: warning: the evidence of {v['case']} names no xxh3 digest ({', '.join(algos) or 'none'})")
 
 
 def report(meta_path, jsonl_path, out_path):
@@ -217,6 +275,7 @@ def report(meta_path, jsonl_path, out_path):
             "unavailable": unavailable,
             "verdicts": verdicts,
             "ratio_to_postgresql_fn": to_pgfn,
+            "xxh3_vs_sha256": xxh3_comparison(cases),
         }
 
     result = {"meta": meta, "datasets": datasets, "samples": samples}
@@ -242,7 +301,7 @@ def report(meta_path, jsonl_path, out_path):
     print()
     print("| dataset | case | median wall s | min-max s | peak RSS MiB | ratio to slower raw |")
     print("|---|---|---:|---:|---:|---:|")
-    order = ("raw_pg_copy", "raw_ch_insert", "ch_postgresql_fn", "dpone_empty", "dpone_rerun",
+    order = ("raw_pg_copy", "raw_ch_insert", "ch_postgresql_fn", "dpone_empty", "dpone_empty_xxh3", "dpone_rerun",
              "raw_pg_copy_noidx", "ch_postgresql_fn_noidx", "dpone_empty_noidx")
     for name, d in datasets.items():
         label = f"{name} ({d['rows']:,} rows)"
@@ -279,6 +338,7 @@ def report(meta_path, jsonl_path, out_path):
             met = "MET" if v["met"] else "NOT MET"
             print(f"- {name}, {CASE_LABELS[c]}: {fmt(v['ratio'])}x ClickHouse's own postgresql() pull ({v['reference']}); "
                   f"target <= 1.0x: {met}")
+    print_xxh3(datasets, CASE_LABELS)
     loads = [s.get("load1") for s in samples if s.get("load1") is not None]
     busy = [s.get("cpu_busy_pct") for s in samples if s.get("cpu_busy_pct") is not None]
     if loads:
@@ -585,8 +645,10 @@ CH2PG_LABELS = {
     "raw_ch_select": "raw: curl SELECT ... FORMAT RowBinary > /dev/null",
     "raw_pg_copy_in": "raw: psql \\copy FROM file (FORMAT binary)",
     "dpone_empty": "dpone run, empty target",
+    "dpone_empty_xxh3": "dpone run, empty target, digest xxh3_128",
     "dpone_rerun": "dpone run, re-run replacing the window",
 }
+CH2PG_ORDER = ("raw_ch_select", "raw_pg_copy_in", "dpone_empty", "dpone_empty_xxh3", "dpone_rerun")
 
 
 def report_ch2pg(meta_path, jsonl_path, out_path):
@@ -601,7 +663,8 @@ def report_ch2pg(meta_path, jsonl_path, out_path):
         for v in cases.values():
             v["ratio_to_sum_of_raw"] = (v["median_wall_s"] / sum(raw)) if slower else None
         datasets[name] = {"rows": ds["rows"], "slower_raw_reference": slower_case, "slower_raw_median_s": slower,
-                          "sum_raw_median_s": sum(raw) if slower else None, "cases": cases, "failed": failed}
+                          "sum_raw_median_s": sum(raw) if slower else None, "cases": cases, "failed": failed,
+                          "xxh3_vs_sha256": xxh3_comparison(cases)}
     result = {"meta": m, "datasets": datasets, "samples": samples}
     with open(out_path, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)
@@ -612,7 +675,7 @@ def report_ch2pg(meta_path, jsonl_path, out_path):
     print("|---|---|---:|---:|---:|---:|---:|")
     for name, d in datasets.items():
         label = f"{name} ({d['rows']:,} rows)"
-        for c in ("raw_ch_select", "raw_pg_copy_in", "dpone_empty", "dpone_rerun"):
+        for c in CH2PG_ORDER:
             if c in d["cases"]:
                 v = d["cases"][c]
                 print(
@@ -625,13 +688,14 @@ def report_ch2pg(meta_path, jsonl_path, out_path):
     print_phases(datasets, "dpone phases (median seconds; extract, load and verify are summed over chunks and overlap):")
     print()
     for name, d in datasets.items():
-        for c in ("dpone_empty", "dpone_rerun"):
+        for c in ("dpone_empty", "dpone_empty_xxh3", "dpone_rerun"):
             v = d["cases"].get(c)
             if v and d["slower_raw_median_s"]:
                 print(
                     f"- {name}, {CH2PG_LABELS[c]}: {fmt(v['ratio_to_slower_raw'])}x the slower raw reference "
                     f"({d['slower_raw_reference']}, {fmt(d['slower_raw_median_s'])} s); no target ratio is set for this route"
                 )
+    print_xxh3(datasets, CH2PG_LABELS)
     load_note(samples, m)
 
 

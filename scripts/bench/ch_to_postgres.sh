@@ -20,6 +20,9 @@
 #                   target dpone loaded
 #   dpone_empty     dpone run (replace, P7D / P1D) into the truncated target
 #   dpone_rerun     dpone run again, replacing the window of the full target
+#   dpone_empty_xxh3  dpone_empty with `verification: {digest: xxh3_128}` in the
+#                   manifest (manifest-xxh3.yaml), into the truncated target,
+#                   measured after dpone_rerun (see SKIP_XXH3)
 # Before every measurement that writes PostgreSQL the script runs CHECKPOINT,
 # so that no measurement pays for the previous one's dirty pages, and tables
 # are emptied as soon as their case is measured (no autovacuum later).
@@ -30,6 +33,8 @@
 #   DATASETS         which datasets (default "narrow wide")
 #   REPEAT           repetitions per case (default 3)
 #   PARALLELISM      dpone chunk parallelism (default 2)
+#   SKIP_XXH3=1      do not run dpone_empty_xxh3 (e.g. with a dpone that has no
+#                    execution.verification.digest)
 #   PG_URL, CH_URL, IDLE_WAIT_MAX, IDLE_BUSY_PCT, DPONE_SOURCE, SKIP_BUILD,
 #   OUT_DIR, KEEP_TMP: as in pg_to_clickhouse.sh
 #
@@ -46,6 +51,8 @@ ROWS_WIDE=${ROWS_WIDE:-1000000}
 DATASETS=${DATASETS:-narrow wide}
 REPEAT=${REPEAT:-3}
 PARALLELISM=${PARALLELISM:-2}
+SKIP_XXH3=${SKIP_XXH3:-0}
+[[ $SKIP_XXH3 == 0 || $SKIP_XXH3 == 1 ]] || die "SKIP_XXH3 must be 0 or 1 (got '$SKIP_XXH3')"
 CH_SEED_VERSION=1
 
 positive_int ROWS_NARROW ROWS_WIDE REPEAT PARALLELISM
@@ -202,10 +209,17 @@ ensure_postgres() {
   done
 }
 
+# write_manifest DATASET [DIGEST FILE]: $TMP/DATASET/manifest.yaml; with
+# DIGEST, $TMP/DATASET/FILE, whose `execution` also holds
+# `verification: {digest: DIGEST}` (one more line, nothing else differs).
 write_manifest() {
-  local ds=$1 dir=$TMP/$1
+  local ds=$1 dir=$TMP/$1 digest=${2:-} file=manifest.yaml nl=$'\n' vline=""
+  if [ -n "$digest" ]; then
+    file=${3:?write_manifest: DIGEST needs a FILE}
+    vline="        verification: {digest: $digest}"
+  fi
   mkdir -p "$dir"
-  cat >"$dir/manifest.yaml" <<EOF
+  cat >"$dir/$file" <<EOF
 # Written by scripts/bench/ch_to_postgres.sh
 kind: dpone.batch.v1
 source:
@@ -215,7 +229,7 @@ source:
   options:
     native_transfer:
       execution:
-        chunking: {mode: bounded_window, parallelism: $PARALLELISM, checkpointing: resumable}
+        chunking: {mode: bounded_window, parallelism: $PARALLELISM, checkpointing: resumable}${vline:+$nl$vline}
 sink:
   type: postgres
   connection: {connection_type: env, connection_id: BENCH_PG}
@@ -257,6 +271,16 @@ run_dataset() {
   seed_clickhouse "$ds"
   ensure_postgres "$ds"
   write_manifest "$ds"
+  if [ "$SKIP_XXH3" = 0 ]; then
+    # The same manifest with the faster row digest (dpone_empty_xxh3).
+    write_manifest "$ds" xxh3_128 manifest-xxh3.yaml
+    # Refused or not understood: stop now, not after the first measurements.
+    "$DPONE" plan "$TMP/$ds/manifest-xxh3.yaml" --interval-end "$INTERVAL_END" >"$TMP/$ds.plan_xxh3" 2>&1 ||
+      die "$ds: dpone plan of manifest-xxh3.yaml failed (SKIP_XXH3=1 runs without it): $(head -c 2000 "$TMP/$ds.plan_xxh3")"
+    grep -q xxh3_128 "$TMP/$ds.plan_xxh3" ||
+      log "$ds: warning: the plan of manifest-xxh3.yaml does not mention xxh3_128"
+    { grep -i 'digest' "$TMP/$ds.plan_xxh3" || true; } >"$TMP/$ds.digest_xxh3"
+  fi
   sql=$(ch_select_sql "$ds")
 
   log "$ds: warm-up (unmeasured): one SELECT and one dpone run into the truncated target"
@@ -299,7 +323,19 @@ run_dataset() {
     measure "$ds" dpone_rerun "$rep" -- "$DPONE" run "$TMP/$ds/manifest.yaml" --interval-end "$INTERVAL_END" --format json ||
       die "$ds: dpone re-run failed: $(head -c 2000 "$TMP/last.out")"
     check_dpone "$ds" "$rows"
-    # The re-run left the window's old rows as dead tuples; unless this was
+
+    # As dpone_empty, with the xxh3_128 row digest; after dpone_rerun, so
+    # that dpone_empty and dpone_rerun run as they did before this case.
+    if [ "$SKIP_XXH3" = 0 ]; then
+      pgq "TRUNCATE TABLE dpone_bench.ch_$ds" >/dev/null
+      pg_checkpoint
+      measure "$ds" dpone_empty_xxh3 "$rep" -- "$DPONE" run "$TMP/$ds/manifest-xxh3.yaml" --interval-end "$INTERVAL_END" --format json ||
+        die "$ds: dpone run with digest xxh3_128 failed: $(head -c 2000 "$TMP/last.out")"
+      check_dpone "$ds" "$rows"
+    fi
+
+    # The re-run left the window's old rows as dead tuples (and
+    # dpone_empty_xxh3, if run, a freshly loaded table); unless this was
     # the last repetition, empty the target now, so that no autovacuum of
     # it runs during the next measurements (it is truncated before
     # dpone_empty anyway).
@@ -307,7 +343,7 @@ run_dataset() {
       pgq "TRUNCATE TABLE dpone_bench.ch_$ds" >/dev/null
     fi
   done
-  # Keep the target (and its dead tuples, for autovacuum); drop the file.
+  # Keep the target (as the last case left it, for autovacuum); drop the file.
   rm -f "$file"
 }
 
@@ -320,11 +356,12 @@ done
 ds_json=()
 for ds in $DATASETS; do
   ds_json+=("$(python3 "$UTIL" dataset-json "$TMP" "$ds" "$(rows_of "$ds")" \
-    clickhouse_table=table postgres_table=table seed=seed rowbinary_bytes=rbbytes:int copy_binary_bytes=copybytes:int pg_total_relation_bytes=pgbytes:int ch_total_bytes=chbytes:int check_count_sum_min_max_id_min_max_ts=check)")
+    clickhouse_table=table postgres_table=table seed=seed rowbinary_bytes=rbbytes:int copy_binary_bytes=copybytes:int pg_total_relation_bytes=pgbytes:int ch_total_bytes=chbytes:int check_count_sum_min_max_id_min_max_ts=check \
+    plan_digest_xxh3=digest_xxh3)")
 done
 datasets_json=$(IFS=,; echo "[${ds_json[*]}]")
 bench_meta \
-  "repeat=$REPEAT" "parallelism=$PARALLELISM" \
+  "repeat=$REPEAT" "parallelism=$PARALLELISM" "xxh3=$((1 - SKIP_XXH3))" \
   "datasets=$datasets_json" \
   "window={\"column\": \"ts\", \"start\": \"2026-09-02T00:00:00Z\", \"end\": \"2026-09-09T00:00:00Z\", \"chunk_interval\": \"P1D\"}" \
   "postgres_settings=$(pgq "SELECT json_object_agg(name, setting) FROM pg_settings WHERE name IN ('shared_buffers', 'wal_level', 'max_wal_size', 'synchronous_commit', 'fsync', 'maintenance_work_mem', 'work_mem')")" \

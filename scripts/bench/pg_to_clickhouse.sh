@@ -14,6 +14,9 @@
 #                     server supports it; otherwise reported as not available)
 #   dpone_empty       dpone run into a truncated target
 #   dpone_rerun       dpone run again, replacing the window of a full target
+#   dpone_empty_xxh3  dpone_empty with `verification: {digest: xxh3_128}` in the
+#                     manifest (manifest-xxh3.yaml), into a truncated target,
+#                     measured after dpone_rerun (see SKIP_XXH3)
 # and, on dpone_bench.<dataset>_noidx (the same rows, no index on ts; see
 # UNINDEXED), the cases dpone's plan reads with one scan per chunk group:
 #   raw_pg_copy_noidx       the COPY of raw_pg_copy (a sequential scan)
@@ -31,6 +34,8 @@
 #   PARALLELISM      dpone chunk parallelism (default 2)
 #   UNINDEXED        1 (default): also run the unindexed-source cases; 0: skip
 #                    them (and the seeding of the <dataset>_noidx tables)
+#   SKIP_XXH3=1      do not run dpone_empty_xxh3 (e.g. with a dpone that has no
+#                    execution.verification.digest)
 #   IDLE_WAIT_MAX    before each measurement, wait up to this many seconds for
 #                    the machine to be idle (default 60; 0 = do not wait)
 #   IDLE_BUSY_PCT    "idle" means: all CPUs less than this % busy over one
@@ -58,6 +63,8 @@ REPEAT=${REPEAT:-3}
 PARALLELISM=${PARALLELISM:-2}
 UNINDEXED=${UNINDEXED:-1}
 [[ $UNINDEXED == 0 || $UNINDEXED == 1 ]] || die "UNINDEXED must be 0 or 1 (got '$UNINDEXED')"
+SKIP_XXH3=${SKIP_XXH3:-0}
+[[ $SKIP_XXH3 == 0 || $SKIP_XXH3 == 1 ]] || die "SKIP_XXH3 must be 0 or 1 (got '$SKIP_XXH3')"
 SEED_VERSION=1
 CHUNK_INTERVAL=P1D
 
@@ -194,6 +201,16 @@ run_dataset() {
   write_pg_ch_manifest "$ds" "$ds"
   # The unindexed source, into the same target table.
   [ "$UNINDEXED" = 0 ] || write_pg_ch_manifest "${ds}_noidx" "${ds}_noidx" "" "$ds"
+  if [ "$SKIP_XXH3" = 0 ]; then
+    # The same manifest with the faster row digest (dpone_empty_xxh3).
+    write_pg_ch_manifest "$ds" "$ds" "" "$ds" xxh3_128 manifest-xxh3.yaml
+    # Refused or not understood: stop now, not after the first measurements.
+    "$DPONE" plan "$TMP/$ds/manifest-xxh3.yaml" --interval-end "$INTERVAL_END" >"$TMP/$ds.plan_xxh3" 2>&1 ||
+      die "$ds: dpone plan of manifest-xxh3.yaml failed (SKIP_XXH3=1 runs without it): $(head -c 2000 "$TMP/$ds.plan_xxh3")"
+    grep -q xxh3_128 "$TMP/$ds.plan_xxh3" ||
+      log "$ds: warning: the plan of manifest-xxh3.yaml does not mention xxh3_128"
+    { grep -i 'digest' "$TMP/$ds.plan_xxh3" || true; } >"$TMP/$ds.digest_xxh3"
+  fi
   pgq "SELECT pg_total_relation_size('dpone_bench.$ds')" >"$TMP/$ds.pgbytes"
 
   if [ "$UNINDEXED" = 1 ]; then
@@ -260,6 +277,16 @@ run_dataset() {
       die "$ds: dpone re-run failed: $(head -c 2000 "$TMP/last.out")"
     check_dpone "$ds" "$rows"
 
+    # As dpone_empty, with the xxh3_128 row digest; after dpone_rerun, so
+    # that dpone_empty and dpone_rerun run as they did before this case.
+    if [ "$SKIP_XXH3" = 0 ]; then
+      chq "TRUNCATE TABLE dpone_bench.$ds" >/dev/null
+      bump_source_xid
+      measure "$ds" dpone_empty_xxh3 "$rep" -- "$DPONE" run "$TMP/$ds/manifest-xxh3.yaml" --interval-end "$INTERVAL_END" --format json ||
+        die "$ds: dpone run with digest xxh3_128 failed: $(head -c 2000 "$TMP/last.out")"
+      check_dpone "$ds" "$rows"
+    fi
+
     if [ "$UNINDEXED" = 1 ]; then
       run_unindexed "$ds" "$rows" "$rep" "$pgfn"
     fi
@@ -284,11 +311,11 @@ ds_json=()
 for ds in $DATASETS; do
   ds_json+=("$(python3 "$UTIL" dataset-json "$TMP" "$ds" "$(rows_of "$ds")" \
     seed=seed pg_total_relation_bytes=pgbytes:int rowbinary_bytes=rbbytes:int postgresql_fn_rows_equal_dpone_target=pgfn_same:bool \
-    seed_noidx=seed_noidx access=access access_noidx=access_noidx)")
+    seed_noidx=seed_noidx access=access access_noidx=access_noidx plan_digest_xxh3=digest_xxh3)")
 done
 datasets_json=$(IFS=,; echo "[${ds_json[*]}]")
 bench_meta \
-  "repeat=$REPEAT" "parallelism=$PARALLELISM" "unindexed=$UNINDEXED" \
+  "repeat=$REPEAT" "parallelism=$PARALLELISM" "unindexed=$UNINDEXED" "xxh3=$((1 - SKIP_XXH3))" \
   "datasets=$datasets_json" \
   "window={\"column\": \"ts\", \"start\": \"2026-09-02T00:00:00Z\", \"end\": \"2026-09-09T00:00:00Z\", \"chunk_interval\": \"P1D\"}" \
   >"$TMP/meta.json"

@@ -143,6 +143,7 @@ pub fn print_plan(plan: &Plan, format: Format) {
         plan.staging.block_rows,
         plan.staging.block_bytes
     );
+    println!("verified by count, NULL counts and a {} multiset digest of every staged chunk", plan.staging.digest_tag);
     println!(
         "publication {}{}: {}",
         plan.publication.method,

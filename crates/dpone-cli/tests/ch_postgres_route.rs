@@ -136,6 +136,27 @@ fn window_replace_keeps_rows_outside_the_window_and_null_window_rows() {
     fx.finish();
 }
 
+/// `execution.verification.digest: xxh3_128`: ClickHouse digests the source
+/// rows with `xxh3_128`, dpone the staging read-back; the window lands as
+/// with SHA-256 and the evidence names the algorithm.
+#[test]
+fn window_replace_under_the_xxh3_128_digest_lands_and_names_its_digest() {
+    const TAG: &str = "xxh3_128-rowbinary-sum-mod-2^128/v1";
+    let fx = standard_fixture("chpg_xxh3");
+    fx.write_manifest(&Options { digest: Some("xxh3_128"), ..Options::default() });
+    let doc = run_and_check(&fx, &standard_source(), &standard_target(), "window replace under xxh3_128");
+    let ev = evidence(&doc);
+    let chunks = ev["chunks"].as_array().expect("chunks");
+    assert!(!chunks.is_empty());
+    for c in chunks {
+        for d in ["stream_digest", "staged_digest"] {
+            assert_eq!(c[d]["algorithm"], TAG, "chunk {}'s {d}", c["index"]);
+        }
+    }
+    assert_eq!(ev["generation"]["digest"]["algorithm"], TAG);
+    fx.finish();
+}
+
 #[test]
 fn duplicates_keep_their_multiplicity() {
     let fx = Fixture::new("chpg_dups", event_cols());

@@ -119,6 +119,20 @@ fn a_staging_table_tampered_after_its_load_is_refused() {
     fx.finish();
 }
 
+/// Under `verification.digest: xxh3_128` both digests of a chunk change
+/// algorithm (ClickHouse's of the source rows, dpone's of the staging
+/// read-back): a changed staging row is still refused.
+#[test]
+fn a_staging_row_changed_after_its_load_is_refused_under_the_xxh3_128_digest() {
+    let fx = standard_fixture("guard_chpg_xxh3");
+    fx.write_manifest(&Options { chunk_interval: "P3D", digest: Some("xxh3_128"), ..Options::default() });
+    let what = "a staging row changed at staging.after_ack (xxh3_128)";
+    let out = tampered_run(&fx, "staging.after_ack", || loaded_staging(&fx), |staging| tamper(&fx, &staging, "change"));
+    assert_refused(&out, "staging_verification_failed", what);
+    assert_unpublished(&fx, &standard_target(), what);
+    fx.finish();
+}
+
 #[test]
 fn a_generation_tampered_after_its_build_is_refused() {
     let fx = standard_fixture("guard_chpg_gen");

@@ -70,6 +70,12 @@ fn target() -> Vec<Row> {
 
 /// The fixture with one chunk covering the window.
 fn fixture(prefix: &'static str) -> Fixture {
+    fixture_digest(prefix, None)
+}
+
+/// [`fixture`] with `execution.verification.digest: <digest>`.
+fn fixture_digest(prefix: &'static str, digest: Option<&str>) -> Fixture {
+    let execution = digest.map(|d| format!("\n      execution: {{verification: {{digest: {d}}}}}")).unwrap_or_default();
     let fx = Fixture::new(prefix, cols());
     fx.insert_source(&source());
     fx.insert_target(&target());
@@ -81,7 +87,7 @@ source:
   table: {{schema: {schema}, name: {TABLE}}}
   options:
     native_transfer:
-      wire: {{block_rows: 2}}
+      wire: {{block_rows: 2}}{execution}
 sink:
   type: clickhouse
   connection: {{connection_type: env, connection_id: CH}}
@@ -170,6 +176,22 @@ fn a_staging_table_tampered_after_its_load_is_refused() {
     let uuid_before = uuid(&fx);
     for how in ["insert", "delete", "change"] {
         let what = format!("a staging row {how} at staging.after_ack");
+        let loaded = || owned(&fx, "_dpone_stg_").filter(|t| count(&fx, t) == WINDOW_ROWS);
+        let out = tampered_run(&fx, "staging.after_ack", loaded, |staging| tamper(&fx, &staging, how));
+        assert_refused(&out, "staging_verification_failed", &what);
+        assert_unchanged(&fx, &target(), &uuid_before, &what);
+    }
+    fx.finish();
+}
+
+/// Under `verification.digest: xxh3_128` the staging check is as strong
+/// against a changed row: only the digest can see it (the count is equal).
+#[test]
+fn a_staging_row_changed_after_its_load_is_refused_under_the_xxh3_128_digest() {
+    let fx = fixture_digest("guard_pgch_xxh3", Some("xxh3_128"));
+    let uuid_before = uuid(&fx);
+    for how in ["change", "insert"] {
+        let what = format!("a staging row {how} at staging.after_ack (xxh3_128)");
         let loaded = || owned(&fx, "_dpone_stg_").filter(|t| count(&fx, t) == WINDOW_ROWS);
         let out = tampered_run(&fx, "staging.after_ack", loaded, |staging| tamper(&fx, &staging, how));
         assert_refused(&out, "staging_verification_failed", &what);

@@ -415,6 +415,12 @@ fn manifest_cases() -> Vec<Case> {
             "invalid_value",
             "source.options.native_transfer.execution.transport.mode",
         ),
+        case(
+            "digest_unknown",
+            w.set("source.options.native_transfer.execution.verification.digest", "md5"),
+            "invalid_value",
+            "source.options.native_transfer.execution.verification.digest",
+        ),
         case("anchor_unknown", w.set(&win("anchor"), "now"), "invalid_value", "sink.strategy.window.anchor"),
         case("timezone_not_utc", w.set(&win("timezone"), "Europe/Berlin"), "invalid_value", "sink.strategy.window.timezone"),
         case(

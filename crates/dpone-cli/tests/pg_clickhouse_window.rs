@@ -387,6 +387,35 @@ fn evidence_records_the_publication_and_exactly_one_backup_of_the_previous_targe
     fx.finish();
 }
 
+/// `execution.verification.digest: xxh3_128`: the same window moves and
+/// verifies (the stream's digest against ClickHouse's
+/// `sum(xxh3_128(formatRowNoNewline(...)))` of each staging table), and the
+/// plan and every digest of the evidence name the algorithm.
+#[test]
+fn the_xxh3_128_digest_verifies_the_window_and_names_itself_in_plan_and_evidence() {
+    const TAG: &str = "xxh3_128-rowbinary-sum-mod-2^128/v1";
+    let fx = Fixture::new("pgch_xxh3", basic_cols());
+    fx.write_manifest(&ManifestOptions { digest: Some("xxh3_128".into()), ..ManifestOptions::default() });
+    let plan = fx.plan();
+    assert_eq!(plan.code, Some(0), "{}", plan.describe());
+    assert_eq!(plan.json()["staging"]["digest"], "xxh3_128", "{}", plan.describe());
+    assert_eq!(plan.json()["staging"]["digest_tag"], TAG, "{}", plan.describe());
+    let (source, target) = some_rows();
+    let doc = replace_and_check(&fx, &source, &target);
+    check_evidence(&fx, &doc, &source, &target);
+    let ev = read_evidence(&doc);
+    assert!(ev["digest_note"].as_str().is_some_and(|n| n.contains("XXH3-128")), "{}", ev["digest_note"]);
+    for c in ev["chunks"].as_array().expect("chunks") {
+        for d in ["stream_digest", "staged_digest"] {
+            assert_eq!(c[d]["algorithm"], TAG, "chunk {}'s {d}", c["index"]);
+            assert!(c[d]["sum"].as_str().is_some_and(|s| s.starts_with("xxh3_128:")), "chunk {}'s {d}: {}", c["index"], c[d]);
+        }
+    }
+    assert_eq!(ev["generation"]["digest"]["algorithm"], TAG);
+    assert_eq!(ev["generation"]["kept_digest"]["algorithm"], TAG);
+    fx.finish();
+}
+
 // ---------------------------------------------------------------------------
 // Types: every value moved exactly, or the run fails naming the column
 // ---------------------------------------------------------------------------

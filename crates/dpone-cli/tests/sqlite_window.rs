@@ -231,6 +231,27 @@ impl Fixture {
 // Successful replaces
 // ---------------------------------------------------------------------------
 
+/// The embedded route under `execution.verification.digest: xxh3_128`:
+/// the window lands, and a rerun (its window read back and digested with
+/// the same algorithm) is reported unchanged.
+#[test]
+fn the_xxh3_128_digest_verifies_the_embedded_route() {
+    let source: Vec<Vec<Sql>> = (0..6).map(|i| row(i, Some(&at(BOUNDS[1], i * 1_000_000)))).collect();
+    let fx = Fixture::new(&source, &[row(100, Some(START))]);
+    let manifest = MANIFEST.replace(
+        "        chunking: {mode: bounded_window, parallelism: 3}\n",
+        "        chunking: {mode: bounded_window, parallelism: 3}\n        verification: {digest: xxh3_128}\n",
+    );
+    assert_ne!(manifest, MANIFEST);
+    std::fs::write(&fx.manifest, manifest).expect("write manifest");
+    let plan = fx.plan("text");
+    assert!(plan.stdout.contains("xxh3_128-rowbinary-sum-mod-2^128/v1"), "the plan names the digest:\n{}", plan.describe());
+    let doc = fx.run_and_check();
+    assert_eq!(doc["inserted_rows"], 6);
+    let rerun = fx.run_and_check();
+    assert_eq!(rerun["target_unchanged"], true, "expected a rerun to report the target unchanged");
+}
+
 #[test]
 fn rows_on_every_chunk_bound_land_in_exactly_one_chunk() {
     let mut source = Vec::new();

@@ -196,7 +196,7 @@ impl crate::ClickhouseSource {
     /// The source of `manifest.source`.
     pub fn build(manifest: &Manifest, wiring: &Wiring) -> Result<Self, Diagnostic> {
         let (client, database) = client_for(&manifest.source.connection, &manifest.source.table, "source.connection", wiring)?;
-        Ok(crate::ClickhouseSource::new(client, database, manifest.source.table.name.clone()))
+        Ok(crate::ClickhouseSource::new(client, database, manifest.source.table.name.clone()).with_digest(manifest.source.digest))
     }
 }
 
@@ -213,6 +213,7 @@ impl crate::ClickhouseTarget {
             manifest.source.wire.block_bytes.saturating_mul(MAX_REQUEST_FRAMES),
         )
         .with_failpoints(wiring.failpoints.clone())
+        .with_digest(manifest.source.digest)
         .with_disk_reserve(manifest.sink.clickhouse_disk_reserve_bytes.unwrap_or(crate::sink::DEFAULT_DISK_RESERVE_BYTES)))
     }
 }

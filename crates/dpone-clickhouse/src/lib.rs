@@ -16,3 +16,34 @@ pub use client::{ChClient, Idempotence, WriteSummary, quote_ident, quote_str};
 pub use config::ClickhouseConfig;
 pub use sink::ClickhouseTarget;
 pub use source::ClickhouseSource;
+
+/// A refusal when the server cannot compute `digest`'s row hash
+/// (`xxh3_128` is missing from old servers): found before any write, named
+/// at the manifest path that chose the digest. `side` is "the source" or
+/// "the target"; `version` the server's.
+pub(crate) async fn digest_refusal(
+    client: &ChClient,
+    digest: dpone_core::digest::DigestAlgorithm,
+    side: &str,
+    version: &str,
+) -> dpone_core::ports::Result<Option<dpone_core::Diagnostic>> {
+    if digest == dpone_core::digest::DigestAlgorithm::Sha256 {
+        return Ok(None);
+    }
+    let function = digest.clickhouse_function();
+    let n = client.scalar(&format!("SELECT count() FROM system.functions WHERE name = {}", quote_str(function))).await?;
+    if n.trim() != "0" {
+        return Ok(None);
+    }
+    Ok(Some(
+        dpone_core::Diagnostic::new(
+            "digest_unsupported",
+            "source.native_transfer.execution.verification.digest",
+            format!(
+                "{side} is ClickHouse {version}, which has no function `{function}`: it cannot compute the {} digest of the rows it holds",
+                digest.name()
+            ),
+        )
+        .hint("use `digest: sha256` (the default), or a ClickHouse server that has xxh3_128"),
+    ))
+}

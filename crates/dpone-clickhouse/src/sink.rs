@@ -6,6 +6,7 @@
 //!   exceeds `max_request_bytes`, so each request is bounded).
 //! - Verification is computed by the server over what it stores:
 //!   `sum(reinterpretAsUInt256(SHA256(formatRowNoNewline('RowBinary', ...))))`
+//!   (or `sum(xxh3_128(...))` under `verification.digest: xxh3_128`)
 //!   equals the stream's digest when the stored rows are the sent rows.
 //!   Staging tables never merge, and `part_identities` names their parts,
 //!   so that the engine finds the verified parts in the generation by
@@ -30,7 +31,7 @@ pub const DEFAULT_DISK_RESERVE_BYTES: u64 = 1 << 30;
 
 use crate::client::{ChClient, Idempotence, quote_ident, quote_str};
 use dpone_core::Diagnostic;
-use dpone_core::digest::RowDigest;
+use dpone_core::digest::{DigestAlgorithm, RowDigest};
 use dpone_core::ports::{
     AdapterError, Contents, EligibilityRequest, ErrorClass, FrameRx, GenerationBuild, GenerationEstimate, PartIdentity, PublicationOutcome,
     Result, RowFilter, TableRole, Target, WindowStats,
@@ -61,6 +62,8 @@ pub struct ClickhouseTarget {
     disk_reserve_bytes: u64,
     /// Test failpoints inside the generation build (none in production).
     failpoints: dpone_core::failpoint::Failpoints,
+    /// The row hash of the digests this target computes.
+    digest: DigestAlgorithm,
 }
 
 fn text(row: &serde_json::Map<String, Json>, key: &str) -> String {
@@ -88,7 +91,15 @@ impl ClickhouseTarget {
             columns: OnceLock::new(),
             disk_reserve_bytes: DEFAULT_DISK_RESERVE_BYTES,
             failpoints: Default::default(),
+            digest: DigestAlgorithm::default(),
         }
+    }
+
+    /// Digests the stored rows with `digest`'s row hash (default SHA-256).
+    #[must_use]
+    pub fn with_digest(mut self, digest: DigestAlgorithm) -> Self {
+        self.digest = digest;
+        self
     }
 
     /// Leaves `bytes` of the target's disk free (see `estimate_generation`).
@@ -170,7 +181,8 @@ impl ClickhouseTarget {
         let nulls: Vec<String> =
             cols.iter().enumerate().map(|(i, c)| format!("countIf(isNull({})) AS _dpone_n{i}", quote_ident(&c.name))).collect();
         let sql = format!(
-            "SELECT count() AS _dpone_rows, toString(sum(reinterpretAsUInt256(SHA256(formatRowNoNewline('RowBinary', {list}))))) AS _dpone_digest, {} FROM {table_sql} WHERE {where_sql}",
+            "SELECT count() AS _dpone_rows, toString(sum({})) AS _dpone_digest, {} FROM {table_sql} WHERE {where_sql}",
+            self.digest.clickhouse_row_hash(&format!("formatRowNoNewline('RowBinary', {list})")),
             nulls.join(", "),
         );
         let rows = self.client.query_rows(&sql).await?;
@@ -179,7 +191,7 @@ impl ClickhouseTarget {
             .ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "the digest is not a UInt256"))?;
         let null_counts = (0..cols.len()).map(|i| num(r, &format!("_dpone_n{i}"))).collect::<Result<Vec<_>>>()?;
         let count = num(r, "_dpone_rows")?;
-        Ok(Contents { rows: count, digest: RowDigest { rows: count, sum, null_counts } })
+        Ok(Contents { rows: count, digest: RowDigest { rows: count, sum, null_counts, algorithm: self.digest } })
     }
 
     async fn ddl(&self, sql: &str) -> Result<()> {

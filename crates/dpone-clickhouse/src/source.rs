@@ -21,7 +21,7 @@ use crate::client::{ChClient, quote_ident, quote_str};
 use crate::sink::filter_sql;
 use crate::transcode::{ColumnCodec, RowParser, codec_for};
 use bytes::Bytes;
-use dpone_core::digest::RowDigest;
+use dpone_core::digest::{DigestAlgorithm, RowDigest};
 use dpone_core::frames::{self, ByteInput, FrameLimits, Need};
 use dpone_core::incremental::{CursorBatch, CursorKind, CursorValue, Lower};
 use dpone_core::ports::{AdapterError, FrameTx, ReadRequest, ReadStats, Result, RowFilter, Source, SourceVersion, select_columns};
@@ -36,6 +36,8 @@ pub struct ClickhouseSource {
     database: String,
     table: String,
     columns: OnceLock<Vec<Column>>,
+    /// The row hash `preflight` checks the server can compute.
+    digest: DigestAlgorithm,
 }
 
 /// A RowBinary response as the byte input of frame assembly.
@@ -49,7 +51,14 @@ impl ByteInput for Body {
 
 impl ClickhouseSource {
     pub fn new(client: ChClient, database: String, table: String) -> Self {
-        ClickhouseSource { client, database, table, columns: OnceLock::new() }
+        ClickhouseSource { client, database, table, columns: OnceLock::new(), digest: DigestAlgorithm::default() }
+    }
+
+    /// The row hash the runs will ask for (checked by `preflight`).
+    #[must_use]
+    pub fn with_digest(mut self, digest: DigestAlgorithm) -> Self {
+        self.digest = digest;
+        self
     }
 
     fn table_sql(&self) -> String {
@@ -179,6 +188,11 @@ impl Source for ClickhouseSource {
             .collect()
     }
 
+    async fn preflight(&self, _window_column: Option<&str>) -> Result<Vec<dpone_core::Diagnostic>> {
+        let version = if self.digest == DigestAlgorithm::Sha256 { String::new() } else { self.client.version().await? };
+        Ok(crate::digest_refusal(&self.client, self.digest, "the source", &version).await?.into_iter().collect())
+    }
+
     async fn open_snapshot(&self) -> Result<SourceVersion> {
         let v = self
             .client
@@ -209,7 +223,7 @@ impl Source for ClickhouseSource {
         let where_sql = if filters.is_empty() { String::new() } else { format!(" WHERE {}", filters.join(" AND ")) };
         let response =
             self.client.query_stream(&format!("SELECT {list} FROM {}{where_sql} FORMAT RowBinary", self.table_sql()), None).await?;
-        let mut parser = RowParser::new(codecs);
+        let mut parser = RowParser::with_digest(codecs, request.digest);
         let limits = FrameLimits::new(&request, FLUSH_BYTES);
         let stats = frames::assemble(&mut parser, &mut Body(response), request.columns.len(), limits, &mut out).await?;
         // Re-read after EOF: the server's count and digest of the same rows
@@ -217,7 +231,8 @@ impl Source for ClickhouseSource {
         let check = self
             .client
             .query_rows(&format!(
-                "SELECT count() AS _dpone_n, toString(sum(reinterpretAsUInt256(SHA256(formatRowNoNewline('RowBinary', {list}))))) AS _dpone_d FROM {}{where_sql}",
+                "SELECT count() AS _dpone_n, toString(sum({})) AS _dpone_d FROM {}{where_sql}",
+                request.digest.clickhouse_row_hash(&format!("formatRowNoNewline('RowBinary', {list})")),
                 self.table_sql()
             ))
             .await?;

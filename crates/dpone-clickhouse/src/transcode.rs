@@ -11,12 +11,11 @@
 //! Each source row's own bytes are hashed too, so that the read can be
 //! compared with the server's digest of the same rows after EOF.
 
-use dpone_core::digest::{RowDigest, row_hash};
+use dpone_core::digest::{DigestAlgorithm, RowDigest};
 use dpone_core::frames::{FrameBuf, Parsed, Transcoder};
 use dpone_core::ports::AdapterError;
 use dpone_core::rowbinary::{leb128_len, write_leb128};
 use dpone_core::types::{ColumnType, DType, decimal_width};
-use ethnum::U256;
 
 pub use dpone_core::frames::TranscodeError;
 
@@ -115,9 +114,15 @@ pub struct RowParser {
 }
 
 impl RowParser {
+    /// A parser whose source digest is SHA-256's.
     pub fn new(columns: Vec<ColumnCodec>) -> Self {
+        Self::with_digest(columns, DigestAlgorithm::Sha256)
+    }
+
+    /// A parser whose source digest sums `digest`'s row hashes.
+    pub fn with_digest(columns: Vec<ColumnCodec>, digest: DigestAlgorithm) -> Self {
         let n = columns.len();
-        RowParser { columns, source_digest: RowDigest::new(n) }
+        RowParser { columns, source_digest: RowDigest::with(digest, n) }
     }
 
     /// Size of column `c` at `pos`: (source bytes, target bytes, is NULL), None if incomplete.
@@ -261,12 +266,6 @@ impl Transcoder for RowParser {
     }
 }
 
-/// The server's digest of the same rows in their source encoding:
-/// `sum(reinterpretAsUInt256(SHA256(formatRowNoNewline('RowBinary', ...))))`.
-pub fn source_row_hash(bytes: &[u8]) -> U256 {
-    row_hash(bytes)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,7 +276,7 @@ mod tests {
     use ethnum::I256;
 
     fn limits(block_rows: u64, bytes: usize) -> FrameLimits {
-        FrameLimits { block_rows, flush_bytes: bytes, max_row_bytes: bytes }
+        FrameLimits { block_rows, flush_bytes: bytes, max_row_bytes: bytes, digest: Default::default() }
     }
 
     fn ct(s: &str) -> ColumnType {

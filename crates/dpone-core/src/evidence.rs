@@ -15,6 +15,17 @@ use serde::{Deserialize, Serialize};
 pub const EVIDENCE_VERSION: &str = "dpone.window_target_evidence.v1";
 pub const DIGEST_NOTE: &str =
     "digests are order-independent SHA-256 multiset sums over canonical RowBinary rows: strong evidence, not an exact proof";
+pub const XXH3_DIGEST_NOTE: &str = "digests are order-independent XXH3-128 multiset sums over canonical RowBinary rows \
+     (execution.verification.digest: xxh3_128): strong evidence against accidental change, not an exact proof, \
+     and not a cryptographic hash";
+
+/// The evidence's note on what its digests are.
+pub fn digest_note(algorithm: crate::digest::DigestAlgorithm) -> &'static str {
+    match algorithm {
+        crate::digest::DigestAlgorithm::Sha256 => DIGEST_NOTE,
+        crate::digest::DigestAlgorithm::Xxh3_128 => XXH3_DIGEST_NOTE,
+    }
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct WindowEvidence {

@@ -36,7 +36,7 @@
 //! transcoder, and the per-row checks are a few integer comparisons.
 
 use crate::budget::FrameBuffer;
-use crate::digest::{RowDigest, row_hash};
+use crate::digest::{DigestAlgorithm, RowDigest};
 use crate::ports::{AdapterError, Frame, FrameTx, ReadRequest, ReadStats, Result};
 use crate::state::LEASE_CHECK_ROWS;
 use bytes::Bytes;
@@ -63,6 +63,8 @@ pub struct FrameLimits {
     pub flush_bytes: usize,
     /// Largest encoded row; a larger one is an error.
     pub max_row_bytes: usize,
+    /// The row hash the frames' digests sum.
+    pub digest: DigestAlgorithm,
 }
 
 impl FrameLimits {
@@ -74,6 +76,7 @@ impl FrameLimits {
             block_rows: request.block_rows,
             flush_bytes: flush_bytes.min(max_bytes),
             max_row_bytes: usize::try_from(request.max_row_bytes).unwrap_or(usize::MAX).min(max_bytes),
+            digest: request.digest,
         }
     }
 }
@@ -174,7 +177,7 @@ pub struct FrameBuf {
 impl FrameBuf {
     /// A frame writing into `out`, whose reservation covers `reserved` bytes.
     pub fn new(out: Vec<u8>, columns: usize, limits: FrameLimits, reserved: usize) -> Self {
-        FrameBuf { out, digest: RowDigest::new(columns), rows: 0, limits, reserved, stop_rows: limits.block_rows, route: None }
+        FrameBuf { out, digest: RowDigest::with(limits.digest, columns), rows: 0, limits, reserved, stop_rows: limits.block_rows, route: None }
     }
 
     /// The window values `[start, end)` (microseconds since 1970) of the
@@ -255,7 +258,7 @@ impl FrameBuf {
                 format!("internal error: the encoder produced {produced} bytes for a row sized {row_bytes}"),
             ));
         }
-        let hash = row_hash(&self.out[start..]);
+        let hash = self.digest.algorithm.row_hash(&self.out[start..]);
         self.digest.add_hash(hash);
         self.rows += 1;
         Ok(hash)
@@ -378,7 +381,7 @@ impl Assembly {
         Assembly {
             frame: FrameBuf::new(Vec::new(), columns, limits, 0),
             buffer: FrameBuffer::default(),
-            stats: ReadStats { digest: RowDigest::new(columns), ..ReadStats::default() },
+            stats: ReadStats { digest: RowDigest::with(limits.digest, columns), ..ReadStats::default() },
             columns,
             next_check: LEASE_CHECK_ROWS,
         }
@@ -425,7 +428,7 @@ impl Assembly {
         bytes.bytes = std::mem::take(&mut frame.out);
         frame.reserved = 0;
         let rows = std::mem::take(&mut frame.rows);
-        Frame { bytes, rows, digest: std::mem::replace(&mut frame.digest, RowDigest::new(self.columns)) }
+        Frame { bytes, rows, digest: std::mem::replace(&mut frame.digest, RowDigest::with(frame.limits.digest, self.columns)) }
     }
 
     /// The last frame, if it holds rows, and the stats of the whole read.

@@ -97,6 +97,11 @@ pub struct StagingPlan {
     pub parallelism: u64,
     pub block_rows: u64,
     pub block_bytes: u64,
+    /// The row hash of every digest the run compares
+    /// (`execution.verification.digest`).
+    pub digest: crate::digest::DigestAlgorithm,
+    /// Its evidence tag.
+    pub digest_tag: &'static str,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -463,6 +468,8 @@ impl Plan {
                 parallelism: limits.resolved().encoding_parallelism.max(limits.resolved().import_parallelism),
                 block_rows: limits.resolved().max_rows,
                 block_bytes: limits.resolved().max_bytes,
+                digest: src.digest,
+                digest_tag: src.digest.tag(),
             },
             limits: limits.resolved().clone(),
             limits_stored: limits.stored(),

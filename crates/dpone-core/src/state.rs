@@ -220,9 +220,10 @@ impl ChunkRecord {
 }
 
 /// Rebuilds a digest from its journal form.
+/// The stored sum names its algorithm ([`RowDigest::sum_hex`]).
 pub fn digest_from(rows: u64, sum_hex: &str, null_counts: &[u64]) -> Option<RowDigest> {
-    let sum = ethnum::U256::from_str_radix(sum_hex, 16).ok()?;
-    Some(RowDigest { rows, sum, null_counts: null_counts.to_vec() })
+    let (algorithm, sum) = RowDigest::parse_sum_hex(sum_hex)?;
+    Some(RowDigest { rows, sum, null_counts: null_counts.to_vec(), algorithm })
 }
 
 /// The durable intent written before the one publishing step.

@@ -4,7 +4,7 @@
 use crate::context::Ctx;
 use dpone_core::digest::RowDigest;
 use dpone_core::evidence::{
-    ChunkEvidence, DIGEST_NOTE, EVIDENCE_VERSION, Evidence, GenerationEvidence, IncrementalEvidence, KeptCheck, MEMORY_NOTE,
+    ChunkEvidence, EVIDENCE_VERSION, Evidence, GenerationEvidence, IncrementalEvidence, KeptCheck, MEMORY_NOTE,
     MemoryEvidence, PublicationCheck, PublicationEvidence, WindowEvidence,
 };
 use dpone_core::ports::{PublicationOutcome, Source, Target, WindowStats};
@@ -26,7 +26,7 @@ pub(crate) fn build_evidence<S: Source, T: Target>(
             *a += b;
         }
     }
-    let staged_digest = |c: &ChunkRecord| c.digest().unwrap_or_else(|| RowDigest::new(ncols));
+    let staged_digest = |c: &ChunkRecord| c.digest().unwrap_or_else(|| RowDigest::with(ctx.plan.staging.digest, ncols));
     // Journals written before the stream digest was recorded carry only the
     // staged one (equal by verification).
     let stream_digest = |c: &ChunkRecord| c.stream_digest().unwrap_or_else(|| staged_digest(c));
@@ -100,7 +100,7 @@ pub(crate) fn build_evidence<S: Source, T: Target>(
             GenerationEvidence {
                 table: generation.table.clone(),
                 rows: generation.rows,
-                digest: digest_from(digest_rows, &generation.digest_sum, &generation.null_counts).unwrap_or_else(|| RowDigest::new(ncols)),
+                digest: digest_from(digest_rows, &generation.digest_sum, &generation.null_counts).unwrap_or_else(|| RowDigest::with(ctx.plan.staging.digest, ncols)),
                 kept_rows: generation.kept_rows,
                 kept_digest: (!generation.in_place)
                     .then(|| digest_from(kept_digest_rows, &generation.kept_digest_sum, &generation.kept_null_counts))
@@ -134,6 +134,6 @@ pub(crate) fn build_evidence<S: Source, T: Target>(
             process_peak_rss_bytes: ctx.options.host.peak_rss_bytes(),
             note: MEMORY_NOTE,
         },
-        digest_note: DIGEST_NOTE,
+        digest_note: dpone_core::evidence::digest_note(ctx.plan.staging.digest),
     }
 }

@@ -25,7 +25,7 @@ pub(crate) async fn prepare<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jou
     if let Some(p) = ctx.progress() {
         p.phase("verifying the generation", ctx.chunks().len() as u64);
     }
-    let mut window_digest = RowDigest::new(ctx.probe.target_columns.len());
+    let mut window_digest = RowDigest::with(ctx.plan.staging.digest, ctx.probe.target_columns.len());
     for c in j.chunks.values() {
         window_digest.merge(&c.digest().ok_or_else(|| AdapterError::internal("unreadable chunk digest in the journal"))?);
     }
@@ -196,8 +196,8 @@ async fn build<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, generat
     // them), reported by a partition-linked build itself (history is
     // neither copied nor hashed then).
     let kept_before = match &keep {
-        None => Some(Contents { rows: 0, digest: RowDigest::new(ncols) }),
-        Some(k) if in_place => Some(Contents { rows: ctx.target.count(TableRole::Target, Some(k)).await?, digest: RowDigest::new(ncols) }),
+        None => Some(Contents { rows: 0, digest: RowDigest::with(ctx.plan.staging.digest, ncols) }),
+        Some(k) if in_place => Some(Contents { rows: ctx.target.count(TableRole::Target, Some(k)).await?, digest: RowDigest::with(ctx.plan.staging.digest, ncols) }),
         Some(_) if method == GenerationMethod::PartitionLinks => None,
         Some(k) => Some(ctx.target.inspect(TableRole::Target, Some(k)).await?),
     };
@@ -284,7 +284,7 @@ async fn verify<S: Source, T: Target>(
         check,
         rows: window.rows,
         digest: window.clone(),
-        kept: kept_before.clone().unwrap_or(Contents { rows: 0, digest: RowDigest::new(window.null_counts.len()) }),
+        kept: kept_before.clone().unwrap_or(Contents { rows: 0, digest: RowDigest::with(window.algorithm, window.null_counts.len()) }),
         link: None,
     };
     Ok(match build {

@@ -336,6 +336,7 @@ fn read_request<S: Source, T: Target>(
         block_bytes: limits.max_bytes,
         max_row_bytes: limits.max_row_bytes,
         cursor: cursor.cloned(),
+        digest: ctx.plan.staging.digest,
     }
 }
 

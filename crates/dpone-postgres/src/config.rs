@@ -227,7 +227,7 @@ impl crate::PostgresTarget {
             sink.postgres_publication == "partition_swap",
         );
         target.tls = tls;
-        Ok(target)
+        Ok(target.with_digest(manifest.source.digest))
     }
 }
 

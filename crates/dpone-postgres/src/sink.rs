@@ -83,6 +83,8 @@ pub struct PostgresTarget {
     swap_partition: OnceLock<SwapPartition>,
     columns: OnceLock<Vec<Column>>,
     oids: OnceLock<HashMap<String, u32>>,
+    /// The row hash of the read-back digests (computed by dpone).
+    pub(crate) digest: dpone_core::digest::DigestAlgorithm,
 }
 
 fn ts_literal(t: Timestamp) -> String {
@@ -110,7 +112,15 @@ impl PostgresTarget {
             swap_partition: OnceLock::new(),
             columns: OnceLock::new(),
             oids: OnceLock::new(),
+            digest: Default::default(),
         }
+    }
+
+    /// Digests read-backs with `digest`'s row hash (default SHA-256).
+    #[must_use]
+    pub fn with_digest(mut self, digest: dpone_core::digest::DigestAlgorithm) -> Self {
+        self.digest = digest;
+        self
     }
 
     fn schema(&self) -> &str {
@@ -172,7 +182,7 @@ impl PostgresTarget {
         let mut input = CopyInput { stream, reading: "reading staged rows back", finishing: "reading staged rows back" };
         // Frames only bound how much is parsed at once: they are digested and
         // dropped, so a small one (one reused buffer per read-back) suffices.
-        let limits = FrameLimits { block_rows: 1 << 16, flush_bytes: READ_BACK_FRAME_BYTES, max_row_bytes: usize::MAX };
+        let limits = FrameLimits { block_rows: 1 << 16, flush_bytes: READ_BACK_FRAME_BYTES, max_row_bytes: usize::MAX, digest: self.digest };
         let parser = &mut CopyParser::read_back(RowCodec { columns: codecs });
         let stats = frames::assemble(parser, &mut input, cols.len(), limits, &mut DigestOnly::default()).await?;
         Ok(Contents { rows: stats.rows, digest: stats.digest })

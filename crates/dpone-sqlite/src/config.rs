@@ -71,6 +71,6 @@ impl crate::SqliteTarget {
     /// The target of `manifest.sink`.
     pub fn build(manifest: &Manifest, wiring: &Wiring) -> Result<Self, Diagnostic> {
         let path = resolve_path(&manifest.sink.connection, wiring.base_dir, "sink.connection", wiring.env)?;
-        Ok(crate::SqliteTarget::new(SqliteConfig { path, table: manifest.sink.table.clone() }))
+        Ok(crate::SqliteTarget::new(SqliteConfig { path, table: manifest.sink.table.clone() }).with_digest(manifest.source.digest))
     }
 }

@@ -13,7 +13,7 @@ use crate::error::{classify, join_error};
 use crate::source::{check_window_values, describe_table, encode_row, select_list};
 use crate::types::{quote_ident, to_sql};
 use dpone_core::Diagnostic;
-use dpone_core::digest::RowDigest;
+use dpone_core::digest::{DigestAlgorithm, RowDigest};
 use dpone_core::incremental::{StoredMark, receipt_identity};
 use dpone_core::ports::{
     AdapterError, Contents, EligibilityRequest, FrameRx, GenerationBuild, MergeCounts, MergeKey, PublicationOutcome, Result, RowFilter,
@@ -32,11 +32,20 @@ pub use marks::MARKS_TABLE;
 pub struct SqliteTarget {
     config: SqliteConfig,
     columns: Arc<OnceLock<Vec<Column>>>,
+    /// The row hash of the read-back digests.
+    digest: DigestAlgorithm,
 }
 
 impl SqliteTarget {
     pub fn new(config: SqliteConfig) -> Self {
-        SqliteTarget { config, columns: Arc::new(OnceLock::new()) }
+        SqliteTarget { config, columns: Arc::new(OnceLock::new()), digest: DigestAlgorithm::default() }
+    }
+
+    /// Digests read-backs with `digest`'s row hash (default SHA-256).
+    #[must_use]
+    pub fn with_digest(mut self, digest: DigestAlgorithm) -> Self {
+        self.digest = digest;
+        self
     }
 
     fn schema(&self) -> String {
@@ -80,7 +89,13 @@ fn filter_sql(filter: &RowFilter) -> (String, [String; 2]) {
 }
 
 /// Digest of `SELECT cols FROM table [WHERE filter]`, read back row by row.
-fn inspect_table(conn: &Connection, table_sql: &str, columns: &[Column], filter: Option<&RowFilter>) -> Result<Contents> {
+fn inspect_table(
+    conn: &Connection,
+    table_sql: &str,
+    columns: &[Column],
+    filter: Option<&RowFilter>,
+    algorithm: DigestAlgorithm,
+) -> Result<Contents> {
     let types: Vec<ColumnType> = columns.iter().map(|c| c.ty.clone()).collect();
     let mut sql = format!("SELECT {} FROM {table_sql}", select_list(columns));
     let mut params: Vec<String> = Vec::new();
@@ -92,7 +107,7 @@ fn inspect_table(conn: &Connection, table_sql: &str, columns: &[Column], filter:
     }
     let mut stmt = conn.prepare(&sql).map_err(|e| classify("reading back rows", e))?;
     let mut rows = stmt.query(rusqlite::params_from_iter(params.iter())).map_err(|e| classify("reading back rows", e))?;
-    let mut digest = RowDigest::new(columns.len());
+    let mut digest = RowDigest::with(algorithm, columns.len());
     let mut buf = Vec::new();
     while let Some(row) = rows.next().map_err(|e| classify("reading back rows", e))? {
         buf.clear();
@@ -228,8 +243,8 @@ impl Target for SqliteTarget {
             TableRole::Target => self.table_sql(),
             TableRole::Owned(name) => self.owned_sql(name),
         };
-        let filter = filter.cloned();
-        self.with_conn(move |conn| inspect_table(conn, &table_sql, &columns, filter.as_ref())).await
+        let (filter, digest) = (filter.cloned(), self.digest);
+        self.with_conn(move |conn| inspect_table(conn, &table_sql, &columns, filter.as_ref(), digest)).await
     }
 
     async fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<u64> {

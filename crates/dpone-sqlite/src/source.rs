@@ -362,7 +362,7 @@ impl Source for SqliteSource {
             let ncols = request.columns.len();
             let mut frames = RowFrames::new(&out, ncols, FrameLimits::new(&request, FLUSH_BYTES))?;
             let mut row_buf = Vec::new();
-            let mut row_digest = RowDigest::new(ncols);
+            let mut row_digest = RowDigest::with(request.digest, ncols);
             while let Some(row) = rows.next().map_err(|e| classify("reading the chunk", e))? {
                 row_buf.clear();
                 row_digest.clear();

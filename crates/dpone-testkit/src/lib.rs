@@ -41,6 +41,7 @@
 //!     block_bytes: 1 << 20,
 //!     max_row_bytes: 1 << 16,
 //!     cursor: None,
+//!     digest: Default::default(),
 //! };
 //! let (read, loaded) = tokio::join!(source.read(request, tx), target.load("_dpone_stg_0123456789ab_0_1", rx));
 //! assert_eq!(read.unwrap().rows, loaded.unwrap());

@@ -256,11 +256,11 @@ impl Source for MemSource {
             return Err(AdapterError::permanent("internal_error", "a read request with more or fewer target types than columns"));
         }
         let ncols = indexes.len();
-        let mut stats = ReadStats { digest: RowDigest::new(ncols), ..ReadStats::default() };
+        let mut stats = ReadStats { digest: RowDigest::with(request.digest, ncols), ..ReadStats::default() };
         let flush_bytes = FLUSH_BYTES.min(request.block_bytes);
         let row_limit = request.max_row_bytes.min(request.block_bytes);
         let fail_now = |sent: u64| fault.filter(|f| sent >= f.after_rows).map(|f| injected(f.class, f.nth));
-        let mut frame = Frame { bytes: out.buffer(flush_bytes).await?, rows: 0, digest: RowDigest::new(ncols) };
+        let mut frame = Frame { bytes: out.buffer(flush_bytes).await?, rows: 0, digest: RowDigest::with(request.digest, ncols) };
         let mut sent = 0u64;
         let mut row_buf = Vec::new();
         let mut values: Row = Vec::with_capacity(ncols);
@@ -299,9 +299,9 @@ impl Source for MemSource {
                 sent += frame.rows;
                 // Send before reserving the next buffer: a reader waiting for
                 // budget must hold none.
-                let full = std::mem::replace(&mut frame, Frame { bytes: Default::default(), rows: 0, digest: RowDigest::new(ncols) });
+                let full = std::mem::replace(&mut frame, Frame { bytes: Default::default(), rows: 0, digest: RowDigest::with(request.digest, ncols) });
                 out.send(full).await?;
-                frame = Frame { bytes: out.buffer(flush_bytes).await?, rows: 0, digest: RowDigest::new(ncols) };
+                frame = Frame { bytes: out.buffer(flush_bytes).await?, rows: 0, digest: RowDigest::with(request.digest, ncols) };
             }
             let needed = frame.bytes.len() as u64 + row_len;
             if frame.bytes.reserved() != 0 && needed > frame.bytes.reserved() {

@@ -26,6 +26,7 @@ fn request(bounds: Option<Chunk>, block_rows: u64) -> ReadRequest {
         block_bytes: 1 << 20,
         max_row_bytes: 1 << 20,
         cursor: None,
+        digest: Default::default(),
     }
 }
 

@@ -299,6 +299,8 @@ pub struct Options {
     pub columns: Option<Vec<&'static str>>,
     /// `sink.staging.schema` (default: the target's schema).
     pub staging_schema: Option<String>,
+    /// `execution.verification.digest` (default: not written, sha256).
+    pub digest: Option<&'static str>,
 }
 
 impl Default for Options {
@@ -313,6 +315,7 @@ impl Default for Options {
             publication: None,
             columns: None,
             staging_schema: None,
+            digest: None,
         }
     }
 }
@@ -593,7 +596,11 @@ impl Fixture {
             (String::new(), "\n    mode: full_refresh".to_string())
         } else {
             (
-                format!("\n      execution:\n        chunking: {{mode: bounded_window, parallelism: {}}}", o.parallelism),
+                format!(
+                    "\n      execution:\n        chunking: {{mode: bounded_window, parallelism: {}}}{}",
+                    o.parallelism,
+                    o.digest.map(|d| format!("\n        verification: {{digest: {d}}}")).unwrap_or_default()
+                ),
                 format!(
                     "\n    mode: replace\n    atomicity: target_atomic\n    window: {{column: {:?}, anchor: data_interval_end, lookback: {}, chunk_interval: {}}}",
                     o.window_column, o.lookback, o.chunk_interval

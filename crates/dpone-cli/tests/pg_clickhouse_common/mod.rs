@@ -113,6 +113,8 @@ pub struct ManifestOptions {
     pub columns: Option<Vec<String>>,
     /// Source relation name (default `t`), e.g. a view.
     pub source_table: Option<String>,
+    /// `execution.verification.digest` (default: not written, sha256).
+    pub digest: Option<String>,
 }
 
 impl Default for ManifestOptions {
@@ -125,6 +127,7 @@ impl Default for ManifestOptions {
             staging_schema: None,
             columns: None,
             source_table: None,
+            digest: None,
         }
     }
 }
@@ -339,6 +342,7 @@ impl Fixture {
             .map(|c| format!("\n    columns: [{}]", c.iter().map(|n| q(n)).collect::<Vec<_>>().join(", ")))
             .unwrap_or_default();
         let source_table = q(o.source_table.as_deref().unwrap_or(TABLE));
+        let verification = o.digest.as_ref().map(|d| format!("\n        verification: {{digest: {}}}", q(d))).unwrap_or_default();
         let yaml = format!(
             r#"kind: dpone.batch.v1
 source:
@@ -348,7 +352,7 @@ source:
   options:{columns}
     native_transfer:{wire}
       execution:
-        chunking: {{mode: bounded_window, parallelism: {parallelism}}}
+        chunking: {{mode: bounded_window, parallelism: {parallelism}}}{verification}
 sink:
   type: clickhouse
   connection: {{connection_type: env, connection_id: CH}}

@@ -35,6 +35,9 @@ impl ClickhouseTarget {
         let mut out = Vec::new();
         let refuse = |code: &str, path: &str, msg: String, hint: &str| Diagnostic::new(code, path, msg).hint(hint);
         let version = self.client.version().await?;
+        if let Some(d) = crate::digest_refusal(&self.client, self.digest, "the target", &version).await? {
+            out.push(d);
+        }
         if major_version(&version).is_none_or(|m| m < MIN_MAJOR_VERSION) {
             out.push(refuse(
                 "target_server_unsupported",

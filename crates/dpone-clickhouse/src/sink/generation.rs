@@ -247,7 +247,7 @@ impl ClickhouseTarget {
                 batch.iter().map(|p| format!("ATTACH PARTITION ID {} FROM {}", quote_str(&p.id), self.target_sql())).collect();
             self.client.execute(&format!("ALTER TABLE {gen_sql} {}", attach.join(", ")), Idempotence::Unsafe).await?;
         }
-        let mut copied = Contents { rows: 0, digest: RowDigest::new(self.columns()?.len()) };
+        let mut copied = Contents { rows: 0, digest: RowDigest::with(self.digest, self.columns()?.len()) };
         let mut bytes_copied = 0;
         if !f.copy.is_empty() {
             let only = format!("_partition_id IN ({}) AND {}", id_list(&f.copy), filter_sql(keep));

@@ -163,6 +163,9 @@ pub struct SourceSpec {
     /// `Some(parallelism)` when `execution.chunking` is present.
     pub chunking_parallelism: Option<u64>,
     pub native_chunks: Option<NativeChunks>,
+    /// `execution.verification.digest`: the row hash of every digest the
+    /// run compares (default sha256).
+    pub digest: crate::digest::DigestAlgorithm,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -15,6 +15,8 @@ pub const WIRE_MODES: &[&str] = &["auto", "typed_binary", "typed_raw", "source_e
 pub const BINARY_FORMATS: &[&str] = &["rowbinary", "native", "mssql_native"];
 pub const SOURCE_NATIVE_FORMATS: &[&str] = &["auto", "bcp_native", "odbc_row_stream"];
 pub const TRANSPORT_MODES: &[&str] = &["auto", "stream", "object", "file"];
+/// Names of `execution.verification.digest` (see `DigestAlgorithm::ALL`).
+pub const DIGEST_NAMES: &[&str] = &["sha256", "xxh3_128"];
 pub const CLICKHOUSE_BULK_MODES: &[&str] = &["http", "native_tcp", "client"];
 pub const INGEST_CONTRACTS: &[&str] = &["auto", "typed_staging", "typed_binary_staging", "untyped_staging"];
 /// Largest byte quantity accepted in any limit (1 TiB).
@@ -133,6 +135,16 @@ fn source_options() -> Shape {
                             "Bounded window chunking; requires sink.strategy.window",
                         ),
                         field("native_chunks", native_chunks(), "Frame and stage limits"),
+                        field(
+                            "verification",
+                            obj(vec![field(
+                                "digest",
+                                Shape::Enum(DIGEST_NAMES),
+                                "Row hash of the multiset digests: sha256 (default) or xxh3_128 (faster, not cryptographic; \
+                                 ClickHouse servers need xxh3_128)",
+                            )]),
+                            "How staged rows are verified",
+                        ),
                     ]),
                     "Execution",
                 ),

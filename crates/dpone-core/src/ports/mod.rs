@@ -40,7 +40,7 @@ pub use channel::{Frame, FrameGuard, FrameRx, FrameTx, frame_channel, guarded_fr
 pub use error::{AdapterError, ErrorClass, ErrorKind, Result};
 pub use generation::{GenerationBuild, GenerationEstimate, GenerationMethod, LinkReport, PartIdentity, PublicationOutcome, contains_parts};
 
-use crate::digest::RowDigest;
+use crate::digest::{DigestAlgorithm, RowDigest};
 use crate::error::Diagnostic;
 use crate::incremental::{CursorBatch, CursorKind, CursorValue, StoredMark};
 use crate::time::Timestamp;
@@ -75,6 +75,9 @@ pub struct ReadRequest {
     /// `incremental_append`: only the rows whose cursor lies in the batch
     /// (a source that cannot select them refuses the request).
     pub cursor: Option<CursorBatch>,
+    /// The row hash of the stream's digest (and of any server-side digest
+    /// of the source rows).
+    pub digest: DigestAlgorithm,
 }
 
 /// What a read produced: the digest is computed on the encoded stream.

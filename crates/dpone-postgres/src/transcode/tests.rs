@@ -167,7 +167,7 @@ proptest! {
             .collect();
         let mut parser = CopyParser::new(RowCodec { columns: cols });
         let mut unparsed = Unparsed::default();
-        let new_frame = || FrameBuf::unbudgeted(2, FrameLimits { block_rows: max_rows, flush_bytes: 1 << 20, max_row_bytes: 1 << 20 });
+        let new_frame = || FrameBuf::unbudgeted(2, FrameLimits { block_rows: max_rows, flush_bytes: 1 << 20, max_row_bytes: 1 << 20, digest: Default::default() });
         let (mut all, mut digest, mut frame, mut pos, mut finished) = (Vec::new(), RowDigest::new(2), new_frame(), 0usize, false);
         let mut cut = cuts.iter().cycle();
         while !finished {

@@ -120,7 +120,7 @@ impl ByteInput for Pieces<'_> {
 }
 
 fn limits(block_rows: u64, flush_bytes: usize, max_row_bytes: usize) -> FrameLimits {
-    FrameLimits { block_rows, flush_bytes, max_row_bytes }
+    FrameLimits { block_rows, flush_bytes, max_row_bytes, digest: Default::default() }
 }
 
 /// Frames as sent: rows, bytes, digest.

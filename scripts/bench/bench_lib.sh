@@ -346,3 +346,188 @@ runtime:
   storage: {work_dir: work}
 EOF
 }
+
+# --------------------------------------------- ClickHouse -> PostgreSQL data --
+# The ClickHouse sources and PostgreSQL targets of ch_to_postgres.sh and of
+# memory.sh ROUTE=ch_to_postgres. SHAPE is narrow or wide.
+
+# The seed version, kept in the ClickHouse table comment with the row count.
+CH_SEED_VERSION=1
+
+# ClickHouse columns, as system.columns prints them.
+ch_columns() {
+  if [ "$1" = narrow ]; then
+    cat <<'EOF'
+id Int64, ts DateTime64(6, 'UTC'), n Int32, amount Decimal(18, 4), s1 String, s2 String
+EOF
+  else
+    cat <<'EOF'
+id Int64, ts DateTime64(6, 'UTC'),
+i8 Int8, i16 Int16, i32 Int32, i64 Int64,
+u8 UInt8, u16 UInt16, u32 UInt32, u64 UInt64,
+f32 Float32, f64 Float64, d18 Decimal(18, 4), d38 Decimal(38, 10),
+s1 String, s2 String, lc LowCardinality(String), fs FixedString(16), uid UUID,
+dt Date, dt32 Date32, ts2 DateTime64(6, 'UTC'), b Bool,
+n_i32 Nullable(Int32), n_u64 Nullable(UInt64), n_f64 Nullable(Float64), n_d18 Nullable(Decimal(18, 4)),
+n_s Nullable(String), n_uid Nullable(UUID), n_dt Nullable(Date), n_ts Nullable(DateTime64(6, 'UTC')),
+n_b Nullable(Bool), lcn LowCardinality(Nullable(String))
+EOF
+  fi
+}
+
+# The PostgreSQL columns: the mapping of `dpone schema type-matrix`
+# (Int8/UInt8 -> smallint, UInt16 -> integer, UInt32 -> bigint,
+# UInt64 -> numeric(20,0), FixedString -> bytea, Date/Date32 -> date,
+# DateTime64(6, 'UTC') -> timestamptz, LowCardinality(String) -> text),
+# NOT NULL where the ClickHouse column is not Nullable.
+pg_columns() {
+  if [ "$1" = narrow ]; then
+    cat <<'EOF'
+id bigint NOT NULL, ts timestamptz NOT NULL, n integer NOT NULL, amount numeric(18,4) NOT NULL,
+s1 text NOT NULL, s2 text NOT NULL
+EOF
+  else
+    cat <<'EOF'
+id bigint NOT NULL, ts timestamptz NOT NULL,
+i8 smallint NOT NULL, i16 smallint NOT NULL, i32 integer NOT NULL, i64 bigint NOT NULL,
+u8 smallint NOT NULL, u16 integer NOT NULL, u32 bigint NOT NULL, u64 numeric(20,0) NOT NULL,
+f32 real NOT NULL, f64 double precision NOT NULL, d18 numeric(18,4) NOT NULL, d38 numeric(38,10) NOT NULL,
+s1 text NOT NULL, s2 text NOT NULL, lc text NOT NULL, fs bytea NOT NULL, uid uuid NOT NULL,
+dt date NOT NULL, dt32 date NOT NULL, ts2 timestamptz NOT NULL, b boolean NOT NULL,
+n_i32 integer, n_u64 numeric(20,0), n_f64 double precision, n_d18 numeric(18,4),
+n_s text, n_uid uuid, n_dt date, n_ts timestamptz,
+n_b boolean, lcn text
+EOF
+  fi
+}
+
+# The rows, from the row number g = 1..rows: arithmetic or MD5 of g only.
+# ts increases with g across exactly [2026-09-02, 2026-09-09) UTC with under
+# one second of jitter, as in seed_postgres.sql.
+ch_select() {
+  local cols
+  if [ "$1" = narrow ]; then
+    cols="g, ts, toInt32(g % 100000),
+  toDecimal64(concat(toString(intDiv((g * 7919) % 100000000, 10000)), '.', leftPad(toString((g * 7919) % 10000), 4, '0')), 4),
+  concat('customer-', toString(g % 50000)), lower(hex(MD5(toString(g))))"
+  else
+    cols="g, ts,
+  toInt8(toInt32(g % 256) - 128), toInt16(toInt32(g % 65536) - 32768),
+  toInt32(toInt64(g * 2654435761 % 4294967296) - 2147483648),
+  toInt64(g * 1000003) * if(g % 2 = 0, 1, -1),
+  toUInt8(g % 256), toUInt16(g % 65536), toUInt32(g * 2654435761 % 4294967296),
+  toUInt64(18446744073709551615) - g * 12345,
+  toFloat32((g % 65536) / 4), g / 3,
+  toDecimal64(concat(toString(intDiv((g * 7919) % 100000000, 10000)), '.', leftPad(toString((g * 7919) % 10000), 4, '0')), 4),
+  toDecimal128(concat(if(g % 3 = 0, '-', ''), toString(g * 98765432109), '.', leftPad(toString(g * 2654435761 % 10000000000), 10, '0')), 10),
+  concat('customer-', toString(g % 50000)),
+  concat(lower(hex(MD5(toString(g)))), left(lower(hex(MD5(toString(g + 1)))), toUInt32(g % 33))),
+  concat('cat-', toString(g % 100)),
+  MD5(toString(g)),
+  reinterpretAsUUID(MD5(toString(g))),
+  toDate('2000-01-01') + toInt32(g % 10000),
+  toDate32('1950-01-01') + toInt32(g % 40000),
+  addMicroseconds(ts, -toInt64(g % 48) * 3600000000),
+  g % 2 = 0,
+  if(g % 7 = 0, NULL, toInt32(g % 1000000)),
+  if(g % 11 = 0, NULL, g * 7),
+  if(g % 7 = 0, NULL, (g % 100000) * 0.01),
+  if(g % 11 = 0, NULL, toDecimal64(concat('-', toString(intDiv((g * 104729) % 1000000000, 10000)), '.', leftPad(toString((g * 104729) % 10000), 4, '0')), 4)),
+  if(g % 7 = 0, NULL, concat('naïve-', toString(g))),
+  if(g % 11 = 0, NULL, reinterpretAsUUID(MD5(concat('-', toString(g))))),
+  if(g % 7 = 0, NULL, toDate('2026-09-02') + toInt32(g % 7)),
+  if(g % 11 = 0, NULL, addMicroseconds(ts, -toInt64(g % 48) * 3600000000)),
+  if(g % 11 = 0, NULL, g % 3 = 0),
+  if(g % 13 = 0, NULL, concat('tag-', toString(g % 20)))"
+  fi
+  cat <<EOF
+SELECT $cols
+FROM (
+  SELECT number + 1 AS g,
+         addMicroseconds(toDateTime64('2026-09-02 00:00:00', 6, 'UTC'),
+           toInt64(least(604800000000 - 1, intDiv(toUInt128(g - 1) * 604800000000, $2) + (g * 7919) % 1000000))) AS ts
+  FROM numbers($2)
+)
+EOF
+}
+
+# seed_ch_table TABLE SHAPE ROWS [LABEL]: makes sure the ClickHouse source
+# dpone_bench.TABLE is a MergeTree ORDER BY (ts, id) with the columns of
+# SHAPE holding ch_select SHAPE ROWS, unless it already holds ROWS rows of
+# this seed (its table comment); LABEL prefixes the log lines. Prints
+# "reused" or "created in N s".
+seed_ch_table() {
+  local t=$1 shape=$2 rows=$3 p=${4:+$4: } marker t0
+  marker="dpone bench ch seed v$CH_SEED_VERSION: $t rows=$rows"
+  ensure_ch_table "$t" "(ts, id)" "$(ch_columns "$shape")"
+  if [ "$(chq "SELECT comment FROM system.tables WHERE database = 'dpone_bench' AND name = '$t'")" = "$marker" ] &&
+    [ "$(chq "SELECT count() FROM dpone_bench.$t")" = "$rows" ]; then
+    log "${p}ClickHouse table dpone_bench.$t is seeded ($rows rows), reusing it"
+    echo reused
+    return
+  fi
+  log "${p}seeding ClickHouse dpone_bench.$t with $rows rows (once; reused by later runs)"
+  t0=$(date +%s)
+  chq "ALTER TABLE dpone_bench.$t MODIFY COMMENT ''" >/dev/null
+  chq "TRUNCATE TABLE dpone_bench.$t" >/dev/null
+  chq "INSERT INTO dpone_bench.$t $(ch_select "$shape" "$rows")" >/dev/null
+  chq "OPTIMIZE TABLE dpone_bench.$t FINAL" >/dev/null
+  chq "ALTER TABLE dpone_bench.$t MODIFY COMMENT '$marker'" >/dev/null
+  echo "created in $(($(date +%s) - t0)) s"
+  log "${p}seeded in $(($(date +%s) - t0)) s"
+}
+
+# ensure_pg_table TABLE SHAPE [LABEL]: makes sure the PostgreSQL table
+# dpone_bench.TABLE has the columns of SHAPE (pg_columns); otherwise
+# (re)creates it, empty, with an index on ts. LABEL prefixes the log lines.
+ensure_pg_table() {
+  local tbl=$1 shape=$2 p=${3:+$3: } cols want have
+  cols=$(pg_columns "$shape" | tr '\n' ' ' | sed 's/  */ /g; s/ $//')
+  # What format_type would print, to compare with the catalog.
+  want=$(echo "$cols" | sed 's/, /\n/g' | sed 's/ NOT NULL$/ NN/; s/ timestamptz/ timestamp with time zone/' |
+    paste -sd, -)
+  have=$(pgq "SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod) || CASE WHEN attnotnull THEN ' NN' ELSE '' END, ',' ORDER BY attnum) FROM pg_attribute WHERE attrelid = to_regclass('dpone_bench.$tbl') AND attnum > 0 AND NOT attisdropped")
+  if [ "$have" = "$want" ]; then
+    return
+  fi
+  [ -z "$have" ] || log "${p}PostgreSQL table dpone_bench.$tbl has another structure, recreating it"
+  pgq "DROP TABLE IF EXISTS dpone_bench.$tbl" >/dev/null
+  pgq "CREATE TABLE dpone_bench.$tbl ($cols)" >/dev/null
+  pgq "CREATE INDEX ON dpone_bench.$tbl (ts)" >/dev/null
+  log "${p}created PostgreSQL table dpone_bench.$tbl"
+}
+
+# write_ch_pg_manifest NAME TABLE [NATIVE_CHUNKS] [TARGET]:
+# $TMP/NAME/manifest.yaml, a ClickHouse -> PostgreSQL `replace` of ClickHouse
+# dpone_bench.TABLE's window `ts` (P7D, chunk_interval ${CHUNK_INTERVAL:-P1D},
+# parallelism $PARALLELISM) into PostgreSQL dpone_bench.TARGET (default
+# TABLE), with `native_chunks: NATIVE_CHUNKS` when given: write_pg_ch_manifest
+# with source and sink swapped (used by memory.sh; ch_to_postgres.sh writes
+# its own manifests).
+write_ch_pg_manifest() {
+  local table=$2 nc=${3:-} target=${4:-$2} dir=$TMP/$1
+  mkdir -p "$dir"
+  cat >"$dir/manifest.yaml" <<EOF
+# Written by scripts/bench/$BENCH_NAME.sh
+kind: dpone.batch.v1
+source:
+  type: clickhouse
+  connection: {connection_type: env, connection_id: BENCH_CH}
+  table: {schema: dpone_bench, name: $table}
+  options:
+    native_transfer:
+      execution:
+        chunking: {mode: bounded_window, parallelism: $PARALLELISM, checkpointing: resumable}
+${nc:+        native_chunks: $nc}
+sink:
+  type: postgres
+  connection: {connection_type: env, connection_id: BENCH_PG}
+  table: {schema: dpone_bench, name: $target}
+  strategy:
+    mode: replace
+    atomicity: target_atomic
+    window: {column: ts, anchor: data_interval_end, lookback: P7D, chunk_interval: ${CHUNK_INTERVAL:-P1D}, timezone: UTC}
+runtime:
+  storage: {work_dir: work}
+EOF
+}

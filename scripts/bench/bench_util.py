@@ -501,6 +501,8 @@ def load_note(samples, meta):
 
 
 MIB = 1024.0 * 1024.0
+# memory.sh ROUTE: the Markdown label.
+ROUTE_LABELS = {"pg_to_clickhouse": "PostgreSQL -> ClickHouse", "ch_to_postgres": "ClickHouse -> PostgreSQL"}
 
 
 def mem_field(samples, key):
@@ -516,6 +518,9 @@ def report_memory(meta_path, jsonl_path, checks_path, out_path):
     samples = load_samples(jsonl_path)
     target_mib = m["targets"]["rss_max_mib"]
     flat_pct = m["targets"]["rss_flat_pct"]
+    # issue 14's own bound (both routes); results written before it had none.
+    issue_mib = m["targets"].get("issue_rss_max_mib")
+    route = m.get("route", "pg_to_clickhouse")
 
     sizes = []
     for size in m["sizes"]:
@@ -542,7 +547,8 @@ def report_memory(meta_path, jsonl_path, checks_path, out_path):
         sizes.append(row)
 
     measured = [r for r in sizes if "peak_rss_mib_max" in r]
-    verdict = {"rss_max_mib_target": target_mib, "rss_flat_pct_target": flat_pct}
+    verdict = {"route": route, "rss_max_mib_target": target_mib, "rss_flat_pct_target": flat_pct,
+               "issue_rss_max_mib_target": issue_mib}
     if measured and len(measured) == len(sizes):
         lo = min(r["peak_rss_mib_max"] for r in measured)
         hi = max(r["peak_rss_mib_max"] for r in measured)
@@ -552,8 +558,13 @@ def report_memory(meta_path, jsonl_path, checks_path, out_path):
             "flat_met": spread <= flat_pct, "bound_met": hi <= target_mib,
         })
         verdict["met"] = verdict["flat_met"] and verdict["bound_met"]
+        if issue_mib is not None:
+            verdict["issue_bound_met"] = hi <= issue_mib
+            verdict["issue_met"] = verdict["flat_met"] and verdict["issue_bound_met"]
     else:
         verdict["met"] = False
+        if issue_mib is not None:
+            verdict["issue_met"] = False
         verdict["note"] = "a size has no successful run"
 
     big = {}
@@ -579,7 +590,7 @@ def report_memory(meta_path, jsonl_path, checks_path, out_path):
         json.dump(result, f, indent=2)
         f.write("\n")
 
-    header(m, "dpone memory benchmark: PostgreSQL -> ClickHouse, default budget", out_path)
+    header(m, f"dpone memory benchmark: {ROUTE_LABELS.get(route, route)} (ROUTE={route}), default budget", out_path)
     print(f"- window P7D, chunk_interval {m['window']['chunk_interval']}, parallelism {m['parallelism']}, "
           f"native_chunks `{m['native_chunks_default']}`")
     print()
@@ -609,11 +620,23 @@ def report_memory(meta_path, jsonl_path, checks_path, out_path):
             f"spread {fmt(verdict['rss_spread_pct'], 1)}% (target <= {flat_pct}%: {'MET' if verdict['flat_met'] else 'NOT MET'}); "
             f"max {fmt(verdict['rss_max_mib'], 1)} MiB (target <= {target_mib} MiB: {'MET' if verdict['bound_met'] else 'NOT MET'})"
         )
+        if issue_mib is not None:
+            print(
+                f"- issue 14's target on this route, flat within {flat_pct}% and at most {issue_mib} MiB: "
+                f"{'MET' if verdict['issue_met'] else 'NOT MET'} (spread {fmt(verdict['rss_spread_pct'], 1)}%: "
+                f"{'MET' if verdict['flat_met'] else 'NOT MET'}; max {fmt(verdict['rss_max_mib'], 1)} MiB <= {issue_mib} MiB: "
+                f"{'MET' if verdict['issue_bound_met'] else 'NOT MET'})"
+            )
     else:
         print(f"- memory target: NOT MET ({verdict.get('note')})")
+        if issue_mib is not None:
+            print(f"- issue 14's target (flat within {flat_pct}%, at most {issue_mib} MiB): NOT MET ({verdict.get('note')})")
     print()
     if not big and not checks:
-        print("Big value: not run (BIGVALUE=0).")
+        if route == "ch_to_postgres":
+            print("Big value: not run (part 2 is PostgreSQL -> ClickHouse only; ROUTE=ch_to_postgres).")
+        else:
+            print("Big value: not run (BIGVALUE=0).")
         print()
         load_note(samples, m)
         return

@@ -53,7 +53,6 @@ REPEAT=${REPEAT:-3}
 PARALLELISM=${PARALLELISM:-2}
 SKIP_XXH3=${SKIP_XXH3:-0}
 [[ $SKIP_XXH3 == 0 || $SKIP_XXH3 == 1 ]] || die "SKIP_XXH3 must be 0 or 1 (got '$SKIP_XXH3')"
-CH_SEED_VERSION=1
 
 positive_int ROWS_NARROW ROWS_WIDE REPEAT PARALLELISM
 for ds in $DATASETS; do
@@ -68,144 +67,19 @@ rows_of() { if [ "$1" = narrow ]; then echo "$ROWS_NARROW"; else echo "$ROWS_WID
 
 # ----------------------------------------------------------------- schema --
 
-# ClickHouse columns, as system.columns prints them.
-ch_columns() {
-  if [ "$1" = narrow ]; then
-    cat <<'EOF'
-id Int64, ts DateTime64(6, 'UTC'), n Int32, amount Decimal(18, 4), s1 String, s2 String
-EOF
-  else
-    cat <<'EOF'
-id Int64, ts DateTime64(6, 'UTC'),
-i8 Int8, i16 Int16, i32 Int32, i64 Int64,
-u8 UInt8, u16 UInt16, u32 UInt32, u64 UInt64,
-f32 Float32, f64 Float64, d18 Decimal(18, 4), d38 Decimal(38, 10),
-s1 String, s2 String, lc LowCardinality(String), fs FixedString(16), uid UUID,
-dt Date, dt32 Date32, ts2 DateTime64(6, 'UTC'), b Bool,
-n_i32 Nullable(Int32), n_u64 Nullable(UInt64), n_f64 Nullable(Float64), n_d18 Nullable(Decimal(18, 4)),
-n_s Nullable(String), n_uid Nullable(UUID), n_dt Nullable(Date), n_ts Nullable(DateTime64(6, 'UTC')),
-n_b Nullable(Bool), lcn LowCardinality(Nullable(String))
-EOF
-  fi
-}
-
-# The PostgreSQL columns: the mapping of `dpone schema type-matrix`
-# (Int8/UInt8 -> smallint, UInt16 -> integer, UInt32 -> bigint,
-# UInt64 -> numeric(20,0), FixedString -> bytea, Date/Date32 -> date,
-# DateTime64(6, 'UTC') -> timestamptz, LowCardinality(String) -> text),
-# NOT NULL where the ClickHouse column is not Nullable.
-pg_columns() {
-  if [ "$1" = narrow ]; then
-    cat <<'EOF'
-id bigint NOT NULL, ts timestamptz NOT NULL, n integer NOT NULL, amount numeric(18,4) NOT NULL,
-s1 text NOT NULL, s2 text NOT NULL
-EOF
-  else
-    cat <<'EOF'
-id bigint NOT NULL, ts timestamptz NOT NULL,
-i8 smallint NOT NULL, i16 smallint NOT NULL, i32 integer NOT NULL, i64 bigint NOT NULL,
-u8 smallint NOT NULL, u16 integer NOT NULL, u32 bigint NOT NULL, u64 numeric(20,0) NOT NULL,
-f32 real NOT NULL, f64 double precision NOT NULL, d18 numeric(18,4) NOT NULL, d38 numeric(38,10) NOT NULL,
-s1 text NOT NULL, s2 text NOT NULL, lc text NOT NULL, fs bytea NOT NULL, uid uuid NOT NULL,
-dt date NOT NULL, dt32 date NOT NULL, ts2 timestamptz NOT NULL, b boolean NOT NULL,
-n_i32 integer, n_u64 numeric(20,0), n_f64 double precision, n_d18 numeric(18,4),
-n_s text, n_uid uuid, n_dt date, n_ts timestamptz,
-n_b boolean, lcn text
-EOF
-  fi
-}
-
-# The rows, from the row number g = 1..rows: arithmetic or MD5 of g only.
-# ts increases with g across exactly [2026-09-02, 2026-09-09) UTC with under
-# one second of jitter, as in seed_postgres.sql.
-ch_select() {
-  local cols
-  if [ "$1" = narrow ]; then
-    cols="g, ts, toInt32(g % 100000),
-  toDecimal64(concat(toString(intDiv((g * 7919) % 100000000, 10000)), '.', leftPad(toString((g * 7919) % 10000), 4, '0')), 4),
-  concat('customer-', toString(g % 50000)), lower(hex(MD5(toString(g))))"
-  else
-    cols="g, ts,
-  toInt8(toInt32(g % 256) - 128), toInt16(toInt32(g % 65536) - 32768),
-  toInt32(toInt64(g * 2654435761 % 4294967296) - 2147483648),
-  toInt64(g * 1000003) * if(g % 2 = 0, 1, -1),
-  toUInt8(g % 256), toUInt16(g % 65536), toUInt32(g * 2654435761 % 4294967296),
-  toUInt64(18446744073709551615) - g * 12345,
-  toFloat32((g % 65536) / 4), g / 3,
-  toDecimal64(concat(toString(intDiv((g * 7919) % 100000000, 10000)), '.', leftPad(toString((g * 7919) % 10000), 4, '0')), 4),
-  toDecimal128(concat(if(g % 3 = 0, '-', ''), toString(g * 98765432109), '.', leftPad(toString(g * 2654435761 % 10000000000), 10, '0')), 10),
-  concat('customer-', toString(g % 50000)),
-  concat(lower(hex(MD5(toString(g)))), left(lower(hex(MD5(toString(g + 1)))), toUInt32(g % 33))),
-  concat('cat-', toString(g % 100)),
-  MD5(toString(g)),
-  reinterpretAsUUID(MD5(toString(g))),
-  toDate('2000-01-01') + toInt32(g % 10000),
-  toDate32('1950-01-01') + toInt32(g % 40000),
-  addMicroseconds(ts, -toInt64(g % 48) * 3600000000),
-  g % 2 = 0,
-  if(g % 7 = 0, NULL, toInt32(g % 1000000)),
-  if(g % 11 = 0, NULL, g * 7),
-  if(g % 7 = 0, NULL, (g % 100000) * 0.01),
-  if(g % 11 = 0, NULL, toDecimal64(concat('-', toString(intDiv((g * 104729) % 1000000000, 10000)), '.', leftPad(toString((g * 104729) % 10000), 4, '0')), 4)),
-  if(g % 7 = 0, NULL, concat('naïve-', toString(g))),
-  if(g % 11 = 0, NULL, reinterpretAsUUID(MD5(concat('-', toString(g))))),
-  if(g % 7 = 0, NULL, toDate('2026-09-02') + toInt32(g % 7)),
-  if(g % 11 = 0, NULL, addMicroseconds(ts, -toInt64(g % 48) * 3600000000)),
-  if(g % 11 = 0, NULL, g % 3 = 0),
-  if(g % 13 = 0, NULL, concat('tag-', toString(g % 20)))"
-  fi
-  cat <<EOF
-SELECT $cols
-FROM (
-  SELECT number + 1 AS g,
-         addMicroseconds(toDateTime64('2026-09-02 00:00:00', 6, 'UTC'),
-           toInt64(least(604800000000 - 1, intDiv(toUInt128(g - 1) * 604800000000, $2) + (g * 7919) % 1000000))) AS ts
-  FROM numbers($2)
-)
-EOF
-}
+# The columns (ch_columns, pg_columns), the rows (ch_select) and the seeding
+# (seed_ch_table, ensure_pg_table) are in bench_lib.sh, shared with
+# memory.sh ROUTE=ch_to_postgres.
 
 # Creates (or reuses) the ClickHouse source dpone_bench.ch_<ds>.
-seed_clickhouse() {
-  local ds=$1 t=ch_$1 rows marker t0
-  rows=$(rows_of "$ds")
-  marker="dpone bench ch seed v$CH_SEED_VERSION: $t rows=$rows"
-  ensure_ch_table "$t" "(ts, id)" "$(ch_columns "$ds")"
-  if [ "$(chq "SELECT comment FROM system.tables WHERE database = 'dpone_bench' AND name = '$t'")" = "$marker" ] &&
-    [ "$(chq "SELECT count() FROM dpone_bench.$t")" = "$rows" ]; then
-    log "$ds: ClickHouse table dpone_bench.$t is seeded ($rows rows), reusing it"
-    echo reused >"$TMP/$ds.seed"
-    return
-  fi
-  log "$ds: seeding ClickHouse dpone_bench.$t with $rows rows (once; reused by later runs)"
-  t0=$(date +%s)
-  chq "ALTER TABLE dpone_bench.$t MODIFY COMMENT ''" >/dev/null
-  chq "TRUNCATE TABLE dpone_bench.$t" >/dev/null
-  chq "INSERT INTO dpone_bench.$t $(ch_select "$ds" "$rows")" >/dev/null
-  chq "OPTIMIZE TABLE dpone_bench.$t FINAL" >/dev/null
-  chq "ALTER TABLE dpone_bench.$t MODIFY COMMENT '$marker'" >/dev/null
-  echo "created in $(($(date +%s) - t0)) s" >"$TMP/$ds.seed"
-  log "$ds: seeded in $(($(date +%s) - t0)) s"
-}
+seed_clickhouse() { seed_ch_table "ch_$1" "$1" "$(rows_of "$1")" "$1" >"$TMP/$1.seed"; }
 
 # Creates (or reuses, when the columns match) the PostgreSQL target
 # dpone_bench.ch_<ds> and the scratch table dpone_bench.ch_<ds>_copy.
 ensure_postgres() {
-  local ds=$1 t=ch_$1 cols want have tbl
-  cols=$(pg_columns "$ds" | tr '\n' ' ' | sed 's/  */ /g; s/ $//')
-  # What format_type would print, to compare with the catalog.
-  want=$(echo "$cols" | sed 's/, /\n/g' | sed 's/ NOT NULL$/ NN/; s/ timestamptz/ timestamp with time zone/' |
-    paste -sd, -)
-  for tbl in "$t" "${t}_copy"; do
-    have=$(pgq "SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod) || CASE WHEN attnotnull THEN ' NN' ELSE '' END, ',' ORDER BY attnum) FROM pg_attribute WHERE attrelid = to_regclass('dpone_bench.$tbl') AND attnum > 0 AND NOT attisdropped")
-    if [ "$have" = "$want" ]; then
-      continue
-    fi
-    [ -z "$have" ] || log "$ds: PostgreSQL table dpone_bench.$tbl has another structure, recreating it"
-    pgq "DROP TABLE IF EXISTS dpone_bench.$tbl" >/dev/null
-    pgq "CREATE TABLE dpone_bench.$tbl ($cols)" >/dev/null
-    pgq "CREATE INDEX ON dpone_bench.$tbl (ts)" >/dev/null
-    log "$ds: created PostgreSQL table dpone_bench.$tbl"
+  local tbl
+  for tbl in "ch_$1" "ch_${1}_copy"; do
+    ensure_pg_table "$tbl" "$1" "$1"
   done
 }
 

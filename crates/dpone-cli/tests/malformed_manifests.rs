@@ -48,6 +48,8 @@ source:
           mode: bounded_window
           parallelism: 2
           checkpointing: resumable
+        verification:
+          digest: sha256
 sink:
   type: sqlite
   connection:

@@ -177,7 +177,15 @@ pub struct FrameBuf {
 impl FrameBuf {
     /// A frame writing into `out`, whose reservation covers `reserved` bytes.
     pub fn new(out: Vec<u8>, columns: usize, limits: FrameLimits, reserved: usize) -> Self {
-        FrameBuf { out, digest: RowDigest::with(limits.digest, columns), rows: 0, limits, reserved, stop_rows: limits.block_rows, route: None }
+        FrameBuf {
+            out,
+            digest: RowDigest::with(limits.digest, columns),
+            rows: 0,
+            limits,
+            reserved,
+            stop_rows: limits.block_rows,
+            route: None,
+        }
     }
 
     /// The window values `[start, end)` (microseconds since 1970) of the

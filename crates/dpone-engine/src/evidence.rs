@@ -4,8 +4,8 @@
 use crate::context::Ctx;
 use dpone_core::digest::RowDigest;
 use dpone_core::evidence::{
-    ChunkEvidence, EVIDENCE_VERSION, Evidence, GenerationEvidence, IncrementalEvidence, KeptCheck, MEMORY_NOTE,
-    MemoryEvidence, PublicationCheck, PublicationEvidence, WindowEvidence,
+    ChunkEvidence, EVIDENCE_VERSION, Evidence, GenerationEvidence, IncrementalEvidence, KeptCheck, MEMORY_NOTE, MemoryEvidence,
+    PublicationCheck, PublicationEvidence, WindowEvidence,
 };
 use dpone_core::ports::{PublicationOutcome, Source, Target, WindowStats};
 use dpone_core::state::{ChunkRecord, GenerationRecord, RunJournal, digest_from};
@@ -100,7 +100,8 @@ pub(crate) fn build_evidence<S: Source, T: Target>(
             GenerationEvidence {
                 table: generation.table.clone(),
                 rows: generation.rows,
-                digest: digest_from(digest_rows, &generation.digest_sum, &generation.null_counts).unwrap_or_else(|| RowDigest::with(ctx.plan.staging.digest, ncols)),
+                digest: digest_from(digest_rows, &generation.digest_sum, &generation.null_counts)
+                    .unwrap_or_else(|| RowDigest::with(ctx.plan.staging.digest, ncols)),
                 kept_rows: generation.kept_rows,
                 kept_digest: (!generation.in_place)
                     .then(|| digest_from(kept_digest_rows, &generation.kept_digest_sum, &generation.kept_null_counts))

@@ -197,7 +197,10 @@ async fn build<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, generat
     // neither copied nor hashed then).
     let kept_before = match &keep {
         None => Some(Contents { rows: 0, digest: RowDigest::with(ctx.plan.staging.digest, ncols) }),
-        Some(k) if in_place => Some(Contents { rows: ctx.target.count(TableRole::Target, Some(k)).await?, digest: RowDigest::with(ctx.plan.staging.digest, ncols) }),
+        Some(k) if in_place => Some(Contents {
+            rows: ctx.target.count(TableRole::Target, Some(k)).await?,
+            digest: RowDigest::with(ctx.plan.staging.digest, ncols),
+        }),
         Some(_) if method == GenerationMethod::PartitionLinks => None,
         Some(k) => Some(ctx.target.inspect(TableRole::Target, Some(k)).await?),
     };

@@ -258,8 +258,10 @@ mod tests {
             .map(|((n, t), (_, oid))| codec_for(&Column { name: n.clone(), ty: t.clone(), native_type: String::new() }, *oid, t).unwrap())
             .collect();
         let mut parser = CopyParser::new(RowCodec { columns: codecs });
-        let mut frame =
-            FrameBuf::unbudgeted(cols.len(), FrameLimits { block_rows: u64::MAX, flush_bytes: 1 << 30, max_row_bytes: 1 << 30, digest: Default::default() });
+        let mut frame = FrameBuf::unbudgeted(
+            cols.len(),
+            FrameLimits { block_rows: u64::MAX, flush_bytes: 1 << 30, max_row_bytes: 1 << 30, digest: Default::default() },
+        );
         assert_eq!(parser.parse(&copy, &mut frame).unwrap(), (copy.len(), Parsed::Finished));
         assert_eq!(frame.out, rb);
     }

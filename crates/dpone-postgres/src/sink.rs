@@ -182,7 +182,8 @@ impl PostgresTarget {
         let mut input = CopyInput { stream, reading: "reading staged rows back", finishing: "reading staged rows back" };
         // Frames only bound how much is parsed at once: they are digested and
         // dropped, so a small one (one reused buffer per read-back) suffices.
-        let limits = FrameLimits { block_rows: 1 << 16, flush_bytes: READ_BACK_FRAME_BYTES, max_row_bytes: usize::MAX, digest: self.digest };
+        let limits =
+            FrameLimits { block_rows: 1 << 16, flush_bytes: READ_BACK_FRAME_BYTES, max_row_bytes: usize::MAX, digest: self.digest };
         let parser = &mut CopyParser::read_back(RowCodec { columns: codecs });
         let stats = frames::assemble(parser, &mut input, cols.len(), limits, &mut DigestOnly::default()).await?;
         Ok(Contents { rows: stats.rows, digest: stats.digest })

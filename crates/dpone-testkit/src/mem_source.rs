@@ -299,7 +299,10 @@ impl Source for MemSource {
                 sent += frame.rows;
                 // Send before reserving the next buffer: a reader waiting for
                 // budget must hold none.
-                let full = std::mem::replace(&mut frame, Frame { bytes: Default::default(), rows: 0, digest: RowDigest::with(request.digest, ncols) });
+                let full = std::mem::replace(
+                    &mut frame,
+                    Frame { bytes: Default::default(), rows: 0, digest: RowDigest::with(request.digest, ncols) },
+                );
                 out.send(full).await?;
                 frame = Frame { bytes: out.buffer(flush_bytes).await?, rows: 0, digest: RowDigest::with(request.digest, ncols) };
             }

@@ -220,9 +220,7 @@ pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: Strin
         _ => TransportMode::Auto,
     };
     // The shape check admits only the names `DigestAlgorithm::ALL` lists.
-    let digest = str_at(child(exec, "verification"), "digest")
-        .and_then(crate::digest::DigestAlgorithm::from_name)
-        .unwrap_or_default();
+    let digest = str_at(child(exec, "verification"), "digest").and_then(crate::digest::DigestAlgorithm::from_name).unwrap_or_default();
     let chunking_parallelism = chunking_n.map(|c| int_at(Some(c), "parallelism").unwrap_or(1));
     let native_chunks = child(exec, "native_chunks").map(|n| NativeChunks {
         fields: match &n.value {

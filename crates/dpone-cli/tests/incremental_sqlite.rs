@@ -234,6 +234,22 @@ fn new_rows_above_the_mark_are_appended_once() {
     check_append(&fx, &run, &before, &fx.source_rows_in(5, 7), "7", "a run after new rows");
 }
 
+/// An append under `execution.verification.digest: xxh3_128`: the batch is
+/// verified with the other digest and appended once, twice in a row.
+#[test]
+fn an_append_under_the_xxh3_128_digest_appends_each_batch_once() {
+    let source: Vec<_> = (1..=5).map(|i| row(i, &ts(1, i as u32))).collect();
+    let options = "      execution: {verification: {digest: xxh3_128}}\n";
+    let fx = Fixture::new(&source, &[row(-2, &ts(1, 0))], &manifest("id", options, ""));
+    let before = fx.target_rows();
+    let run = fx.run();
+    check_append(&fx, &run, &before, &fx.source_rows_in(i64::MIN, 5), "5", "first run under xxh3_128");
+    let before = fx.target_rows();
+    fx.source_insert(&[row(6, &ts(2, 1)), row(6, &ts(2, 2))]);
+    let run = fx.run();
+    check_append(&fx, &run, &before, &fx.source_rows_in(5, 6), "6", "second run under xxh3_128");
+}
+
 /// Documented behaviour (docs/manifest.md, Strategies): a row that arrives
 /// with a cursor at or below the mark is never read by an append.
 #[test]

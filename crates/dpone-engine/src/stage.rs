@@ -593,7 +593,8 @@ pub(crate) async fn recheck_verified_chunks<S: Source, T: Target>(ctx: &Ctx<S, T
                     "chunk {} staging `{}` no longer holds the recorded rows ({} vs {})",
                     c.index, c.staging_table, now.digest, recorded
                 ),
-                "someone modified dpone's staging table; see docs/recovery.md (abandon the run and rerun)",
+                "someone modified dpone's staging table, or a PostgreSQL server's crash recovery emptied it (its staging tables are UNLOGGED); \
+                 see docs/recovery.md (abandon the run and rerun)",
             ));
         }
         reused += 1;

@@ -158,3 +158,24 @@ impl TargetFixture for Fixture {
 async fn postgres_target_conforms() {
     target_conformance::run_all(&Harness).await;
 }
+
+/// Staging tables are UNLOGGED (no WAL for rows that are verified before
+/// they reach the target), and the target stays as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn staging_tables_are_unlogged() {
+    use dpone_core::ports::Target;
+    let fx = Harness.fresh(target_conformance::STANDARD_NAMES).await;
+    fx.target.describe().await.unwrap();
+    let name = "_dpone_stg_0123456789ab_0_1";
+    fx.target.create_staging(name).await.unwrap();
+    let persistence = |table: String| {
+        let client = &fx.client;
+        async move {
+            let row = client.query_one("SELECT relpersistence::text FROM pg_class WHERE oid = to_regclass($1)", &[&table]).await.unwrap();
+            row.get::<_, String>(0)
+        }
+    };
+    assert_eq!(persistence(fx.table_sql(TableRole::Owned(name))).await, "u", "a staging table is UNLOGGED");
+    assert_eq!(persistence(fx.table_sql(TableRole::Target)).await, "p", "the target is untouched (permanent)");
+    fx.cleanup().await;
+}

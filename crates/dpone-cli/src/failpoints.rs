@@ -11,6 +11,8 @@
 //!   operations (`publish:ack_lost:1`, `load:timeout:2`, ...), injected by
 //!   `dpone_testkit::FaultyTarget` around every target (see `adapters.rs`);
 //! - `DPONE_FAILPOINT_SLEEP=<name>:<ms>`: pause at every hit of `name`;
+//!   with `DPONE_FAILPOINT_PAUSED=<file>`, the file is written (the point's
+//!   name) as each pause begins, so a test knows the run is inside it;
 //! - `DPONE_TEST_LEASE_TTL_MS=<ms>`: a short lease, to exercise expiry.
 
 use dpone_core::failpoint::{Action, Failpoints, Injector};
@@ -22,6 +24,8 @@ struct EnvInjector {
     armed: Option<(String, u64)>,
     hits: AtomicU64,
     sleep: Option<(String, u64)>,
+    /// Written as each pause begins.
+    paused_marker: Option<std::path::PathBuf>,
 }
 
 fn is_simulated_fault(name: &str) -> bool {
@@ -33,6 +37,9 @@ impl Injector for EnvInjector {
         if let Some((name, ms)) = &self.sleep
             && name == point
         {
+            if let Some(marker) = &self.paused_marker {
+                let _ = std::fs::write(marker, point);
+            }
             return Some(Action::Pause(std::time::Duration::from_millis(*ms)));
         }
         let (name, at) = self.armed.as_ref()?;
@@ -61,7 +68,8 @@ pub fn from_env() -> Failpoints {
     if armed.is_none() && sleep.is_none() {
         return Failpoints::default();
     }
-    Failpoints::new(Arc::new(EnvInjector { armed, hits: AtomicU64::new(0), sleep }))
+    let paused_marker = std::env::var_os("DPONE_FAILPOINT_PAUSED").filter(|v| !v.is_empty()).map(std::path::PathBuf::from);
+    Failpoints::new(Arc::new(EnvInjector { armed, hits: AtomicU64::new(0), sleep, paused_marker }))
 }
 
 /// The lease TTL the environment asks for.

@@ -131,10 +131,14 @@ fn tampered_run_paused<T>(
     mut ready: impl FnMut() -> Option<T>,
     tamper: impl FnOnce(T),
 ) -> Output {
+    // Written by the run as its pause begins (see `paused`).
+    let marker = paused_marker(fx);
+    let _ = std::fs::remove_file(&marker);
     let env = vec![
         ("DPONE_CONN_PG".to_string(), dpone_testkit::postgres_url()),
         ("DPONE_CONN_CH".to_string(), fx.clickhouse_url.clone()),
         ("DPONE_FAILPOINT_SLEEP".to_string(), format!("{point}:{pause_ms}")),
+        ("DPONE_FAILPOINT_PAUSED".to_string(), marker.display().to_string()),
     ];
     let m = fx.manifest.display().to_string();
     let child = spawn(fx.dir(), &["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], &env);
@@ -145,6 +149,16 @@ fn tampered_run_paused<T>(
     });
     tamper(found.expect("found"));
     wait(child, LIMIT)
+}
+
+/// The file a paused run writes as its pause begins.
+fn paused_marker(fx: &Fixture) -> std::path::PathBuf {
+    fx.dir().join("failpoint-paused")
+}
+
+/// Whether the run is inside its failpoint pause.
+fn paused(fx: &Fixture) -> bool {
+    paused_marker(fx).exists()
 }
 
 /// The generation once it holds all its rows (3 kept + the window's): the
@@ -209,13 +223,10 @@ fn a_staging_table_tampered_after_its_verification_is_refused() {
     let uuid_before = uuid(&fx);
     for how in ["insert", "delete", "change"] {
         let what = format!("a staging row {how} at chunk.after_verify");
-        let loaded = || owned(&fx, "_dpone_stg_").filter(|t| count(&fx, t) == WINDOW_ROWS);
         // The staging table is loaded a moment before its verification
-        // ends and the run pauses (4 s): tamper well inside the pause.
-        let out = tampered_run_paused(&fx, "chunk.after_verify", "4000", loaded, |staging| {
-            std::thread::sleep(Duration::from_millis(1500));
-            tamper(&fx, &staging, how)
-        });
+        // ends: tamper only once the run says it is inside the pause.
+        let verified = || paused(&fx).then(|| owned(&fx, "_dpone_stg_")).flatten();
+        let out = tampered_run(&fx, "chunk.after_verify", verified, |staging| tamper(&fx, &staging, how));
         assert_refused(&out, "generation_verification_failed", &what);
         assert_unchanged(&fx, &target(), &uuid_before, &what);
     }

@@ -355,7 +355,7 @@ EOF
 CH_SEED_VERSION=1
 
 # ClickHouse columns, as system.columns prints them.
-ch_columns() {
+ch_source_columns() {
   if [ "$1" = narrow ]; then
     cat <<'EOF'
 id Int64, ts DateTime64(6, 'UTC'), n Int32, amount Decimal(18, 4), s1 String, s2 String
@@ -459,7 +459,7 @@ EOF
 seed_ch_table() {
   local t=$1 shape=$2 rows=$3 p=${4:+$4: } marker t0
   marker="dpone bench ch seed v$CH_SEED_VERSION: $t rows=$rows"
-  ensure_ch_table "$t" "(ts, id)" "$(ch_columns "$shape")"
+  ensure_ch_table "$t" "(ts, id)" "$(ch_source_columns "$shape")"
   if [ "$(chq "SELECT comment FROM system.tables WHERE database = 'dpone_bench' AND name = '$t'")" = "$marker" ] &&
     [ "$(chq "SELECT count() FROM dpone_bench.$t")" = "$rows" ]; then
     log "${p}ClickHouse table dpone_bench.$t is seeded ($rows rows), reusing it"

@@ -67,7 +67,7 @@ rows_of() { if [ "$1" = narrow ]; then echo "$ROWS_NARROW"; else echo "$ROWS_WID
 
 # ----------------------------------------------------------------- schema --
 
-# The columns (ch_columns, pg_columns), the rows (ch_select) and the seeding
+# The columns (ch_source_columns, pg_columns), the rows (ch_select) and the seeding
 # (seed_ch_table, ensure_pg_table) are in bench_lib.sh, shared with
 # memory.sh ROUTE=ch_to_postgres.
 

@@ -387,39 +387,33 @@ fn source_columns_without_an_exact_mapping_are_refused_by_name() {
 // An old server
 // ---------------------------------------------------------------------------
 
-#[test]
-fn clickhouse_18_16_is_refused_before_anything_is_created() {
-    // 18.16 has no DateTime64, no Atomic database and no EXCHANGE TABLES.
+/// A target on the old server (18.16: no DateTime64, no Atomic database,
+/// no EXCHANGE TABLES), in its default database.
+fn old_server_setup(prefix: &'static str) -> Setup {
     let cols = vec![
         col("id", "bigint NOT NULL", "Int64"),
         col("ts", "timestamptz", "Nullable(DateTime)"),
         col("amount", "numeric(18,4)", "Nullable(Decimal(18, 4))"),
         col("name", "text", "Nullable(String)"),
     ];
-    let mut setup = Setup::new("pgch_old", cols);
+    let mut setup = Setup::new(prefix, cols);
     setup.clickhouse_url = dpone_testkit::clickhouse_old_url();
     setup.database_engine = None;
     setup.table_engine = Some("MergeTree() ORDER BY id".into());
     setup.drop_sync = false;
-    expect_refusals(vec![Case::new("ClickHouse 18.16", setup, "target_server_unsupported", "18.16")]);
+    setup
+}
+
+#[test]
+fn clickhouse_18_16_is_refused_before_anything_is_created() {
+    expect_refusals(vec![Case::new("ClickHouse 18.16", old_server_setup("pgch_old"), "target_server_unsupported", "18.16")]);
 }
 
 /// A server without `xxh3_128` cannot compute the digest a manifest asks
 /// for: refused before anything is created, next to the other reasons.
 #[test]
 fn a_digest_the_target_server_cannot_compute_is_refused_before_anything_is_created() {
-    let cols = vec![
-        col("id", "bigint NOT NULL", "Int64"),
-        col("ts", "timestamptz", "Nullable(DateTime)"),
-        col("amount", "numeric(18,4)", "Nullable(Decimal(18, 4))"),
-        col("name", "text", "Nullable(String)"),
-    ];
-    let mut setup = Setup::new("pgch_olddig", cols);
-    setup.clickhouse_url = dpone_testkit::clickhouse_old_url();
-    setup.database_engine = None;
-    setup.table_engine = Some("MergeTree() ORDER BY id".into());
-    setup.drop_sync = false;
-    let mut case = Case::new("ClickHouse 18.16, xxh3_128", setup, "digest_unsupported", "`xxh3_128`");
+    let mut case = Case::new("ClickHouse 18.16, xxh3_128", old_server_setup("pgch_olddig"), "digest_unsupported", "`xxh3_128`");
     case.manifest.digest = Some("xxh3_128".into());
     expect_refusals(vec![case]);
 }

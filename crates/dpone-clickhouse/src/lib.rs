@@ -38,7 +38,7 @@ pub(crate) async fn digest_refusal(
     Ok(Some(
         dpone_core::Diagnostic::new(
             "digest_unsupported",
-            "source.native_transfer.execution.verification.digest",
+            "source.options.native_transfer.execution.verification.digest",
             format!(
                 "{side} is ClickHouse {version}, which has no function `{function}`: it cannot compute the {} digest of the rows it holds",
                 digest.name()

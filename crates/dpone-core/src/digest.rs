@@ -13,7 +13,7 @@
 //! exact equality compare the rows themselves.
 //!
 //! A run may choose a faster row hash instead ([`DigestAlgorithm::Xxh3_128`],
-//! manifest `source.native_transfer.execution.verification.digest:
+//! manifest `source.options.native_transfer.execution.verification.digest:
 //! xxh3_128`): XXH3-128 of the same canonical bytes, read as an unsigned
 //! 128-bit integer and added modulo 2^128 (ClickHouse:
 //! `sum(xxh3_128(formatRowNoNewline('RowBinary', c1, ...)))`). Same

@@ -289,12 +289,16 @@ fn a_lost_source_snapshot_is_refused_and_the_next_run_re_extracts() {
         ("DPONE_CONN_PG".to_string(), url.clone()),
         ("DPONE_CONN_CH".to_string(), fx.clickhouse_url.clone()),
         ("DPONE_FAILPOINT_SLEEP".to_string(), format!("staging.before_write:{PAUSE_MS}")),
+        ("DPONE_FAILPOINT_PAUSED".to_string(), paused_marker(&fx).display().to_string()),
     ];
     let m = fx.manifest.display().to_string();
     let args = ["run", m.as_str(), "--interval-end", INTERVAL_END, "--format", "json"];
     let child = spawn(fx.dir(), &args, &env);
     let keeper = format!("SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app}' AND query LIKE '%pg_export_snapshot%'");
-    wait_until("the run's snapshot keeper is open", LIMIT, || fx.pg_scalar(&keeper) == "1");
+    // Only once the run is paused before its read: the keeper's session
+    // shows the export's query text while the export still runs, and
+    // terminating it then fails the export instead of losing the snapshot.
+    wait_until("the run's snapshot keeper is open and the run paused", LIMIT, || paused(&fx) && fx.pg_scalar(&keeper) == "1");
     fx.pg_exec(&format!(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{app}' AND query LIKE '%pg_export_snapshot%'"
     ));

@@ -316,9 +316,19 @@ seed_pg_table() {
 # file is $TMP/NAME/FILE instead and its `execution` also holds
 # `verification: {digest: DIGEST}` (one more line, nothing else differs).
 write_pg_ch_manifest() {
+  write_window_manifest postgres BENCH_PG clickhouse BENCH_CH "$@"
+}
+
+# write_window_manifest SOURCE_TYPE SOURCE_CONN SINK_TYPE SINK_CONN NAME TABLE
+# [NATIVE_CHUNKS] [TARGET] [DIGEST FILE]: what write_pg_ch_manifest and
+# write_ch_pg_manifest write, for the given source and sink types and
+# connection ids.
+write_window_manifest() {
+  local src=$1 src_conn=$2 snk=$3 snk_conn=$4
+  shift 4
   local table=$2 nc=${3:-} target=${4:-$2} digest=${5:-} file=manifest.yaml dir=$TMP/$1 nl=$'\n' vline=""
   if [ -n "$digest" ]; then
-    file=${6:?write_pg_ch_manifest: DIGEST needs a FILE}
+    file=${6:?write_window_manifest: DIGEST needs a FILE}
     vline="        verification: {digest: $digest}"
   fi
   mkdir -p "$dir"
@@ -326,8 +336,8 @@ write_pg_ch_manifest() {
 # Written by scripts/bench/$BENCH_NAME.sh
 kind: dpone.batch.v1
 source:
-  type: postgres
-  connection: {connection_type: env, connection_id: BENCH_PG}
+  type: $src
+  connection: {connection_type: env, connection_id: $src_conn}
   table: {schema: dpone_bench, name: $table}
   options:
     native_transfer:
@@ -335,8 +345,8 @@ source:
         chunking: {mode: bounded_window, parallelism: $PARALLELISM, checkpointing: resumable}
 ${nc:+        native_chunks: $nc}${vline:+$nl$vline}
 sink:
-  type: clickhouse
-  connection: {connection_type: env, connection_id: BENCH_CH}
+  type: $snk
+  connection: {connection_type: env, connection_id: $snk_conn}
   table: {schema: dpone_bench, name: $target}
   strategy:
     mode: replace
@@ -505,29 +515,5 @@ ensure_pg_table() {
 # with source and sink swapped (used by memory.sh; ch_to_postgres.sh writes
 # its own manifests).
 write_ch_pg_manifest() {
-  local table=$2 nc=${3:-} target=${4:-$2} dir=$TMP/$1
-  mkdir -p "$dir"
-  cat >"$dir/manifest.yaml" <<EOF
-# Written by scripts/bench/$BENCH_NAME.sh
-kind: dpone.batch.v1
-source:
-  type: clickhouse
-  connection: {connection_type: env, connection_id: BENCH_CH}
-  table: {schema: dpone_bench, name: $table}
-  options:
-    native_transfer:
-      execution:
-        chunking: {mode: bounded_window, parallelism: $PARALLELISM, checkpointing: resumable}
-${nc:+        native_chunks: $nc}
-sink:
-  type: postgres
-  connection: {connection_type: env, connection_id: BENCH_PG}
-  table: {schema: dpone_bench, name: $target}
-  strategy:
-    mode: replace
-    atomicity: target_atomic
-    window: {column: ts, anchor: data_interval_end, lookback: P7D, chunk_interval: ${CHUNK_INTERVAL:-P1D}, timezone: UTC}
-runtime:
-  storage: {work_dir: work}
-EOF
+  write_window_manifest clickhouse BENCH_CH postgres BENCH_PG "$1" "$2" "${3:-}" "${4:-$2}"
 }

@@ -271,3 +271,50 @@ fn standard_data_spans_every_chunk_with_several_frames() {
     assert_eq!(per_chunk, [7, 6, 4], "every chunk holds more than one 2-row frame");
     assert!(standard_target().iter().any(|r| r[TS] == V::Null), "the target holds NULL window values");
 }
+
+// ---------------------------------------------------------------------------
+// UNLOGGED staging after a crash of the PostgreSQL server
+// ---------------------------------------------------------------------------
+
+/// Empties every staging table of `fx` (what a PostgreSQL crash recovery
+/// does to UNLOGGED tables), checking they are UNLOGGED.
+fn empty_unlogged_staging(fx: &Fixture) {
+    let stagings: Vec<String> = fx.owned_tables().into_iter().filter(|t| t.starts_with("_dpone_stg_")).collect();
+    assert!(!stagings.is_empty(), "expected the aborted run to leave its staging tables");
+    for t in &stagings {
+        let persistence = fx
+            .pg_scalar(&format!("SELECT relpersistence FROM pg_class WHERE oid = '{}'::regclass", fx.pg_table(t)))
+            .expect("a staging table");
+        assert_eq!(persistence, "u", "staging table {t} is UNLOGGED");
+        fx.pg_exec(&format!("TRUNCATE {}", fx.pg_table(t)));
+    }
+}
+
+/// Staging tables are UNLOGGED: a PostgreSQL crash recovery empties them.
+/// Before the publishing intent, a resumed run re-extracts the window (a
+/// ClickHouse source has no durable snapshot), so emptied staging is
+/// simply staged again and the window lands exactly.
+#[test]
+fn staging_emptied_before_the_intent_as_by_a_server_crash_is_staged_again() {
+    let fx = standard_fixture("chpg_unlogged1");
+    fx.run_with(&[("DPONE_FAILPOINT", "checkpoint.after_write")]).assert_aborted_at("checkpoint.after_write");
+    empty_unlogged_staging(&fx);
+    let source = standard_source();
+    let expected = expected_after_replace(&standard_target(), &source, TS);
+    check_success(&fx, &fx.run(), &source, &expected, "a resume after its staging was emptied before the intent");
+    fx.finish();
+}
+
+/// After the publishing intent the run finishes from the target alone: its
+/// emptied staging must be refused, never published, the target unchanged.
+#[test]
+fn staging_emptied_after_the_intent_as_by_a_server_crash_is_refused() {
+    let fx = standard_fixture("chpg_unlogged2");
+    fx.run_with(&[("DPONE_FAILPOINT", "publish.before_exchange")]).assert_aborted_at("publish.before_exchange");
+    empty_unlogged_staging(&fx);
+    let run = fx.run();
+    run.assert_failed("a resume after its staging was emptied after the intent", 1, "staging_changed");
+    fx.assert_target(&standard_target(), "the target after the refused resume (unchanged)");
+    assert_eq!(fx.receipts().len(), 0, "nothing was published");
+    fx.finish();
+}

@@ -227,7 +227,8 @@ impl crate::PostgresTarget {
             sink.postgres_publication == "partition_swap",
         );
         target.tls = tls;
-        Ok(target.with_digest(manifest.source.digest))
+        target.digest = manifest.source.digest;
+        Ok(target)
     }
 }
 

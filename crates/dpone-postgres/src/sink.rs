@@ -1,11 +1,9 @@
 //! PostgreSQL target: binary COPY into owned staging, read-back
 //! verification, one SERIALIZABLE publication with a receipt.
 //!
-//! - Staging: one table per chunk attempt (`CREATE UNLOGGED TABLE ... (LIKE
-//!   target)`: staged rows are written without WAL, which made a 5M-row
-//!   binary COPY about a quarter cheaper; a server crash recovery empties
-//!   such tables, and a resumed run then refuses them as changed, never
-//!   publishing them); frames are encoded once each and streamed into
+//! - Staging: one UNLOGGED table per chunk attempt (`LIKE target`; no WAL;
+//!   emptied by a server crash recovery: see docs/recovery.md); frames are
+//!   encoded once each and streamed into
 //!   `COPY ... FROM STDIN (FORMAT binary)` statements of about
 //!   `COPY_BATCH_BYTES`, whose row count the server confirms. A frame is
 //!   released once encoded; the encoded batch is kept until confirmed. A
@@ -86,7 +84,7 @@ pub struct PostgresTarget {
     swap_partition: OnceLock<SwapPartition>,
     columns: OnceLock<Vec<Column>>,
     oids: OnceLock<HashMap<String, u32>>,
-    /// The row hash of the read-back digests (computed by dpone).
+    /// The row hash of the read-back digests (set by `build`; default SHA-256).
     pub(crate) digest: dpone_core::digest::DigestAlgorithm,
 }
 
@@ -117,13 +115,6 @@ impl PostgresTarget {
             oids: OnceLock::new(),
             digest: Default::default(),
         }
-    }
-
-    /// Digests read-backs with `digest`'s row hash (default SHA-256).
-    #[must_use]
-    pub fn with_digest(mut self, digest: dpone_core::digest::DigestAlgorithm) -> Self {
-        self.digest = digest;
-        self
     }
 
     fn schema(&self) -> &str {
@@ -337,8 +328,6 @@ impl Target for PostgresTarget {
     }
 
     async fn create_staging(&self, name: &str) -> Result<()> {
-        // UNLOGGED: staging is scratch that is verified before use; its
-        // rows reach the (logged) target only through the publication.
         self.execute(&format!("CREATE UNLOGGED TABLE {} (LIKE {})", self.owned_sql(name), self.target_sql()), "creating a staging table")
             .await
     }

@@ -11,7 +11,8 @@
 //!   tables, so a row of it is a staging row: inserted, deleted or changed
 //!   -> `generation_verification_failed` (the publishing transaction
 //!   fingerprints the rows it inserts against what the staging held when
-//!   verified); a partition swap's generation is a table, re-digested;
+//!   verified), also when two rows only exchange a value; a partition
+//!   swap's generation is a table, re-digested;
 //! - a kept row (outside the window) changed after the build ->
 //!   `kept_rows_changed`, by `compare_kept` before the intent, or inside the
 //!   publishing transaction when it changes after the intent;
@@ -95,6 +96,12 @@ fn tamper(fx: &Fixture, table: &str, how: &str) {
         "insert" => fx.insert_pg(&t, &[row(900, ts("2026-09-07 01:00:00"))]),
         "delete" => fx.pg_exec(&format!("DELETE FROM {t} WHERE ctid = (SELECT ctid FROM {t} WHERE id = 6)")),
         "change" => fx.pg_exec(&format!("UPDATE {t} SET name = 'tampered' WHERE ctid = (SELECT ctid FROM {t} WHERE id = 6)")),
+        // Two rows exchange their names: every column's multiset of values
+        // stays the same, which a per-column (linear) row hash cannot see.
+        "exchange" => fx.pg_exec(&format!(
+            "UPDATE {t} SET name = CASE id WHEN 6 THEN (SELECT name FROM {t} WHERE id = 9) ELSE (SELECT name FROM {t} WHERE id = 6) END \
+             WHERE id IN (6, 9)"
+        )),
         other => panic!("no tamper `{other}`"),
     }
 }
@@ -137,7 +144,7 @@ fn a_staging_row_changed_after_its_load_is_refused_under_the_xxh3_128_digest() {
 fn a_generation_tampered_after_its_build_is_refused() {
     let fx = standard_fixture("guard_chpg_gen");
     one_chunk(&fx, None);
-    for how in ["insert", "delete", "change"] {
+    for how in ["insert", "delete", "change", "exchange"] {
         let what = format!("a generation row {how} at generation.after_build");
         let out = tampered_run(
             &fx,
@@ -150,7 +157,7 @@ fn a_generation_tampered_after_its_build_is_refused() {
             },
         );
         let doc = assert_refused(&out, "generation_verification_failed", &what);
-        if how == "change" {
+        if how == "change" || how == "exchange" {
             // The view's row count is unchanged: only the publishing
             // transaction's fingerprint of what it inserts sees the change.
             assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains("verified staging"), "{what}: {doc:#}");

@@ -261,8 +261,8 @@ impl Target for PostgresTarget {
     }
 
     async fn eligibility(&self, request: &EligibilityRequest) -> Result<Vec<Diagnostic>> {
-        let mut out = Vec::new();
         let client = self.connect().await?;
+        let mut out: Vec<Diagnostic> = fingerprint::check_server_version(&client).await?.into_iter().collect();
         let generated: Vec<String> = client
             .query(
                 "SELECT attname::text FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped AND attgenerated <> ''",

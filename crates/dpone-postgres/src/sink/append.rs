@@ -251,7 +251,7 @@ impl PostgresTarget {
             let insert = format!(
                 "WITH inserted AS (INSERT INTO {t} ({list}) SELECT {list} FROM {} RETURNING {list}) {}",
                 self.owned_sql(generation),
-                select_sql(&list, "inserted", None)
+                select_sql(self.columns()?, "inserted", None)
             );
             let inserted = query(&tx, &insert, "inserting the batch").await?;
             if inserted != expected {

@@ -171,7 +171,7 @@ impl PostgresTarget {
         let statements = async {
             self.lock_and_check_mark(&tx, before).await?;
             let (t, gen_sql, list) = (self.target_sql(), self.owned_sql(generation), self.column_list()?);
-            let now = query(&tx, &select_sql(&list, &gen_sql, None), "fingerprinting the generation").await?;
+            let now = query(&tx, &select_sql(self.columns()?, &gen_sql, None), "fingerprinting the generation").await?;
             if now != verified {
                 return Err(AdapterError::verification(
                     "generation_verification_failed",

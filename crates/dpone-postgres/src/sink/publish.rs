@@ -194,7 +194,7 @@ impl PostgresTarget {
         let filter = filter_sql(&RowFilter { inside: false, ..keep.clone() });
         fingerprint::query(
             client,
-            &fingerprint::select_sql(&self.column_list()?, &self.target_sql(), Some(&filter)),
+            &fingerprint::select_sql(self.columns()?, &self.target_sql(), Some(&filter)),
             "fingerprinting the kept rows",
         )
         .await

@@ -202,7 +202,7 @@ impl PostgresTarget {
     async fn check_kept(&self, tx: &Transaction<'_>, keep: &RowFilter, recorded: Option<Fingerprint>) -> Result<()> {
         let recorded = recorded.ok_or_else(|| AdapterError::internal("the generation carries no fingerprint of the kept rows"))?;
         let filter = filter_sql(&RowFilter { inside: false, ..keep.clone() });
-        let now = query(tx, &select_sql(&self.column_list()?, &self.target_sql(), Some(&filter)), "fingerprinting the kept rows").await?;
+        let now = query(tx, &select_sql(self.columns()?, &self.target_sql(), Some(&filter)), "fingerprinting the kept rows").await?;
         if now != recorded {
             return Err(AdapterError::verification(
                 "kept_rows_changed",
@@ -242,7 +242,7 @@ impl PostgresTarget {
         expected: Fingerprint,
     ) -> Result<Fingerprint> {
         let (list, t, gen_sql) = (self.column_list()?, self.target_sql(), self.owned_sql(generation));
-        let fp = query(tx, &select_sql(&list, &gen_sql, None), "fingerprinting the generation").await?;
+        let fp = query(tx, &select_sql(self.columns()?, &gen_sql, None), "fingerprinting the generation").await?;
         check_generation(generation, fp, expected)?;
         tx.batch_execute(&self.remove_sql(keep)).await.map_err(|e| classify("removing the window", e))?;
         let n = tx
@@ -266,7 +266,7 @@ impl PostgresTarget {
              SELECT count(*)::int8, coalesce(sum(h), 0)::text FROM inserted",
             self.target_sql(),
             self.owned_sql(generation),
-            fingerprint::row_hash_sql(&list)
+            fingerprint::row_hash_sql(self.columns()?)
         );
         query(tx, &insert, "inserting the generation").await
     }
@@ -285,7 +285,7 @@ impl PostgresTarget {
         tx.batch_execute(&format!("LOCK TABLE {gen_sql} IN ACCESS EXCLUSIVE MODE"))
             .await
             .map_err(|e| classify("locking the generation", e))?;
-        let fp = query(tx, &select_sql(&self.column_list()?, &gen_sql, None), "fingerprinting the generation").await?;
+        let fp = query(tx, &select_sql(self.columns()?, &gen_sql, None), "fingerprinting the generation").await?;
         check_generation(generation, fp, expected)?;
         let old = format!("{}.{}", quote_ident(&p.schema), quote_ident(&p.name));
         // The partition's own comment goes with its name to the new partition.

@@ -88,9 +88,17 @@ pub fn render(v: ValueRef<'_>) -> String {
 /// A row as rendered values, in column order.
 pub type Row = Vec<String>;
 
+/// An existing database, opened read-write but never created: a process
+/// aborted mid-write leaves a hot journal, which the next connection rolls
+/// back (SQLite's crash recovery, as dpone's next run would); a read-only
+/// connection cannot, and fails with `SQLITE_READONLY_ROLLBACK`.
+fn open_existing(db: &Path) -> Connection {
+    Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_WRITE).unwrap_or_else(|e| panic!("open {}: {e}", db.display()))
+}
+
 /// Every row of `table` (all columns), sorted: an exact multiset.
 pub fn dump(db: &Path, table: &str) -> Vec<Row> {
-    let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY).expect("open database read-only");
+    let conn = open_existing(db);
     dump_conn(&conn, table)
 }
 
@@ -108,7 +116,7 @@ pub fn dump_conn(conn: &Connection, table: &str) -> Vec<Row> {
 
 /// Index of `column` in `table`.
 pub fn column_index(db: &Path, table: &str, column: &str) -> usize {
-    let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY).expect("open database read-only");
+    let conn = open_existing(db);
     let names: Vec<String> = conn
         .prepare(&format!("SELECT name FROM pragma_table_info('{table}') ORDER BY cid"))
         .expect("table info")
@@ -121,7 +129,7 @@ pub fn column_index(db: &Path, table: &str, column: &str) -> usize {
 
 /// Names of tables dpone owns (`_dpone_*`) left in a database.
 pub fn owned_tables(db: &Path) -> Vec<String> {
-    let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY).expect("open database read-only");
+    let conn = open_existing(db);
     conn.prepare("SELECT name FROM sqlite_master WHERE name LIKE '\\_dpone\\_%' ESCAPE '\\' ORDER BY name")
         .expect("list tables")
         .query_map([], |r| r.get(0))
@@ -132,7 +140,7 @@ pub fn owned_tables(db: &Path) -> Vec<String> {
 
 /// The `CREATE` statements of a database, to prove its definition did not change.
 pub fn schema_sql(db: &Path) -> Vec<String> {
-    let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY).expect("open database read-only");
+    let conn = open_existing(db);
     conn.prepare("SELECT coalesce(sql, '') FROM sqlite_master ORDER BY type, name")
         .expect("list schema")
         .query_map([], |r| r.get(0))

@@ -19,11 +19,24 @@
 //!   count: only the generation's digest sees it);
 //! - a kept row of the target changed after the build -> `kept_rows_changed`;
 //! - the source session that exported the run's snapshot terminated before
-//!   the read (`staging.before_write`) -> `snapshot_lost`.
+//!   the read (`staging.before_write`) -> `snapshot_lost`;
+//! - the verified generation dropped, or replaced by another table of its
+//!   name, just before the `EXCHANGE` (`publish.before_exchange`) ->
+//!   `generation_changed` (its UUID is compared with the intent's before
+//!   the exchange: nothing else is exchanged in), and the next run
+//!   publishes the window;
+//! - a row written into the verified generation just before the `EXCHANGE`
+//!   (`publish.before_exchange`): no transaction spans the verification
+//!   and the exchange, so it is published with the generation; the
+//!   published target's row count, re-read, differs from the verified
+//!   generation's -> `publication_verification_failed`, the publication
+//!   reported as having happened.
 //!
-//! `publication_verification_failed` cannot happen here: the publication
-//! is `EXCHANGE TABLES`, which makes the verified generation table itself
-//! the target, proven by its UUID (docs/recovery.md).
+//! The publication is `EXCHANGE TABLES`, which makes the verified
+//! generation table itself the target, proven by its UUID
+//! (docs/recovery.md); a changed value written in the moment between the
+//! generation's verification and the exchange keeps the count and is not
+//! seen (ClickHouse has no transaction to close that gap).
 
 mod guards_common;
 mod harness;
@@ -314,5 +327,68 @@ fn a_lost_source_snapshot_is_refused_and_the_next_run_re_extracts() {
     let expected: Vec<Row> =
         target().into_iter().filter(|r| r[0] != int(200)).chain(source().into_iter().filter(|r| r[0] != int(5))).collect();
     assert_same_rows(&expected, &fx.target_rows(), "the window re-extracted under a new snapshot");
+    fx.finish();
+}
+
+/// The verified generation is dropped, or replaced by another table of its
+/// name, while the run waits just before its `EXCHANGE`: its UUID is
+/// compared with the one the intent recorded, and the run refuses
+/// (`generation_changed`) instead of exchanging whatever the name now
+/// holds; the target keeps its rows and identity, and the next run builds
+/// and publishes the window anew.
+#[test]
+fn a_generation_dropped_or_replaced_before_the_exchange_is_refused_and_the_next_run_publishes() {
+    let fx = fixture("guard_pgch_pubf");
+    let uuid_before = uuid(&fx);
+    for how in ["dropped", "replaced"] {
+        let what = format!("the generation {how} at publish.before_exchange");
+        let ready = || paused(&fx).then(|| owned(&fx, "_dpone_gen_")).flatten();
+        let out = tampered_run(&fx, "publish.before_exchange", ready, |generation| {
+            let g = format!("{}.{generation}", fx.db);
+            fx.ch_exec(&format!("DROP TABLE {g} SYNC"));
+            if how == "replaced" {
+                fx.ch_exec(&format!("CREATE TABLE {g} AS {}.{TABLE}", fx.db));
+                fx.ch_exec(&format!("INSERT INTO {g} (id, ts, amount, name) VALUES (900, '2026-09-07 01:00:00', 1, 'impostor')"));
+            }
+        });
+        let doc = assert_refused(&out, "generation_changed", &what);
+        let expected_state = if how == "dropped" { "is gone" } else { "is table" };
+        assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains(expected_state), "{what}: {doc:#}");
+        assert_unchanged(&fx, &target(), &uuid_before, &what);
+        // The failed run's tables are dropped, the impostor with them.
+        assert!(owned(&fx, "_dpone_gen_").is_none(), "{what}: no generation is left behind");
+    }
+    let args = ["run", &fx.manifest.display().to_string(), "--interval-end", INTERVAL_END, "--format", "json"].map(String::from);
+    let env = vec![("DPONE_CONN_PG".to_string(), dpone_testkit::postgres_url()), ("DPONE_CONN_CH".to_string(), fx.clickhouse_url.clone())];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = wait(spawn(fx.dir(), &args, &env), LIMIT);
+    assert_eq!(out.status.code(), Some(0), "the run after a refused publication:\n{}", guards_common::describe(&out));
+    let expected: Vec<Row> =
+        target().into_iter().filter(|r| r[0] != int(200)).chain(source().into_iter().filter(|r| r[0] != int(5))).collect();
+    assert_same_rows(&expected, &fx.target_rows(), "the window published by the next run");
+    assert_ne!(uuid(&fx), uuid_before, "the next run exchanged a new generation in");
+    fx.finish();
+}
+
+/// A row inserted into the verified generation while the run waits just
+/// before its `EXCHANGE` is published with it (ClickHouse has no
+/// transaction around the two); the published target's row count is
+/// re-read and the run says so: `publication_verification_failed`, the
+/// publication reported as done, exit 1.
+#[test]
+fn a_row_written_into_the_generation_before_the_exchange_is_reported_after_publication() {
+    let fx = fixture("guard_pgch_pubv");
+    let what = "a generation row inserted at publish.before_exchange";
+    let ready = || paused(&fx).then(|| owned(&fx, "_dpone_gen_")).flatten();
+    let out = tampered_run(&fx, "publish.before_exchange", ready, |generation| tamper(&fx, &generation, "insert"));
+    let doc = guards_common::json(&out);
+    assert!(
+        out.status.code() == Some(1) && doc["error_code"] == "publication_verification_failed" && doc["publication"] == "published",
+        "{what}: expected exit 1, publication_verification_failed, the publication reported as done:\n{}",
+        guards_common::describe(&out)
+    );
+    let message = doc["errors"][0]["message"].as_str().unwrap_or("");
+    assert!(message.contains(&format!("holds {} rows", 3 + WINDOW_ROWS + 1)), "{what}: {doc:#}");
+    assert!(fx.target_rows().iter().any(|r| r[0] == int(900)), "{what}: the row written into the generation was published");
     fx.finish();
 }

@@ -68,6 +68,26 @@ async fn publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, inten
     if let Some(p) = ctx.progress() {
         p.phase("publishing", ctx.chunks().len() as u64);
     }
+    let by_identity = j.cursor.is_none() && ctx.target.publication_check() == PublicationCheck::TableIdentity;
+    if by_identity {
+        // The table about to be exchanged in is still the verified one: a
+        // generation dropped or replaced under its name since the intent
+        // is refused before anything becomes visible.
+        let now = ctx.target.identity(TableRole::Owned(&intent.generation_table)).await?;
+        if now.as_deref() != Some(intent.generation.as_str()) {
+            let e = AdapterError::verification(
+                "generation_changed",
+                format!(
+                    "the generation `{}` is {} but the verified one was {}",
+                    intent.generation_table,
+                    now.map_or_else(|| "gone".to_string(), |u| format!("table {u}")),
+                    intent.generation
+                ),
+            )
+            .hint("someone dropped or replaced dpone's generation table; nothing was published: find who, then run again");
+            return Err(Stop::Unpublished(e));
+        }
+    }
     let started = Instant::now();
     let keep = ctx.window_filter(false);
     let outcome = match &j.cursor {
@@ -105,18 +125,35 @@ async fn publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, inten
             }
         }
         Ok(PublicationOutcome::Published) => {
-            // A target that publishes by copying is re-read: its identity is
-            // its contents, which must now be the generation's.
-            if ctx.target.publication_check() == PublicationCheck::Digest {
-                let now = ctx.target.identity(TableRole::Target).await?;
-                if now.as_deref() != Some(intent.generation.as_str()) {
-                    let _ = journal.set_state(RunState::Published).await;
-                    let e = AdapterError::verification(
-                        "publication_verification_failed",
-                        format!("the published target is {} but the generation was {}", now.unwrap_or_default(), intent.generation),
-                    );
-                    return Err(Stop::Ended(RunFailure::at(crate::failure::Phase::AfterPublication, e, Some(&run_id))));
+            let mismatch = match ctx.target.publication_check() {
+                // A target that publishes by copying is re-read: its identity
+                // is its contents, which must now be the generation's.
+                PublicationCheck::Digest => {
+                    let now = ctx.target.identity(TableRole::Target).await?;
+                    (now.as_deref() != Some(intent.generation.as_str())).then(|| {
+                        format!("the published target is {} but the generation was {}", now.unwrap_or_default(), intent.generation)
+                    })
                 }
+                // The verified generation table itself is now the target (its
+                // UUID), but no transaction spans its verification and the
+                // exchange: rows written into it in between were published
+                // with it. Its row count (metadata) is re-read.
+                PublicationCheck::TableIdentity => {
+                    let expected = j.generation.as_ref().map(|g| g.rows);
+                    let now = ctx.target.count(TableRole::Target, None).await?;
+                    (Some(now) != expected).then(|| {
+                        format!(
+                            "the published target holds {now} rows but the verified generation held {}; rows were written into the generation after its verification",
+                            expected.map_or_else(|| "an unrecorded number of".into(), |n| n.to_string())
+                        )
+                    })
+                }
+                PublicationCheck::Receipt => None,
+            };
+            if let Some(message) = mismatch {
+                let _ = journal.set_state(RunState::Published).await;
+                let e = AdapterError::verification("publication_verification_failed", message);
+                return Err(Stop::Ended(RunFailure::at(crate::failure::Phase::AfterPublication, e, Some(&run_id))));
             }
         }
         other => {

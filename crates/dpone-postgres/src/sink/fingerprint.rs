@@ -278,13 +278,13 @@ mod tests {
         assert!(version_refusal(150020).is_none());
     }
 
+    /// A nullable column of `dtype`.
+    fn col(name: &str, dtype: DType) -> Column {
+        Column { name: name.into(), ty: dpone_core::types::ColumnType::new(dtype, true), native_type: String::new() }
+    }
+
     #[test]
     fn row_hash_mixes_the_record_hash_and_hashes_floats_by_bits_and_text_by_bytes() {
-        let col = |name: &str, dtype: DType| Column {
-            name: name.into(),
-            ty: dpone_core::types::ColumnType::new(dtype, true),
-            native_type: String::new(),
-        };
         let cols = [
             col("id", DType::Int64),
             col("f", DType::Float32),
@@ -325,11 +325,6 @@ mod tests {
             ))
             .await
             .expect("fixture");
-        let col = |name: &str, dtype: DType| Column {
-            name: name.into(),
-            ty: dpone_core::types::ColumnType::new(dtype, true),
-            native_type: String::new(),
-        };
         let cols = [
             col("id", DType::Int64),
             col("name", DType::String),

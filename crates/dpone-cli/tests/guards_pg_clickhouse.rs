@@ -77,6 +77,13 @@ fn source() -> Vec<Row> {
 
 const WINDOW_ROWS: usize = 5;
 
+/// The target once a run published the window: its rows outside the window
+/// (all but id 200) and the source's rows in it (all but id 5, at the
+/// window's end).
+fn published() -> Vec<Row> {
+    target().into_iter().filter(|r| r[0] != int(200)).chain(source().into_iter().filter(|r| r[0] != int(5))).collect()
+}
+
 fn target() -> Vec<Row> {
     vec![row(100, at(BOUNDS[0], -1)), row(101, at(BOUNDS[3], 0)), row(102, Value::Null), row(200, at(BOUNDS[1], 0))]
 }
@@ -322,11 +329,7 @@ fn a_lost_source_snapshot_is_refused_and_the_next_run_re_extracts() {
     let env: Vec<(String, String)> = env.into_iter().filter(|(k, _)| k != "DPONE_FAILPOINT_SLEEP").collect();
     let out = wait(spawn(fx.dir(), &args, &env), LIMIT);
     assert_eq!(out.status.code(), Some(0), "the run after a lost snapshot:\n{}", guards_common::describe(&out));
-    // Kept: the target's rows outside the window (all but id 200); the
-    // window's rows: the source's, but id 5 (at the window's end).
-    let expected: Vec<Row> =
-        target().into_iter().filter(|r| r[0] != int(200)).chain(source().into_iter().filter(|r| r[0] != int(5))).collect();
-    assert_same_rows(&expected, &fx.target_rows(), "the window re-extracted under a new snapshot");
+    assert_same_rows(&published(), &fx.target_rows(), "the window re-extracted under a new snapshot");
     fx.finish();
 }
 
@@ -358,14 +361,11 @@ fn a_generation_dropped_or_replaced_before_the_exchange_is_refused_and_the_next_
         // The failed run's tables are dropped, the impostor with them.
         assert!(owned(&fx, "_dpone_gen_").is_none(), "{what}: no generation is left behind");
     }
-    let args = ["run", &fx.manifest.display().to_string(), "--interval-end", INTERVAL_END, "--format", "json"].map(String::from);
+    let m = fx.manifest.display().to_string();
     let env = vec![("DPONE_CONN_PG".to_string(), dpone_testkit::postgres_url()), ("DPONE_CONN_CH".to_string(), fx.clickhouse_url.clone())];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = wait(spawn(fx.dir(), &args, &env), LIMIT);
+    let out = wait(spawn(fx.dir(), &["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], &env), LIMIT);
     assert_eq!(out.status.code(), Some(0), "the run after a refused publication:\n{}", guards_common::describe(&out));
-    let expected: Vec<Row> =
-        target().into_iter().filter(|r| r[0] != int(200)).chain(source().into_iter().filter(|r| r[0] != int(5))).collect();
-    assert_same_rows(&expected, &fx.target_rows(), "the window published by the next run");
+    assert_same_rows(&published(), &fx.target_rows(), "the window published by the next run");
     assert_ne!(uuid(&fx), uuid_before, "the next run exchanged a new generation in");
     fx.finish();
 }

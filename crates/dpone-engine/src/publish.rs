@@ -139,12 +139,11 @@ async fn publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, inten
                 // exchange: rows written into it in between were published
                 // with it. Its row count (metadata) is re-read.
                 PublicationCheck::TableIdentity => {
-                    let expected = j.generation.as_ref().map(|g| g.rows);
+                    let expected = j.generation.as_ref().ok_or_else(|| AdapterError::internal("publishing without a generation"))?.rows;
                     let now = ctx.target.count(TableRole::Target, None).await?;
-                    (Some(now) != expected).then(|| {
+                    (now != expected).then(|| {
                         format!(
-                            "the published target holds {now} rows but the verified generation held {}; rows were written into the generation after its verification",
-                            expected.map_or_else(|| "an unrecorded number of".into(), |n| n.to_string())
+                            "the published target holds {now} rows but the verified generation held {expected}; rows were written into the generation after its verification"
                         )
                     })
                 }

@@ -412,7 +412,7 @@ mod tests {
         let mut unparsed = Unparsed::default();
         let mut out = Vec::new();
         for piece in src.chunks(7) {
-            unparsed.push(piece);
+            unparsed.push(bytes::Bytes::copy_from_slice(piece));
             loop {
                 let mut frame = FrameBuf::unbudgeted(3, limits(4, 1 << 20));
                 let r = unparsed.parse_into(&mut parser, &mut frame).unwrap();

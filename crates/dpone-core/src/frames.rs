@@ -297,29 +297,46 @@ pub trait Transcoder {
     fn truncated(&self) -> AdapterError;
 }
 
-/// Received bytes not parsed yet. Consumed bytes are dropped when more
-/// arrive, so a parser that stops every few rows does not move the rest of
-/// the buffer each time.
+/// Received bytes not parsed yet, parsed in place: rows inside one received
+/// chunk are parsed straight from it (no copy); only a row that straddles
+/// two chunks is copied, together with as much of the next chunk as it
+/// needs, into a small carry buffer. Once the carry's own bytes are
+/// consumed, parsing returns to the chunk itself, so the memory held is one
+/// chunk (the transport's) plus about one row, whatever the chunk size.
 #[derive(Debug, Default)]
 pub struct Unparsed {
-    buf: Vec<u8>,
+    /// A row that straddles chunks (its start from earlier chunks), then
+    /// the last `borrowed` bytes copied from the front of `chunk[..at]`.
+    carry: Vec<u8>,
+    /// Bytes of `carry` already parsed.
     start: usize,
+    /// How many of `carry`'s last bytes are `chunk[at - borrowed..at]`.
+    borrowed: usize,
+    /// The chunk received last, and how far into it parsing (or copying
+    /// into `carry`) has gone.
+    chunk: Bytes,
+    at: usize,
 }
 
+/// The least a straddling row's carry takes from the next chunk at a time.
+const CARRY_STEP: usize = 4096;
+
 impl Unparsed {
-    pub fn push(&mut self, data: &[u8]) {
-        if self.start == self.buf.len() {
-            self.buf.clear();
-        } else {
-            self.buf.drain(..self.start);
+    /// Takes the next received chunk. Called when parsing asked for more
+    /// ([`Parsed::NeedMore`]): the previous chunk is used up by then.
+    pub fn push(&mut self, data: Bytes) {
+        debug_assert!(self.at == self.chunk.len() && self.borrowed == 0, "a chunk pushed before the last one was used up");
+        if self.start == self.carry.len() {
+            self.carry.clear();
+            self.start = 0;
         }
-        self.start = 0;
-        self.buf.extend_from_slice(data);
+        self.chunk = data;
+        self.at = 0;
     }
 
     /// Bytes received but not parsed yet.
     pub fn len(&self) -> usize {
-        self.buf.len() - self.start
+        self.carry.len() - self.start + self.chunk.len() - self.at
     }
 
     pub fn is_empty(&self) -> bool {
@@ -334,9 +351,53 @@ impl Unparsed {
         transcoder: &mut T,
         frame: &mut FrameBuf,
     ) -> std::result::Result<Parsed, TranscodeError> {
-        let (used, parsed) = transcoder.parse(&self.buf[self.start..], frame)?;
-        self.start += used;
-        Ok(parsed)
+        loop {
+            if self.start < self.carry.len() {
+                let (used, parsed) = transcoder.parse(&self.carry[self.start..], frame)?;
+                self.start += used;
+                let own = self.carry.len() - self.borrowed;
+                if self.start >= own {
+                    // The straddling row is consumed: what is left of the
+                    // carry was borrowed from the chunk, parse it there.
+                    self.at -= self.carry.len() - self.start;
+                    self.carry.clear();
+                    self.start = 0;
+                    self.borrowed = 0;
+                    if parsed == Parsed::NeedMore && self.at < self.chunk.len() {
+                        continue;
+                    }
+                } else if parsed == Parsed::NeedMore && self.at < self.chunk.len() {
+                    // The row needs more of the chunk: take at least as
+                    // much again as is pending, so a long row is copied in
+                    // a few steps, each parse of it O(its fields).
+                    let n = (self.chunk.len() - self.at).min((self.carry.len() - self.start).max(CARRY_STEP));
+                    self.carry.extend_from_slice(&self.chunk[self.at..self.at + n]);
+                    self.at += n;
+                    self.borrowed += n;
+                    continue;
+                }
+                if parsed == Parsed::NeedMore {
+                    // The chunk is used up (any of it still pending is in
+                    // the carry now): let it go before the next one comes.
+                    self.borrowed = 0;
+                    self.chunk = Bytes::new();
+                    self.at = 0;
+                }
+                return Ok(parsed);
+            }
+            let (used, parsed) = transcoder.parse(&self.chunk[self.at..], frame)?;
+            self.at += used;
+            if parsed == Parsed::NeedMore {
+                // Keep the partial row and let the chunk go before the
+                // transport is asked for the next one.
+                self.carry.clear();
+                self.start = 0;
+                self.carry.extend_from_slice(&self.chunk[self.at..]);
+                self.chunk = Bytes::new();
+                self.at = 0;
+            }
+            return Ok(parsed);
+        }
     }
 }
 
@@ -491,7 +552,7 @@ where
                 break;
             }
             Parsed::NeedMore => match input.next(Need::Bytes).await? {
-                Some(bytes) => unparsed.push(&bytes),
+                Some(bytes) => unparsed.push(bytes),
                 None if transcoder.complete(unparsed.len()) => break,
                 None => return Err(transcoder.truncated()),
             },

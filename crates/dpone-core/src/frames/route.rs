@@ -175,7 +175,7 @@ where
                 break;
             }
             Parsed::NeedMore => match input.next(Need::Bytes).await? {
-                Some(bytes) => unparsed.push(&bytes),
+                Some(bytes) => unparsed.push(bytes),
                 None if transcoder.complete(unparsed.len()) => break,
                 None => return Err(transcoder.truncated()),
             },

@@ -183,7 +183,7 @@ proptest! {
                 Parsed::NeedMore => {
                     prop_assert!(pos < stream.len(), "the parser wants more data after the trailer");
                     let end = (pos + cut.next().unwrap()).min(stream.len());
-                    unparsed.push(&stream[pos..end]);
+                    unparsed.push(bytes::Bytes::copy_from_slice(&stream[pos..end]));
                     pos = end;
                 }
             }

@@ -251,6 +251,48 @@ proptest! {
         prop_assert_eq!(&frames, &sink.frames, "the blocking writer frames the same");
         prop_assert_eq!(checks, every.len() as u64);
     }
+
+    /// Rows longer than the step a straddling row's carry grows by, cut
+    /// anywhere (inside a length, across several pieces): parsed whole.
+    #[test]
+    fn long_rows_cut_anywhere_are_parsed_whole(
+        sizes in proptest::collection::vec(prop_oneof![3 => 0usize..40, 1 => 3000usize..30000], 0..60),
+        cuts in proptest::collection::vec(1usize..20000, 1..8),
+    ) {
+        let limits = limits(1000, 64 << 10, 1 << 20);
+        let (_, rows) = wire(&sizes, false);
+        let (stats, sink) = collect(&sizes, &cuts, limits);
+        check_frames(&sink.frames, &stats.unwrap(), &rows, limits);
+    }
+}
+
+/// Rows inside a received chunk are parsed in place: what `Unparsed` keeps
+/// of its own is a straddling row and a few KiB of the next chunk, however
+/// large the chunks are.
+#[test]
+fn unparsed_copies_only_straddling_rows() {
+    let sizes: Vec<usize> = (0..20_000).map(|i| i % 37).collect();
+    let (wire, rows) = wire(&sizes, false);
+    let mut parser = Fake::new(false);
+    let mut unparsed = Unparsed::default();
+    let mut frame = FrameBuf::unbudgeted(1, limits(u64::MAX, usize::MAX, 1 << 20));
+    let mut pieces = wire.chunks(100_003);
+    let mut most_carried = 0;
+    loop {
+        match unparsed.parse_into(&mut parser, &mut frame).unwrap() {
+            Parsed::NeedMore => match pieces.next() {
+                Some(piece) => unparsed.push(Bytes::copy_from_slice(piece)),
+                None => break,
+            },
+            Parsed::GuardDue => {}
+            other => panic!("unexpected {other:?}"),
+        }
+        most_carried = most_carried.max(unparsed.carry.capacity());
+    }
+    assert!(unparsed.is_empty());
+    assert_eq!(frame.rows, rows.len() as u64);
+    assert_eq!(frame.out, rows.concat());
+    assert!(most_carried <= 4 * CARRY_STEP, "the carry grew to {most_carried} bytes");
 }
 
 #[test]

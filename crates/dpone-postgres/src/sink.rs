@@ -34,7 +34,7 @@
 //! `incremental_append`, `sink/merge.rs` `incremental_merge`.
 
 use crate::catalog::{CatalogColumn, DESCRIBE_SQL, map_target_type};
-use crate::encode::{COPY_HEADER, COPY_TRAILER, CopyEncoder};
+use crate::encode::{COPY_TRAILER, CopyEncoder};
 use crate::error::classify;
 use crate::source::{CopyInput, quote_ident};
 use crate::transcode::{CopyParser, RowCodec, codec_for};
@@ -54,11 +54,13 @@ use std::sync::OnceLock;
 use tokio_postgres::Client;
 
 mod append;
+mod batch;
 mod fingerprint;
 mod merge;
 mod publish;
 pub use append::MARKS_TABLE;
 mod transaction;
+use batch::{CopyBatch, PieceEncoder, send_piece};
 use publish::SwapPartition;
 
 /// The table holding one receipt per publication, next to the staging.
@@ -67,8 +69,11 @@ pub const RECEIPTS_TABLE: &str = "_dpone_receipts";
 pub const FRAME_RETRIES: u32 = 2;
 /// Frames are streamed into one COPY statement until its encoded payload
 /// reaches this size (several frames per statement: frames are small, a
-/// statement costs round trips).
-pub const COPY_BATCH_BYTES: usize = 1 << 20;
+/// statement costs round trips). The pieces are kept until the server
+/// confirms the statement's rows, so this bounds that memory per importer:
+/// 512 KiB kept peak RSS about 1 MiB lower than 1 MiB statements, at about
+/// 3% more wall time on a 5M-row window (docs/benchmarks.md).
+pub const COPY_BATCH_BYTES: usize = 512 << 10;
 /// Bytes parsed at once when a table is read back to be digested.
 const READ_BACK_FRAME_BYTES: usize = 128 << 10;
 
@@ -213,27 +218,10 @@ impl PostgresTarget {
     async fn copy_batch(&self, client: &Client, copy_sql: &str, pieces: &[bytes::Bytes]) -> Result<u64> {
         let sink = client.copy_in(copy_sql).await.map_err(|e| classify("starting a staging COPY", e))?;
         futures_util::pin_mut!(sink);
-        for piece in pieces.iter().cloned().chain([bytes::Bytes::from_static(&COPY_TRAILER)]) {
-            sink.send(piece).await.map_err(|e| classify("sending a staging COPY", e))?;
+        for piece in pieces.iter().chain([&bytes::Bytes::from_static(&COPY_TRAILER)]) {
+            send_piece(&mut sink, piece).await.map_err(|e| classify("sending a staging COPY", e))?;
         }
         sink.finish().await.map_err(|e| classify("finishing a staging COPY", e))
-    }
-}
-
-/// The encoded pieces of one COPY statement (the header in the first), kept
-/// until the server confirms its rows.
-#[derive(Default)]
-struct CopyBatch {
-    pieces: Vec<bytes::Bytes>,
-    bytes: usize,
-    rows: u64,
-}
-
-impl CopyBatch {
-    fn push(&mut self, piece: bytes::Bytes, rows: u64) {
-        self.bytes += piece.len();
-        self.rows += rows;
-        self.pieces.push(piece);
     }
 }
 
@@ -334,8 +322,10 @@ impl Target for PostgresTarget {
 
     async fn load(&self, table: &str, mut frames: FrameRx) -> Result<u64> {
         let cols = self.columns()?;
-        let encoder = CopyEncoder::new(cols.iter().map(|c| (c.name.clone(), c.ty.clone())).collect())
-            .map_err(|e| AdapterError::permanent("unsupported_type", e.to_string()))?;
+        let mut pieces = PieceEncoder::new(
+            CopyEncoder::new(cols.iter().map(|c| (c.name.clone(), c.ty.clone())).collect())
+                .map_err(|e| AdapterError::permanent("unsupported_type", e.to_string()))?,
+        );
         let copy_sql = format!("COPY {} ({}) FROM STDIN (FORMAT binary)", self.owned_sql(table), self.column_list()?);
         let mut client = self.connect().await?;
         let mut written = 0u64;
@@ -354,15 +344,7 @@ impl Target for PostgresTarget {
                     frames_left = false;
                     break;
                 };
-                let mut payload = Vec::with_capacity(frame.bytes.len() + frame.bytes.len() / 2 + COPY_HEADER.len());
-                if batch.pieces.is_empty() {
-                    payload.extend_from_slice(&COPY_HEADER);
-                }
-                encoder.encode_rows(&frame.bytes, frame.rows, &mut payload).map_err(|e| {
-                    AdapterError::permanent("invalid_value", e.to_string()).hint("dpone never alters a value to make it fit")
-                })?;
-                // Moved into `Bytes`, not copied.
-                let piece = bytes::Bytes::from(payload);
+                let piece = pieces.piece(&frame, batch.pieces.is_empty())?;
                 batch.push(piece.clone(), frame.rows);
                 drop(frame);
                 if sink.is_none() {
@@ -372,7 +354,7 @@ impl Target for PostgresTarget {
                     }
                 }
                 if let Some(s) = sink.as_mut()
-                    && let Err(e) = s.send(piece).await
+                    && let Err(e) = send_piece(s, &piece).await
                 {
                     first_try = Some(classify("sending a staging COPY", e));
                     // Dropping the sink aborts the statement (CopyFail).

@@ -62,8 +62,8 @@ impl PieceEncoder {
         self.encoder
             .encode_rows(&frame.bytes, frame.rows, &mut payload)
             .map_err(|e| AdapterError::permanent("invalid_value", e.to_string()).hint("dpone never alters a value to make it fit"))?;
-        if n > 0 {
-            self.expansion = payload.len() * 1024 / n;
+        if let Some(expansion) = (payload.len() * 1024).checked_div(n) {
+            self.expansion = expansion;
         }
         if payload.capacity() - payload.len() > payload.len() / 8 {
             payload.shrink_to_fit();

@@ -322,14 +322,19 @@ pub struct Unparsed {
 const CARRY_STEP: usize = 4096;
 
 impl Unparsed {
-    /// Takes the next received chunk. Called when parsing asked for more
-    /// ([`Parsed::NeedMore`]): the previous chunk is used up by then.
+    /// Takes the next received chunk. The drivers push after parsing asked
+    /// for more ([`Parsed::NeedMore`]), when the previous chunk is used up;
+    /// pushed earlier, the rest of the previous chunk is carried, never lost.
     pub fn push(&mut self, data: Bytes) {
-        debug_assert!(self.at == self.chunk.len() && self.borrowed == 0, "a chunk pushed before the last one was used up");
         if self.start == self.carry.len() {
             self.carry.clear();
             self.start = 0;
         }
+        if self.at < self.chunk.len() {
+            // `carry` ends with chunk[at - borrowed..at]: the rest follows.
+            self.carry.extend_from_slice(&self.chunk[self.at..]);
+        }
+        self.borrowed = 0;
         self.chunk = data;
         self.at = 0;
     }

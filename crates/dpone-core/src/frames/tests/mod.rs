@@ -266,6 +266,50 @@ proptest! {
     }
 }
 
+/// Chunks pushed before parsing used up the previous one (at any point,
+/// also while a straddling row is carried) lose no byte.
+#[test]
+fn unparsed_pushed_early_loses_nothing() {
+    let sizes: Vec<usize> = (0..3000).map(|i| if i % 97 == 0 { 9000 } else { i % 29 }).collect();
+    let (wire, rows) = wire(&sizes, false);
+    for (piece, parses_per_push) in [(700, 1), (5000, 1), (5000, 2), (20000, 3)] {
+        let mut parser = Fake::new(false);
+        let mut unparsed = Unparsed::default();
+        // Frames of 3 rows: each parse stops after at most 3 rows.
+        let new_frame = || FrameBuf::unbudgeted(1, limits(3, usize::MAX, 1 << 20));
+        let (mut frame, mut out, mut early) = (new_frame(), Vec::new(), 0);
+        let mut parse =
+            |unparsed: &mut Unparsed, frame: &mut FrameBuf, out: &mut Vec<u8>| match unparsed.parse_into(&mut parser, frame).unwrap() {
+                Parsed::FrameFull => {
+                    out.extend_from_slice(&frame.out);
+                    *frame = new_frame();
+                    false
+                }
+                Parsed::NeedMore => true,
+                Parsed::GuardDue => false,
+                other => panic!("unexpected {other:?}"),
+            };
+        let mut wants_more = true;
+        for p in wire.chunks(piece) {
+            if !wants_more {
+                early += 1;
+            }
+            unparsed.push(Bytes::copy_from_slice(p));
+            for _ in 0..parses_per_push {
+                wants_more = parse(&mut unparsed, &mut frame, &mut out);
+                if wants_more {
+                    break;
+                }
+            }
+        }
+        while !parse(&mut unparsed, &mut frame, &mut out) {}
+        out.extend_from_slice(&frame.out);
+        assert!(early > 0, "piece {piece}: every push came after the last chunk was used up");
+        assert!(unparsed.is_empty(), "piece {piece}");
+        assert_eq!(out, rows.concat(), "piece {piece}");
+    }
+}
+
 /// Rows inside a received chunk are parsed in place: what `Unparsed` keeps
 /// of its own is a straddling row and a few KiB of the next chunk, however
 /// large the chunks are.

@@ -3,6 +3,7 @@
 //! rows, the row limit, the guard's period and stats equal to the frames
 //! sent; and the blocking row writer producing the very same frames.
 
+use super::unparsed::CARRY_STEP;
 use super::*;
 use crate::budget::ByteBudget;
 use crate::ports::{FrameGuard, FrameRx, frame_channel, guarded_frame_channel};

@@ -11,8 +11,9 @@ fn main() -> std::process::ExitCode {
 /// heap: glibc otherwise raises this threshold after the first such block is
 /// freed, and the freed blocks then stay resident in the heaps of the worker
 /// threads. Measured on a 5M-row ClickHouse -> PostgreSQL window: peak RSS
-/// 3.5 MiB lower, about 0.3 s more system CPU, the same wall time
-/// (docs/benchmarks.md, "Development measurement: memory of this route").
+/// 3.5 MiB lower, about 0.3 s more system CPU, no wall time change visible
+/// in three alternated runs (docs/benchmarks.md, "Development measurement:
+/// memory of this route").
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn tune_allocator() {
     // SAFETY: mallopt only sets an allocator parameter; it is called before

@@ -23,6 +23,11 @@
 #   dpone_empty_xxh3  dpone_empty with `verification: {digest: xxh3_128}` in the
 #                   manifest (manifest-xxh3.yaml), into the truncated target,
 #                   measured after dpone_rerun (see SKIP_XXH3)
+#   dpone_direct    dpone_empty with `sink.options.postgres.publication: direct`
+#                   (manifest-direct.yaml): the chunks COPYed into the target
+#                   inside the publishing transaction (see SKIP_DIRECT)
+#   dpone_direct_rerun  the same command again, replacing the window of the
+#                   full target
 # Before every measurement that writes PostgreSQL the script runs CHECKPOINT,
 # so that no measurement pays for the previous one's dirty pages, and tables
 # are emptied as soon as their case is measured (no autovacuum later).
@@ -35,6 +40,8 @@
 #   PARALLELISM      dpone chunk parallelism (default 2)
 #   SKIP_XXH3=1      do not run dpone_empty_xxh3 (e.g. with a dpone that has no
 #                    execution.verification.digest)
+#   SKIP_DIRECT=1    do not run dpone_direct / dpone_direct_rerun (e.g. with a
+#                    dpone that has no `publication: direct`)
 #   PG_URL, CH_URL, IDLE_WAIT_MAX, IDLE_BUSY_PCT, DPONE_SOURCE, SKIP_BUILD,
 #   OUT_DIR, KEEP_TMP: as in pg_to_clickhouse.sh
 #
@@ -53,6 +60,8 @@ REPEAT=${REPEAT:-3}
 PARALLELISM=${PARALLELISM:-2}
 SKIP_XXH3=${SKIP_XXH3:-0}
 [[ $SKIP_XXH3 == 0 || $SKIP_XXH3 == 1 ]] || die "SKIP_XXH3 must be 0 or 1 (got '$SKIP_XXH3')"
+SKIP_DIRECT=${SKIP_DIRECT:-0}
+[[ $SKIP_DIRECT == 0 || $SKIP_DIRECT == 1 ]] || die "SKIP_DIRECT must be 0 or 1 (got '$SKIP_DIRECT')"
 
 positive_int ROWS_NARROW ROWS_WIDE REPEAT PARALLELISM
 for ds in $DATASETS; do
@@ -83,15 +92,18 @@ ensure_postgres() {
   done
 }
 
-# write_manifest DATASET [DIGEST FILE]: $TMP/DATASET/manifest.yaml; with
-# DIGEST, $TMP/DATASET/FILE, whose `execution` also holds
-# `verification: {digest: DIGEST}` (one more line, nothing else differs).
+# write_manifest DATASET [DIGEST FILE [PUBLICATION]]: $TMP/DATASET/manifest.yaml;
+# with DIGEST, $TMP/DATASET/FILE, whose `execution` also holds
+# `verification: {digest: DIGEST}` (one more line, nothing else differs);
+# DIGEST "-" keeps the default digest; with PUBLICATION, the sink also
+# holds `options: {postgres: {publication: PUBLICATION}}`.
 write_manifest() {
-  local ds=$1 dir=$TMP/$1 digest=${2:-} file=manifest.yaml nl=$'\n' vline=""
+  local ds=$1 dir=$TMP/$1 digest=${2:-} file=manifest.yaml nl=$'\n' vline="" pline=""
   if [ -n "$digest" ]; then
     file=${3:?write_manifest: DIGEST needs a FILE}
-    vline="        verification: {digest: $digest}"
+    [ "$digest" = - ] || vline="        verification: {digest: $digest}"
   fi
+  [ -z "${4:-}" ] || pline="  options: {postgres: {publication: $4}}"
   mkdir -p "$dir"
   cat >"$dir/$file" <<EOF
 # Written by scripts/bench/ch_to_postgres.sh
@@ -111,7 +123,7 @@ sink:
   strategy:
     mode: replace
     atomicity: target_atomic
-    window: {column: ts, anchor: data_interval_end, lookback: P7D, chunk_interval: P1D, timezone: UTC}
+    window: {column: ts, anchor: data_interval_end, lookback: P7D, chunk_interval: P1D, timezone: UTC}${pline:+$nl$pline}
 runtime:
   storage: {work_dir: work}
 EOF
@@ -154,6 +166,12 @@ run_dataset() {
     grep -q xxh3_128 "$TMP/$ds.plan_xxh3" ||
       log "$ds: warning: the plan of manifest-xxh3.yaml does not mention xxh3_128"
     { grep -i 'digest' "$TMP/$ds.plan_xxh3" || true; } >"$TMP/$ds.digest_xxh3"
+  fi
+  if [ "$SKIP_DIRECT" = 0 ]; then
+    # The same manifest publishing directly (dpone_direct).
+    write_manifest "$ds" - manifest-direct.yaml direct
+    "$DPONE" plan "$TMP/$ds/manifest-direct.yaml" --interval-end "$INTERVAL_END" >"$TMP/$ds.plan_direct" 2>&1 ||
+      die "$ds: dpone plan of manifest-direct.yaml failed (SKIP_DIRECT=1 runs without it): $(head -c 2000 "$TMP/$ds.plan_direct")"
   fi
   sql=$(ch_select_sql "$ds")
 
@@ -208,6 +226,19 @@ run_dataset() {
       check_dpone "$ds" "$rows"
     fi
 
+    # As dpone_empty and dpone_rerun, publishing directly.
+    if [ "$SKIP_DIRECT" = 0 ]; then
+      pgq "TRUNCATE TABLE dpone_bench.ch_$ds" >/dev/null
+      pg_checkpoint
+      measure "$ds" dpone_direct "$rep" -- "$DPONE" run "$TMP/$ds/manifest-direct.yaml" --interval-end "$INTERVAL_END" --format json ||
+        die "$ds: dpone run with publication direct failed: $(head -c 2000 "$TMP/last.out")"
+      check_dpone "$ds" "$rows"
+      pg_checkpoint
+      measure "$ds" dpone_direct_rerun "$rep" -- "$DPONE" run "$TMP/$ds/manifest-direct.yaml" --interval-end "$INTERVAL_END" --format json ||
+        die "$ds: dpone re-run with publication direct failed: $(head -c 2000 "$TMP/last.out")"
+      check_dpone "$ds" "$rows"
+    fi
+
     # The re-run left the window's old rows as dead tuples (and
     # dpone_empty_xxh3, if run, a freshly loaded table); unless this was
     # the last repetition, empty the target now, so that no autovacuum of
@@ -235,7 +266,7 @@ for ds in $DATASETS; do
 done
 datasets_json=$(IFS=,; echo "[${ds_json[*]}]")
 bench_meta \
-  "repeat=$REPEAT" "parallelism=$PARALLELISM" "xxh3=$((1 - SKIP_XXH3))" \
+  "repeat=$REPEAT" "parallelism=$PARALLELISM" "xxh3=$((1 - SKIP_XXH3))" "direct=$((1 - SKIP_DIRECT))" \
   "datasets=$datasets_json" \
   "window={\"column\": \"ts\", \"start\": \"2026-09-02T00:00:00Z\", \"end\": \"2026-09-09T00:00:00Z\", \"chunk_interval\": \"P1D\"}" \
   "postgres_settings=$(pgq "SELECT json_object_agg(name, setting) FROM pg_settings WHERE name IN ('shared_buffers', 'wal_level', 'max_wal_size', 'synchronous_commit', 'fsync', 'maintenance_work_mem', 'work_mem')")" \

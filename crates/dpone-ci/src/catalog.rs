@@ -202,12 +202,20 @@ pub const ROUTES: &[CheckDef] = &[
         group: Group::RouteRecovery,
         title: "crash recovery, receipt probe and source-free finish clickhouse -> postgres",
         command: "cargo test -p dpone-cli --test ch_postgres_recovery \
+                  && cargo test -p dpone-cli --test ch_postgres_direct \
                   && cargo test -p dpone-cli --test crash_matrix -- clickhouse_to_postgres_ every_",
         junit: &[
             ("dpone-cli::ch_postgres_recovery", &[]),
+            ("dpone-cli::ch_postgres_direct", &[]),
             (
                 "dpone-cli::crash_matrix",
-                &["clickhouse_to_postgres_delete_insert::", "clickhouse_to_postgres_partition_swap::", MATRIX_COMPLETE, MATRIX_ROUTES],
+                &[
+                    "clickhouse_to_postgres_delete_insert::",
+                    "clickhouse_to_postgres_partition_swap::",
+                    "clickhouse_to_postgres_direct::",
+                    MATRIX_COMPLETE,
+                    MATRIX_ROUTES,
+                ],
             ),
         ],
         infrastructure: SERVERS,

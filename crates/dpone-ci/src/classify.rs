@@ -417,7 +417,7 @@ pub fn aspect_of(path: &[String]) -> Result<Aspect, &'static str> {
         | ["source", "options", "native_transfer", "execution", "transport" | "chunking" | "native_chunks", _]
         | ["source", "options", "batch_size"]
         | ["sink", "options", "clickhouse_bulk", _] => Ok(Aspect::Transport),
-        // How a PostgreSQL target publishes (delete_insert / partition_swap):
+        // How a PostgreSQL target publishes (delete_insert / partition_swap / direct):
         // covered by that route's smoke and recovery suites.
         ["sink", "options", "postgres", "publication"] => Ok(Aspect::Recovery),
         ["source", "options", "columns"] => Ok(Aspect::Types),

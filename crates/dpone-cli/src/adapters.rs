@@ -332,6 +332,23 @@ impl Target for RealTarget {
         dispatch!(self, RealTarget, |t| t.publication_check())
     }
 
+    fn publishes_direct(&self) -> bool {
+        dispatch!(self, RealTarget, |t| t.publishes_direct())
+    }
+
+    fn direct_identity(&self, generation: &str) -> String {
+        dispatch!(self, RealTarget, |t| t.direct_identity(generation))
+    }
+
+    async fn publish_direct(
+        &self,
+        generation: &str,
+        keep: Option<&RowFilter>,
+        feed: dpone_core::ports::DirectFeed,
+    ) -> Result<PublicationOutcome> {
+        redacted!(self, RealTarget, |t| t.publish_direct(generation, keep, feed).await)
+    }
+
     async fn build_generation(&self, generation: &str, keep: Option<&RowFilter>, stagings: &[String]) -> Result<GenerationBuild> {
         redacted!(self, RealTarget, |t| t.build_generation(generation, keep, stagings).await)
     }

@@ -136,14 +136,27 @@ pub fn print_plan(plan: &Plan, format: Format) {
     } else {
         println!("chunks      1 (the whole table)");
     }
-    println!(
-        "staging     one table per chunk attempt ({}) in {}; frames of <= {} rows / {} bytes",
-        plan.staging.name_pattern,
-        safe(&plan.staging.location),
-        plan.staging.block_rows,
-        plan.staging.block_bytes
-    );
-    println!("verified by count, NULL counts and a {} multiset digest of every staged chunk", plan.staging.digest_tag);
+    if plan.staging.scope == "direct" {
+        println!(
+            "staging     none: each chunk attempt is loaded into {} inside the publishing transaction, one after another, under a savepoint of its own; frames of <= {} rows / {} bytes",
+            safe(&plan.staging.location),
+            plan.staging.block_rows,
+            plan.staging.block_bytes
+        );
+        println!(
+            "verified by count, NULL counts and a {} multiset digest of every chunk, read back from the target inside the transaction",
+            plan.staging.digest_tag
+        );
+    } else {
+        println!(
+            "staging     one table per chunk attempt ({}) in {}; frames of <= {} rows / {} bytes",
+            plan.staging.name_pattern,
+            safe(&plan.staging.location),
+            plan.staging.block_rows,
+            plan.staging.block_bytes
+        );
+        println!("verified by count, NULL counts and a {} multiset digest of every staged chunk", plan.staging.digest_tag);
+    }
     println!(
         "publication {}{}: {}",
         plan.publication.method,

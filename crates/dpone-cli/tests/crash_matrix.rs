@@ -21,8 +21,9 @@
 //!    generation table left, and exactly the backup the route keeps.
 //!
 //! A route takes part through [`RouteFixture`]: the routes of
-//! `dpone_core::plan`, ClickHouse -> PostgreSQL in both of its
-//! publications. Two tests check that nothing is left out: every declared
+//! `dpone_core::plan`, ClickHouse -> PostgreSQL in each of its three
+//! publications (a direct one never passes the points of staging tables
+//! and generations: its runs with those failpoints set must succeed). Two tests check that nothing is left out: every declared
 //! abort point has a test on every route, and every supported route has
 //! a fixture.
 
@@ -33,7 +34,7 @@ mod recovery_common;
 #[path = "crash_matrix/routes.rs"]
 mod routes;
 
-use crash_points::{ABORT_POINTS, CrashPoint, crash_point, declared_abort_points};
+use crash_points::{ABORT_POINTS, CrashPoint, crash_point, crash_point_direct, declared_abort_points};
 use harness::{Run, WindowReport, assert_same_multiset, check_window_report, state_of, verified_stagings};
 use serde_json::Value as Json;
 use std::sync::RwLockWriteGuard;
@@ -79,6 +80,9 @@ trait RouteFixture: Sized {
     /// Whether the source version survives the process, so that a run
     /// resumed before its stage is complete reuses the chunks it verified.
     const DURABLE_SOURCE: bool;
+    /// Whether the route publishes directly (its chunks loaded inside the
+    /// publishing transaction: `crash_points::crash_point_direct`).
+    const DIRECT: bool = false;
 
     /// A fresh source and target holding the standard data set, and the manifest.
     fn set_up() -> Self;
@@ -143,7 +147,8 @@ trait RouteFixture: Sized {
 /// Aborts a run of `R`'s standard data set at `point`, checks what the
 /// crash left, runs the same command again and checks the result.
 fn crash_then_rerun<R: RouteFixture>(point: &str) {
-    let CrashPoint { state, published, .. } = crash_point(point);
+    let crash = if R::DIRECT { crash_point_direct(point) } else { Some(crash_point(point)) };
+    let Some(CrashPoint { state, published, .. }) = crash else { return never_reached::<R>(point) };
     let fx = R::set_up();
     let want = fx.expected();
     let what = format!("{}: abort at {point}", R::NAME);
@@ -222,6 +227,22 @@ fn crash_then_rerun<R: RouteFixture>(point: &str) {
     fx.finish();
 }
 
+/// A point the route's runs never pass (a direct publication has no
+/// staging table and no generation): the run with the failpoint set does
+/// not abort, it succeeds and publishes once.
+fn never_reached<R: RouteFixture>(point: &str) {
+    let fx = R::set_up();
+    let what = format!("{}: failpoint {point}, which this route never passes", R::NAME);
+    let doc = fx.run_with(&[("DPONE_FAILPOINT", point)]).assert_succeeded(&what);
+    let want = fx.expected();
+    assert_same_multiset(&want.after, &fx.target_rows(), &format!("{what}: target"));
+    let report = WindowReport { inserted: want.inserted, final_rows: want.after.len(), rows_per_chunk: &want.rows_per_chunk };
+    check_window_report(&doc, &report, &what);
+    fx.assert_published(&fx.status(), 1, &what);
+    assert_eq!(fx.owned_tables(), Vec::<String>::new(), "{what}: expected no table of dpone's");
+    fx.finish();
+}
+
 // ---------------------------------------------------------------------------
 // One test per (route, abort point)
 // ---------------------------------------------------------------------------
@@ -283,8 +304,9 @@ macro_rules! crash_matrix {
 crash_matrix! {
     mod sqlite_to_sqlite: routes::SqliteToSqlite;
     mod postgres_to_clickhouse: routes::PostgresToClickhouse;
-    mod clickhouse_to_postgres_delete_insert: routes::ClickhouseToPostgres<false>;
-    mod clickhouse_to_postgres_partition_swap: routes::ClickhouseToPostgres<true>;
+    mod clickhouse_to_postgres_delete_insert: routes::ClickhouseToPostgres<{ routes::DELETE_INSERT }>;
+    mod clickhouse_to_postgres_partition_swap: routes::ClickhouseToPostgres<{ routes::PARTITION_SWAP }>;
+    mod clickhouse_to_postgres_direct: routes::ClickhouseToPostgres<{ routes::DIRECT }>;
 }
 
 #[test]

@@ -111,6 +111,11 @@ pub enum KeptCheck {
     /// straddling partitions' kept rows copied and digested; compared with
     /// the target's partitions again right before publishing.
     LinkedPartitions,
+    /// Kept in place by a direct publication: the target was locked against
+    /// other writers before its transaction read or removed anything, and,
+    /// when code of the target's own (a trigger, a rule) ran in it, their
+    /// fingerprint was compared before the loads and before the commit.
+    InPlaceUnderLock,
 }
 
 /// How a generation was verified.
@@ -141,6 +146,11 @@ pub enum GenerationCheck {
     /// rows checked as in [`GenerationCheck::StagedPartsByIdentity`]:
     /// neither history nor the window is hashed a second time.
     LinkedPartitionsAndStagedPartsByIdentity,
+    /// No generation: a direct publication loaded each chunk into the
+    /// target inside its transaction and read the target's rows of the
+    /// chunk's range back there (count and digest equal to the stream's)
+    /// before committing.
+    ChunksReadBackInPublication,
 }
 
 #[derive(Debug, Clone, Serialize)]

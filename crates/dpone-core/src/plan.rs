@@ -90,7 +90,9 @@ pub struct Route {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct StagingPlan {
-    /// Always `chunk_attempt`: one isolated staging table per chunk attempt.
+    /// `chunk_attempt`: one isolated staging table per chunk attempt;
+    /// `direct`: none, each chunk attempt is loaded into the target inside
+    /// the publishing transaction under a savepoint of its own.
     pub scope: &'static str,
     pub location: String,
     pub name_pattern: &'static str,
@@ -378,9 +380,36 @@ impl Plan {
                 atomic: true,
                 description: "one SERIALIZABLE transaction: DETACH the window's partition (kept as backup), ATTACH the verified generation in its place, and a receipt row".into(),
             }
+        } else if snk.postgres_publication == "direct" {
+            if snk.system != System::Postgres {
+                refusals.push(
+                    Diagnostic::new(
+                        "unsupported_route_option:postgres.publication",
+                        "sink.options.postgres.publication",
+                        "direct applies to PostgreSQL targets only",
+                    )
+                    .hint("remove sink.options.postgres"),
+                );
+            }
+            if !matches!(snk.strategy, Strategy::Replace { .. } | Strategy::FullRefresh { .. }) {
+                refusals.push(
+                    Diagnostic::new(
+                        "unsupported_route_option:postgres.publication",
+                        "sink.options.postgres.publication",
+                        "a direct publication replaces a window or the whole table; incremental strategies publish a verified batch",
+                    )
+                    .hint("use delete_insert (the default) with incremental_append or incremental_merge"),
+                );
+            }
+            PublicationPlan {
+                method: "direct".into(),
+                atomic: true,
+                description: "one SERIALIZABLE transaction locks the target against other writers, DELETEs the frozen window (every row, for a full refresh), COPYs each chunk into the target under a savepoint of its own and reads the chunk's range back there (count and digest), then writes a receipt row and commits: every row is written once; a run interrupted before the commit published nothing and reads the source again".into(),
+            }
         } else {
             publication
         };
+        let direct = publication.method == "direct";
         let strategy = match snk.strategy {
             Strategy::FullRefresh { .. } => "full_refresh",
             Strategy::Replace { .. } => "replace",
@@ -453,7 +482,11 @@ impl Plan {
                 sink: snk.system,
                 source_table: src.table.to_string(),
                 target_table: snk.table.to_string(),
-                transport: transport.into(),
+                transport: if direct {
+                    "ClickHouse RowBinary over HTTP (re-read checked after EOF) -> PostgreSQL binary COPY into the target, inside the publishing transaction".into()
+                } else {
+                    transport.into()
+                },
                 wire_mode: "typed_binary".into(),
                 binary_format: src.wire.binary_format.clone(),
                 transport_mode: src.transport_mode,
@@ -462,9 +495,9 @@ impl Plan {
             window,
             incremental,
             staging: StagingPlan {
-                scope: "chunk_attempt",
-                location: staging_location,
-                name_pattern: "_dpone_stg_<run>_<token>_<chunk>_<attempt>",
+                scope: if direct { "direct" } else { "chunk_attempt" },
+                location: if direct { snk.table.to_string() } else { staging_location },
+                name_pattern: if direct { "none (a savepoint per chunk attempt)" } else { "_dpone_stg_<run>_<token>_<chunk>_<attempt>" },
                 parallelism: limits.resolved().encoding_parallelism.max(limits.resolved().import_parallelism),
                 block_rows: limits.resolved().max_rows,
                 block_bytes: limits.resolved().max_bytes,

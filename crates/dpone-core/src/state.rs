@@ -130,6 +130,14 @@ impl RunState {
         matches!(self, RunState::Published | RunState::EvidenceComplete | RunState::Succeeded)
     }
 
+    /// [`RunState::can_become`], for a journal whose intent is (`direct`)
+    /// or is not a direct publication's: a direct publication goes from
+    /// staging to publishing, its chunks being loaded inside the
+    /// publishing transaction (no staging survives it to be `verified`).
+    pub fn can_become_with(self, next: RunState, direct: bool) -> bool {
+        self.can_become(next) || (direct && self == RunState::Staging && next == RunState::Publishing)
+    }
+
     /// Allowed transitions; anything else is a bug the journal refuses.
     pub fn can_become(self, next: RunState) -> bool {
         use RunState::*;
@@ -235,6 +243,11 @@ pub struct PublicationIntent {
     pub target_before: String,
     /// The generation's identity (what the target becomes when published).
     pub generation: String,
+    /// A direct publication (`postgres.publication: direct`): the chunks
+    /// were loaded inside the publishing transaction itself, so there is no
+    /// generation to publish again if it did not commit.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub direct: bool,
 }
 
 /// The run journal: everything recovery needs, keyed by invocation.
@@ -368,6 +381,9 @@ mod tests {
         assert!(Publishing.can_become(OutcomeUnknown));
         assert!(Staging.can_become(Verified) && Verified.can_become(Publishing));
         assert!(!Staging.can_become(Publishing), "publishing needs every chunk verified first");
+        assert!(!Staging.can_become_with(Publishing, false));
+        assert!(Staging.can_become_with(Publishing, true), "a direct publication verifies its chunks inside its transaction");
+        assert!(!Planned.can_become_with(Publishing, true) && !Verified.can_become_with(Staging, true));
         assert!(!Published.can_become(Failed), "after publication a run can only complete");
         assert!(!Succeeded.can_become(Staging));
         assert!(!OutcomeUnknown.can_become(Published), "unknown is resolved by an operator, not by the run");

@@ -71,8 +71,11 @@ pub async fn execute<S: Source, T: Target>(
     };
     // A run past its staging finishes from the target alone: the source is
     // not even described (it may be down).
+    // A direct publication interrupted before its commit starts over from
+    // the source, so its `publishing` needs the source.
     let source_needed = !matches!(&peeked, Some((_, j))
-        if matches!(j.state, RunState::Verified | RunState::Publishing | RunState::Published | RunState::EvidenceComplete));
+        if matches!(j.state, RunState::Verified | RunState::Publishing | RunState::Published | RunState::EvidenceComplete)
+            && !(j.state == RunState::Publishing && j.intent.as_ref().is_some_and(|i| i.direct)));
     // Tables recorded by this target's journal (an unfinished run's, or
     // leftovers of a finished one that this run removes first) are ours.
     let ours = peeked.as_ref().map(|(_, j)| j.owned.clone()).unwrap_or_default();
@@ -231,6 +234,24 @@ async fn resume<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> Res
             ctx.target.drop_tables(&stale).await.map_err(fail)?;
             // An append re-reads the same bounded batch (same old mark,
             // same snapshot maximum) from the new version.
+            let fresh = new_journal(ctx, j.invocation.clone(), j.execution, &version, j.cursor.clone());
+            let run_id = fresh.run_id.clone();
+            journal.replace(fresh).await.map_err(|e| RunFailure::at(Phase::BeforePublication, e, Some(&run_id)))?;
+            ctx.failpoint("plan.after_persist").await.map_err(|e| RunFailure::at(Phase::BeforePublication, e, Some(&run_id)))?;
+            Ok(())
+        }
+        RunState::Publishing if j.intent.as_ref().is_some_and(|i| i.direct) => {
+            // A direct publication keeps nothing it did not commit: judged
+            // absent, the run starts over from the source (a new version,
+            // new names); published or unknown, the publishing step judges
+            // it again and finishes or stops.
+            let intent = j.intent.clone().expect("checked");
+            if crate::publish::reconcile(ctx, &intent).await.map_err(fail)? != PublicationOutcome::Absent {
+                return Ok(());
+            }
+            tracing::info!("the interrupted direct publication did not commit: reading the source again");
+            ctx.options.cancel.check().map_err(fail)?;
+            let version = ctx.source.open_snapshot().await.map_err(fail)?;
             let fresh = new_journal(ctx, j.invocation.clone(), j.execution, &version, j.cursor.clone());
             let run_id = fresh.run_id.clone();
             journal.replace(fresh).await.map_err(|e| RunFailure::at(Phase::BeforePublication, e, Some(&run_id)))?;

@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! planned | staging  -> stage::stage_all            -> verified
+//!   (direct target)  -> direct::load_and_publish    -> publishing -> published | failed | outcome-unknown
 //! verified           -> generation::prepare         -> publishing (intent recorded)
 //! publishing         -> publish::publish_or_reconcile -> published | failed | outcome-unknown
 //! published          -> finish::write_evidence      -> evidence-complete
@@ -19,7 +20,7 @@ use crate::context::Ctx;
 use crate::failure::{self, Phase, RunFailure};
 use crate::journal::Journal;
 use crate::report::{RunReport, report};
-use crate::{finish, generation, publish, stage};
+use crate::{direct, finish, generation, publish, stage};
 use dpone_core::ports::{AdapterError, Source, Target};
 use dpone_core::state::RunState;
 
@@ -34,6 +35,7 @@ pub(crate) async fn drive<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journ
             return Err(failure::stop(ctx, journal, Phase::of(state), AdapterError::interrupted().into()).await);
         }
         let step = match state {
+            RunState::Planned | RunState::Staging if ctx.target.publishes_direct() => direct::load_and_publish(ctx, journal).await,
             RunState::Planned | RunState::Staging => stage::stage_all(ctx, journal).await,
             RunState::Verified => generation::prepare(ctx, journal).await,
             RunState::Publishing => publish::publish_or_reconcile(ctx, journal).await,

@@ -4,8 +4,8 @@
 use crate::context::Ctx;
 use dpone_core::digest::RowDigest;
 use dpone_core::evidence::{
-    ChunkEvidence, EVIDENCE_VERSION, Evidence, GenerationEvidence, IncrementalEvidence, KeptCheck, MEMORY_NOTE, MemoryEvidence,
-    PublicationCheck, PublicationEvidence, WindowEvidence,
+    ChunkEvidence, EVIDENCE_VERSION, Evidence, GenerationCheck, GenerationEvidence, IncrementalEvidence, KeptCheck, MEMORY_NOTE,
+    MemoryEvidence, PublicationCheck, PublicationEvidence, WindowEvidence,
 };
 use dpone_core::ports::{PublicationOutcome, Source, Target, WindowStats};
 use dpone_core::state::{ChunkRecord, GenerationRecord, RunJournal, digest_from};
@@ -108,6 +108,7 @@ pub(crate) fn build_evidence<S: Source, T: Target>(
                     .flatten(),
                 kept_verified_by: match (ctx.plan.window.is_some(), generation.in_place, generation.link.is_some()) {
                     (false, _, _) => KeptCheck::None,
+                    (true, true, _) if generation.check == GenerationCheck::ChunksReadBackInPublication => KeptCheck::InPlaceUnderLock,
                     (true, true, _) => KeptCheck::FingerprintAtPublication,
                     (true, false, true) => KeptCheck::LinkedPartitions,
                     (true, false, false) => KeptCheck::Digest,

@@ -58,6 +58,7 @@ pub(crate) async fn prepare<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jou
         backup_table: identity::backup_table(&j.stem(), j.execution),
         target_before,
         generation: gen_identity,
+        direct: false,
     };
     journal
         .update(|j| {
@@ -86,6 +87,7 @@ async fn append_intent<S: Source, T: Target>(
         backup_table: identity::backup_table(&j.stem(), j.execution),
         target_before: receipt_identity(batch.previous.as_ref()),
         generation: receipt_identity(Some(&batch.receipt(&j.stem()))),
+        direct: false,
     };
     journal
         .update(|j| {
@@ -151,6 +153,9 @@ pub(crate) async fn reverify<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jo
                     inside.rows, inside.digest
                 )));
             }
+        }
+        GenerationCheck::ChunksReadBackInPublication => {
+            return Err(AdapterError::internal("a direct publication has no generation to re-verify"));
         }
         GenerationCheck::CountsViewOfVerifiedChunks => {
             // The view's rows are the staging tables' rows: re-verify them.

@@ -33,6 +33,11 @@ pub(crate) async fn publish_or_reconcile<S: Source, T: Target>(ctx: &Ctx<S, T>, 
                 journal.set_state(RunState::OutcomeUnknown).await?;
                 return Err(Stop::Ended(unknown_failure(&j.run_id, &intent)));
             }
+            // Resuming, `admit::resume` starts a direct publication judged
+            // absent over from the source: it has no generation.
+            PublicationOutcome::Absent if intent.direct => {
+                return Err(AdapterError::internal("a direct publication judged absent was not started over").into());
+            }
             PublicationOutcome::Absent => {
                 tracing::info!("the interrupted publication did not happen; re-verifying the generation, then publishing it");
                 reverify(ctx, journal).await.map_err(Stop::Unpublished)?;
@@ -44,7 +49,7 @@ pub(crate) async fn publish_or_reconcile<S: Source, T: Target>(ctx: &Ctx<S, T>, 
     publish(ctx, journal, &intent).await
 }
 
-async fn record_published(journal: &Journal) -> Step {
+pub(crate) async fn record_published(journal: &Journal) -> Step {
     journal
         .update(|j| {
             j.state = RunState::Published;

@@ -267,7 +267,7 @@ async fn stage_chunk<S: Source, T: Target>(
 
 /// Only vendor errors that are not permanent are retried into fresh
 /// staging; an indeterminate one was already judged by inspection.
-fn retryable(e: &AdapterError) -> bool {
+pub(crate) fn retryable(e: &AdapterError) -> bool {
     e.kind == ErrorKind::Vendor && e.class != ErrorClass::Permanent
 }
 
@@ -281,7 +281,7 @@ struct StagedChunk {
 /// The check every frame passes before it is sent: liveness, lease,
 /// cancellation, the run's byte limits, progress, and a failpoint after
 /// the first frames.
-fn frame_guard<S: Source, T: Target>(ctx: &Ctx<S, T>) -> FrameGuard {
+pub(crate) fn frame_guard<S: Source, T: Target>(ctx: &Ctx<S, T>) -> FrameGuard {
     let limits = &ctx.plan.limits;
     let (lease, cancel, failpoints) = (ctx.lease.clone(), ctx.options.cancel.clone(), ctx.options.failpoints.clone());
     let (total, max_total, stop_at) =
@@ -322,7 +322,7 @@ fn frame_guard<S: Source, T: Target>(ctx: &Ctx<S, T>) -> FrameGuard {
 }
 
 /// What every chunk read asks of the source, for `bounds` (None: the whole table).
-fn read_request<S: Source, T: Target>(
+pub(crate) fn read_request<S: Source, T: Target>(
     ctx: &Ctx<S, T>,
     chunk: Option<Chunk>,
     cursor: Option<&dpone_core::incremental::CursorBatch>,

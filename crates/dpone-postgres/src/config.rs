@@ -227,6 +227,7 @@ impl crate::PostgresTarget {
             sink.postgres_publication == "partition_swap",
         );
         target.tls = tls;
+        target.direct = sink.postgres_publication == "direct";
         target.digest = manifest.source.digest;
         Ok(target)
     }

@@ -55,6 +55,7 @@ use tokio_postgres::Client;
 
 mod append;
 mod batch;
+mod direct;
 mod fingerprint;
 mod merge;
 mod publish;
@@ -87,6 +88,9 @@ pub struct PostgresTarget {
     partition_swap: bool,
     /// The partition holding exactly the window (found by `eligibility`).
     swap_partition: OnceLock<SwapPartition>,
+    /// `publication: direct`: load the chunks inside the publishing
+    /// transaction, without staging tables (`sink/direct.rs`).
+    pub direct: bool,
     columns: OnceLock<Vec<Column>>,
     oids: OnceLock<HashMap<String, u32>>,
     /// The row hash of the read-back digests (set by `build`; default SHA-256).
@@ -116,6 +120,7 @@ impl PostgresTarget {
             staging_schema,
             partition_swap,
             swap_partition: OnceLock::new(),
+            direct: false,
             columns: OnceLock::new(),
             oids: OnceLock::new(),
             digest: Default::default(),
@@ -186,6 +191,19 @@ impl PostgresTarget {
         let parser = &mut CopyParser::read_back(RowCodec { columns: codecs });
         let stats = frames::assemble(parser, &mut input, cols.len(), limits, &mut DigestOnly::default()).await?;
         Ok(Contents { rows: stats.rows, digest: stats.digest })
+    }
+
+    /// The table of receipts, created when missing.
+    async fn ensure_receipts(&self) -> Result<()> {
+        self.execute(
+            &format!(
+                "CREATE TABLE IF NOT EXISTS {} (id bigserial PRIMARY KEY, target text NOT NULL, generation text NOT NULL, \
+                 rows bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now())",
+                self.receipts_sql()
+            ),
+            "creating the receipts table",
+        )
+        .await
     }
 
     async fn execute(&self, sql: &str, what: &str) -> Result<()> {
@@ -447,16 +465,25 @@ impl Target for PostgresTarget {
     }
 
     async fn publish(&self, generation: &str, keep: Option<&RowFilter>, backup: &str) -> Result<PublicationOutcome> {
-        self.execute(
-            &format!(
-                "CREATE TABLE IF NOT EXISTS {} (id bigserial PRIMARY KEY, target text NOT NULL, generation text NOT NULL, \
-                 rows bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now())",
-                self.receipts_sql()
-            ),
-            "creating the receipts table",
-        )
-        .await?;
+        self.ensure_receipts().await?;
         self.publish_in_transaction(generation, keep, backup).await
+    }
+
+    fn publishes_direct(&self) -> bool {
+        self.direct
+    }
+
+    async fn publish_direct(
+        &self,
+        generation: &str,
+        keep: Option<&RowFilter>,
+        feed: dpone_core::ports::DirectFeed,
+    ) -> Result<PublicationOutcome> {
+        self.publish_direct_here(generation, keep, feed).await
+    }
+
+    fn direct_identity(&self, generation: &str) -> String {
+        format!("receipt:{generation}")
     }
 
     async fn after_publication(&self, _generation: &str, backup: &str) -> Result<()> {

@@ -365,6 +365,26 @@ impl<T: Target> Target for FaultyTarget<T> {
         self.run(TargetOp::Publish, self.inner.publish(generation, keep, backup)).await
     }
 
+    fn publishes_direct(&self) -> bool {
+        self.inner.publishes_direct()
+    }
+
+    fn direct_identity(&self, generation: &str) -> String {
+        self.inner.direct_identity(generation)
+    }
+
+    /// A `publish` fault: `timeout` / `transient` / `permanent` end the
+    /// publication before its transaction starts, `ack_lost` after its
+    /// commit.
+    async fn publish_direct(
+        &self,
+        generation: &str,
+        keep: Option<&RowFilter>,
+        feed: dpone_core::ports::DirectFeed,
+    ) -> Result<PublicationOutcome> {
+        self.run(TargetOp::Publish, self.inner.publish_direct(generation, keep, feed)).await
+    }
+
     fn scope(&self) -> String {
         self.inner.scope()
     }

@@ -211,10 +211,17 @@ impl RouteFixture for PostgresToClickhouse {
 
 // -- ClickHouse -> PostgreSQL -------------------------------------------
 
+/// `ClickhouseToPostgres<DELETE_INSERT>`: the default publication.
+pub const DELETE_INSERT: u8 = 0;
+/// `ClickhouseToPostgres<PARTITION_SWAP>`: the window's partition swapped.
+pub const PARTITION_SWAP: u8 = 1;
+/// `ClickhouseToPostgres<DIRECT>`: the chunks loaded inside the publication.
+pub const DIRECT: u8 = 2;
+
 /// A ClickHouse database and a PostgreSQL schema (`ch_postgres_common`),
-/// published by `delete_insert` (`SWAP = false`, the default) or by a
-/// `partition_swap` of the window's partition (`SWAP = true`).
-pub struct ClickhouseToPostgres<const SWAP: bool> {
+/// published by `delete_insert` (the default), by a `partition_swap` of
+/// the window's partition, or `direct`ly (`KIND`).
+pub struct ClickhouseToPostgres<const KIND: u8> {
     fx: chpg::Fixture,
     expected: Expected,
     /// The oids of the target and of its window partition, as set up.
@@ -225,26 +232,38 @@ pub struct ClickhouseToPostgres<const SWAP: bool> {
     _pg_writes: RwLockReadGuard<'static, ()>,
 }
 
-impl<const SWAP: bool> ClickhouseToPostgres<SWAP> {
+impl<const KIND: u8> ClickhouseToPostgres<KIND> {
+    const SWAP: bool = KIND == PARTITION_SWAP;
+
     fn receipts(&self) -> Vec<chpg::Receipt> {
         self.fx.receipts()
     }
 }
 
-impl<const SWAP: bool> RouteFixture for ClickhouseToPostgres<SWAP> {
+impl<const KIND: u8> RouteFixture for ClickhouseToPostgres<KIND> {
     const ROUTE: &'static str = chpg::ROUTE;
-    const NAME: &'static str = if SWAP { "clickhouse->postgres (partition_swap)" } else { "clickhouse->postgres (delete_insert)" };
+    const NAME: &'static str = match KIND {
+        PARTITION_SWAP => "clickhouse->postgres (partition_swap)",
+        DIRECT => "clickhouse->postgres (direct)",
+        _ => "clickhouse->postgres (delete_insert)",
+    };
+    const DIRECT: bool = KIND == DIRECT;
     /// A ClickHouse source has no durable snapshot.
     const DURABLE_SOURCE: bool = false;
 
     fn set_up() -> Self {
         let pg_writes = pgch::Fixture::postgres_writer();
-        let fx = if SWAP {
-            chpg::standard_fixture_on(chpg::swap_setup("mx_chpg_swap"))
-        } else {
-            chpg::standard_fixture_on(Setup::new("mx_chpg", chpg::event_cols()))
+        let fx = match KIND {
+            PARTITION_SWAP => chpg::standard_fixture_on(chpg::swap_setup("mx_chpg_swap")),
+            DIRECT => chpg::standard_fixture_on(Setup::new("mx_chpg_direct", chpg::event_cols())),
+            _ => chpg::standard_fixture_on(Setup::new("mx_chpg", chpg::event_cols())),
         };
-        fx.write_manifest(&Options { publication: SWAP.then_some("partition_swap"), ..Options::default() });
+        let publication = match KIND {
+            PARTITION_SWAP => Some("partition_swap"),
+            DIRECT => Some("direct"),
+            _ => None,
+        };
+        fx.write_manifest(&Options { publication, ..Options::default() });
         let (before, source) = (chpg::standard_target(), chpg::standard_source());
         let after = chpg::expected_after_replace(&before, &source, chpg::TS);
         // A swap keeps the window's partition it replaced.
@@ -255,16 +274,16 @@ impl<const SWAP: bool> RouteFixture for ClickhouseToPostgres<SWAP> {
         let expected = Expected {
             inserted: source.iter().filter(|r| chpg::in_window(&r[chpg::TS])).count(),
             rows_per_chunk: chpg::rows_per_chunk(&source, chpg::TS),
-            backup_of_before: SWAP.then(|| window(&before)),
-            backup_of_after: SWAP.then(|| window(&after)),
+            backup_of_before: Self::SWAP.then(|| window(&before)),
+            backup_of_after: Self::SWAP.then(|| window(&after)),
             before: rendered(&fx.expected(&before)),
             after: rendered(&fx.expected(&after)),
         };
-        if SWAP {
+        if Self::SWAP {
             let partition = rendered(&fx.table_rows(&fx.pg_table("t_window")));
             assert_same_multiset(expected.backup_of_before.as_ref().expect("a swap's backup"), &partition, "t_window as set up");
         }
-        let (target_oid, window_oid) = (fx.oid(chpg::TABLE), if SWAP { fx.oid("t_window") } else { None });
+        let (target_oid, window_oid) = (fx.oid(chpg::TABLE), if Self::SWAP { fx.oid("t_window") } else { None });
         ClickhouseToPostgres { fx, expected, target_oid, window_oid, _pg_writes: pg_writes }
     }
 
@@ -286,7 +305,7 @@ impl<const SWAP: bool> RouteFixture for ClickhouseToPostgres<SWAP> {
 
     fn identity(&self) -> String {
         let receipt = self.receipts().last().map(|r| r.generation.clone()).unwrap_or_else(|| "none".into());
-        let window = if SWAP { format!(", window partition oid {:?}", self.fx.oid("t_window")) } else { String::new() };
+        let window = if Self::SWAP { format!(", window partition oid {:?}", self.fx.oid("t_window")) } else { String::new() };
         format!("receipt:{receipt}, oid {:?}{window}", self.fx.oid(chpg::TABLE))
     }
 
@@ -318,7 +337,7 @@ impl<const SWAP: bool> RouteFixture for ClickhouseToPostgres<SWAP> {
         // delete_insert rewrites rows in the same relation; a swap keeps
         // the parent and attaches a new relation as the window's partition.
         assert_eq!(self.fx.oid(chpg::TABLE), self.target_oid, "{what}: expected the target to stay the same relation");
-        if SWAP {
+        if Self::SWAP {
             let window = self.fx.oid("t_window");
             if times == 0 {
                 assert_eq!(window, self.window_oid, "{what}: expected the window partition untouched");

@@ -49,6 +49,20 @@ pub fn crash_point(point: &str) -> CrashPoint {
     CrashPoint { point, state, published }
 }
 
+/// [`crash_point`] of a direct publication (`postgres.publication:
+/// direct`), whose chunks are loaded inside the publishing transaction:
+/// nothing is journaled before the intent (a crash leaves `staging`), and
+/// the points of staging tables and generations are never reached (None).
+pub fn crash_point_direct(point: &str) -> Option<CrashPoint> {
+    let state = match point {
+        "staging.after_ack" | "checkpoint.after_write" | "generation.after_build" => return None,
+        "publish.before_intent" => "staging",
+        _ => return Some(crash_point(point)),
+    };
+    let point = ABORT_POINTS.iter().find(|p| **p == point).expect("a listed point");
+    Some(CrashPoint { point, state, published: false })
+}
+
 /// Simulated faults (no abort): a stopped lease renewal.
 pub fn is_simulated(point: &str) -> bool {
     point.starts_with("lease.")

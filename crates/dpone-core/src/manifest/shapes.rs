@@ -218,8 +218,8 @@ fn sink_object(ct: Field, ci: Field) -> Shape {
                     "postgres",
                     obj(vec![field(
                         "publication",
-                        Shape::Enum(&["delete_insert", "partition_swap"]),
-                        "delete_insert (default): DELETE the window and INSERT; partition_swap: DETACH the window's partition and ATTACH the verified one",
+                        Shape::Enum(&["delete_insert", "partition_swap", "direct"]),
+                        "delete_insert (default): DELETE the window and INSERT; partition_swap: DETACH the window's partition and ATTACH the verified one; direct: COPY the chunks into the target inside the publishing transaction, no staging",
                     )]),
                     "PostgreSQL target",
                 ),

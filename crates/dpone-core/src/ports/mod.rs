@@ -31,12 +31,14 @@
 
 mod access;
 mod channel;
+mod direct;
 mod error;
 mod generation;
 
 pub use access::{AccessPath, AccessPlan, WindowRead};
 
 pub use channel::{Frame, FrameGuard, FrameRx, FrameTx, frame_channel, guarded_frame_channel};
+pub use direct::{DirectDriver, DirectFeed, DirectLoaded, DirectStep, PendingChunk, direct_channel};
 pub use error::{AdapterError, ErrorClass, ErrorKind, Result};
 pub use generation::{GenerationBuild, GenerationEstimate, GenerationMethod, LinkReport, PartIdentity, PublicationOutcome, contains_parts};
 
@@ -350,6 +352,42 @@ pub trait Target: Send + Sync + 'static {
     /// publication where it can) that its rows selected by `keep` are
     /// still exactly those copied into the generation.
     fn publish(&self, generation: &str, keep: Option<&RowFilter>, backup: &str) -> impl Future<Output = Result<PublicationOutcome>> + Send;
+
+    /// Whether this target loads the chunks inside its publishing
+    /// transaction ([`Target::publish_direct`]) instead of staging them:
+    /// the engine then creates no staging table and no generation.
+    fn publishes_direct(&self) -> bool {
+        false
+    }
+
+    /// The identity [`Target::identity`] reports for the target once the
+    /// direct publication naming `generation` committed.
+    fn direct_identity(&self, generation: &str) -> String {
+        generation.to_string()
+    }
+
+    /// A direct publication, driven step by step through `feed` by the
+    /// protocol of [`DirectStep`]: one transaction that removes the rows
+    /// `keep` does not select (everything when None), loads and reads back
+    /// every chunk, and commits with a receipt naming `generation` (then
+    /// the target's identity is [`Target::direct_identity`]). A feed
+    /// dropped before its `Commit` rolls everything back. Never retried
+    /// blindly: the outcome of an error is judged by the identity.
+    fn publish_direct(
+        &self,
+        generation: &str,
+        keep: Option<&RowFilter>,
+        feed: DirectFeed,
+    ) -> impl Future<Output = Result<PublicationOutcome>> + Send {
+        let _ = (generation, keep, feed);
+        async {
+            Err(AdapterError::permanent(
+                "unsupported_route_option:postgres.publication",
+                "this target cannot load chunks inside its publication",
+            )
+            .hint("use the default publication"))
+        }
+    }
 
     /// A stable name of the target table for leases and journals: system,
     /// endpoint and table, never credentials.

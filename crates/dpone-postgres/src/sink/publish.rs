@@ -190,7 +190,7 @@ impl PostgresTarget {
     }
 
     /// The fingerprint of the target's rows outside `keep`'s window.
-    async fn kept_fingerprint(&self, client: &Client, keep: &RowFilter) -> Result<Fingerprint> {
+    pub(super) async fn kept_fingerprint(&self, client: &impl tokio_postgres::GenericClient, keep: &RowFilter) -> Result<Fingerprint> {
         let filter = filter_sql(&RowFilter { inside: false, ..keep.clone() });
         fingerprint::query(
             client,

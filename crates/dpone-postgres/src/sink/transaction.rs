@@ -54,7 +54,7 @@ use super::{PostgresTarget, filter_sql, ts_literal};
 use crate::error::classify;
 use crate::source::{quote_ident, quote_literal};
 use dpone_core::ports::{AdapterError, PublicationOutcome, Result, RowFilter};
-use tokio_postgres::{Client, IsolationLevel, Transaction};
+use tokio_postgres::{Client, GenericClient, IsolationLevel, Transaction};
 
 /// How long a publication waits for a lock (the target's, or another
 /// publishing session's), and a verdict for an earlier publishing session.
@@ -216,7 +216,7 @@ impl PostgresTarget {
     /// Whether the target, a partition or an inheritance child of it has a
     /// trigger or a rule of its own: code that runs inside the publishing
     /// transaction (see the module docs).
-    async fn runs_own_code(&self, tx: &Transaction<'_>) -> Result<bool> {
+    pub(super) async fn runs_own_code(&self, tx: &impl GenericClient) -> Result<bool> {
         let sql = "WITH RECURSIVE tree(relid) AS (SELECT to_regclass($1)::oid UNION                    SELECT i.inhrelid FROM pg_inherits i JOIN tree ON i.inhparent = tree.relid)                    SELECT EXISTS (SELECT 1 FROM pg_trigger g JOIN tree ON g.tgrelid = tree.relid WHERE NOT g.tgisinternal)                    OR EXISTS (SELECT 1 FROM pg_rewrite r JOIN tree ON r.ev_class = tree.relid WHERE r.rulename <> '_RETURN')";
         let row = tx.query_one(sql, &[&self.target_sql()]).await.map_err(|e| classify("looking up the target's triggers", e))?;
         Ok(row.get(0))
@@ -319,7 +319,7 @@ impl PostgresTarget {
 
     /// The window (everything, for a full refresh) holds exactly the rows
     /// just inserted: nothing else slipped in.
-    async fn check_published(&self, tx: &Transaction<'_>, keep: Option<&RowFilter>, inserted: u64) -> Result<()> {
+    pub(super) async fn check_published(&self, tx: &impl GenericClient, keep: Option<&RowFilter>, inserted: u64) -> Result<()> {
         let mut sql = format!("SELECT count(*) FROM {}", self.target_sql());
         if let Some(k) = keep {
             sql.push_str(&format!(" WHERE {}", filter_sql(&RowFilter { inside: true, ..k.clone() })));

@@ -1,0 +1,229 @@
+//! ClickHouse -> PostgreSQL with `sink.options.postgres.publication:
+//! direct`, through the real `dpone` binary on real servers: the chunks
+//! are loaded into the target inside the publishing transaction (no
+//! staging table, no generation), each read back there.
+//!
+//! - a window replace and a full refresh land exactly (multiset of what
+//!   PostgreSQL prints), with one receipt, no owned table, the plan and
+//!   the evidence saying how the rows were checked;
+//! - every guard of the transaction fires on a target whose own code
+//!   interferes, and nothing is published: a trigger that changes a
+//!   loaded row (`chunk_verification_failed`), one that writes a row into
+//!   the range of a chunk already verified (`publication_verification_failed`),
+//!   one that changes a row outside the window (`kept_rows_changed`);
+//! - a writer outside dpone waits for the commit (the target is locked for
+//!   the whole load), its row then stays;
+//! - `direct` is refused before any write where it cannot apply.
+//!
+//! Crashes at every failpoint are in the crash matrix
+//! (`clickhouse_to_postgres_direct`).
+
+mod ch_postgres_common;
+mod guards_common;
+mod harness;
+
+use ch_postgres_common::{
+    Fixture, INTERVAL_END, Options, Row, TS, check_report, expected_after_replace, ident, in_window, standard_fixture, standard_source,
+    standard_target,
+};
+use guards_common::{json, spawn, wait, wait_until};
+use harness::{codes, state_of};
+use std::time::{Duration, Instant};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn direct() -> Options {
+    Options { publication: Some("direct"), ..Options::default() }
+}
+
+fn evidence(doc: &serde_json::Value) -> serde_json::Value {
+    let path = doc["evidence_path"].as_str().expect("an evidence path");
+    serde_json::from_str(&std::fs::read_to_string(path).expect("the evidence file")).expect("JSON evidence")
+}
+
+fn expected() -> Vec<Row> {
+    expected_after_replace(&standard_target(), &standard_source(), TS)
+}
+
+fn window_rows() -> usize {
+    standard_source().iter().filter(|r| in_window(&r[TS])).count()
+}
+
+/// Creates a trigger function `name()` (plpgsql `body`, then `RETURN NEW`).
+fn function(fx: &Fixture, name: &str, body: &str) -> String {
+    let f = format!("{}.{}", ident(&fx.schema), ident(name));
+    fx.pg_exec(&format!("CREATE FUNCTION {f}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {body} RETURN NEW; END $$"));
+    f
+}
+
+/// A run refused by a guard of the publishing transaction: exit 1 with
+/// `code`, publication absent, the target, receipts and owned tables as
+/// before, the journal `failed`.
+fn assert_rolled_back(fx: &Fixture, code: &str, what: &str) -> serde_json::Value {
+    let run = fx.run();
+    let doc = run.assert_failed(what, 1, code);
+    assert_eq!(doc["publication"], "absent", "{what}: nothing was published: {doc:#}");
+    fx.assert_target(&standard_target(), &format!("{what}: the target is unchanged"));
+    assert!(fx.receipts().is_empty(), "{what}: no receipt");
+    assert_eq!(fx.leftovers(), Vec::<String>::new(), "{what}: no table of dpone's");
+    assert_eq!(state_of(&fx.status()), "failed", "{what}");
+    doc
+}
+
+#[test]
+fn a_direct_window_replace_lands_exactly_without_staging() {
+    let fx = standard_fixture("direct_chpg_window");
+    fx.write_manifest(&direct());
+    let plan = fx.plan();
+    let p = plan.json();
+    assert_eq!(p["publication"]["method"], "direct", "{}", plan.describe());
+    assert_eq!(p["staging"]["scope"], "direct", "{}", plan.describe());
+    assert_eq!(codes(&p["refusals"]), Vec::<String>::new(), "{}", plan.describe());
+    let text = fx.dpone(&["plan", &fx.manifest.display().to_string(), "--interval-end", INTERVAL_END], &[]);
+    assert!(text.stdout.contains("inside the publishing transaction"), "the text plan says where the chunks go:\n{}", text.describe());
+
+    let run = fx.run();
+    let doc = run.assert_succeeded("a direct window replace");
+    fx.assert_target(&expected(), "the target after a direct window replace");
+    check_report(&doc, &standard_source(), &expected(), "a direct window replace");
+    let receipts = fx.receipts();
+    assert_eq!(receipts.len(), 1, "one publication: {receipts:?}");
+    assert_eq!(receipts[0].rows, window_rows() as i64);
+    assert_eq!(fx.leftovers(), Vec::<String>::new(), "no staging or generation table, ever");
+    let ev = evidence(&doc);
+    assert_eq!(ev["generation"]["verified_by"], "chunks_read_back_in_publication", "{ev:#}");
+    assert_eq!(ev["generation"]["kept_verified_by"], "in_place_under_lock", "{ev:#}");
+    assert_eq!(ev["publication"]["method"], "direct", "{ev:#}");
+    for c in ev["chunks"].as_array().expect("chunks") {
+        assert_eq!(c["staging_table"], "", "a chunk loaded into the target has no staging table: {c:#}");
+        assert_eq!(c["stream_digest"], c["staged_digest"], "what the target held equals what was sent: {c:#}");
+    }
+    assert_eq!(state_of(&fx.status()), "succeeded");
+    // Again, replacing the window the first run published.
+    let again = fx.run().assert_succeeded("a second direct window replace");
+    assert_eq!(again["execution"], 2, "{again:#}");
+    fx.assert_target(&expected(), "the target after a second direct window replace");
+    assert_eq!(fx.receipts().len(), 2);
+    fx.finish();
+}
+
+#[test]
+fn a_direct_full_refresh_replaces_the_whole_target() {
+    let fx = standard_fixture("direct_chpg_full");
+    fx.write_manifest(&Options { full_refresh: true, ..direct() });
+    let doc = fx.run().assert_succeeded("a direct full refresh");
+    fx.assert_target(&standard_source(), "the target is exactly the source");
+    assert_eq!(doc["inserted_rows"], standard_source().len(), "{doc:#}");
+    assert_eq!(fx.receipts().len(), 1);
+    assert_eq!(fx.leftovers(), Vec::<String>::new());
+    assert_eq!(evidence(&doc)["generation"]["kept_verified_by"], "none");
+    fx.finish();
+}
+
+#[test]
+fn a_trigger_that_changes_a_loaded_row_is_refused_and_nothing_is_published() {
+    let fx = standard_fixture("direct_chpg_changed");
+    fx.write_manifest(&direct());
+    let f = function(&fx, "rename", "IF NEW.id = 9 THEN NEW.name := 'changed by a trigger'; END IF;");
+    fx.pg_exec(&format!("CREATE TRIGGER rename BEFORE INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {f}()", fx.target_sql()));
+    let doc = assert_rolled_back(&fx, "chunk_verification_failed", "a trigger changing a loaded row");
+    assert!(doc["errors"].to_string().contains("chunk 1"), "the message names the chunk: {doc:#}");
+    fx.finish();
+}
+
+#[test]
+fn a_trigger_that_writes_into_a_verified_chunk_range_is_refused() {
+    let fx = standard_fixture("direct_chpg_extra");
+    fx.write_manifest(&direct());
+    // When the last chunk's row 12 arrives, a row appears in chunk 0's
+    // range, which was read back and verified before.
+    let f = function(
+        &fx,
+        "extra",
+        &format!("IF NEW.id = 12 THEN INSERT INTO {} (id, ts) VALUES (990, '2026-09-06 01:00:00+00'); END IF;", fx.target_sql()),
+    );
+    fx.pg_exec(&format!("CREATE TRIGGER extra AFTER INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {f}()", fx.target_sql()));
+    assert_rolled_back(&fx, "publication_verification_failed", "a trigger writing into a verified chunk's range");
+    fx.finish();
+}
+
+#[test]
+fn a_trigger_that_changes_a_row_outside_the_window_is_refused() {
+    let fx = standard_fixture("direct_chpg_kept");
+    fx.write_manifest(&direct());
+    let f =
+        function(&fx, "touch_kept", &format!("IF NEW.id = 6 THEN UPDATE {} SET name = 'touched' WHERE id = 100; END IF;", fx.target_sql()));
+    fx.pg_exec(&format!("CREATE TRIGGER touch_kept AFTER INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {f}()", fx.target_sql()));
+    assert_rolled_back(&fx, "kept_rows_changed", "a trigger changing a row outside the window");
+    fx.finish();
+}
+
+#[test]
+fn a_writer_outside_dpone_waits_for_the_commit_and_its_row_stays() {
+    let fx = standard_fixture("direct_chpg_writer");
+    fx.write_manifest(&direct());
+    // Each chunk's COPY takes a second: room for the writer to try.
+    let f = function(&fx, "slow", "IF current_setting('application_name') = 'dpone publish' THEN PERFORM pg_sleep(1); END IF;");
+    fx.pg_exec(&format!("CREATE TRIGGER slow AFTER INSERT ON {} FOR EACH STATEMENT EXECUTE FUNCTION {f}()", fx.target_sql()));
+    let m = fx.manifest.display().to_string();
+    let env = vec![("DPONE_CONN_CH".to_string(), fx.clickhouse_url.clone()), ("DPONE_CONN_PG".to_string(), dpone_testkit::postgres_url())];
+    let child = spawn(fx.dir(), &["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], &env);
+    let locked = || {
+        fx.pg_scalar(&format!(
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'dpone publish' \
+             AND l.relation = to_regclass('{}') AND l.mode = 'ShareRowExclusiveLock' AND l.granted",
+            fx.target_sql().replace('\'', "''")
+        ))
+        .as_deref()
+            != Some("0")
+    };
+    wait_until("the publishing transaction holds the target's lock", LIMIT, locked);
+    let started = Instant::now();
+    fx.pg_exec(&format!("INSERT INTO {} (id, ts) VALUES (950, '2026-09-07 13:00:00+00')", fx.target_sql()));
+    let waited = started.elapsed();
+    let out = wait(child, LIMIT);
+    let doc = json(&out);
+    assert_eq!(doc["status"], "succeeded", "{}", guards_common::describe(&out));
+    assert!(waited >= Duration::from_millis(500), "the writer waited for the publication ({waited:?})");
+    assert!(!fx.receipts().is_empty(), "the publication had committed when the writer's INSERT returned");
+    let stays = fx.pg_scalar(&format!("SELECT count(*) FROM {} WHERE id = 950", fx.target_sql()));
+    assert_eq!(stays.as_deref(), Some("1"), "the writer's row, written after the publication, stays");
+    fx.finish();
+}
+
+#[test]
+fn direct_is_refused_before_any_write_where_it_cannot_apply() {
+    let fx = standard_fixture("direct_chpg_refused");
+    fx.write_manifest(&direct());
+    let m = fx.manifest.display().to_string();
+    // An incremental strategy publishes a verified batch.
+    let q = |s: &str| serde_json::to_string(s).expect("a JSON string");
+    let yaml = format!(
+        "kind: dpone.batch.v1
+source:
+  type: clickhouse
+  connection: {{connection_type: env, connection_id: CH}}
+  table: {{schema: {db}, name: t}}
+  options: {{incremental_column: id}}
+sink:
+  type: postgres
+  connection: {{connection_type: env, connection_id: PG}}
+  table: {{schema: {schema}, name: t}}
+  strategy: {{mode: incremental_append}}
+  options:
+    postgres: {{publication: direct}}
+runtime:
+  storage: {{work_dir: {work}}}
+",
+        db = q(&fx.db),
+        schema = q(&fx.schema),
+        work = q(&fx.work_dir().display().to_string()),
+    );
+    std::fs::write(&fx.manifest, yaml).unwrap();
+    let run = fx.dpone(&["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], &[]);
+    let doc = run.assert_failed("direct with incremental_append", 2, "unsupported_route_option:postgres.publication");
+    assert!(doc["errors"].to_string().contains("sink.options.postgres.publication"), "the path is named: {doc:#}");
+    fx.assert_target(&standard_target(), "nothing was written");
+    assert!(fx.receipts().is_empty());
+    fx.finish();
+}

@@ -94,6 +94,37 @@ fn a_direct_window_replace_lands_exactly_without_staging() {
     assert_eq!(ev["generation"]["verified_by"], "chunks_read_back_in_publication", "{ev:#}");
     assert_eq!(ev["generation"]["kept_verified_by"], "in_place_under_lock", "{ev:#}");
     assert_eq!(ev["publication"]["method"], "direct", "{ev:#}");
+    // The evidence's facts of the target, counted inside the publishing
+    // transaction, are what the published target holds.
+    let stats = &ev["target"];
+    let (inside, all) = (window_rows() as u64, expected().len() as u64);
+    let nulls = expected().iter().filter(|r| r[TS] == ch_postgres_common::V::Null).count() as u64;
+    assert_eq!(
+        (&stats["total_rows"], &stats["window_rows"], &stats["outside_rows"], &stats["null_window_rows"]),
+        (&all.into(), &inside.into(), &(all - inside).into(), &nulls.into()),
+        "{stats:#}"
+    );
+    let per_day = fx.pg_query(&format!(
+        "SELECT to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD'), count(*)::text FROM {} WHERE ts >= '{}+00' AND ts < '{}+00' GROUP BY 1 ORDER BY 1",
+        fx.target_sql(),
+        ch_postgres_common::CHUNK_BOUNDS[0],
+        ch_postgres_common::CHUNK_BOUNDS[3]
+    ));
+    let want: serde_json::Map<String, serde_json::Value> =
+        per_day.iter().map(|r| (r[0].clone().unwrap(), serde_json::Value::from(r[1].clone().unwrap().parse::<u64>().unwrap()))).collect();
+    assert_eq!(stats["rows_per_utc_day"], serde_json::Value::Object(want), "{stats:#}");
+    let bound = |f: &str| {
+        fx.pg_scalar(&format!(
+            "SELECT (extract(epoch FROM {f}(ts)) * 1000000)::int8 FROM {} WHERE ts >= '{}+00' AND ts < '{}+00'",
+            fx.target_sql(),
+            ch_postgres_common::CHUNK_BOUNDS[0],
+            ch_postgres_common::CHUNK_BOUNDS[3]
+        ))
+        .map(|v| v.parse::<i64>().unwrap())
+    };
+    let micros = |v: &serde_json::Value| v.as_str().map(|s| dpone_core::time::Timestamp::parse_rfc3339(s).unwrap().0);
+    assert_eq!(micros(&stats["min"]), bound("min"), "{stats:#}");
+    assert_eq!(micros(&stats["max"]), bound("max"), "{stats:#}");
     for c in ev["chunks"].as_array().expect("chunks") {
         assert_eq!(c["staging_table"], "", "a chunk loaded into the target has no staging table: {c:#}");
         assert_eq!(c["stream_digest"], c["staged_digest"], "what the target held equals what was sent: {c:#}");
@@ -225,5 +256,24 @@ runtime:
     assert!(doc["errors"].to_string().contains("sink.options.postgres.publication"), "the path is named: {doc:#}");
     fx.assert_target(&standard_target(), "nothing was written");
     assert!(fx.receipts().is_empty());
+    fx.finish();
+}
+
+#[test]
+fn a_publication_that_never_started_publishes_nothing_and_the_next_run_does() {
+    let fx = standard_fixture("direct_chpg_timeout");
+    fx.write_manifest(&direct());
+    // The publishing call times out before its transaction begins: an
+    // indeterminate error, but no intent was recorded, so nothing can
+    // have been published.
+    let run = fx.run_with(&[("DPONE_TARGET_FAULTS", "publish:timeout:1")]);
+    let doc = run.assert_failed("a publication that timed out before it began", 1, "injected_timeout");
+    assert_eq!(doc["publication"], "absent", "{doc:#}");
+    fx.assert_target(&standard_target(), "the target is unchanged");
+    assert!(fx.receipts().is_empty());
+    assert_eq!(state_of(&fx.status()), "failed");
+    fx.run().assert_succeeded("the next run");
+    fx.assert_target(&expected(), "the next run published");
+    assert_eq!(fx.receipts().len(), 1);
     fx.finish();
 }

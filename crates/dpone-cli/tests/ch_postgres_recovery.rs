@@ -205,6 +205,11 @@ fn a_lost_commit_acknowledgement_of_a_partition_swap_publishes_exactly_once() {
     lost_commit_ack(Some("partition_swap"));
 }
 
+#[test]
+fn a_lost_commit_acknowledgement_of_a_direct_publication_publishes_exactly_once() {
+    lost_commit_ack(Some("direct"));
+}
+
 /// A partition swap finished by a rerun (the swap committed, then the
 /// process died) still keeps only the newest backup of the target.
 #[test]

@@ -111,6 +111,9 @@ pub struct RowParser {
     columns: Vec<ColumnCodec>,
     /// Digest of the source rows' own bytes (for the after-EOF re-read).
     pub source_digest: RowDigest,
+    /// Per column of the row being converted: its source bytes and whether
+    /// it is NULL, found when the row is measured and used to write it.
+    measured: Vec<(usize, bool)>,
 }
 
 impl RowParser {
@@ -122,7 +125,7 @@ impl RowParser {
     /// A parser whose source digest sums `digest`'s row hashes.
     pub fn with_digest(columns: Vec<ColumnCodec>, digest: DigestAlgorithm) -> Self {
         let n = columns.len();
-        RowParser { columns, source_digest: RowDigest::with(digest, n) }
+        RowParser { columns, source_digest: RowDigest::with(digest, n), measured: Vec::with_capacity(n) }
     }
 
     /// Size of column `c` at `pos`: (source bytes, target bytes, is NULL), None if incomplete.
@@ -216,8 +219,10 @@ impl Transcoder for RowParser {
             let mut p = pos;
             let mut predicted = 0usize;
             let mut widest = (0usize, 0usize);
+            self.measured.clear();
             for (i, c) in self.columns.iter().enumerate() {
-                let Some((src, dst, _)) = Self::measure(c, data, p)? else { return Ok((pos, Parsed::NeedMore)) };
+                let Some((src, dst, null)) = Self::measure(c, data, p)? else { return Ok((pos, Parsed::NeedMore)) };
+                self.measured.push((src, null));
                 p += src;
                 predicted += dst;
                 if dst > widest.1 {
@@ -227,11 +232,10 @@ impl Transcoder for RowParser {
             if let Some(stop) = frame.admit(predicted, widest.1, &self.columns[widest.0].name)? {
                 return Ok((pos, stop));
             }
-            let (columns, source_digest) = (&self.columns, &mut self.source_digest);
+            let (columns, source_digest, measured) = (&self.columns, &mut self.source_digest, &self.measured);
             let hash = frame.write_row(predicted, |out, digest| {
                 let mut q = pos;
-                for (i, c) in columns.iter().enumerate() {
-                    let (src, _, null) = Self::measure(c, data, q)?.expect("measured above");
+                for (i, (c, &(src, null))) in columns.iter().zip(measured).enumerate() {
                     if null {
                         digest.add_null(i);
                         source_digest.add_null(i);

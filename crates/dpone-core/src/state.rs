@@ -342,6 +342,12 @@ pub struct GenerationRecord {
     /// is in the batch.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub merged_rows: Option<u64>,
+    /// The target's evidence facts as the publishing transaction itself
+    /// counted them (a direct publication, from its read-backs and a count
+    /// of the rows outside the window under its lock), so that evidence
+    /// does not scan the target again. None: the evidence step reads them.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub target_stats: Option<crate::ports::WindowStats>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

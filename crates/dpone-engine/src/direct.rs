@@ -35,7 +35,7 @@ use dpone_core::evidence::GenerationCheck;
 use dpone_core::identity;
 use dpone_core::ports::{
     AdapterError, DirectDriver, DirectLoaded, PendingChunk, PublicationOutcome, ReadStats, RowFilter, Source, TableRole, Target,
-    direct_channel, guarded_frame_channel,
+    WindowStats, direct_channel, guarded_frame_channel,
 };
 use dpone_core::state::{
     CHUNK_BACKOFF_MS, ChunkRecord, ChunkState, GenerationRecord, JournalError, MAX_CHUNK_ATTEMPTS, PublicationIntent, RunState,
@@ -77,13 +77,19 @@ pub(crate) async fn load_and_publish<S: Source, T: Target>(ctx: &Ctx<S, T>, jour
     ctx.failpoint("staging.before_write").await?;
     ctx.may_write()?;
     let started = Instant::now();
-    let (driver, feed) = direct_channel();
+    let (mut driver, feed) = direct_channel();
     let mut publication = AbortOnDrop(tokio::spawn({
         let (target, generation) = (ctx.target.clone(), generation.clone());
         async move { target.publish_direct(&generation, keep.as_ref(), feed).await }
     }));
-    let records = match load_chunks(ctx, &driver, &j.run_id).await {
-        Ok(records) => records,
+    // No source streams before the transaction holds its lock and removed
+    // the window (that may take long: a reader kept waiting could time out).
+    let loaded = match driver.ready().await {
+        Ok(()) => load_chunks(ctx, &driver, &j.run_id).await,
+        Err(e) => Err(e),
+    };
+    let (records, tallies): (Vec<ChunkRecord>, Vec<Option<WindowStats>>) = match loaded {
+        Ok(loaded) => loaded.into_iter().unzip(),
         Err(e) => {
             // The feed's end rolls the transaction back; its own error is
             // the cause when the loads only saw it end.
@@ -115,7 +121,14 @@ pub(crate) async fn load_and_publish<S: Source, T: Target>(ctx: &Ctx<S, T>, jour
         link: None,
         build_seconds: 0.0,
         merged_rows: None,
+        target_stats: None,
     };
+    // The window's evidence facts, from the read-backs (None if any chunk
+    // was not tallied).
+    let window_stats = tallies.into_iter().try_fold(WindowStats::default(), |mut all, t| {
+        all.merge(&t?);
+        Some(all)
+    });
     ctx.failpoint("publish.before_intent").await?;
     ctx.may_write()?;
     let intent = PublicationIntent {
@@ -143,18 +156,41 @@ pub(crate) async fn load_and_publish<S: Source, T: Target>(ctx: &Ctx<S, T>, jour
     ctx.lease.confirm().await.map_err(Stop::Unpublished)?;
     let committing = Instant::now();
     let rows = window.rows;
-    let outcome = match driver.commit(rows).await {
-        Ok(()) => publication.join().await?,
+    let (outcome, outside) = match driver.commit(rows).await {
+        Ok(facts) => (publication.join().await?, facts.await.ok()),
         Err(_) => match publication.join().await? {
-            Ok(_) => Err(AdapterError::internal("a direct publication ended without its commit")),
-            Err(e) => Err(e),
+            Ok(_) => (Err(AdapterError::internal("a direct publication ended without its commit")), None),
+            Err(e) => (Err(e), None),
         },
     };
     ctx.failpoint("publish.after_exchange").await?;
     ctx.add_phase(|p| p.publish += committing.elapsed().as_secs_f64());
     tracing::debug!(seconds = started.elapsed().as_secs_f64(), "direct publication ended");
     match outcome {
-        Ok(PublicationOutcome::Published) => record_published(journal).await,
+        Ok(PublicationOutcome::Published) => {
+            // The target's evidence facts as the transaction counted them:
+            // the window's from the read-backs, the rest under its lock
+            // (a full refresh's are the window's).
+            let stats = match (window_stats, outside, ctx.plan.window.is_some()) {
+                (Some(mut w), Some(o), true) => {
+                    w.merge(&o);
+                    Some(w)
+                }
+                _ => None,
+            };
+            journal
+                .update(|j| {
+                    j.state = RunState::Published;
+                    j.publication = Some(PublicationOutcome::Published);
+                    if let (Some(g), Some(s)) = (j.generation.as_mut(), stats) {
+                        // The rows kept, as counted under the lock.
+                        g.kept_rows = s.outside_rows;
+                        g.target_stats = Some(s);
+                    }
+                })
+                .await?;
+            Ok(())
+        }
         other => judge(ctx, journal, &intent, other).await,
     }
 }
@@ -208,7 +244,11 @@ fn start_read<S: Source, T: Target>(ctx: &Ctx<S, T>, chunk: Option<Chunk>) -> Re
 
 /// Loads every chunk in order, each verified inside the transaction, with
 /// up to [`MAX_CHUNK_ATTEMPTS`] attempts; returns their records.
-async fn load_chunks<S: Source, T: Target>(ctx: &Ctx<S, T>, driver: &DirectDriver, run_id: &str) -> Result<Vec<ChunkRecord>, AdapterError> {
+async fn load_chunks<S: Source, T: Target>(
+    ctx: &Ctx<S, T>,
+    driver: &DirectDriver,
+    run_id: &str,
+) -> Result<Vec<(ChunkRecord, Option<WindowStats>)>, AdapterError> {
     let chunks = ctx.chunks();
     let mut records = Vec::with_capacity(chunks.len());
     let mut next = Some(start_read(ctx, chunks[0]));
@@ -224,7 +264,7 @@ async fn load_chunks<S: Source, T: Target>(ctx: &Ctx<S, T>, driver: &DirectDrive
             next = read_ahead;
             match result.and_then(|l| verify(index, *chunk, l)) {
                 Ok(checked) => {
-                    records.push(checked.record(run_id, index, *chunk, attempt, started));
+                    records.push((checked.record(run_id, index, *chunk, attempt, started), checked.window.clone()));
                     ctx.add_phase(|p| {
                         p.extract += checked.extract_seconds;
                         p.load += checked.load_seconds;
@@ -327,6 +367,8 @@ struct Checked {
     extract_seconds: f64,
     load_seconds: f64,
     verify_seconds: f64,
+    /// The evidence facts the target tallied while reading the chunk back.
+    window: Option<WindowStats>,
 }
 
 impl Checked {
@@ -356,7 +398,7 @@ impl Checked {
 /// transaction, must be exactly what the stream carried: the chunk is kept,
 /// or undone and refused.
 fn verify(index: u32, chunk: Option<Chunk>, l: Loaded) -> Result<Checked, AdapterError> {
-    let Loaded { stats, loaded: DirectLoaded { written, contents, read_back_seconds }, pending, extract_seconds, load_seconds } = l;
+    let Loaded { stats, loaded: DirectLoaded { written, contents, read_back_seconds, window }, pending, extract_seconds, load_seconds } = l;
     let range = chunk.map(|c| format!(" in [{}, {})", c.start, c.end)).unwrap_or_default();
     let refused = if written != stats.rows {
         Some(format!("chunk {index}: {} rows were sent but the target reports {written} written", stats.rows))
@@ -374,5 +416,7 @@ fn verify(index: u32, chunk: Option<Chunk>, l: Loaded) -> Result<Checked, Adapte
             .hint("the target did not store exactly what was sent (a trigger or rule of the target?); nothing was published"));
     }
     pending.keep();
-    Ok(Checked { stats, staged: contents, extract_seconds, load_seconds, verify_seconds: read_back_seconds })
+    // A tally that disagrees with the verified count is not evidence.
+    let window = window.filter(|w| w.window_rows == contents.rows);
+    Ok(Checked { stats, staged: contents, extract_seconds, load_seconds, verify_seconds: read_back_seconds, window })
 }

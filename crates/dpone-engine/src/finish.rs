@@ -26,6 +26,8 @@ pub(crate) async fn write_evidence<S: Source, T: Target>(ctx: &Ctx<S, T>, journa
     ctx.failpoint("evidence.before_write").await?;
     let started = Instant::now();
     let stats = match ctx.window_filter(true) {
+        // Counted by the publishing transaction itself (a direct one).
+        Some(_) if generation.target_stats.is_some() => generation.target_stats.clone().expect("checked"),
         Some(f) => ctx.target.window_stats(&f).await?,
         // An append's target holds its earlier rows too.
         None if j.cursor.is_some() => WindowStats {

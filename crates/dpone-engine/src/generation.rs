@@ -249,6 +249,7 @@ async fn build<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, generat
         link: verified.link,
         build_seconds: started.elapsed().as_secs_f64(),
         merged_rows: merge.map(|m| m.inserted),
+        target_stats: None,
     };
     journal.update(|j| j.generation = Some(record)).await
 }

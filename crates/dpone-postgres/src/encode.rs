@@ -56,47 +56,102 @@ fn field(out: &mut Vec<u8>, f: impl FnOnce(&mut Vec<u8>)) {
     out[at..at + 4].copy_from_slice(&len.to_be_bytes());
 }
 
-/// PostgreSQL's `numeric` binary form of `v * 10^-scale`.
-pub fn write_numeric(out: &mut Vec<u8>, v: I256, scale: u8) {
-    let negative = v < 0;
-    let abs: U256 = v.unsigned_abs();
-    // Base-10000 digits of the integer part (least significant first) and
-    // of the fractional part padded to whole groups (most significant first).
+/// An unsigned magnitude the base-10000 digits of a decimal are computed
+/// in: the narrowest of u64, u128 and U256 that holds the value and the
+/// powers of ten its scale needs (256-bit division is many times slower).
+trait Magnitude: Copy + PartialEq + std::ops::Div<Output = Self> + std::ops::Rem<Output = Self> + std::ops::Mul<Output = Self> {
+    const ZERO: Self;
+    fn small(v: u16) -> Self;
+    fn low_u16(self) -> u16;
+    fn pow10(e: u8) -> Self;
+}
+
+impl Magnitude for u64 {
+    const ZERO: Self = 0;
+    fn small(v: u16) -> Self {
+        v.into()
+    }
+    fn low_u16(self) -> u16 {
+        self as u16
+    }
+    fn pow10(e: u8) -> Self {
+        10u64.pow(e.into())
+    }
+}
+
+impl Magnitude for u128 {
+    const ZERO: Self = 0;
+    fn small(v: u16) -> Self {
+        v.into()
+    }
+    fn low_u16(self) -> u16 {
+        self as u16
+    }
+    fn pow10(e: u8) -> Self {
+        10u128.pow(e.into())
+    }
+}
+
+impl Magnitude for U256 {
+    const ZERO: Self = U256::ZERO;
+    fn small(v: u16) -> Self {
+        U256::from(v)
+    }
+    fn low_u16(self) -> u16 {
+        self.as_u16()
+    }
+    fn pow10(e: u8) -> Self {
+        dpone_core::value::pow10(e).as_u256()
+    }
+}
+
+/// The base-10000 digits of `abs * 10^-scale`, most significant first,
+/// padded to whole groups on both sides of the point, and how many of them
+/// are before the point. `M` must hold `10^(scale + 3)`.
+fn numeric_groups<M: Magnitude>(abs: M, scale: u8) -> ([u16; 40], usize, usize) {
+    let ten_k = M::small(10_000);
+    // Integer part least significant first, fraction most significant first.
     let mut int_groups = [0u16; 20];
     let mut n_int = 0;
     let (mut int_part, mut frac) = if scale == 0 {
-        (abs, U256::ZERO)
+        (abs, M::ZERO)
     } else {
-        let p = dpone_core::value::pow10(scale).as_u256();
+        let p = M::pow10(scale);
         (abs / p, abs % p)
     };
-    let ten_k = U256::from(10_000u16);
-    while int_part != U256::ZERO {
-        int_groups[n_int] = (int_part % ten_k).as_u16();
-        int_part /= ten_k;
+    while int_part != M::ZERO {
+        int_groups[n_int] = (int_part % ten_k).low_u16();
+        int_part = int_part / ten_k;
         n_int += 1;
     }
     let pad = (4 - scale as usize % 4) % 4;
     let n_frac = (scale as usize + pad) / 4;
     if pad > 0 {
-        frac *= U256::from(10u32.pow(pad as u32));
+        frac = frac * M::pow10(pad as u8);
     }
-    let mut frac_groups = [0u16; 20];
-    for i in (0..n_frac).rev() {
-        frac_groups[i] = (frac % ten_k).as_u16();
-        frac /= ten_k;
-    }
-    // Most significant first; strip leading and trailing zero groups.
     let mut digits = [0u16; 40];
-    let mut n = 0;
-    for i in (0..n_int).rev() {
-        digits[n] = int_groups[i];
-        n += 1;
+    for (k, i) in (0..n_int).rev().enumerate() {
+        digits[k] = int_groups[i];
     }
-    for g in &frac_groups[..n_frac] {
-        digits[n] = *g;
-        n += 1;
+    for i in (0..n_frac).rev() {
+        digits[n_int + i] = (frac % ten_k).low_u16();
+        frac = frac / ten_k;
     }
+    (digits, n_int + n_frac, n_int)
+}
+
+/// PostgreSQL's `numeric` binary form of `v * 10^-scale`.
+pub fn write_numeric(out: &mut Vec<u8>, v: I256, scale: u8) {
+    let negative = v < 0;
+    let abs: U256 = v.unsigned_abs();
+    let (hi, lo) = abs.into_words();
+    // 10^(scale + 3) must fit the magnitude's type (see numeric_groups).
+    let (digits, n, n_int) = match (hi, u64::try_from(lo)) {
+        (0, Ok(small)) if scale <= 16 => numeric_groups(small, scale),
+        (0, _) if scale <= 35 => numeric_groups(lo, scale),
+        _ => numeric_groups(abs, scale),
+    };
+    // Strip leading and trailing zero groups.
     let mut weight = n_int as i32 - 1;
     let mut first = 0;
     while first < n && digits[first] == 0 {
@@ -170,10 +225,17 @@ impl CopyEncoder {
     fn value(&self, name: &str, t: &DType, input: &mut &[u8], out: &mut Vec<u8>) -> Result<(), EncodeError> {
         let err = |reason: String| EncodeError { column: name.to_string(), reason };
         match t {
-            DType::Int16 | DType::Int32 | DType::Int64 | DType::Float32 | DType::Float64 => {
-                let w = t.fixed_width().expect("fixed");
-                let b = take(input, w, name)?;
-                field(out, |o| o.extend(b.iter().rev()));
+            DType::Int16 => {
+                let b = take(input, 2, name)?;
+                field(out, |o| o.extend_from_slice(&[b[1], b[0]]));
+            }
+            DType::Int32 | DType::Float32 => {
+                let b = take(input, 4, name)?;
+                field(out, |o| o.extend_from_slice(&u32::from_le_bytes(b.try_into().expect("4 bytes")).to_be_bytes()));
+            }
+            DType::Int64 | DType::Float64 => {
+                let b = take(input, 8, name)?;
+                field(out, |o| o.extend_from_slice(&u64::from_le_bytes(b.try_into().expect("8 bytes")).to_be_bytes()));
             }
             DType::Bool => {
                 let b = take(input, 1, name)?[0];
@@ -182,8 +244,8 @@ impl CopyEncoder {
             DType::Uuid => {
                 let b = take(input, 16, name)?;
                 field(out, |o| {
-                    o.extend(b[..8].iter().rev());
-                    o.extend(b[8..].iter().rev());
+                    o.extend_from_slice(&u64::from_le_bytes(b[..8].try_into().expect("8 bytes")).to_be_bytes());
+                    o.extend_from_slice(&u64::from_le_bytes(b[8..].try_into().expect("8 bytes")).to_be_bytes());
                 });
             }
             DType::Date32 => {
@@ -332,7 +394,66 @@ mod tests {
         assert!(CopyEncoder::new(vec![("u".into(), ct("UInt64"))]).is_err(), "only PostgreSQL-shaped canonical types are accepted");
     }
 
+    /// `write_numeric` computed in 256-bit arithmetic only: what the narrow
+    /// fast paths must equal.
+    fn numeric_reference(v: I256, scale: u8) -> Vec<u8> {
+        let mut fast = Vec::new();
+        write_numeric(&mut fast, v, scale);
+        let (digits, n, n_int) = numeric_groups(v.unsigned_abs(), scale);
+        let mut first = 0;
+        let mut weight = n_int as i32 - 1;
+        while first < n && digits[first] == 0 {
+            first += 1;
+            weight -= 1;
+        }
+        let mut last = n;
+        while last > first && digits[last - 1] == 0 {
+            last -= 1;
+        }
+        let ndigits = last - first;
+        let mut out = Vec::new();
+        out.extend_from_slice(&(ndigits as u16).to_be_bytes());
+        out.extend_from_slice(&(if ndigits == 0 { 0 } else { weight } as i16).to_be_bytes());
+        out.extend_from_slice(&(if v < 0 && ndigits > 0 { 0x4000u16 } else { 0 }).to_be_bytes());
+        out.extend_from_slice(&(scale as u16).to_be_bytes());
+        for d in &digits[first..last] {
+            out.extend_from_slice(&d.to_be_bytes());
+        }
+        assert_eq!(fast, out, "{v} at scale {scale}");
+        out
+    }
+
+    #[test]
+    fn narrow_numeric_paths_equal_the_wide_one_at_their_limits() {
+        let values = [
+            0i128,
+            1,
+            -1,
+            9_999,
+            10_000,
+            i64::MAX as i128,
+            i64::MIN as i128,
+            u64::MAX as i128,
+            (u64::MAX as i128) + 1,
+            i128::MAX,
+            i128::MIN + 1,
+        ];
+        for v in values {
+            for scale in [0u8, 1, 3, 4, 13, 15, 16, 17, 19, 20, 33, 35, 36, 38, 76] {
+                numeric_reference(I256::from(v), scale);
+            }
+        }
+        numeric_reference(I256::MAX, 76);
+        numeric_reference(I256::MIN + 1, 0);
+    }
+
     proptest! {
+        #[test]
+        fn narrow_numeric_paths_equal_the_wide_one(small in any::<i64>(), mid in any::<i128>(), scale in 0u8..=76) {
+            numeric_reference(I256::from(small), scale);
+            numeric_reference(I256::from(mid), scale);
+        }
+
         #[test]
         fn numerics_round_trip(unscaled in any::<i128>(), scale in 0u8..=38) {
             let v = I256::from(unscaled);

@@ -168,6 +168,18 @@ impl PostgresTarget {
     /// Reads `SELECT cols FROM table [WHERE filter]` back through binary
     /// COPY and digests it under the target's canonical types.
     async fn read_back(&self, client: &Client, table_sql: &str, filter: Option<&RowFilter>) -> Result<Contents> {
+        Ok(self.read_back_tallying(client, table_sql, filter, None).await?.0)
+    }
+
+    /// [`Self::read_back`], tallying the values of column `tally` (the
+    /// window column) of the rows read, for evidence.
+    async fn read_back_tallying(
+        &self,
+        client: &Client,
+        table_sql: &str,
+        filter: Option<&RowFilter>,
+        tally: Option<&str>,
+    ) -> Result<(Contents, Option<dpone_core::ports::WindowTally>)> {
         let cols = self.columns()?;
         let oids = self.oids.get().ok_or_else(|| AdapterError::permanent("internal_error", "target used before describe"))?;
         let codecs = cols
@@ -188,9 +200,13 @@ impl PostgresTarget {
         // dropped, so a small one (one reused buffer per read-back) suffices.
         let limits =
             FrameLimits { block_rows: 1 << 16, flush_bytes: READ_BACK_FRAME_BYTES, max_row_bytes: usize::MAX, digest: self.digest };
-        let parser = &mut CopyParser::read_back(RowCodec { columns: codecs });
+        let codec = RowCodec { columns: codecs };
+        let parser = &mut match tally.and_then(|t| cols.iter().position(|c| c.name == t)) {
+            Some(i) => CopyParser::read_back_tallying(codec, i),
+            None => CopyParser::read_back(codec),
+        };
         let stats = frames::assemble(parser, &mut input, cols.len(), limits, &mut DigestOnly::default()).await?;
-        Ok(Contents { rows: stats.rows, digest: stats.digest })
+        Ok((Contents { rows: stats.rows, digest: stats.digest }, parser.take_tally()))
     }
 
     /// The table of receipts, created when missing.

@@ -390,6 +390,9 @@ pub struct CopyParser {
     /// The window column's field, when rows are routed to chunks by its
     /// value (a `timestamptz` or `timestamp`: 8 bytes, microseconds since 2000).
     route_column: Option<usize>,
+    /// A read-back that tallies the window column's values for evidence:
+    /// (field, tally).
+    tally: Option<(usize, dpone_core::ports::WindowTally)>,
     header_done: bool,
     finished: bool,
     /// What an input ending before the trailer reports.
@@ -399,7 +402,14 @@ pub struct CopyParser {
 impl CopyParser {
     /// The parser of a source's chunk COPY.
     pub fn new(codec: RowCodec) -> Self {
-        CopyParser { codec, route_column: None, header_done: false, finished: false, truncated: "the COPY stream ended before its trailer" }
+        CopyParser {
+            codec,
+            route_column: None,
+            tally: None,
+            header_done: false,
+            finished: false,
+            truncated: "the COPY stream ended before its trailer",
+        }
     }
 
     /// The parser of a chunk group's COPY: field `window_column` holds the
@@ -411,6 +421,17 @@ impl CopyParser {
     /// The parser of a target reading its own rows back.
     pub fn read_back(codec: RowCodec) -> Self {
         CopyParser { truncated: "the read-back ended before its trailer", ..Self::new(codec) }
+    }
+
+    /// [`CopyParser::read_back`] that also tallies the window values of
+    /// field `window_column` (a `timestamptz`) of every row it converts.
+    pub fn read_back_tallying(codec: RowCodec, window_column: usize) -> Self {
+        CopyParser { tally: Some((window_column, Default::default())), ..Self::read_back(codec) }
+    }
+
+    /// What the tallying read-back counted, once.
+    pub fn take_tally(&mut self) -> Option<dpone_core::ports::WindowTally> {
+        self.tally.take().map(|(_, t)| t)
     }
 
     fn protocol(reason: &str) -> TranscodeError {
@@ -459,14 +480,16 @@ impl Transcoder for CopyParser {
             let mut p = pos + 2;
             let mut predicted = 0usize;
             let mut widest = (0usize, 0usize);
-            // Where the window value of a routed row is: (offset, length).
+            // Where the window value of a routed (or tallied) row is:
+            // (offset, length).
             let mut key = (0usize, -1i32);
+            let key_column = self.route_column.or(self.tally.as_ref().map(|(c, _)| *c));
             for i in 0..ncols {
                 if data.len() < p + 4 {
                     return Ok((pos, Parsed::NeedMore));
                 }
                 let len = i32::from_be_bytes(data[p..p + 4].try_into().expect("4 bytes"));
-                if Some(i) == self.route_column {
+                if Some(i) == key_column {
                     key = (p + 4, len);
                 }
                 p += 4 + len.max(0) as usize;
@@ -515,6 +538,18 @@ impl Transcoder for CopyParser {
                 }
                 Ok(())
             })?;
+            if let Some((i, tally)) = &mut self.tally {
+                tally.add(match key.1 {
+                    -1 => None,
+                    8 => Some(be_i64(&data[key.0..key.0 + 8]).saturating_add(PG_EPOCH_MICROS)),
+                    n => {
+                        return Err(TranscodeError::new(
+                            self.codec.columns[*i].name.as_str(),
+                            format!("window field of {n} bytes, expected 8"),
+                        ));
+                    }
+                });
+            }
             pos = p;
         }
     }

@@ -39,6 +39,9 @@ pub struct DirectLoaded {
     pub contents: Contents,
     /// Seconds the read-back took (evidence: the chunk's `verify` phase).
     pub read_back_seconds: f64,
+    /// Evidence facts of the rows read back (their window values), when
+    /// the target tallied them.
+    pub window: Option<super::WindowStats>,
 }
 
 /// One step the engine asks of a direct publication.
@@ -56,17 +59,41 @@ pub enum DirectStep {
         verdict: oneshot::Receiver<bool>,
     },
     /// Every chunk is kept and holds `rows` rows in total: final checks,
-    /// the receipt, `COMMIT`.
-    Commit { rows: u64 },
+    /// the receipt, `COMMIT`. Before the receipt the target may send on
+    /// `outside` the evidence facts of its rows outside the window
+    /// (`total_rows`, `outside_rows`, `null_window_rows`), counted in the
+    /// transaction.
+    Commit { rows: u64, outside: oneshot::Sender<super::WindowStats> },
 }
 
 /// The steps a direct publication receives.
-pub type DirectFeed = mpsc::Receiver<DirectStep>;
+#[derive(Debug)]
+pub struct DirectFeed {
+    steps: mpsc::Receiver<DirectStep>,
+    ready: Option<oneshot::Sender<()>>,
+}
+
+impl DirectFeed {
+    /// Tells the engine that the transaction holds its lock and removed
+    /// the window: the sources may start streaming (a source read waiting
+    /// for a lock or a long `DELETE` could time out).
+    pub fn ready(&mut self) {
+        if let Some(r) = self.ready.take() {
+            let _ = r.send(());
+        }
+    }
+
+    /// The next step; None once the engine dropped its end.
+    pub async fn recv(&mut self) -> Option<DirectStep> {
+        self.steps.recv().await
+    }
+}
 
 /// The engine's end of a direct publication.
 #[derive(Debug)]
 pub struct DirectDriver {
     steps: mpsc::Sender<DirectStep>,
+    ready: Option<oneshot::Receiver<()>>,
 }
 
 /// A chunk loaded but not judged yet: [`PendingChunk::keep`] or
@@ -90,7 +117,8 @@ impl PendingChunk {
 /// A channel between the engine and a direct publication.
 pub fn direct_channel() -> (DirectDriver, DirectFeed) {
     let (steps, feed) = mpsc::channel(1);
-    (DirectDriver { steps }, feed)
+    let (ready_tx, ready_rx) = oneshot::channel();
+    (DirectDriver { steps, ready: Some(ready_rx) }, DirectFeed { steps: feed, ready: Some(ready_tx) })
 }
 
 fn gone() -> super::AdapterError {
@@ -98,6 +126,15 @@ fn gone() -> super::AdapterError {
 }
 
 impl DirectDriver {
+    /// Waits until the publication said it is [`DirectFeed::ready`]; an
+    /// error when it ended first (its own result says why).
+    pub async fn ready(&mut self) -> Result<()> {
+        match self.ready.take() {
+            Some(r) => r.await.map_err(|_| gone()),
+            None => Ok(()),
+        }
+    }
+
     /// Hands `frames` to the publication and waits for what the target
     /// holds in `range` afterwards. An error is the load's (its chunk was
     /// rolled back) or the publication's end.
@@ -110,9 +147,12 @@ impl DirectDriver {
     }
 
     /// Asks the publication to commit `rows` rows; its outcome is what the
-    /// publication's future returns.
-    pub async fn commit(self, rows: u64) -> Result<()> {
-        self.steps.send(DirectStep::Commit { rows }).await.map_err(|_| gone())
+    /// publication's future returns. The receiver gets the facts of the
+    /// rows outside the window, if the target counts them.
+    pub async fn commit(self, rows: u64) -> Result<oneshot::Receiver<super::WindowStats>> {
+        let (outside, facts) = oneshot::channel();
+        self.steps.send(DirectStep::Commit { rows, outside }).await.map_err(|_| gone())?;
+        Ok(facts)
     }
 }
 
@@ -124,6 +164,7 @@ mod tests {
     /// A stand-in publication that loads nothing and reports the frames' count.
     async fn serve(mut feed: DirectFeed) -> Vec<String> {
         let mut log = Vec::new();
+        feed.ready();
         while let Some(step) = feed.recv().await {
             match step {
                 DirectStep::Load { index, mut frames, loaded, verdict, .. } => {
@@ -132,10 +173,10 @@ mod tests {
                         rows += f.rows;
                     }
                     let contents = Contents { rows, digest: RowDigest::new(1) };
-                    let _ = loaded.send(Ok(DirectLoaded { written: rows, contents, read_back_seconds: 0.0 }));
+                    let _ = loaded.send(Ok(DirectLoaded { written: rows, contents, read_back_seconds: 0.0, window: None }));
                     log.push(format!("{index}:{}", if verdict.await.unwrap_or(false) { "kept" } else { "undone" }));
                 }
-                DirectStep::Commit { rows } => {
+                DirectStep::Commit { rows, .. } => {
                     log.push(format!("commit {rows}"));
                     return log;
                 }
@@ -152,8 +193,9 @@ mod tests {
 
     #[tokio::test]
     async fn verdicts_reach_the_publication_and_a_dropped_driver_rolls_back() {
-        let (driver, feed) = direct_channel();
+        let (mut driver, feed) = direct_channel();
         let server = tokio::spawn(serve(feed));
+        driver.ready().await.unwrap();
         let (l, pending) = driver.load(0, None, no_frames()).await.unwrap();
         assert_eq!(l.written, 0);
         pending.keep();
@@ -172,8 +214,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_publication_that_ended_is_an_error_not_a_hang() {
-        let (driver, feed) = direct_channel();
+        let (mut driver, feed) = direct_channel();
         drop(feed);
+        assert_eq!(driver.ready().await.unwrap_err().kind, crate::ports::ErrorKind::Cancelled, "never ready");
         let e = driver.load(0, None, no_frames()).await.unwrap_err();
         assert_eq!(e.kind, crate::ports::ErrorKind::Cancelled);
     }

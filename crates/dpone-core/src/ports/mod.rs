@@ -34,8 +34,10 @@ mod channel;
 mod direct;
 mod error;
 mod generation;
+mod tally;
 
 pub use access::{AccessPath, AccessPlan, WindowRead};
+pub use tally::WindowTally;
 
 pub use channel::{Frame, FrameGuard, FrameRx, FrameTx, frame_channel, guarded_frame_channel};
 pub use direct::{DirectDriver, DirectFeed, DirectLoaded, DirectStep, PendingChunk, direct_channel};
@@ -136,7 +138,7 @@ pub struct Contents {
 }
 
 /// Facts about the published target, for evidence.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct WindowStats {
     pub total_rows: u64,
     pub window_rows: u64,

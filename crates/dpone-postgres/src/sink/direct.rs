@@ -41,7 +41,10 @@ use super::transaction::{LOCK_WAIT, commit_outcome, lock_text, rolled_back};
 use super::{PostgresTarget, filter_sql};
 use crate::encode::{COPY_HEADER, COPY_TRAILER, CopyEncoder};
 use crate::error::classify;
-use dpone_core::ports::{AdapterError, DirectFeed, DirectLoaded, DirectStep, ErrorKind, FrameRx, PublicationOutcome, Result, RowFilter};
+use crate::source::quote_ident;
+use dpone_core::ports::{
+    AdapterError, DirectFeed, DirectLoaded, DirectStep, ErrorKind, FrameRx, PublicationOutcome, Result, RowFilter, WindowStats,
+};
 use futures_util::SinkExt;
 use std::time::Instant;
 use tokio_postgres::Client;
@@ -94,6 +97,7 @@ impl PostgresTarget {
             None => format!("DELETE FROM {target}"),
         };
         client.batch_execute(&remove).await.map_err(|e| classify("removing the window", e))?;
+        feed.ready();
         loop {
             let step = feed
                 .recv()
@@ -116,7 +120,7 @@ impl PostgresTarget {
                         }
                     }
                 }
-                DirectStep::Commit { rows } => {
+                DirectStep::Commit { rows, outside } => {
                     if own_code {
                         self.check_published(client, keep, rows).await?;
                         if let (Some(k), Some(before)) = (keep, kept_before) {
@@ -129,6 +133,9 @@ impl PostgresTarget {
                                 .hint("a trigger or rule of the target changed rows outside the window; nothing was published"));
                             }
                         }
+                    }
+                    if let Some(k) = keep {
+                        let _ = outside.send(self.outside_facts(client, k).await?);
                     }
                     let receipt = format!("INSERT INTO {} (target, generation, rows) VALUES ($1, $2, $3)", self.receipts_sql());
                     client
@@ -175,8 +182,33 @@ impl PostgresTarget {
             ));
         }
         let started = Instant::now();
-        let contents = self.read_back(client, &self.target_sql(), range).await?;
-        Ok(DirectLoaded { written, contents, read_back_seconds: started.elapsed().as_secs_f64() })
+        let window = range.map(|r| r.column.as_str());
+        let (contents, tally) = self.read_back_tallying(client, &self.target_sql(), range, window).await?;
+        Ok(DirectLoaded {
+            written,
+            contents,
+            read_back_seconds: started.elapsed().as_secs_f64(),
+            window: tally.map(|t| t.into_window_stats()),
+        })
+    }
+
+    /// Evidence facts of the rows outside the window, counted under the
+    /// transaction's lock: what the commit leaves there.
+    async fn outside_facts(&self, client: &Client, keep: &RowFilter) -> Result<WindowStats> {
+        let outside = filter_sql(&RowFilter { inside: false, ..keep.clone() });
+        let row = client
+            .query_one(
+                &format!(
+                    "SELECT count(*), count(*) FILTER (WHERE {} IS NULL) FROM {} WHERE {outside}",
+                    quote_ident(&keep.column),
+                    self.target_sql()
+                ),
+                &[],
+            )
+            .await
+            .map_err(|e| classify("counting the rows outside the window", e))?;
+        let (rows, nulls): (i64, i64) = (row.get(0), row.get(1));
+        Ok(WindowStats { total_rows: rows as u64, outside_rows: rows as u64, null_window_rows: nulls as u64, ..WindowStats::default() })
     }
 }
 

@@ -99,6 +99,21 @@ impl MemTarget {
         self.db.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// An `InPlaceReceipt` target that publishes directly, as PostgreSQL's
+    /// `publication: direct`: the chunks are loaded inside the publishing
+    /// transaction (`Target::publish_direct`), no staging is created.
+    pub fn set_direct(&self, on: bool) {
+        assert_eq!(self.model, Publication::InPlaceReceipt, "only the receipt model publishes directly");
+        self.lock().direct = on;
+    }
+
+    /// When on, a direct publication inserts a copy of the first row of
+    /// each chunk it loads, as a trigger of the target could: the chunk's
+    /// read-back must see it.
+    pub fn set_direct_tamper(&self, on: bool) {
+        self.lock().direct_tamper = on;
+    }
+
     /// Refusals `eligibility` reports (besides a missing target).
     pub fn set_refusals(&self, refusals: Vec<Diagnostic>) {
         self.lock().refusals = refusals;

@@ -64,6 +64,11 @@ pub(crate) struct Db {
     pub calls: Vec<TargetCall>,
     pub refusals: Vec<Diagnostic>,
     pub compare_kept_gap: bool,
+    /// `InPlaceReceipt` only: publish directly (`publication: direct`).
+    pub direct: bool,
+    /// A direct publication inserts a copy of the first row of each chunk
+    /// (a trigger of the target, for tests of the chunk check).
+    pub direct_tamper: bool,
     /// `incremental_append`: the stored high-water mark of the target
     /// (its `_dpone_marks` row), written in the publishing step.
     pub mark: Option<dpone_core::incremental::StoredMark>,
@@ -79,7 +84,16 @@ pub(crate) fn table_exists(name: &str) -> AdapterError {
 
 impl Db {
     pub fn new() -> Self {
-        Db { tables: BTreeMap::new(), next_id: 1, calls: Vec::new(), refusals: Vec::new(), compare_kept_gap: false, mark: None }
+        Db {
+            tables: BTreeMap::new(),
+            next_id: 1,
+            calls: Vec::new(),
+            refusals: Vec::new(),
+            compare_kept_gap: false,
+            direct: false,
+            direct_tamper: false,
+            mark: None,
+        }
     }
 
     /// Creates `name`; an existing table of that name is an error.

@@ -31,15 +31,15 @@
 //! partition a swap replaces, the generation, the receipt identity and the
 //! backup a swap keeps; `sink/transaction.rs` the transaction and its lock;
 //! `sink/fingerprint.rs` the fingerprints; `sink/append.rs` the marks and
-//! `incremental_append`, `sink/merge.rs` `incremental_merge`.
+//! `incremental_append`, `sink/merge.rs` `incremental_merge`;
+//! `sink/read_back.rs` the read-back every verification digests;
+//! `sink/direct.rs` `publication: direct`.
 
 use crate::catalog::{CatalogColumn, DESCRIBE_SQL, map_target_type};
 use crate::encode::{COPY_TRAILER, CopyEncoder};
 use crate::error::classify;
-use crate::source::{CopyInput, quote_ident};
-use crate::transcode::{CopyParser, RowCodec, codec_for};
+use crate::source::quote_ident;
 use dpone_core::Diagnostic;
-use dpone_core::frames::{self, DigestOnly, FrameLimits};
 use dpone_core::identity::OWNED_PREFIX;
 use dpone_core::manifest::TableRef;
 use dpone_core::ports::{
@@ -59,6 +59,7 @@ mod direct;
 mod fingerprint;
 mod merge;
 mod publish;
+mod read_back;
 pub use append::MARKS_TABLE;
 mod transaction;
 use batch::{CopyBatch, PieceEncoder, send_piece};
@@ -163,50 +164,6 @@ impl PostgresTarget {
 
     fn column_list(&self) -> Result<String> {
         Ok(self.columns()?.iter().map(|c| quote_ident(&c.name)).collect::<Vec<_>>().join(", "))
-    }
-
-    /// Reads `SELECT cols FROM table [WHERE filter]` back through binary
-    /// COPY and digests it under the target's canonical types.
-    async fn read_back(&self, client: &Client, table_sql: &str, filter: Option<&RowFilter>) -> Result<Contents> {
-        Ok(self.read_back_tallying(client, table_sql, filter, None).await?.0)
-    }
-
-    /// [`Self::read_back`], tallying the values of column `tally` (the
-    /// window column) of the rows read, for evidence.
-    async fn read_back_tallying(
-        &self,
-        client: &Client,
-        table_sql: &str,
-        filter: Option<&RowFilter>,
-        tally: Option<&str>,
-    ) -> Result<(Contents, Option<dpone_core::ports::WindowTally>)> {
-        let cols = self.columns()?;
-        let oids = self.oids.get().ok_or_else(|| AdapterError::permanent("internal_error", "target used before describe"))?;
-        let codecs = cols
-            .iter()
-            .map(|c| {
-                codec_for(c, oids.get(&c.name).copied().unwrap_or(0), &c.ty).map_err(|e| AdapterError::permanent("unsupported_type", e))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let mut sql = format!("COPY (SELECT {} FROM {table_sql}", self.column_list()?);
-        if let Some(f) = filter {
-            sql.push_str(&format!(" WHERE {}", filter_sql(f)));
-        }
-        sql.push_str(") TO STDOUT (FORMAT binary)");
-        let stream = client.copy_out(&sql).await.map_err(|e| classify("reading staged rows back", e))?;
-        futures_util::pin_mut!(stream);
-        let mut input = CopyInput { stream, reading: "reading staged rows back", finishing: "reading staged rows back" };
-        // Frames only bound how much is parsed at once: they are digested and
-        // dropped, so a small one (one reused buffer per read-back) suffices.
-        let limits =
-            FrameLimits { block_rows: 1 << 16, flush_bytes: READ_BACK_FRAME_BYTES, max_row_bytes: usize::MAX, digest: self.digest };
-        let codec = RowCodec { columns: codecs };
-        let parser = &mut match tally.and_then(|t| cols.iter().position(|c| c.name == t)) {
-            Some(i) => CopyParser::read_back_tallying(codec, i),
-            None => CopyParser::read_back(codec),
-        };
-        let stats = frames::assemble(parser, &mut input, cols.len(), limits, &mut DigestOnly::default()).await?;
-        Ok((Contents { rows: stats.rows, digest: stats.digest }, parser.take_tally()))
     }
 
     /// The table of receipts, created when missing.

@@ -24,7 +24,8 @@
 //!    loaded (`publication_verification_failed`) and the rows outside it
 //!    the fingerprint of step 2 (`kept_rows_changed`); without, nothing
 //!    but dpone's statements ran, so the chunks' read-backs cover every
-//!    row the publication changed;
+//!    row the publication changed (the evidence's count of the rows
+//!    outside the window is taken after step 3, before the loads);
 //! 6. the receipt naming the run's generation, then `COMMIT`, judged as in
 //!    `transaction.rs` (only a lost answer is `outcome_unknown`).
 //!
@@ -97,6 +98,14 @@ impl PostgresTarget {
             None => format!("DELETE FROM {target}"),
         };
         client.batch_execute(&remove).await.map_err(|e| classify("removing the window", e))?;
+        // What stays outside the window, counted before the loads (the
+        // lock keeps writers out; code of the target's own that changed it
+        // is refused at the commit): counted after them, the scan would
+        // read every loaded row too.
+        let mut outside_facts = match keep {
+            Some(k) => Some(self.outside_facts(client, k).await?),
+            None => None,
+        };
         feed.ready();
         loop {
             let step = feed
@@ -134,8 +143,8 @@ impl PostgresTarget {
                             }
                         }
                     }
-                    if let Some(k) = keep {
-                        let _ = outside.send(self.outside_facts(client, k).await?);
+                    if let Some(facts) = outside_facts.take() {
+                        let _ = outside.send(facts);
                     }
                     let receipt = format!("INSERT INTO {} (target, generation, rows) VALUES ($1, $2, $3)", self.receipts_sql());
                     client

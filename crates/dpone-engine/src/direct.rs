@@ -26,9 +26,9 @@
 //! over from the source (it has no generation to publish again).
 
 use crate::context::{AbortOnDrop, Ctx};
-use crate::failure::{RunFailure, Step, Stop, unknown_failure};
+use crate::failure::{Step, Stop, unknown_failure};
 use crate::journal::Journal;
-use crate::publish::{reconcile, record_published};
+use crate::publish::{ended_absent, reconcile, record_published};
 use crate::stage::{frame_guard, read_request, retryable};
 use dpone_core::digest::RowDigest;
 use dpone_core::evidence::GenerationCheck;
@@ -37,9 +37,7 @@ use dpone_core::ports::{
     AdapterError, DirectDriver, DirectLoaded, PendingChunk, PublicationOutcome, ReadStats, RowFilter, Source, TableRole, Target,
     WindowStats, direct_channel, guarded_frame_channel,
 };
-use dpone_core::state::{
-    CHUNK_BACKOFF_MS, ChunkRecord, ChunkState, GenerationRecord, JournalError, MAX_CHUNK_ATTEMPTS, PublicationIntent, RunState,
-};
+use dpone_core::state::{CHUNK_BACKOFF_MS, ChunkRecord, ChunkState, GenerationRecord, MAX_CHUNK_ATTEMPTS, PublicationIntent, RunState};
 use dpone_core::time::Timestamp;
 use dpone_core::window::Chunk;
 use std::sync::atomic::Ordering;
@@ -205,17 +203,7 @@ async fn judge<S: Source, T: Target>(
     let run_id = journal.snapshot().await.run_id;
     match (reconcile(ctx, intent).await.unwrap_or(PublicationOutcome::Unknown), outcome) {
         (PublicationOutcome::Published, _) => record_published(journal).await,
-        (PublicationOutcome::Absent, Err(e)) => {
-            let (code, message) = (e.code.clone(), e.message.clone());
-            let _ = journal
-                .update(|j| {
-                    j.state = RunState::Failed;
-                    j.publication = Some(PublicationOutcome::Absent);
-                    j.error = Some(JournalError { code, message });
-                })
-                .await;
-            Err(Stop::Ended(RunFailure::at(crate::failure::Phase::BeforePublication, e, Some(&run_id))))
-        }
+        (PublicationOutcome::Absent, Err(e)) => Err(ended_absent(ctx, journal, e).await),
         _ => {
             let _ = journal.set_state(RunState::OutcomeUnknown).await;
             Err(Stop::Ended(unknown_failure(&run_id, intent)))

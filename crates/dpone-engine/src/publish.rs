@@ -174,19 +174,7 @@ async fn publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, inten
             }
             match (judged, other) {
                 (PublicationOutcome::Published, _) => {}
-                (PublicationOutcome::Absent, Err(e)) => {
-                    let (code, message) = (e.code.clone(), e.message.clone());
-                    let _ = journal
-                        .update(|j| {
-                            j.state = RunState::Failed;
-                            j.publication = Some(PublicationOutcome::Absent);
-                            j.error = Some(JournalError { code, message });
-                        })
-                        .await;
-                    let owned: Vec<String> = journal.snapshot().await.owned.into_iter().collect();
-                    let _ = ctx.target.drop_tables(&owned).await;
-                    return Err(Stop::Ended(RunFailure::at(crate::failure::Phase::BeforePublication, e, Some(&run_id))));
-                }
+                (PublicationOutcome::Absent, Err(e)) => return Err(ended_absent(ctx, journal, e).await),
                 _ => {
                     let _ = journal.set_state(RunState::OutcomeUnknown).await;
                     return Err(Stop::Ended(unknown_failure(&run_id, intent)));
@@ -196,6 +184,23 @@ async fn publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, inten
     }
     ctx.add_phase(|p| p.publish += started.elapsed().as_secs_f64());
     record_published(journal).await
+}
+
+/// A publication judged absent after its call failed with `e`: the run
+/// ends `failed` (nothing of it is visible) and its tables are dropped.
+pub(crate) async fn ended_absent<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, e: AdapterError) -> Stop {
+    let (code, message) = (e.code.clone(), e.message.clone());
+    let _ = journal
+        .update(|j| {
+            j.state = RunState::Failed;
+            j.publication = Some(PublicationOutcome::Absent);
+            j.error = Some(JournalError { code, message });
+        })
+        .await;
+    let j = journal.snapshot().await;
+    let owned: Vec<String> = j.owned.into_iter().collect();
+    let _ = ctx.target.drop_tables(&owned).await;
+    Stop::Ended(RunFailure::at(crate::failure::Phase::BeforePublication, e, Some(&j.run_id)))
 }
 
 /// Judges a publication from the target's identity: the generation's

@@ -66,31 +66,24 @@ trait Magnitude: Copy + PartialEq + std::ops::Div<Output = Self> + std::ops::Rem
     fn pow10(e: u8) -> Self;
 }
 
-impl Magnitude for u64 {
-    const ZERO: Self = 0;
-    fn small(v: u16) -> Self {
-        v.into()
-    }
-    fn low_u16(self) -> u16 {
-        self as u16
-    }
-    fn pow10(e: u8) -> Self {
-        10u64.pow(e.into())
-    }
+macro_rules! primitive_magnitude {
+    ($($t:ty),*) => {$(
+        impl Magnitude for $t {
+            const ZERO: Self = 0;
+            fn small(v: u16) -> Self {
+                v.into()
+            }
+            fn low_u16(self) -> u16 {
+                self as u16
+            }
+            fn pow10(e: u8) -> Self {
+                <$t>::pow(10, e.into())
+            }
+        }
+    )*};
 }
 
-impl Magnitude for u128 {
-    const ZERO: Self = 0;
-    fn small(v: u16) -> Self {
-        v.into()
-    }
-    fn low_u16(self) -> u16 {
-        self as u16
-    }
-    fn pow10(e: u8) -> Self {
-        10u128.pow(e.into())
-    }
-}
+primitive_magnitude!(u64, u128);
 
 impl Magnitude for U256 {
     const ZERO: Self = U256::ZERO;

@@ -134,3 +134,31 @@ async fn a_publication_that_failed_before_its_transaction_publishes_nothing() {
     let report = w.run().await.expect("the next run");
     w.assert_succeeded(&report, "the next run");
 }
+
+/// A read that fails part-way (some of the chunk's rows already loaded)
+/// rolls the chunk back to its savepoint and reads it again: no row of the
+/// failed attempt is kept, none is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transient_source_error_is_undone_and_the_chunk_read_again() {
+    for nth in [1, 2] {
+        let w = direct_world();
+        w.source.fail_read(dpone_testkit::ReadFault { nth, class: dpone_core::ports::ErrorClass::Transient, after_rows: 1 });
+        let report = w.run().await.unwrap_or_else(|f| panic!("read {nth} failing once: {f}"));
+        assert_eq!(report.chunks.iter().map(|c| c.attempt).max(), Some(2), "read {nth}: the chunk was tried again");
+        w.assert_succeeded(&report, &format!("read {nth} failing once, then read again"));
+        assert_eq!(w.target.receipts().len(), 1);
+    }
+}
+
+/// A read that fails on every attempt fails the run; nothing is published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_failing_on_every_attempt_publishes_nothing() {
+    let w = direct_world();
+    for nth in 1..=3 {
+        w.source.fail_read(dpone_testkit::ReadFault { nth, class: dpone_core::ports::ErrorClass::Transient, after_rows: 1 });
+    }
+    let f = w.run().await.expect_err("three failed attempts");
+    assert_eq!(f.publication, Some(PublicationOutcome::Absent), "{f}");
+    w.assert_target_untouched("a chunk that never loaded");
+    assert!(w.target.receipts().is_empty());
+}

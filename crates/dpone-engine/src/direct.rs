@@ -74,7 +74,6 @@ pub(crate) async fn load_and_publish<S: Source, T: Target>(ctx: &Ctx<S, T>, jour
     }
     ctx.failpoint("staging.before_write").await?;
     ctx.may_write()?;
-    let started = Instant::now();
     let (mut driver, feed) = direct_channel();
     let mut publication = AbortOnDrop(tokio::spawn({
         let (target, generation) = (ctx.target.clone(), generation.clone());
@@ -163,7 +162,6 @@ pub(crate) async fn load_and_publish<S: Source, T: Target>(ctx: &Ctx<S, T>, jour
     };
     ctx.failpoint("publish.after_exchange").await?;
     ctx.add_phase(|p| p.publish += committing.elapsed().as_secs_f64());
-    tracing::debug!(seconds = started.elapsed().as_secs_f64(), "direct publication ended");
     match outcome {
         Ok(PublicationOutcome::Published) => {
             // The target's evidence facts as the transaction counted them:

@@ -139,11 +139,17 @@ pub fn write_numeric(out: &mut Vec<u8>, v: I256, scale: u8) {
     let abs: U256 = v.unsigned_abs();
     let (hi, lo) = abs.into_words();
     // 10^(scale + 3) must fit the magnitude's type (see numeric_groups).
-    let (digits, n, n_int) = match (hi, u64::try_from(lo)) {
+    let groups = match (hi, u64::try_from(lo)) {
         (0, Ok(small)) if scale <= 16 => numeric_groups(small, scale),
         (0, _) if scale <= 35 => numeric_groups(lo, scale),
         _ => numeric_groups(abs, scale),
     };
+    write_numeric_groups(out, groups, negative, scale);
+}
+
+/// The `numeric` fields of [`numeric_groups`]' digits: leading and
+/// trailing zero groups stripped, the weight moved with them.
+fn write_numeric_groups(out: &mut Vec<u8>, (digits, n, n_int): ([u16; 40], usize, usize), negative: bool, scale: u8) {
     // Strip leading and trailing zero groups.
     let mut weight = n_int as i32 - 1;
     let mut first = 0;
@@ -392,26 +398,8 @@ mod tests {
     fn numeric_reference(v: I256, scale: u8) -> Vec<u8> {
         let mut fast = Vec::new();
         write_numeric(&mut fast, v, scale);
-        let (digits, n, n_int) = numeric_groups(v.unsigned_abs(), scale);
-        let mut first = 0;
-        let mut weight = n_int as i32 - 1;
-        while first < n && digits[first] == 0 {
-            first += 1;
-            weight -= 1;
-        }
-        let mut last = n;
-        while last > first && digits[last - 1] == 0 {
-            last -= 1;
-        }
-        let ndigits = last - first;
         let mut out = Vec::new();
-        out.extend_from_slice(&(ndigits as u16).to_be_bytes());
-        out.extend_from_slice(&(if ndigits == 0 { 0 } else { weight } as i16).to_be_bytes());
-        out.extend_from_slice(&(if v < 0 && ndigits > 0 { 0x4000u16 } else { 0 }).to_be_bytes());
-        out.extend_from_slice(&(scale as u16).to_be_bytes());
-        for d in &digits[first..last] {
-            out.extend_from_slice(&d.to_be_bytes());
-        }
+        write_numeric_groups(&mut out, numeric_groups(v.unsigned_abs(), scale), v < 0, scale);
         assert_eq!(fast, out, "{v} at scale {scale}");
         out
     }

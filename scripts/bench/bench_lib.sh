@@ -152,13 +152,22 @@ bench_build() {
   log "dpone built from commit $BENCH_COMMIT ($BENCH_CHANGED changed paths in the working tree)"
 }
 
-# Waits (up to 60 s) until ClickHouse runs no merges or mutations in
-# dpone_bench, so that a measurement does not pay for the previous one's
-# background work; prints the seconds waited.
+# Waits (up to 60 s) until ClickHouse has run no merges or mutations in
+# dpone_bench for QUIESCE_QUIET_S seconds in a row (default 3), so that a
+# measurement does not pay for the previous one's background work; prints
+# the seconds waited. ClickHouse starts the merge of freshly written parts
+# about a second after the write (seen: the seven parts a dpone run leaves
+# merged 1-3 s after it ended, ~2 CPU seconds on 5M narrow rows, paid by
+# whatever ran next), so one check right after a run is not enough.
 quiesce() {
-  local t0=$SECONDS
+  local t0=$SECONDS quiet=0 need=$((2 * ${QUIESCE_QUIET_S:-3}))
   while [ $((SECONDS - t0)) -lt 60 ]; do
-    [ "$(chq "SELECT (SELECT count() FROM system.merges WHERE database = 'dpone_bench') + (SELECT count() FROM system.mutations WHERE database = 'dpone_bench' AND NOT is_done)")" = 0 ] && break
+    if [ "$(chq "SELECT (SELECT count() FROM system.merges WHERE database = 'dpone_bench') + (SELECT count() FROM system.mutations WHERE database = 'dpone_bench' AND NOT is_done)")" = 0 ]; then
+      quiet=$((quiet + 1))
+      [ "$quiet" -ge "$need" ] && break
+    else
+      quiet=0
+    fi
     sleep 0.5
   done
   echo $((SECONDS - t0))
@@ -189,7 +198,10 @@ measure() {
   idle_waited=$((SECONDS - t0 - 1))
   load1=$(cut -d' ' -f1 /proc/loadavg)
   log "$group: $case #$rep (load1 $load1, CPU busy ${busy}% in the last second, waited ${idle_waited} s for idle)"
+  local pg0 ch0 pg1 ch1
+  read -r pg0 ch0 < <(python3 "$UTIL" server-cpu "$PG_URL" "$CH")
   /usr/bin/time -f '%e %M %U %S' -o "$TMP/time" "$@" >"$TMP/last.out" 2>"$TMP/last.err" || rc=$?
+  read -r pg1 ch1 < <(python3 "$UTIL" server-cpu "$PG_URL" "$CH")
   read -r wall rss usr sys < <(tail -n 1 "$TMP/time")
   if [[ $case == dpone_* ]] && [ -s "$TMP/last.out" ]; then
     extra=$(python3 "$UTIL" dpone-result "$TMP/last.out" 2>/dev/null || echo null)
@@ -198,12 +210,16 @@ measure() {
   if [ "$rc" -ne 0 ]; then
     err=$(cat "$TMP/last.out" "$TMP/last.err" | head -c 4000)
   fi
-  python3 - "$group" "$case" "$rep" "$wall" "$rss" "$usr" "$sys" "$load1" "$busy" "$waited" "$idle_waited" "$rc" "$extra" "$err" >>"$RESULTS" <<'EOF'
+  python3 - "$group" "$case" "$rep" "$wall" "$rss" "$usr" "$sys" "$load1" "$busy" "$waited" "$idle_waited" "$rc" "$extra" "$err" \
+    "$pg0" "$pg1" "$ch0" "$ch1" >>"$RESULTS" <<'EOF'
 import json, sys
-group, case, rep, wall, rss, usr, sys_s, load1, busy, waited, idle_waited, rc, extra, err = sys.argv[1:]
+group, case, rep, wall, rss, usr, sys_s, load1, busy, waited, idle_waited, rc, extra, err, pg0, pg1, ch0, ch1 = sys.argv[1:]
+def delta(a, b):
+    return None if "-" in (a, b) else round(float(b) - float(a), 2)
 line = {"dataset": group, "case": case, "rep": int(rep), "wall_s": float(wall), "rss_kib": int(rss),
         "user_s": float(usr), "sys_s": float(sys_s), "load1": float(load1), "cpu_busy_pct": float(busy),
-        "quiesce_wait_s": int(waited), "idle_wait_s": int(idle_waited), "ok": rc == "0", "exit_code": int(rc)}
+        "quiesce_wait_s": int(waited), "idle_wait_s": int(idle_waited), "ok": rc == "0", "exit_code": int(rc),
+        "pg_server_cpu_s": delta(pg0, pg1), "ch_server_cpu_s": delta(ch0, ch1)}
 if extra != "null":
     line["dpone"] = json.loads(extra)
 if err:

@@ -5,6 +5,11 @@
   bench_util.py dpone-result OUT      one JSON line summarizing a `dpone run --format json`
                                       output file and the evidence file it points to
   bench_util.py cpu-busy SECONDS      percent of all CPUs busy over SECONDS (from /proc/stat)
+  bench_util.py server-cpu PG_URL CH_URL
+                                      CPU seconds used so far by the PostgreSQL server (postmaster,
+                                      its live and its ended backends) and the ClickHouse server
+                                      (the process listening on CH_URL's port), "PG CH"; "-" for a
+                                      server not on this machine
   bench_util.py report META JSONL OUT writes the results JSON to OUT and prints Markdown
   bench_util.py meta KEY=JSON...       machine description plus the given keys, as JSON
   bench_util.py dataset-json TMP NAME ROWS FIELD=SUFFIX[:int|:bool]...
@@ -132,6 +137,100 @@ def cpu_busy(seconds):
     print(f"{(100.0 * (total - (i1 - i0)) / total) if total else 0.0:.1f}")
 
 
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "")
+
+
+def proc_cpu(pid, children=True):
+    """utime + stime (+ cutime + cstime: the ended children it waited for),
+    in seconds, of process `pid` (all its threads); None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            s = f.read()
+    except OSError:
+        return None
+    v = s[s.rindex(")") + 2:].split()
+    ticks = int(v[11]) + int(v[12]) + ((int(v[13]) + int(v[14])) if children else 0)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def processes():
+    """(pid, ppid, comm) of every process."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", encoding="ascii", errors="replace") as f:
+                s = f.read()
+        except OSError:
+            continue
+        out.append((int(d), int(s[s.rindex(")") + 2:].split()[1]), s[s.index("(") + 1:s.rindex(")")]))
+    return out
+
+
+def pg_server_cpu(url):
+    """The local PostgreSQL server's CPU seconds so far: the postmaster's own
+    and its ended children's (reaped at once), plus each live backend's."""
+    host = pg_host(url)
+    if host not in LOCAL_HOSTS and not host.startswith("/"):
+        return None
+    procs = processes()
+    pg = {pid for pid, _, comm in procs if comm == "postgres"}
+    masters = [pid for pid, ppid, comm in procs if comm == "postgres" and ppid not in pg]
+    if len(masters) != 1:
+        return None
+    total = proc_cpu(masters[0])
+    for pid, ppid, _ in procs:
+        if ppid == masters[0]:
+            total += proc_cpu(pid, children=False) or 0.0
+    return total
+
+
+def ch_server_cpu(url):
+    """The CPU seconds so far of the local process listening on the
+    ClickHouse URL's port (threads and waited-for children included)."""
+    u = urllib.parse.urlsplit(url)
+    if (u.hostname or "") not in LOCAL_HOSTS:
+        return None
+    port = u.port or (8443 if u.scheme == "https" else 8123)
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as f:
+                next(f)
+                for line in f:
+                    v = line.split()
+                    if v[3] == "0A" and int(v[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
+                        inodes.add(v[9])
+        except OSError:
+            pass
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{d}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{d}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:[") and link[8:-1] in inodes:
+                return proc_cpu(int(d))
+    return None
+
+
+def pg_host(url):
+    u = urllib.parse.urlsplit(url)
+    q = urllib.parse.parse_qs(u.query)
+    return u.hostname or q.get("host", [""])[0]
+
+
+def server_cpu(pg_url, ch_url):
+    print(" ".join("-" if v is None else f"{v:.2f}" for v in (pg_server_cpu(pg_url), ch_server_cpu(ch_url))))
+
+
 # ------------------------------------------------------------------ report --
 
 
@@ -154,6 +253,9 @@ def summarize(samples):
         "cpu_busy_pct_before": [s.get("cpu_busy_pct") for s in samples],
     }
     out["median_client_cpu_s"] = statistics.median(s["user_s"] + s["sys_s"] for s in samples)
+    for key in ("pg_server_cpu_s", "ch_server_cpu_s"):
+        v = [s[key] for s in samples if s.get(key) is not None]
+        out["median_" + key] = statistics.median(v) if len(v) == len(samples) else None
     phases = [s["dpone"]["phases"] for s in samples if s.get("dpone") and s["dpone"].get("phases")]
     if phases:
         out["median_phases_s"] = {p: statistics.median(ph[p] for ph in phases) for p in PHASES if p in phases[0]}
@@ -210,6 +312,33 @@ def print_phases(datasets, title):
                     + f" | {fmt(v['median_derived_s']['rest'])} | {fmt(v['median_wall_s'])}"
                     + f" | {fmt(v['median_client_cpu_s'])} |"
                 )
+
+
+def print_cpu(datasets, order, labels):
+    """The Markdown table of the CPU seconds each process used per case
+    (medians): the measured client, the PostgreSQL server, the ClickHouse
+    server, and their sum over the wall time (CPUs kept busy)."""
+    rows = []
+    for name, d in datasets.items():
+        for c in order:
+            v = d["cases"].get(c)
+            if not v:
+                continue
+            pg, ch = v.get("median_pg_server_cpu_s"), v.get("median_ch_server_cpu_s")
+            total = None if pg is None or ch is None else v["median_client_cpu_s"] + pg + ch
+            busy = None if total is None else total / v["median_wall_s"]
+            rows.append(f"| {name} | {labels[c]} | {fmt(v['median_wall_s'])} | {fmt(v['median_client_cpu_s'])} | "
+                        f"{fmt(pg)} | {fmt(ch)} | {fmt(total)} | {fmt(busy)} |")
+    if not rows:
+        return
+    print("CPU seconds per case (medians; servers measured from /proc when they run on this machine, "
+          "including their background work during the case):")
+    print()
+    print("| dataset | case | wall s | client CPU s | PostgreSQL server CPU s | ClickHouse server CPU s | sum | CPUs busy |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(r)
+    print()
 
 
 def xxh3_comparison(cases):
@@ -316,6 +445,7 @@ def report(meta_path, jsonl_path, out_path):
             elif c in d["unavailable"]:
                 print(f"| {label} | {CASE_LABELS[c]} | not available | | | |")
     print()
+    print_cpu(datasets, order, CASE_LABELS)
     print_phases(datasets, "dpone phases (median seconds; extract, load and verify are summed over chunks, "
                  "which run in parallel, so they overlap each other and the wall time):")
     print()
@@ -714,6 +844,7 @@ def report_ch2pg(meta_path, jsonl_path, out_path):
             elif c in d["failed"]:
                 print(f"| {label} | {CH2PG_LABELS[c]} | failed | | | | |")
     print()
+    print_cpu(datasets, CH2PG_ORDER, CH2PG_LABELS)
     print_phases(datasets, "dpone phases (median seconds; extract, load and verify are summed over chunks and overlap):")
     print()
     for name, d in datasets.items():
@@ -801,6 +932,8 @@ def main(argv):
         dpone_result(args[0])
     elif cmd == "cpu-busy" and len(args) == 1:
         cpu_busy(float(args[0]))
+    elif cmd == "server-cpu" and len(args) == 2:
+        server_cpu(*args)
     elif cmd == "report" and len(args) == 3:
         report(*args)
     elif cmd == "meta":

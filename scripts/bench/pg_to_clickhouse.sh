@@ -40,6 +40,9 @@
 #                    the machine to be idle (default 60; 0 = do not wait)
 #   IDLE_BUSY_PCT    "idle" means: all CPUs less than this % busy over one
 #                    second (default 30)
+#   QUIESCE_QUIET_S  before each measurement, wait (up to 60 s) for this many
+#                    seconds in a row without a ClickHouse merge in dpone_bench
+#                    (default 3)
 #   SKIP_BUILD=1     use the existing target/release/dpone
 #   DPONE_SOURCE     worktree (default): build the working tree as it is;
 #                    head: build a clean export of HEAD under target/bench/

@@ -13,6 +13,9 @@
 //!   one that changes a row outside the window (`kept_rows_changed`);
 //! - a writer outside dpone waits for the commit (the target is locked for
 //!   the whole load), its row then stays;
+//! - a chunk whose COPY fails part-way with a transient error is rolled
+//!   back to its savepoint, read from ClickHouse again and loaded again;
+//!   one that fails on all three attempts fails the run, nothing published;
 //! - `direct` is refused before any write where it cannot apply.
 //!
 //! Crashes at every failpoint are in the crash matrix
@@ -186,6 +189,61 @@ fn a_trigger_that_changes_a_row_outside_the_window_is_refused() {
         function(&fx, "touch_kept", &format!("IF NEW.id = 6 THEN UPDATE {} SET name = 'touched' WHERE id = 100; END IF;", fx.target_sql()));
     fx.pg_exec(&format!("CREATE TRIGGER touch_kept AFTER INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {f}()", fx.target_sql()));
     assert_rolled_back(&fx, "kept_rows_changed", "a trigger changing a row outside the window");
+    fx.finish();
+}
+
+/// A sequence `inserts` and a BEFORE INSERT trigger that counts every row
+/// the target is sent (`nextval`, which no rollback undoes) and raises a
+/// serialization failure (SQLSTATE 40001, transient) when `fail_when`
+/// (plpgsql over `n`, the row's count) holds. Returns the sequence.
+fn flaky_target(fx: &Fixture, fail_when: &str) -> String {
+    let seq = format!("{}.{}", ident(&fx.schema), ident("inserts"));
+    fx.pg_exec(&format!("CREATE SEQUENCE {seq}"));
+    let f = function(
+        fx,
+        "flaky",
+        &format!(
+            "DECLARE n bigint := nextval('{seq}'); BEGIN IF {fail_when} THEN \
+             RAISE EXCEPTION 'injected failure at row % (id %)', n, NEW.id USING ERRCODE = '40001'; END IF; END;"
+        ),
+    );
+    fx.pg_exec(&format!("CREATE TRIGGER flaky BEFORE INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {f}()", fx.target_sql()));
+    seq
+}
+
+#[test]
+fn a_chunk_whose_copy_failed_part_way_is_rolled_back_and_loaded_again() {
+    let fx = standard_fixture("direct_chpg_retry");
+    fx.write_manifest(&direct());
+    let per_chunk = ch_postgres_common::rows_per_chunk(&standard_source(), TS);
+    assert!(per_chunk[0] >= 2, "the first chunk has a row before the failing one: {per_chunk:?}");
+    // The first chunk's second row fails once: its first row is in the
+    // target (inside the chunk's savepoint) when the COPY breaks off.
+    let seq = flaky_target(&fx, "n = 2");
+    let doc = fx.run().assert_succeeded("a chunk loaded again after a failure part-way");
+    fx.assert_target(&expected(), "the target after a chunk was rolled back and loaded again");
+    check_report(&doc, &standard_source(), &expected(), "a chunk loaded again");
+    let ev = evidence(&doc);
+    let attempts: Vec<u64> = ev["chunks"].as_array().expect("chunks").iter().map(|c| c["attempt"].as_u64().expect("an attempt")).collect();
+    assert_eq!(attempts, vec![2, 1, 1], "the first chunk took two attempts: {ev:#}");
+    // Every window row was sent once, plus the two of the failed attempt.
+    let sent: u64 = fx.pg_scalar(&format!("SELECT last_value FROM {seq}")).expect("a sequence value").parse().unwrap();
+    assert_eq!(sent, window_rows() as u64 + 2, "the failed attempt's rows were sent, then rolled back");
+    assert_eq!(fx.receipts().len(), 1, "one publication");
+    assert_eq!(fx.leftovers(), Vec::<String>::new(), "no table of dpone's");
+    fx.finish();
+}
+
+#[test]
+fn a_chunk_that_fails_on_every_attempt_fails_the_run_and_publishes_nothing() {
+    let fx = standard_fixture("direct_chpg_retries_out");
+    fx.write_manifest(&direct());
+    // Every row fails: each attempt breaks off at its first row.
+    let seq = flaky_target(&fx, "true");
+    let doc = assert_rolled_back(&fx, "postgres_error:40001", "a chunk failing on every attempt");
+    assert!(doc["errors"].to_string().contains("injected failure"), "the server's message is reported: {doc:#}");
+    let sent = fx.pg_scalar(&format!("SELECT last_value FROM {seq}"));
+    assert_eq!(sent.as_deref(), Some("3"), "three attempts, each stopped at its first row");
     fx.finish();
 }
 

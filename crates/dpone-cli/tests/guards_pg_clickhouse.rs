@@ -25,6 +25,10 @@
 //!   `generation_changed` (its UUID is compared with the intent's before
 //!   the exchange: nothing else is exchanged in), and the next run
 //!   publishes the window;
+//! - the target renamed away just before the `EXCHANGE`
+//!   (`publish.before_exchange`) -> `outcome_unknown`: nothing exchanged
+//!   in, every table kept, refused until resolved, then the next run
+//!   publishes;
 //! - a row written into the verified generation just before the `EXCHANGE`
 //!   (`publish.before_exchange`): no transaction spans the verification
 //!   and the exchange, so it is published with the generation; the
@@ -367,6 +371,59 @@ fn a_generation_dropped_or_replaced_before_the_exchange_is_refused_and_the_next_
     assert_eq!(out.status.code(), Some(0), "the run after a refused publication:\n{}", guards_common::describe(&out));
     assert_same_rows(&published(), &fx.target_rows(), "the window published by the next run");
     assert_ne!(uuid(&fx), uuid_before, "the next run exchanged a new generation in");
+    fx.finish();
+}
+
+/// The target renamed away while the run waits just before its `EXCHANGE`
+/// (another name now holds its rows): the target is then neither the
+/// recorded previous table nor the generation, so the run ends
+/// `outcome_unknown` (docs/recovery.md, "Outcome unknown") with nothing
+/// exchanged in and every table kept; renamed back, the target has its rows
+/// and identity, a rerun is refused until `dpone resolve --outcome absent`,
+/// and the run after that publishes the window.
+#[test]
+fn a_target_gone_just_before_the_exchange_is_an_unknown_outcome_until_resolved() {
+    let fx = fixture("guard_pgch_nopub");
+    let uuid_before = uuid(&fx);
+    let what = "the target renamed away at publish.before_exchange";
+    let moved = format!("{}.{TABLE}_moved", fx.db);
+    let out = tampered_run(
+        &fx,
+        "publish.before_exchange",
+        || paused(&fx).then_some(()),
+        |()| {
+            fx.ch_exec(&format!("RENAME TABLE {}.{TABLE} TO {moved}", fx.db));
+        },
+    );
+    let doc = guards_common::json(&out);
+    assert_eq!(
+        (out.status.code(), &doc["error_code"], &doc["publication"]),
+        (Some(1), &"outcome_unknown".into(), &"unknown".into()),
+        "{what}:\n{}",
+        guards_common::describe(&out)
+    );
+    let tables = fx.ch_scalar(&format!("SELECT count() FROM system.tables WHERE database = '{}' AND name = '{TABLE}'", fx.db));
+    assert_eq!(tables.trim(), "0", "{what}: no target was created or exchanged in");
+    let generation = owned(&fx, "_dpone_gen_").expect("the generation is kept for the operator");
+    fx.ch_exec(&format!("RENAME TABLE {moved} TO {}.{TABLE}", fx.db));
+    assert_unchanged(&fx, &target(), &uuid_before, what);
+    let m = fx.manifest.display().to_string();
+    let env = vec![("DPONE_CONN_PG".to_string(), dpone_testkit::postgres_url()), ("DPONE_CONN_CH".to_string(), fx.clickhouse_url.clone())];
+    let run = ["run", m.as_str(), "--interval-end", INTERVAL_END, "--format", "json"];
+    let again = wait(spawn(fx.dir(), &run, &env), LIMIT);
+    assert_eq!(
+        guards_common::json(&again)["error_code"],
+        "outcome_unknown",
+        "{what}: refused until resolved:\n{}",
+        guards_common::describe(&again)
+    );
+    assert_unchanged(&fx, &target(), &uuid_before, &format!("{what}, after the refused rerun"));
+    assert_eq!(owned(&fx, "_dpone_gen_").as_deref(), Some(generation.as_str()), "{what}: the refused rerun keeps the tables");
+    let resolved = wait(spawn(fx.dir(), &["resolve", m.as_str(), "--outcome", "absent"], &env), LIMIT);
+    assert_eq!(resolved.status.code(), Some(0), "`dpone resolve --outcome absent`:\n{}", guards_common::describe(&resolved));
+    let out = wait(spawn(fx.dir(), &run, &env), LIMIT);
+    assert_eq!(out.status.code(), Some(0), "the run after the resolution:\n{}", guards_common::describe(&out));
+    assert_same_rows(&published(), &fx.target_rows(), "the window published by the run after the resolution");
     fx.finish();
 }
 

@@ -25,6 +25,9 @@
 //!   `generation_changed` (its UUID is compared with the intent's before
 //!   the exchange: nothing else is exchanged in), and the next run
 //!   publishes the window;
+//! - the verified generation dropped after the publication read both
+//!   identities (`replace.before_exchange`): the `EXCHANGE` fails, the
+//!   target is still the previous table -> `publication_failed`, absent;
 //! - the target renamed away just before the `EXCHANGE`
 //!   (`publish.before_exchange`) -> `outcome_unknown`: nothing exchanged
 //!   in, every table kept, refused until resolved, then the next run
@@ -371,6 +374,34 @@ fn a_generation_dropped_or_replaced_before_the_exchange_is_refused_and_the_next_
     assert_eq!(out.status.code(), Some(0), "the run after a refused publication:\n{}", guards_common::describe(&out));
     assert_same_rows(&published(), &fx.target_rows(), "the window published by the next run");
     assert_ne!(uuid(&fx), uuid_before, "the next run exchanged a new generation in");
+    fx.finish();
+}
+
+/// The verified generation dropped in the moment after the publication read
+/// both identities, right before `EXCHANGE TABLES` (`replace.before_exchange`,
+/// after the engine's own re-check): the exchange fails, the target is
+/// still the previous table, so the run reports `publication_failed` with
+/// the publication absent; its tables are dropped and the next run
+/// publishes the window.
+#[test]
+fn an_exchange_that_fails_leaves_the_target_and_is_publication_failed() {
+    let fx = fixture("guard_pgch_xfail");
+    let uuid_before = uuid(&fx);
+    let what = "the generation dropped at replace.before_exchange";
+    let ready = || paused(&fx).then(|| owned(&fx, "_dpone_gen_")).flatten();
+    let out = tampered_run(&fx, "replace.before_exchange", ready, |generation| {
+        fx.ch_exec(&format!("DROP TABLE {}.{generation} SYNC", fx.db));
+    });
+    let doc = assert_refused(&out, "publication_failed", what);
+    assert_eq!(doc["publication"], "absent", "{what}: {doc:#}");
+    assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains("did not take effect"), "{what}: {doc:#}");
+    assert_unchanged(&fx, &target(), &uuid_before, what);
+    assert!(owned(&fx, "_dpone_").is_none(), "{what}: the failed run's tables are dropped: {:?}", fx.owned_tables());
+    let m = fx.manifest.display().to_string();
+    let env = vec![("DPONE_CONN_PG".to_string(), dpone_testkit::postgres_url()), ("DPONE_CONN_CH".to_string(), fx.clickhouse_url.clone())];
+    let out = wait(spawn(fx.dir(), &["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], &env), LIMIT);
+    assert_eq!(out.status.code(), Some(0), "the run after a failed exchange:\n{}", guards_common::describe(&out));
+    assert_same_rows(&published(), &fx.target_rows(), "the window published by the next run");
     fx.finish();
 }
 

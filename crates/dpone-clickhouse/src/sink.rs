@@ -60,7 +60,8 @@ pub struct ClickhouseTarget {
     columns: OnceLock<Vec<Column>>,
     /// Bytes of the target's disk the generation must leave free.
     disk_reserve_bytes: u64,
-    /// Test failpoints inside the generation build (none in production).
+    /// Test failpoints inside the generation build and the publication
+    /// (none in production).
     failpoints: dpone_core::failpoint::Failpoints,
     /// The row hash of the digests this target computes.
     digest: DigestAlgorithm,
@@ -389,6 +390,7 @@ impl Target for ClickhouseTarget {
         let (Some(before), Some(gen_uuid)) = (before, gen_uuid) else {
             return Err(AdapterError::permanent("publication_failed", "the target or the generation disappeared before publication"));
         };
+        self.pausable_failpoint("replace.before_exchange").await?;
         let exchange = self
             .client
             .execute(&format!("EXCHANGE TABLES {} AND {}", self.target_sql(), self.owned_sql(generation)), Idempotence::Unsafe)

@@ -48,6 +48,12 @@ pub const BUILD_POINTS: &[&str] = &["generation.after_link", "generation.after_a
 /// and after its mark row was written, right before the exchange.
 pub const APPEND_POINTS: &[&str] = &["append.after_link", "append.before_exchange"];
 
+/// Abort (or pause) point inside a ClickHouse replace's publication: after
+/// it read the target's and the generation's identities, right before
+/// `EXCHANGE TABLES` (the engine's `publish.before_exchange` comes before
+/// its own re-check of the generation).
+pub const REPLACE_POINTS: &[&str] = &["replace.before_exchange"];
+
 /// Abort points: where a crash can be injected ([`POINTS`] minus faults).
 pub fn abort_points() -> impl Iterator<Item = &'static str> {
     POINTS.iter().copied().filter(|p| !p.starts_with("lease."))
@@ -83,7 +89,7 @@ impl Failpoints {
     #[inline]
     pub fn at(&self, point: &str) -> Option<Action> {
         debug_assert!(
-            POINTS.contains(&point) || BUILD_POINTS.contains(&point) || APPEND_POINTS.contains(&point),
+            POINTS.contains(&point) || BUILD_POINTS.contains(&point) || APPEND_POINTS.contains(&point) || REPLACE_POINTS.contains(&point),
             "unknown failpoint {point}"
         );
         self.0.as_ref().and_then(|i| i.at(point))

@@ -104,8 +104,9 @@ impl ClickhouseTarget {
             .ok_or_else(|| AdapterError::internal(format!("`{generation}` is not a generation table's name")))
     }
 
-    /// Stops (crash) or waits (pause) at an append's failpoint (tests only).
-    pub(super) async fn append_failpoint(&self, point: &str) -> Result<()> {
+    /// Stops (crash) or waits (pause) at a failpoint of a publication
+    /// (an append's or a replace's; tests only).
+    pub(super) async fn pausable_failpoint(&self, point: &str) -> Result<()> {
         match self.failpoints.at(point) {
             Some(Action::Crash) => {
                 Err(AdapterError::of(ErrorKind::Crashed, "crashed", format!("crashed at failpoint {point} (simulated)")))
@@ -358,7 +359,7 @@ impl ClickhouseTarget {
         self.ddl(&format!("DROP TABLE IF EXISTS {g2_sql} SYNC")).await?;
         self.ddl(&format!("CREATE TABLE {g2_sql} AS {}", self.target_sql())).await?;
         self.attach_all(&g2_sql, &self.target_sql(), target_parts.keys()).await?;
-        self.append_failpoint("append.after_link").await?;
+        self.pausable_failpoint("append.after_link").await?;
         self.attach_all(&g2_sql, &self.owned_sql(generation), batch_parts.keys()).await?;
         if !self.holds_target_and_batch(g2, &target_parts, &batch_parts, generation).await? {
             return Err(AdapterError::verification(
@@ -368,7 +369,7 @@ impl ClickhouseTarget {
             .hint("the target or the run's generation changed while the publication was built; nothing was published: run again"));
         }
         let g2_uuid = self.mark_g2(&uuid_before, g2, before, after).await?;
-        self.append_failpoint("append.before_exchange").await?;
+        self.pausable_failpoint("append.before_exchange").await?;
         // The target must still be what was linked: its own parts, or (a
         // merge renamed them) the same rows.
         let now = self.live_uuid().await?;

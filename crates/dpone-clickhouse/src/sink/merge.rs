@@ -187,7 +187,7 @@ impl ClickhouseTarget {
         self.ddl(&format!("DROP TABLE IF EXISTS {g2_sql} SYNC")).await?;
         self.ddl(&format!("CREATE TABLE {g2_sql} AS {target_sql}")).await?;
         self.attach_all(&g2_sql, &target_sql, target_parts.keys().filter(|id| !touched.contains(id))).await?;
-        self.append_failpoint("append.after_link").await?;
+        self.pausable_failpoint("append.after_link").await?;
         if !touched.is_empty() {
             let ids = touched.iter().map(|id| quote_str(id)).collect::<Vec<_>>().join(", ");
             self.client
@@ -205,7 +205,7 @@ impl ClickhouseTarget {
         }
         self.verify_merged(&g2_sql, &sql, rows_of(&target_parts), expected).await?;
         let g2_uuid = self.mark_g2(&uuid_before, g2, before, after).await?;
-        self.append_failpoint("append.before_exchange").await?;
+        self.pausable_failpoint("append.before_exchange").await?;
         if !self.target_unchanged(&uuid_before, &target_parts, &g2_sql, &sql, expected).await? {
             return Err(AdapterError::verification(
                 "kept_rows_changed",

@@ -279,6 +279,19 @@ fn several_versions_of_a_key_in_one_batch_merge_the_greatest_and_identical_rows_
     fx.finish();
 }
 
+/// A tie of a two-column key with a text column: the refusal prints the
+/// text value as a quoted literal (a quote in it doubled), numbers bare.
+#[test]
+fn a_tie_of_a_text_key_names_it_quoted() {
+    let fx = fixture("mrg_pgch_tie_text", &["region", "id"], None);
+    fx.insert_source(&[row_in(2, "e'u", 7, 1, "x"), row_in(2, "e'u", 7, 1, "y"), row_in(3, "us", 1, 1, "fine")]);
+    let doc = run(&fx).assert_failed("a tie of a text key", 1, "merge_key_tie");
+    let message = harness::messages(&doc["errors"]);
+    assert!(message.contains("(region = 'e''u', id = 2)") && message.contains("ver = 7"), "the key quoted, the cursor bare: {doc:#}");
+    assert_eq!(fx.target_rows().len(), 0, "target unchanged");
+    fx.finish();
+}
+
 #[test]
 fn an_exact_tie_is_refused_naming_the_key_and_nothing_is_published() {
     let fx = fixture("mrg_pgch_tie", &["id"], None);

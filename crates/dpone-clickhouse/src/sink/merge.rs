@@ -42,6 +42,7 @@ use super::{ClickhouseTarget, num, text};
 use crate::client::{Idempotence, quote_ident, quote_str};
 use dpone_core::incremental::StoredMark;
 use dpone_core::ports::{AdapterError, ErrorKind, MergeCounts, MergeKey, PublicationOutcome, Result};
+use dpone_core::types::Column;
 
 use super::marks::{Parts, rows_of};
 
@@ -67,6 +68,18 @@ impl MergeSql {
             key: k,
             cursor: c,
         }
+    }
+}
+
+/// A key or cursor value as a refusal prints it: a number bare, any other
+/// value as a quoted literal (`'eu'`, quotes doubled), as the PostgreSQL
+/// target prints it.
+fn value_text(columns: &[Column], name: &str) -> String {
+    let c = quote_ident(name);
+    if columns.iter().find(|col| col.name == name).is_some_and(|col| col.ty.dtype.is_number()) {
+        format!("toString({c})")
+    } else {
+        format!("concat('''', replaceAll(toString({c}), '''', ''''''), '''')")
     }
 }
 
@@ -102,21 +115,23 @@ impl ClickhouseTarget {
                 return Err(dpone_core::incremental::merge_key_null(k, n));
             }
         }
+        let columns = self.columns()?;
         let key_text = key
             .unique_key
             .iter()
-            .map(|k| format!("{}, toString({})", quote_str(&format!("{k} = ")), quote_ident(k)))
+            .map(|k| format!("{}, {}", quote_str(&format!("{k} = ")), value_text(columns, k)))
             .collect::<Vec<_>>()
             .join(", ', ', ");
         let (k, c) = (&sql.key, &sql.cursor);
         let tie = self
             .client
             .query_rows(&format!(
-                "SELECT concat({key_text}) AS _dpone_key, toString({c}) AS _dpone_cursor, \
+                "SELECT concat({key_text}) AS _dpone_key, {cursor} AS _dpone_cursor, \
                  toString(uniqExact(formatRowNoNewline('RowBinary', {cols}))) AS _dpone_n FROM {gen_sql} \
                  WHERE ({k}, {c}) IN (SELECT {k}, max({c}) FROM {gen_sql} GROUP BY {k}) \
                  GROUP BY {k}, {c} HAVING uniqExact(formatRowNoNewline('RowBinary', {cols})) > 1 LIMIT 1",
                 cols = self.column_list()?,
+                cursor = value_text(columns, &key.cursor),
             ))
             .await?;
         if let Some(r) = tie.first() {

@@ -43,7 +43,7 @@ use crate::error::classify;
 use crate::source::{quote_ident, quote_literal};
 use dpone_core::incremental::StoredMark;
 use dpone_core::ports::{AdapterError, MergeCounts, MergeKey, PublicationOutcome, Result};
-use dpone_core::types::{Column, DType};
+use dpone_core::types::Column;
 use tokio_postgres::{GenericClient, IsolationLevel};
 
 /// `incremental_merge`'s SQL over the generation and the target.
@@ -76,22 +76,7 @@ impl MergeSql {
 /// quoted as a literal (`id = 5, region = 'eu'`).
 fn value_text(columns: &[Column], name: &str) -> String {
     let c = quote_ident(name);
-    let bare = columns.iter().find(|col| col.name == name).is_some_and(|col| {
-        matches!(
-            col.ty.dtype,
-            DType::Int8
-                | DType::Int16
-                | DType::Int32
-                | DType::Int64
-                | DType::UInt8
-                | DType::UInt16
-                | DType::UInt32
-                | DType::UInt64
-                | DType::Float32
-                | DType::Float64
-                | DType::Decimal { .. }
-        )
-    });
+    let bare = columns.iter().find(|col| col.name == name).is_some_and(|col| col.ty.dtype.is_number());
     if bare { format!("coalesce({c}::text, 'NULL')") } else { format!("quote_nullable({c})") }
 }
 

@@ -13,8 +13,9 @@
 //!   one that changes a row outside the window (`kept_rows_changed`);
 //! - a writer outside dpone waits for the commit (the target is locked for
 //!   the whole load), its row then stays;
-//! - a chunk whose COPY fails part-way with a transient error is rolled
-//!   back to its savepoint, read from ClickHouse again and loaded again;
+//! - a chunk whose COPY fails part-way with a transient error, or whose
+//!   source changed while it streamed, is rolled back to its savepoint,
+//!   read from ClickHouse again and loaded again;
 //!   one that fails on all three attempts fails the run, nothing published;
 //! - `direct` is refused before any write where it cannot apply.
 //!
@@ -231,6 +232,45 @@ fn a_chunk_whose_copy_failed_part_way_is_rolled_back_and_loaded_again() {
     assert_eq!(sent, window_rows() as u64 + 2, "the failed attempt's rows were sent, then rolled back");
     assert_eq!(fx.receipts().len(), 1, "one publication");
     assert_eq!(fx.leftovers(), Vec::<String>::new(), "no table of dpone's");
+    fx.finish();
+}
+
+/// A row written into the first chunk's range in ClickHouse while that
+/// chunk streams (the run paused after its first frame went into the
+/// target's COPY, `staging.mid_stream`): the source's count after EOF
+/// differs from what was streamed (`source_changed_during_read`,
+/// transient), so the chunk's rows already loaded are rolled back to its
+/// savepoint and the chunk is read again, this time with the new row; the
+/// target ends with exactly the window as the source now holds it.
+#[test]
+fn a_chunk_whose_source_changed_during_its_read_is_rolled_back_and_read_again() {
+    let fx = standard_fixture("direct_chpg_reread");
+    fx.write_manifest(&direct());
+    assert!(ch_postgres_common::rows_per_chunk(&standard_source(), TS)[0] > 2, "the first chunk streams more than one frame");
+    let marker = fx.dir().join("paused");
+    let m = fx.manifest.display().to_string();
+    let env = vec![
+        ("DPONE_CONN_CH".to_string(), fx.clickhouse_url.clone()),
+        ("DPONE_CONN_PG".to_string(), dpone_testkit::postgres_url()),
+        ("DPONE_FAILPOINT_SLEEP".to_string(), "staging.mid_stream:1000".to_string()),
+        ("DPONE_FAILPOINT_PAUSED".to_string(), marker.display().to_string()),
+    ];
+    let child = spawn(fx.dir(), &["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], &env);
+    wait_until("the first chunk's read paused part-way", LIMIT, || marker.exists());
+    let late = ch_postgres_common::row(60, ch_postgres_common::ts("2026-09-06 18:00:00"));
+    fx.insert_source(std::slice::from_ref(&late));
+    let out = wait(child, LIMIT);
+    let doc = json(&out);
+    assert_eq!(doc["status"], "succeeded", "{}", guards_common::describe(&out));
+    let mut source = standard_source();
+    source.push(late);
+    let want = expected_after_replace(&standard_target(), &source, TS);
+    fx.assert_target(&want, "the target after a chunk was read again");
+    check_report(&doc, &source, &want, "a chunk read again");
+    let ev = evidence(&doc);
+    let attempts: Vec<u64> = ev["chunks"].as_array().expect("chunks").iter().map(|c| c["attempt"].as_u64().expect("an attempt")).collect();
+    assert_eq!(attempts, vec![2, 1, 1], "the first chunk was read twice: {ev:#}");
+    assert_eq!(fx.receipts().len(), 1, "one publication");
     fx.finish();
 }
 

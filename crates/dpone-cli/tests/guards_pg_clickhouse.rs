@@ -206,6 +206,19 @@ fn tamper(fx: &Fixture, table: &str, how: &str) {
     }
 }
 
+/// The connections of a run without failpoints.
+fn plain_env(fx: &Fixture) -> Vec<(String, String)> {
+    vec![("DPONE_CONN_PG".to_string(), dpone_testkit::postgres_url()), ("DPONE_CONN_CH".to_string(), fx.clickhouse_url.clone())]
+}
+
+/// A run without failpoints succeeds and publishes the window.
+fn assert_next_run_publishes(fx: &Fixture, what: &str) {
+    let m = fx.manifest.display().to_string();
+    let out = wait(spawn(fx.dir(), &["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], &plain_env(fx)), LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{what}:\n{}", guards_common::describe(&out));
+    assert_same_rows(&published(), &fx.target_rows(), &format!("{what}: the window published"));
+}
+
 fn assert_unchanged(fx: &Fixture, expected: &[Row], uuid_before: &str, what: &str) {
     assert_same_rows(expected, &fx.target_rows(), &format!("{what}: the target's rows"));
     assert_eq!(uuid(fx), uuid_before, "{what}: the target's identity (UUID) is unchanged");
@@ -368,11 +381,7 @@ fn a_generation_dropped_or_replaced_before_the_exchange_is_refused_and_the_next_
         // The failed run's tables are dropped, the impostor with them.
         assert!(owned(&fx, "_dpone_gen_").is_none(), "{what}: no generation is left behind");
     }
-    let m = fx.manifest.display().to_string();
-    let env = vec![("DPONE_CONN_PG".to_string(), dpone_testkit::postgres_url()), ("DPONE_CONN_CH".to_string(), fx.clickhouse_url.clone())];
-    let out = wait(spawn(fx.dir(), &["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], &env), LIMIT);
-    assert_eq!(out.status.code(), Some(0), "the run after a refused publication:\n{}", guards_common::describe(&out));
-    assert_same_rows(&published(), &fx.target_rows(), "the window published by the next run");
+    assert_next_run_publishes(&fx, "the run after a refused publication");
     assert_ne!(uuid(&fx), uuid_before, "the next run exchanged a new generation in");
     fx.finish();
 }
@@ -397,11 +406,7 @@ fn an_exchange_that_fails_leaves_the_target_and_is_publication_failed() {
     assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains("did not take effect"), "{what}: {doc:#}");
     assert_unchanged(&fx, &target(), &uuid_before, what);
     assert!(owned(&fx, "_dpone_").is_none(), "{what}: the failed run's tables are dropped: {:?}", fx.owned_tables());
-    let m = fx.manifest.display().to_string();
-    let env = vec![("DPONE_CONN_PG".to_string(), dpone_testkit::postgres_url()), ("DPONE_CONN_CH".to_string(), fx.clickhouse_url.clone())];
-    let out = wait(spawn(fx.dir(), &["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], &env), LIMIT);
-    assert_eq!(out.status.code(), Some(0), "the run after a failed exchange:\n{}", guards_common::describe(&out));
-    assert_same_rows(&published(), &fx.target_rows(), "the window published by the next run");
+    assert_next_run_publishes(&fx, "the run after a failed exchange");
     fx.finish();
 }
 
@@ -439,7 +444,7 @@ fn a_target_gone_just_before_the_exchange_is_an_unknown_outcome_until_resolved()
     fx.ch_exec(&format!("RENAME TABLE {moved} TO {}.{TABLE}", fx.db));
     assert_unchanged(&fx, &target(), &uuid_before, what);
     let m = fx.manifest.display().to_string();
-    let env = vec![("DPONE_CONN_PG".to_string(), dpone_testkit::postgres_url()), ("DPONE_CONN_CH".to_string(), fx.clickhouse_url.clone())];
+    let env = plain_env(&fx);
     let run = ["run", m.as_str(), "--interval-end", INTERVAL_END, "--format", "json"];
     let again = wait(spawn(fx.dir(), &run, &env), LIMIT);
     assert_eq!(
@@ -452,9 +457,7 @@ fn a_target_gone_just_before_the_exchange_is_an_unknown_outcome_until_resolved()
     assert_eq!(owned(&fx, "_dpone_gen_").as_deref(), Some(generation.as_str()), "{what}: the refused rerun keeps the tables");
     let resolved = wait(spawn(fx.dir(), &["resolve", m.as_str(), "--outcome", "absent"], &env), LIMIT);
     assert_eq!(resolved.status.code(), Some(0), "`dpone resolve --outcome absent`:\n{}", guards_common::describe(&resolved));
-    let out = wait(spawn(fx.dir(), &run, &env), LIMIT);
-    assert_eq!(out.status.code(), Some(0), "the run after the resolution:\n{}", guards_common::describe(&out));
-    assert_same_rows(&published(), &fx.target_rows(), "the window published by the run after the resolution");
+    assert_next_run_publishes(&fx, "the run after the resolution");
     fx.finish();
 }
 

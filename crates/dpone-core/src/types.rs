@@ -120,24 +120,11 @@ impl DType {
     /// A number: integers of every width, floats, decimals (messages print
     /// its values bare, every other value as a quoted literal).
     pub fn is_number(&self) -> bool {
-        matches!(
-            self,
-            DType::Int8
-                | DType::Int16
-                | DType::Int32
-                | DType::Int64
-                | DType::Int128
-                | DType::Int256
-                | DType::UInt8
-                | DType::UInt16
-                | DType::UInt32
-                | DType::UInt64
-                | DType::UInt128
-                | DType::UInt256
-                | DType::Float32
-                | DType::Float64
-                | DType::Decimal { .. }
-        )
+        self.integer().is_some()
+            || matches!(
+                self,
+                DType::Int128 | DType::Int256 | DType::UInt128 | DType::UInt256 | DType::Float32 | DType::Float64 | DType::Decimal { .. }
+            )
     }
 
     pub fn is_temporal(&self) -> bool {

@@ -1,5 +1,6 @@
 //! `PostgresTarget` (DELETE + INSERT publication with receipts) passes the
-//! target conformance suite. Each fixture is a schema of its own in the
+//! target conformance suite, and with `publication: direct` its direct
+//! checks. Each fixture is a schema of its own in the
 //! test database; rows are read and tampered with through tokio-postgres.
 
 use dpone_core::manifest::TableRef;
@@ -157,6 +158,28 @@ impl TargetFixture for Fixture {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_target_conforms() {
     target_conformance::run_all(&Harness).await;
+}
+
+/// The target with `publication: direct`.
+struct DirectHarness;
+
+impl TargetHarness for DirectHarness {
+    type Fixture = Fixture;
+
+    fn caps(&self) -> Caps {
+        Caps::FULL
+    }
+
+    async fn fresh(&self, names: ColumnNames) -> Fixture {
+        let mut f = Harness.fresh(names).await;
+        f.target.direct = true;
+        f
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_direct_publication_conforms() {
+    target_conformance::run_direct(&DirectHarness).await;
 }
 
 /// Staging tables are UNLOGGED (no WAL for rows that are verified before

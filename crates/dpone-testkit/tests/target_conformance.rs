@@ -2,7 +2,7 @@
 //! model, and the suite bites: a target that breaks a check fails it.
 
 use dpone_testkit::mem_target::Publication;
-use dpone_testkit::target_conformance::{self, MemHarness};
+use dpone_testkit::target_conformance::{self, MemDirectHarness, MemHarness};
 
 #[tokio::test]
 async fn mem_target_exchange_conforms() {
@@ -17,6 +17,31 @@ async fn mem_target_in_place_receipt_conforms() {
 #[tokio::test]
 async fn mem_target_in_place_digest_conforms() {
     target_conformance::run_all(&MemHarness { model: Publication::InPlaceDigest }).await;
+}
+
+#[tokio::test]
+async fn mem_target_direct_publication_conforms() {
+    target_conformance::run_direct(&MemDirectHarness).await;
+}
+
+/// A direct publication whose read-back differs from what was sent (a
+/// trigger of the target adds a row) fails the suite.
+#[tokio::test]
+#[should_panic(expected = "[a_direct_publication_replaces_the_window] the read-back counts the window's rows")]
+async fn the_direct_checks_bite() {
+    struct AddsARow;
+    impl target_conformance::TargetHarness for AddsARow {
+        type Fixture = target_conformance::MemFixture;
+        fn caps(&self) -> target_conformance::Caps {
+            target_conformance::Caps::FULL
+        }
+        async fn fresh(&self, names: target_conformance::ColumnNames) -> Self::Fixture {
+            let f = MemDirectHarness.fresh(names).await;
+            f.target.set_direct_tamper(true);
+            f
+        }
+    }
+    target_conformance::run_direct(&AddsARow).await;
 }
 
 /// A harness claiming a guard its target lacks.

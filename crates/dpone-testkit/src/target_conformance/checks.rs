@@ -18,12 +18,12 @@ use dpone_core::time::{MICROS_PER_DAY, Timestamp};
 use dpone_core::types::ColumnType;
 use std::collections::BTreeMap;
 
-fn ok<T>(check: &str, what: &str, r: Result<T>) -> T {
+pub(super) fn ok<T>(check: &str, what: &str, r: Result<T>) -> T {
     r.unwrap_or_else(|e| panic!("[{check}] {what} failed: {} ({}, {:?})", e.message, e.code, e.class))
 }
 
 /// Describes the target (every adapter needs it first); its column types.
-async fn described<F: TargetFixture>(check: &str, f: &F) -> Vec<ColumnType> {
+pub(super) async fn described<F: TargetFixture>(check: &str, f: &F) -> Vec<ColumnType> {
     let cols = ok(check, "describe", f.target().describe().await).unwrap_or_else(|| panic!("[{check}] describe found no target table"));
     types_of(&cols)
 }
@@ -57,7 +57,7 @@ fn sorted(mut v: Vec<String>) -> Vec<String> {
     v
 }
 
-fn union(a: &[Row], b: &[Row]) -> Vec<Row> {
+pub(super) fn union(a: &[Row], b: &[Row]) -> Vec<Row> {
     multiset(a.iter().chain(b).cloned())
 }
 

@@ -24,6 +24,25 @@ impl TargetHarness for MemHarness {
     }
 }
 
+/// Fresh receipt-model `MemTarget`s that publish directly
+/// ([`MemTarget::set_direct`]), for [`super::run_direct`].
+#[derive(Debug, Clone, Copy)]
+pub struct MemDirectHarness;
+
+impl TargetHarness for MemDirectHarness {
+    type Fixture = MemFixture;
+
+    fn caps(&self) -> Caps {
+        Caps::FULL
+    }
+
+    async fn fresh(&self, names: ColumnNames) -> MemFixture {
+        let target = MemTarget::new(Publication::InPlaceReceipt, "events", columns(names));
+        target.set_direct(true);
+        MemFixture { target }
+    }
+}
+
 /// One `MemTarget`, seen through its test hooks.
 #[derive(Debug)]
 pub struct MemFixture {

@@ -12,10 +12,12 @@
 //! so fixing the gap fails the suite until the flag is flipped.
 
 mod checks;
+mod direct;
 mod mem;
 
 pub use checks::*;
-pub use mem::{MemFixture, MemHarness};
+pub use direct::*;
+pub use mem::{MemDirectHarness, MemFixture, MemHarness};
 
 use crate::rows::Row;
 use dpone_core::ports::{RowFilter, TableRole, Target};

@@ -1,0 +1,133 @@
+//! The direct-publication checks of the conformance suite
+//! ([`Target::publish_direct`], the protocol of
+//! [`dpone_core::ports::DirectStep`]), for harnesses whose targets publish
+//! directly: the engine's part is played by hand, one step at a time, and
+//! the result is read through the fixture (the vendor's own view).
+
+use super::checks::{described, ok, union};
+use super::{RUN_ID, STANDARD_NAMES, TargetFixture, TargetHarness, filtered, new_window_rows, target_rows, window};
+use crate::rows::{Row, digest_of, frame};
+use dpone_core::identity::generation_table;
+use dpone_core::ports::{DirectDriver, FrameRx, PublicationOutcome, TableRole, Target, direct_channel, frame_channel};
+use dpone_core::types::ColumnType;
+use std::future::Future;
+use std::task::Poll;
+
+/// Runs every direct check against fresh fixtures of `harness`.
+pub async fn run_direct<H: TargetHarness>(harness: &H) {
+    a_direct_publication_replaces_the_window(harness).await;
+    an_undone_direct_chunk_leaves_nothing_of_it(harness).await;
+    a_direct_publication_dropped_before_its_commit_changes_nothing(harness).await;
+}
+
+/// `rows` as one frame.
+async fn frames(types: &[ColumnType], rows: &[Row]) -> FrameRx {
+    let (tx, rx) = frame_channel(2);
+    tx.send(frame(types, rows)).await.expect("the channel has room for the frame");
+    rx
+}
+
+/// Runs the publication and the engine's part of it together (the
+/// protocol needs both sides moving) and returns both outputs.
+async fn both<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
+    let (mut a, mut b) = (std::pin::pin!(a), std::pin::pin!(b));
+    let (mut ra, mut rb) = (None, None);
+    std::future::poll_fn(|cx| {
+        if ra.is_none()
+            && let Poll::Ready(v) = a.as_mut().poll(cx)
+        {
+            ra = Some(v);
+        }
+        if rb.is_none()
+            && let Poll::Ready(v) = b.as_mut().poll(cx)
+        {
+            rb = Some(v);
+        }
+        if ra.is_some() && rb.is_some() { Poll::Ready((ra.take().unwrap(), rb.take().unwrap())) } else { Poll::Pending }
+    })
+    .await
+}
+
+/// Loads `rows` as chunk `index` of the window and checks what the target
+/// read back: as many rows as were sent, the digest of the rows.
+async fn load_window(
+    check: &str,
+    driver: &DirectDriver,
+    types: &[ColumnType],
+    index: u32,
+    rows: &[Row],
+) -> dpone_core::ports::PendingChunk {
+    let (loaded, pending) = ok(check, "load", driver.load(index, Some(window(true)), frames(types, rows).await).await);
+    assert_eq!(loaded.written, rows.len() as u64, "[{check}] the load reports every row written");
+    assert_eq!(loaded.contents.rows, rows.len() as u64, "[{check}] the read-back counts the window's rows");
+    assert_eq!(loaded.contents.digest, digest_of(types, rows), "[{check}] the read-back's digest is the digest of the rows sent");
+    pending
+}
+
+/// A fixture holding [`target_rows`], described, whose target publishes directly.
+async fn direct_fixture<H: TargetHarness>(check: &str, h: &H) -> (H::Fixture, Vec<ColumnType>) {
+    let f = h.fresh(STANDARD_NAMES).await;
+    let types = described(check, &f).await;
+    assert!(f.target().publishes_direct(), "[{check}] the harness's target publishes directly");
+    f.insert_target_rows(&target_rows()).await;
+    (f, types)
+}
+
+pub async fn a_direct_publication_replaces_the_window<H: TargetHarness>(h: &H) {
+    const C: &str = "a_direct_publication_replaces_the_window";
+    let (f, types) = direct_fixture(C, h).await;
+    let before = ok(C, "identity", f.target().identity(TableRole::Target).await);
+    let (generation, keep) = (generation_table(RUN_ID, 1), window(false));
+    let (mut driver, feed) = direct_channel();
+    let engine = async {
+        ok(C, "ready", driver.ready().await);
+        load_window(C, &driver, &types, 0, &new_window_rows()).await.keep();
+        let _outside = ok(C, "commit", driver.commit(new_window_rows().len() as u64).await);
+    };
+    let (outcome, ()) = both(f.target().publish_direct(&generation, Some(&keep), feed), engine).await;
+    assert_eq!(ok(C, "publish_direct", outcome), PublicationOutcome::Published, "[{C}] the publication reports itself");
+    let kept = filtered(&target_rows(), &keep);
+    assert_eq!(f.rows(TableRole::Target).await, union(&kept, &new_window_rows()), "[{C}] the target holds the kept rows and the new rows");
+    let after = ok(C, "identity", f.target().identity(TableRole::Target).await);
+    assert_eq!(after, Some(f.target().direct_identity(&generation)), "[{C}] the target's identity names the publication");
+    assert_ne!(after, before, "[{C}] the identity changed with the publication");
+    f.cleanup().await;
+}
+
+pub async fn an_undone_direct_chunk_leaves_nothing_of_it<H: TargetHarness>(h: &H) {
+    const C: &str = "an_undone_direct_chunk_leaves_nothing_of_it";
+    let (f, types) = direct_fixture(C, h).await;
+    let (generation, keep) = (generation_table(RUN_ID, 1), window(false));
+    let (mut driver, feed) = direct_channel();
+    let engine = async {
+        ok(C, "ready", driver.ready().await);
+        // The first attempt is judged wrong and undone; the second is kept.
+        load_window(C, &driver, &types, 0, &new_window_rows()).await.undo();
+        load_window(C, &driver, &types, 0, &new_window_rows()).await.keep();
+        let _outside = ok(C, "commit", driver.commit(new_window_rows().len() as u64).await);
+    };
+    let (outcome, ()) = both(f.target().publish_direct(&generation, Some(&keep), feed), engine).await;
+    assert_eq!(ok(C, "publish_direct", outcome), PublicationOutcome::Published, "[{C}] the publication reports itself");
+    let kept = filtered(&target_rows(), &keep);
+    assert_eq!(f.rows(TableRole::Target).await, union(&kept, &new_window_rows()), "[{C}] the undone attempt left no row");
+    f.cleanup().await;
+}
+
+pub async fn a_direct_publication_dropped_before_its_commit_changes_nothing<H: TargetHarness>(h: &H) {
+    const C: &str = "a_direct_publication_dropped_before_its_commit_changes_nothing";
+    let (f, types) = direct_fixture(C, h).await;
+    let before = ok(C, "identity", f.target().identity(TableRole::Target).await);
+    let generation = generation_table(RUN_ID, 1);
+    let (mut driver, feed) = direct_channel();
+    let engine = async move {
+        ok(C, "ready", driver.ready().await);
+        load_window(C, &driver, &types, 0, &new_window_rows()).await.keep();
+        // The run stops here: its end of the feed goes away, no Commit.
+        drop(driver);
+    };
+    let (outcome, ()) = both(f.target().publish_direct(&generation, Some(&window(false)), feed), engine).await;
+    assert!(outcome.is_err(), "[{C}] a publication whose feed ended before its commit reports an error: {outcome:?}");
+    assert_eq!(f.rows(TableRole::Target).await, crate::rows::multiset(target_rows()), "[{C}] the target's rows are as before");
+    assert_eq!(ok(C, "identity", f.target().identity(TableRole::Target).await), before, "[{C}] the identity is as before");
+    f.cleanup().await;
+}

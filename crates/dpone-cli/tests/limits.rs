@@ -1,6 +1,7 @@
 //! Stage limits end to end on the embedded SQLite route: independent
 //! encoding and import parallelism, the byte budget in evidence, strict
-//! validation before any I/O, oversized rows, and stored limits on resume.
+//! validation before any I/O, oversized rows, and stored limits (and the
+//! verification digest) on resume.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -155,4 +156,32 @@ fn a_resumed_run_requires_the_same_stored_limits() {
     let report = json(&out);
     assert_eq!(report["resumed"], true);
     assert!(report["reused_chunks"].as_u64().unwrap() >= 1, "verified chunks of the durable SQLite source are reused: {report}");
+}
+
+/// The verification digest is part of what a resumed run must match: an
+/// unfinished run's manifest switched to `xxh3_128` is refused before any
+/// write (its journal holds SHA-256 sums), and switched back it resumes.
+#[test]
+fn a_resumed_run_requires_the_same_verification_digest() {
+    let (dir, manifest) = fixture(LIMITS);
+    let crashed =
+        dpone(dir.path(), &["run", manifest.to_str().unwrap(), "--interval-end", END], &[("DPONE_FAILPOINT", "checkpoint.after_write:2")]);
+    assert_eq!(crashed.status.code(), None, "the failpoint aborts the process");
+    let original = std::fs::read_to_string(&manifest).unwrap();
+    let switched = original.replace(
+        "        chunking: {mode: bounded_window}\n",
+        "        chunking: {mode: bounded_window}\n        verification: {digest: xxh3_128}\n",
+    );
+    assert_ne!(switched, original);
+    std::fs::write(&manifest, switched).unwrap();
+    let before = target_rows(dir.path());
+    let out = dpone(dir.path(), &["run", manifest.to_str().unwrap(), "--interval-end", END, "--format", "json"], &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(json(&out)["error_code"], "unfinished_run_differs");
+    assert_eq!(target_rows(dir.path()), before, "the refused run wrote nothing");
+    std::fs::write(&manifest, original).unwrap();
+    let out = dpone(dir.path(), &["run", manifest.to_str().unwrap(), "--interval-end", END, "--format", "json"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let report = json(&out);
+    assert_eq!(report["resumed"], true, "{report}");
 }

@@ -4,7 +4,7 @@
 # ch_to_postgres.sh): servers, build, idle wait, measuring, seeding, report
 # metadata. Source it after `set -euo pipefail`
 # with BENCH_NAME set; it reads the environment variables documented in
-# docs/benchmarks.md (PG_URL, CH_URL, IDLE_WAIT_MAX, IDLE_BUSY_PCT,
+# docs/benchmarks.md (PG_URL, CH_URL, IDLE_WAIT_MAX, IDLE_BUSY_PCT, QUIESCE_QUIET_S,
 # DPONE_SOURCE, SKIP_BUILD, OUT_DIR, KEEP_TMP, BUMP_SOURCE_XID).
 #
 # After `bench_init`:
@@ -23,6 +23,7 @@ UTIL=$BENCH_DIR/bench_util.py
 OUT_DIR=${OUT_DIR:-$ROOT/target/bench}
 IDLE_WAIT_MAX=${IDLE_WAIT_MAX:-60}
 IDLE_BUSY_PCT=${IDLE_BUSY_PCT:-30}
+QUIESCE_QUIET_S=${QUIESCE_QUIET_S:-3}
 INTERVAL_END=2026-09-09T00:00:00Z
 WIN_START_PG="2026-09-02 00:00:00+00"
 WIN_END_PG="2026-09-09 00:00:00+00"
@@ -71,6 +72,7 @@ bench_init() {
   done
   [[ $IDLE_WAIT_MAX =~ ^[0-9]+$ ]] || die "IDLE_WAIT_MAX must be a number of seconds (got '$IDLE_WAIT_MAX')"
   positive_int IDLE_BUSY_PCT
+  [[ $QUIESCE_QUIET_S =~ ^[0-9]+$ ]] || die "QUIESCE_QUIET_S must be a number of seconds (got '$QUIESCE_QUIET_S')"
   mkdir -p "$OUT_DIR"
   # One benchmark at a time, whichever script: they share the servers and
   # the dpone_bench schema/database.
@@ -160,7 +162,7 @@ bench_build() {
 # merged 1-3 s after it ended, ~2 CPU seconds on 5M narrow rows, paid by
 # whatever ran next), so one check right after a run is not enough.
 quiesce() {
-  local t0=$SECONDS quiet=0 need=$((2 * ${QUIESCE_QUIET_S:-3}))
+  local t0=$SECONDS quiet=0 need=$((2 * QUIESCE_QUIET_S))
   while [ $((SECONDS - t0)) -lt 60 ]; do
     if [ "$(chq "SELECT (SELECT count() FROM system.merges WHERE database = 'dpone_bench') + (SELECT count() FROM system.mutations WHERE database = 'dpone_bench' AND NOT is_done)")" = 0 ]; then
       quiet=$((quiet + 1))

@@ -42,7 +42,7 @@
 #                    execution.verification.digest)
 #   SKIP_DIRECT=1    do not run dpone_direct / dpone_direct_rerun (e.g. with a
 #                    dpone that has no `publication: direct`)
-#   PG_URL, CH_URL, IDLE_WAIT_MAX, IDLE_BUSY_PCT, DPONE_SOURCE, SKIP_BUILD,
+#   PG_URL, CH_URL, IDLE_WAIT_MAX, IDLE_BUSY_PCT, QUIESCE_QUIET_S, DPONE_SOURCE, SKIP_BUILD,
 #   OUT_DIR, KEEP_TMP: as in pg_to_clickhouse.sh
 #
 # Output: target/bench/ch_to_postgres-<UTC timestamp>.json and a Markdown

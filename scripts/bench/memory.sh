@@ -49,7 +49,7 @@
 #   BIG_ROWS         rows of dpone_bench.bigvalue (default 100000)
 #   BIGVALUE=0       skip part 2 (always skipped with ROUTE=ch_to_postgres)
 #   RSS_MAX_MIB, RSS_FLAT_PCT   the target (default 64, 10)
-#   PG_URL, CH_URL, IDLE_WAIT_MAX, IDLE_BUSY_PCT, DPONE_SOURCE, SKIP_BUILD,
+#   PG_URL, CH_URL, IDLE_WAIT_MAX, IDLE_BUSY_PCT, QUIESCE_QUIET_S, DPONE_SOURCE, SKIP_BUILD,
 #   OUT_DIR, KEEP_TMP, BUMP_SOURCE_XID: as in pg_to_clickhouse.sh
 #   (BUMP_SOURCE_XID only matters with a PostgreSQL source)
 #

@@ -22,7 +22,7 @@
 #   LAYOUTS        default "daily monthly unpartitioned"
 #   REPEAT         runs per point (default 3); REPEAT_UNPARTITIONED (default 1)
 #   PARALLELISM    dpone chunk parallelism (default 2)
-#   PG_URL, CH_URL, SKIP_BUILD, DPONE_SOURCE, OUT_DIR, KEEP_TMP, IDLE_WAIT_MAX, IDLE_BUSY_PCT
+#   PG_URL, CH_URL, SKIP_BUILD, DPONE_SOURCE, OUT_DIR, KEEP_TMP, IDLE_WAIT_MAX, IDLE_BUSY_PCT, QUIESCE_QUIET_S
 #
 # Output: target/bench/window_cost-<UTC timestamp>.json and a Markdown
 # summary on stdout. Goals (docs/benchmarks.md): with daily partitions the

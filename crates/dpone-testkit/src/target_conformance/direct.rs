@@ -10,8 +10,7 @@ use crate::rows::{Row, digest_of, frame};
 use dpone_core::identity::generation_table;
 use dpone_core::ports::{DirectDriver, FrameRx, PublicationOutcome, TableRole, Target, direct_channel, frame_channel};
 use dpone_core::types::ColumnType;
-use std::future::Future;
-use std::task::Poll;
+use futures_util::future::join;
 
 /// Runs every direct check against fresh fixtures of `harness`.
 pub async fn run_direct<H: TargetHarness>(harness: &H) {
@@ -25,27 +24,6 @@ async fn frames(types: &[ColumnType], rows: &[Row]) -> FrameRx {
     let (tx, rx) = frame_channel(2);
     tx.send(frame(types, rows)).await.expect("the channel has room for the frame");
     rx
-}
-
-/// Runs the publication and the engine's part of it together (the
-/// protocol needs both sides moving) and returns both outputs.
-async fn both<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
-    let (mut a, mut b) = (std::pin::pin!(a), std::pin::pin!(b));
-    let (mut ra, mut rb) = (None, None);
-    std::future::poll_fn(|cx| {
-        if ra.is_none()
-            && let Poll::Ready(v) = a.as_mut().poll(cx)
-        {
-            ra = Some(v);
-        }
-        if rb.is_none()
-            && let Poll::Ready(v) = b.as_mut().poll(cx)
-        {
-            rb = Some(v);
-        }
-        if ra.is_some() && rb.is_some() { Poll::Ready((ra.take().unwrap(), rb.take().unwrap())) } else { Poll::Pending }
-    })
-    .await
 }
 
 /// Loads `rows` as chunk `index` of the window and checks what the target
@@ -73,21 +51,37 @@ async fn direct_fixture<H: TargetHarness>(check: &str, h: &H) -> (H::Fixture, Ve
     (f, types)
 }
 
-pub async fn a_direct_publication_replaces_the_window<H: TargetHarness>(h: &H) {
-    const C: &str = "a_direct_publication_replaces_the_window";
-    let (f, types) = direct_fixture(C, h).await;
-    let before = ok(C, "identity", f.target().identity(TableRole::Target).await);
+/// Publishes [`new_window_rows`] over [`target_rows`] as the window's one
+/// chunk, after `undone` attempts of it that the engine judged wrong and
+/// undid; checks the outcome and the target's rows. Returns the fixture,
+/// the target's identity before and the generation's name.
+async fn publish_window<H: TargetHarness>(check: &str, h: &H, undone: usize) -> (H::Fixture, Option<String>, String) {
+    let (f, types) = direct_fixture(check, h).await;
+    let before = ok(check, "identity", f.target().identity(TableRole::Target).await);
     let (generation, keep) = (generation_table(RUN_ID, 1), window(false));
     let (mut driver, feed) = direct_channel();
     let engine = async {
-        ok(C, "ready", driver.ready().await);
-        load_window(C, &driver, &types, 0, &new_window_rows()).await.keep();
-        let _outside = ok(C, "commit", driver.commit(new_window_rows().len() as u64).await);
+        ok(check, "ready", driver.ready().await);
+        for _ in 0..undone {
+            load_window(check, &driver, &types, 0, &new_window_rows()).await.undo();
+        }
+        load_window(check, &driver, &types, 0, &new_window_rows()).await.keep();
+        let _outside = ok(check, "commit", driver.commit(new_window_rows().len() as u64).await);
     };
-    let (outcome, ()) = both(f.target().publish_direct(&generation, Some(&keep), feed), engine).await;
-    assert_eq!(ok(C, "publish_direct", outcome), PublicationOutcome::Published, "[{C}] the publication reports itself");
+    let (outcome, ()) = join(f.target().publish_direct(&generation, Some(&keep), feed), engine).await;
+    assert_eq!(ok(check, "publish_direct", outcome), PublicationOutcome::Published, "[{check}] the publication reports itself");
     let kept = filtered(&target_rows(), &keep);
-    assert_eq!(f.rows(TableRole::Target).await, union(&kept, &new_window_rows()), "[{C}] the target holds the kept rows and the new rows");
+    assert_eq!(
+        f.rows(TableRole::Target).await,
+        union(&kept, &new_window_rows()),
+        "[{check}] the target holds the kept rows and the new rows, once ({undone} attempt(s) undone)"
+    );
+    (f, before, generation)
+}
+
+pub async fn a_direct_publication_replaces_the_window<H: TargetHarness>(h: &H) {
+    const C: &str = "a_direct_publication_replaces_the_window";
+    let (f, before, generation) = publish_window(C, h, 0).await;
     let after = ok(C, "identity", f.target().identity(TableRole::Target).await);
     assert_eq!(after, Some(f.target().direct_identity(&generation)), "[{C}] the target's identity names the publication");
     assert_ne!(after, before, "[{C}] the identity changed with the publication");
@@ -95,21 +89,7 @@ pub async fn a_direct_publication_replaces_the_window<H: TargetHarness>(h: &H) {
 }
 
 pub async fn an_undone_direct_chunk_leaves_nothing_of_it<H: TargetHarness>(h: &H) {
-    const C: &str = "an_undone_direct_chunk_leaves_nothing_of_it";
-    let (f, types) = direct_fixture(C, h).await;
-    let (generation, keep) = (generation_table(RUN_ID, 1), window(false));
-    let (mut driver, feed) = direct_channel();
-    let engine = async {
-        ok(C, "ready", driver.ready().await);
-        // The first attempt is judged wrong and undone; the second is kept.
-        load_window(C, &driver, &types, 0, &new_window_rows()).await.undo();
-        load_window(C, &driver, &types, 0, &new_window_rows()).await.keep();
-        let _outside = ok(C, "commit", driver.commit(new_window_rows().len() as u64).await);
-    };
-    let (outcome, ()) = both(f.target().publish_direct(&generation, Some(&keep), feed), engine).await;
-    assert_eq!(ok(C, "publish_direct", outcome), PublicationOutcome::Published, "[{C}] the publication reports itself");
-    let kept = filtered(&target_rows(), &keep);
-    assert_eq!(f.rows(TableRole::Target).await, union(&kept, &new_window_rows()), "[{C}] the undone attempt left no row");
+    let (f, _, _) = publish_window("an_undone_direct_chunk_leaves_nothing_of_it", h, 1).await;
     f.cleanup().await;
 }
 
@@ -125,7 +105,7 @@ pub async fn a_direct_publication_dropped_before_its_commit_changes_nothing<H: T
         // The run stops here: its end of the feed goes away, no Commit.
         drop(driver);
     };
-    let (outcome, ()) = both(f.target().publish_direct(&generation, Some(&window(false)), feed), engine).await;
+    let (outcome, ()) = join(f.target().publish_direct(&generation, Some(&window(false)), feed), engine).await;
     assert!(outcome.is_err(), "[{C}] a publication whose feed ended before its commit reports an error: {outcome:?}");
     assert_eq!(f.rows(TableRole::Target).await, crate::rows::multiset(target_rows()), "[{C}] the target's rows are as before");
     assert_eq!(ok(C, "identity", f.target().identity(TableRole::Target).await), before, "[{C}] the identity is as before");

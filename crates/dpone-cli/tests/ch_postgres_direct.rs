@@ -45,6 +45,11 @@ fn evidence(doc: &serde_json::Value) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).expect("the evidence file")).expect("JSON evidence")
 }
 
+/// The attempt that landed, per chunk, as the evidence records it.
+fn attempts(ev: &serde_json::Value) -> Vec<u64> {
+    ev["chunks"].as_array().expect("chunks").iter().map(|c| c["attempt"].as_u64().expect("an attempt")).collect()
+}
+
 fn expected() -> Vec<Row> {
     expected_after_replace(&standard_target(), &standard_source(), TS)
 }
@@ -225,8 +230,7 @@ fn a_chunk_whose_copy_failed_part_way_is_rolled_back_and_loaded_again() {
     fx.assert_target(&expected(), "the target after a chunk was rolled back and loaded again");
     check_report(&doc, &standard_source(), &expected(), "a chunk loaded again");
     let ev = evidence(&doc);
-    let attempts: Vec<u64> = ev["chunks"].as_array().expect("chunks").iter().map(|c| c["attempt"].as_u64().expect("an attempt")).collect();
-    assert_eq!(attempts, vec![2, 1, 1], "the first chunk took two attempts: {ev:#}");
+    assert_eq!(attempts(&ev), vec![2, 1, 1], "the first chunk took two attempts: {ev:#}");
     // Every window row was sent once, plus the two of the failed attempt.
     let sent: u64 = fx.pg_scalar(&format!("SELECT last_value FROM {seq}")).expect("a sequence value").parse().unwrap();
     assert_eq!(sent, window_rows() as u64 + 2, "the failed attempt's rows were sent, then rolled back");
@@ -236,7 +240,7 @@ fn a_chunk_whose_copy_failed_part_way_is_rolled_back_and_loaded_again() {
 }
 
 /// A row written into the first chunk's range in ClickHouse while that
-/// chunk streams (the run paused after its first frame went into the
+/// chunk streams (the run paused after its first frame was handed to the
 /// target's COPY, `staging.mid_stream`): the source's count after EOF
 /// differs from what was streamed (`source_changed_during_read`,
 /// transient), so the chunk's rows already loaded are rolled back to its
@@ -268,8 +272,7 @@ fn a_chunk_whose_source_changed_during_its_read_is_rolled_back_and_read_again() 
     fx.assert_target(&want, "the target after a chunk was read again");
     check_report(&doc, &source, &want, "a chunk read again");
     let ev = evidence(&doc);
-    let attempts: Vec<u64> = ev["chunks"].as_array().expect("chunks").iter().map(|c| c["attempt"].as_u64().expect("an attempt")).collect();
-    assert_eq!(attempts, vec![2, 1, 1], "the first chunk was read twice: {ev:#}");
+    assert_eq!(attempts(&ev), vec![2, 1, 1], "the first chunk was read twice: {ev:#}");
     assert_eq!(fx.receipts().len(), 1, "one publication");
     fx.finish();
 }

@@ -377,6 +377,18 @@ impl Target for RealTarget {
         redacted!(self, RealTarget, |t| t.owned_tables().await)
     }
 
+    async fn claim(&self, request: &dpone_core::ports::ClaimRequest) -> Result<dpone_core::ports::ClaimAttempt> {
+        redacted!(self, RealTarget, |t| t.claim(request).await)
+    }
+
+    async fn renew_claim(&self, claim: &dpone_core::ports::TargetClaim, ttl_ms: u64, run: &str) -> Result<()> {
+        redacted!(self, RealTarget, |t| t.renew_claim(claim, ttl_ms, run).await)
+    }
+
+    async fn release_claim(&self, claim: &dpone_core::ports::TargetClaim) -> Result<()> {
+        redacted!(self, RealTarget, |t| t.release_claim(claim).await)
+    }
+
     async fn after_publication(&self, generation: &str, backup: &str) -> Result<()> {
         redacted!(self, RealTarget, |t| t.after_publication(generation, backup).await)
     }

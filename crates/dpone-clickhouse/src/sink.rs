@@ -41,6 +41,7 @@ use dpone_core::types::{Column, parse_clickhouse_type};
 use serde_json::Value as Json;
 use std::sync::OnceLock;
 
+mod claim;
 mod eligibility;
 mod generation;
 mod marks;
@@ -442,12 +443,26 @@ impl Target for ClickhouseTarget {
         let rows = self
             .client
             .query_rows(&format!(
-                "SELECT name FROM system.tables WHERE database IN ({}, {}) AND startsWith(name, '_dpone_') ORDER BY name",
+                "SELECT name FROM system.tables WHERE database IN ({}, {}) AND startsWith(name, '_dpone_') \
+                 AND NOT startsWith(name, '{}') ORDER BY name",
                 quote_str(&self.database),
-                quote_str(&self.staging_database)
+                quote_str(&self.staging_database),
+                claim::CLAIM_PREFIX
             ))
             .await?;
         Ok(rows.iter().map(|r| text(r, "name")).collect())
+    }
+
+    async fn claim(&self, request: &dpone_core::ports::ClaimRequest) -> Result<dpone_core::ports::ClaimAttempt> {
+        self.claim_impl(request).await
+    }
+
+    async fn renew_claim(&self, claim: &dpone_core::ports::TargetClaim, ttl_ms: u64, run: &str) -> Result<()> {
+        self.renew_claim_impl(claim, ttl_ms, run).await
+    }
+
+    async fn release_claim(&self, claim: &dpone_core::ports::TargetClaim) -> Result<()> {
+        self.release_claim_impl(claim).await
     }
 
     async fn after_publication(&self, generation: &str, backup: &str) -> Result<()> {

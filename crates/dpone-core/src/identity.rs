@@ -65,8 +65,23 @@ pub fn staging_table(stem: &str, chunk_index: u32, attempt: u32) -> String {
 /// The generation of execution `execution` of a run. Unique per execution:
 /// a publication is identified by its generation (ClickHouse UUID,
 /// PostgreSQL receipt), so a re-execution must never reuse the name.
-pub fn generation_table(stem: &str, execution: u32) -> String {
-    format!("{OWNED_PREFIX}gen_{stem}_{execution}")
+/// `target_tag` ([`name_tag`] of the target's scope) comes first, so that
+/// a run tells its own target's generations from those of other targets
+/// sharing the database ([`generation_target_tag`]).
+pub fn generation_table(target_tag: &str, stem: &str, execution: u32) -> String {
+    format!("{OWNED_PREFIX}gen_{target_tag}_{stem}_{execution}")
+}
+
+/// The target tag of a generation table's name, or None for a name that
+/// carries none (written by a dpone before tags: its target is unknown).
+/// Tagged names read `<tag:12>_<run prefix:12>[_<token:8>]_<execution>`;
+/// untagged ones `<run prefix:12>[_<token:8>]_<execution>`.
+pub fn generation_target_tag(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix(OWNED_PREFIX)?.strip_prefix("gen_")?;
+    let mut parts = rest.split('_');
+    let (tag, run) = (parts.next()?, parts.next()?);
+    let hex = |p: &str| p.len() == 12 && p.bytes().all(|b| b.is_ascii_hexdigit());
+    (hex(tag) && hex(run) && parts.next().is_some()).then_some(tag)
 }
 
 /// The backup of the previous target kept by execution `execution` of a
@@ -74,6 +89,14 @@ pub fn generation_table(stem: &str, execution: u32) -> String {
 /// not collide with the backup the previous one kept.
 pub fn backup_table(stem: &str, execution: u32) -> String {
     format!("{OWNED_PREFIX}bak_{stem}_{execution}")
+}
+
+/// 12 hex characters naming `text` (a target's table or scope) inside
+/// owned object names: generation tables carry their target's tag, so a
+/// run tells its target's generations from those of other targets in the
+/// same database; ClickHouse claim markers carry their table's.
+pub fn name_tag(text: &str) -> String {
+    format!("{:x}", Sha256::digest(text.as_bytes()))[..12].to_string()
 }
 
 /// A token of 8 lowercase hex characters from 64 bits of entropy.
@@ -95,6 +118,22 @@ pub fn schema_fingerprint(columns: &[Column]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn generation_names_carry_their_target_tag() {
+        let (tag, run) = (name_tag("clickhouse://h:8123/db.events"), "0123456789abcdef0123");
+        assert_eq!(tag.len(), 12);
+        let tagged = generation_table(&tag, &owned_stem(run, "deadbeef"), 3);
+        assert_eq!(generation_target_tag(&tagged), Some(tag.as_str()));
+        assert!(tagged.len() <= 63, "{tagged}: PostgreSQL's identifier limit");
+        assert_eq!(generation_target_tag(&generation_table(&tag, &owned_stem(run, ""), 1)), Some(tag.as_str()));
+        // Names written before tags: their target is unknown.
+        assert_eq!(generation_target_tag(&format!("_dpone_gen_{}_deadbeef_1", &run[..12])), None);
+        assert_eq!(generation_target_tag(&format!("_dpone_gen_{}_1", &run[..12])), None);
+        assert_eq!(generation_target_tag("_dpone_gen_0123456789ab"), None);
+        assert_eq!(generation_target_tag("_dpone_stg_0123456789ab_0123456789ab_1"), None);
+        assert_ne!(name_tag("clickhouse://h:8123/db.events"), name_tag("clickhouse://h:8123/db.orders"));
+    }
     use crate::time::Timestamp;
     use crate::types::{ColumnType, DType};
 
@@ -122,7 +161,7 @@ mod tests {
         assert_eq!(staging_table(&owned_stem(&a, ""), 3, 1), format!("_dpone_stg_{}_3_1", &a[..12]));
         let stem = owned_stem(&a, &token_from(u64::MAX - 5));
         assert_eq!(stem.len(), 21);
-        assert!(staging_table(&stem, 99_999, 3).len() <= 63 && generation_table(&stem, 9_999).len() <= 63);
+        assert!(staging_table(&stem, 99_999, 3).len() <= 63 && generation_table(&name_tag("t"), &stem, 4_000_000_000).len() <= 63);
         let cols = vec![Column { name: "a".into(), ty: ColumnType::new(DType::Int32, false), native_type: "int".into() }];
         let mut cols2 = cols.clone();
         cols2[0].ty.nullable = true;

@@ -17,7 +17,7 @@ use crate::context::{Ctx, RunOptions};
 use crate::driver;
 use crate::failure::{FailureKind, Phase, RunFailure};
 use crate::journal::{Journal, store_error};
-use crate::lease::LeaseKeeper;
+use crate::lease::{ClaimRefused, LeaseKeeper};
 use crate::probe::probe;
 use crate::report::RunReport;
 use crate::stage::recheck_verified_chunks;
@@ -108,9 +108,31 @@ pub async fn execute<S: Source, T: Target>(
         }
         Err(e) => return Err(admission(store_error(e))),
     };
+    // One run per target, whatever the work dir or state store: the
+    // target's own claim, taken before the first write.
+    let claim = match crate::lease::claim_target(&lease, target.clone(), &options.host).await {
+        Ok(Ok(claim)) => claim,
+        Ok(Err(ClaimRefused(held))) => {
+            lease.release().await;
+            let run = if held.run.is_empty() { String::new() } else { format!(" (run {})", held.run) };
+            return Err(admission(AdapterError::permanent(
+                "target_claimed",
+                format!("another dpone run holds the target {scope}: {}{run}", held.holder),
+            ))
+            .with_hint(format!(
+                "its claim on the target expires in {} s unless renewed (kept in the target itself, so runs from other work dirs or hosts see it); wait for that run to finish, then run again",
+                held.remaining_ms.div_ceil(1000)
+            )));
+        }
+        Err(e) => {
+            lease.release().await;
+            return Err(admission(e));
+        }
+    };
     let ctx = Ctx::new(plan, probed, source, target, options, lease.clone());
     let result = async {
         let journal = admit(&ctx, store, &scope).await?;
+        claim.set_run(&journal.snapshot().await.run_id);
         driver::drive(&ctx, &journal).await
     }
     .await;

@@ -50,7 +50,7 @@ pub(crate) async fn load_and_publish<S: Source, T: Target>(ctx: &Ctx<S, T>, jour
         journal.set_state(RunState::Staging).await?;
     }
     let j = journal.snapshot().await;
-    let generation = identity::generation_table(&j.stem(), j.execution);
+    let generation = identity::generation_table(&identity::name_tag(&ctx.target.scope()), &j.stem(), j.execution);
     let target_before = ctx.target.identity(TableRole::Target).await?.unwrap_or_default();
     let expected = ctx.target.direct_identity(&generation);
     if target_before == expected {

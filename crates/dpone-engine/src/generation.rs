@@ -20,7 +20,7 @@ use std::time::Instant;
 /// Builds and verifies the generation, re-checks kept rows, records the intent.
 pub(crate) async fn prepare<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> Step {
     let j = journal.snapshot().await;
-    let generation = identity::generation_table(&j.stem(), j.execution);
+    let generation = identity::generation_table(&identity::name_tag(&ctx.target.scope()), &j.stem(), j.execution);
     let started = Instant::now();
     if let Some(p) = ctx.progress() {
         p.phase("verifying the generation", ctx.chunks().len() as u64);

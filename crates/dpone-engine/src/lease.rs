@@ -6,11 +6,19 @@
 //! fails once a renewal failed or the lease's local validity ran out, so a
 //! process that lost its lease stops before it can publish. The store's
 //! fence makes the final word: a journal write with a stale fence fails.
+//!
+//! The target's claim ([`dpone_core::ports::TargetClaim`]: one run per
+//! target whatever the work dir or state store) rides on the lease: taken
+//! right after it ([`claim_target`]), renewed by the same loop, checked by
+//! the same `check`, confirmed with it before the publishing call and
+//! released with it.
 
 use crate::context::RunHost;
 use dpone_core::failpoint::{Action, Failpoints};
-use dpone_core::ports::{AdapterError, ErrorKind};
+use dpone_core::ports::{AdapterError, ClaimAttempt, ClaimHolder, ClaimRequest, ErrorKind, Target, TargetClaim, claim_lost};
 use dpone_core::state::{LEASE_RENEW_MS, Lease, StateStore, StoreError};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -30,6 +38,81 @@ pub struct LeaseKeeper {
     /// nothing more (it does not even release its lease).
     halted: AtomicBool,
     renewal: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The target's claim, once taken.
+    claim: std::sync::OnceLock<Arc<ClaimGuard>>,
+}
+
+type ClaimCall = Box<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), AdapterError>> + Send>> + Send + Sync>;
+
+/// The target's claim as the lease keeps it: how to renew and release it
+/// (calls into the target), and what the last renewal said.
+pub struct ClaimGuard {
+    renew: ClaimCall,
+    release: ClaimCall,
+    /// Milliseconds since the keeper started until which the claim is
+    /// known valid.
+    valid_until_ms: AtomicU64,
+    lost: std::sync::Mutex<Option<AdapterError>>,
+    /// The run id recorded in the claim (for a refused run's message).
+    run: Arc<std::sync::Mutex<String>>,
+}
+
+impl ClaimGuard {
+    /// Records the run id the claim names from its next renewal on.
+    pub fn set_run(&self, run_id: &str) {
+        *self.run.lock().expect("claim run lock") = run_id.to_string();
+    }
+}
+
+/// The claim could not be taken: another live run holds it.
+pub struct ClaimRefused(pub ClaimHolder);
+
+/// Takes the target's claim for `keeper`'s holder and TTL and attaches it
+/// to the lease. A claim whose holder the host knows to be gone is taken
+/// over at once (as for the lease). `Ok(Err(holder))`: another run has it.
+pub async fn claim_target<T: Target>(
+    keeper: &Arc<LeaseKeeper>,
+    target: Arc<T>,
+    host: &Arc<dyn RunHost>,
+) -> Result<Result<Arc<ClaimGuard>, ClaimRefused>, AdapterError> {
+    let token = dpone_core::identity::token_from(host.entropy());
+    let mut request = ClaimRequest { holder: keeper.lease.holder.clone(), token, ttl_ms: keeper.ttl, stale_holder: None };
+    let asked = keeper.started.elapsed().as_millis() as u64;
+    let claim = match target.claim(&request).await? {
+        ClaimAttempt::Held(h) if host.holder_is_dead(&h.holder) => {
+            tracing::info!(stale = %h.holder, "taking over the target's claim of a run that no longer exists");
+            request.stale_holder = Some(h.holder);
+            target.claim(&request).await?
+        }
+        other => other,
+    };
+    let claim = match claim {
+        ClaimAttempt::Granted(c) => c,
+        ClaimAttempt::Held(h) => return Ok(Err(ClaimRefused(h))),
+    };
+    let ttl = keeper.ttl;
+    let run = Arc::new(std::sync::Mutex::new(String::new()));
+    let (t, c, r) = (target.clone(), claim.clone(), run.clone());
+    let renew: ClaimCall = Box::new(move || {
+        let (t, c, r) = (t.clone(), c.clone(), r.lock().expect("claim run lock").clone());
+        Box::pin(async move { t.renew_claim(&c, ttl, &r).await })
+    });
+    let (t, c) = (target, claim);
+    let release: ClaimCall = Box::new(move || {
+        let (t, c) = (t.clone(), c.clone());
+        Box::pin(async move { t.release_claim(&c).await })
+    });
+    let guard = Arc::new(ClaimGuard {
+        renew,
+        release,
+        valid_until_ms: AtomicU64::new(asked + ttl.saturating_sub(ttl / 10)),
+        lost: std::sync::Mutex::new(None),
+        run,
+    });
+    if keeper.claim.set(guard.clone()).is_err() {
+        return Err(AdapterError::internal("the target's claim was taken twice by one run"));
+    }
+    Ok(Ok(guard))
 }
 
 impl LeaseKeeper {
@@ -64,6 +147,7 @@ impl LeaseKeeper {
             unreachable: std::sync::Mutex::new(None),
             halted: AtomicBool::new(false),
             renewal: std::sync::Mutex::new(None),
+            claim: std::sync::OnceLock::new(),
         });
         let weak = Arc::downgrade(&keeper);
         let period = Duration::from_millis((ttl / 3).clamp(1, LEASE_RENEW_MS));
@@ -77,7 +161,15 @@ impl LeaseKeeper {
                 let (store, lease) = (k.store.clone(), k.lease.clone());
                 let asked = k.started.elapsed().as_millis() as u64;
                 match tokio::task::spawn_blocking(move || store.renew(&lease, ttl)).await {
-                    Ok(Ok(())) => k.valid_until_ms.store(asked + ttl - ttl / 10, Ordering::SeqCst),
+                    Ok(Ok(())) => {
+                        k.valid_until_ms.store(asked + ttl - ttl / 10, Ordering::SeqCst);
+                        if let Some(claim) = k.claim.get()
+                            && k.renew_claim(claim, asked).await.is_err()
+                        {
+                            tracing::warn!(scope = %k.lease.scope, "the target's claim could not be renewed: the run will stop before its next write");
+                            return;
+                        }
+                    }
                     failed => {
                         if let Ok(Err(StoreError::Io(why))) = failed {
                             *k.unreachable.lock().expect("cause lock") = Some(why);
@@ -93,8 +185,46 @@ impl LeaseKeeper {
         Ok(keeper)
     }
 
-    /// Fails when the process halted, or the lease is lost or may have expired.
+    /// Renews the target's claim asked at `asked` ms; a failure is kept
+    /// (every later `check` returns it).
+    async fn renew_claim(&self, claim: &ClaimGuard, asked: u64) -> Result<(), AdapterError> {
+        match (claim.renew)().await {
+            Ok(()) => {
+                claim.valid_until_ms.fetch_max(asked + self.ttl - self.ttl / 10, Ordering::SeqCst);
+                Ok(())
+            }
+            Err(e) => {
+                let e = if e.kind == ErrorKind::LeaseLost {
+                    e
+                } else {
+                    AdapterError::of(
+                        ErrorKind::LeaseLost,
+                        "claim_lost",
+                        format!("the target's claim could not be renewed: {}; the run stops before publication", e.message),
+                    )
+                };
+                *claim.lost.lock().expect("claim lock") = Some(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    /// Fails when the process halted, or the lease or the target's claim
+    /// is lost or may have expired.
     pub fn check(&self) -> Result<(), AdapterError> {
+        self.check_lease()?;
+        if let Some(claim) = self.claim.get() {
+            if let Some(e) = claim.lost.lock().expect("claim lock").clone() {
+                return Err(e);
+            }
+            if self.started.elapsed().as_millis() as u64 >= claim.valid_until_ms.load(Ordering::SeqCst) {
+                return Err(claim_lost());
+            }
+        }
+        Ok(())
+    }
+
+    fn check_lease(&self) -> Result<(), AdapterError> {
         self.check_alive()?;
         let now = self.started.elapsed().as_millis() as u64;
         if self.lost.load(Ordering::SeqCst)
@@ -128,7 +258,10 @@ impl LeaseKeeper {
         match tokio::task::spawn_blocking(move || store.renew(&lease, ttl)).await.map_err(|e| AdapterError::internal(e.to_string()))? {
             Ok(()) => {
                 self.valid_until_ms.fetch_max(asked + ttl - ttl / 10, Ordering::SeqCst);
-                Ok(())
+                match self.claim.get() {
+                    Some(claim) => self.renew_claim(claim, asked).await,
+                    None => Ok(()),
+                }
             }
             Err(e) => {
                 if matches!(e, StoreError::LeaseLost(_)) {
@@ -170,6 +303,12 @@ impl LeaseKeeper {
         }
         if self.lost.load(Ordering::SeqCst) || self.is_halted() {
             return;
+        }
+        if let Some(claim) = self.claim.get()
+            && claim.lost.lock().expect("claim lock").is_none()
+            && let Err(e) = (claim.release)().await
+        {
+            tracing::warn!(code = %e.code, "the target's claim could not be released; it expires by itself");
         }
         let (store, lease) = (self.store.clone(), self.lease.clone());
         let _ = tokio::task::spawn_blocking(move || store.release(&lease)).await;

@@ -60,20 +60,27 @@ pub async fn probe<S: Source, T: Target>(
     Ok(p)
 }
 
-/// Generation tables of other runs in the target's databases.
+/// Generation tables of other runs of this target (by the target tag
+/// their names carry; an untagged name, of a dpone before tags, may be
+/// this target's) in the target's databases. Generations of other targets
+/// sharing the database (the processes of one batch) are none of this
+/// run's business.
 pub async fn foreign_generations<T: Target>(
     target: &T,
     ours: &std::collections::BTreeSet<String>,
 ) -> Result<Vec<Diagnostic>, AdapterError> {
-    let prefix = format!("{}gen_", dpone_core::identity::OWNED_PREFIX);
+    use dpone_core::identity::{OWNED_PREFIX, generation_target_tag, name_tag};
+    let prefix = format!("{OWNED_PREFIX}gen_");
+    let tag = name_tag(&target.scope());
     Ok(target
         .owned_tables()
         .await?
         .iter()
         .filter(|t| t.starts_with(&prefix) && !ours.contains(*t))
+        .filter(|t| generation_target_tag(t).is_none_or(|other| other == tag))
         .map(|t| {
-            Diagnostic::new("pending_run_marker", "sink.table", format!("generation table `{t}` of another run is present"))
-                .hint("another run is in progress or ended with an unknown outcome (possibly from another work dir); see docs/recovery.md before removing it")
+            Diagnostic::new("pending_run_marker", "sink.table", format!("generation table `{t}` of another run of this target is present"))
+                .hint("another run of this target ended with an unknown outcome or is still publishing (possibly from another work dir or host): run `dpone status` there; see docs/recovery.md before removing the table")
         })
         .collect())
 }

@@ -54,6 +54,8 @@ use std::sync::OnceLock;
 use tokio_postgres::Client;
 
 mod append;
+mod claim;
+pub use claim::CLAIMS_TABLE;
 mod batch;
 mod direct;
 mod fingerprint;
@@ -492,11 +494,23 @@ impl Target for PostgresTarget {
             .query(
                 "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 \
                  AND c.relkind IN ('r', 'p', 'v') AND starts_with(c.relname, '_dpone_') AND c.relname <> ALL($2) ORDER BY 1",
-                &[&self.staging_schema, &vec![RECEIPTS_TABLE, MARKS_TABLE]],
+                &[&self.staging_schema, &vec![RECEIPTS_TABLE, MARKS_TABLE, CLAIMS_TABLE]],
             )
             .await
             .map_err(|e| classify("listing owned tables", e))?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    async fn claim(&self, request: &dpone_core::ports::ClaimRequest) -> Result<dpone_core::ports::ClaimAttempt> {
+        self.claim_impl(request).await
+    }
+
+    async fn renew_claim(&self, claim: &dpone_core::ports::TargetClaim, ttl_ms: u64, run: &str) -> Result<()> {
+        self.renew_claim_impl(claim, ttl_ms, run).await
+    }
+
+    async fn release_claim(&self, claim: &dpone_core::ports::TargetClaim) -> Result<()> {
+        self.release_claim_impl(claim).await
     }
 
     async fn window_stats(&self, f: &RowFilter) -> Result<WindowStats> {

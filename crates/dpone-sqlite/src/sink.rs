@@ -26,7 +26,9 @@ use rusqlite::Connection;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+mod claim;
 mod marks;
+pub use claim::CLAIMS_TABLE;
 pub use marks::MARKS_TABLE;
 
 pub struct SqliteTarget {
@@ -373,7 +375,7 @@ impl Target for SqliteTarget {
         self.with_conn(move |c| {
             let mut stmt = c
                 .prepare(&format!(
-                    "SELECT name FROM {}.sqlite_master WHERE type = 'table' AND substr(name, 1, 7) = '_dpone_' ORDER BY name",
+                    "SELECT name FROM {}.sqlite_master WHERE type = 'table' AND substr(name, 1, 7) = '_dpone_' AND name != '{CLAIMS_TABLE}' ORDER BY name",
                     quote_ident(&schema)
                 ))
                 .map_err(|e| classify("listing owned tables", e))?;
@@ -381,6 +383,18 @@ impl Target for SqliteTarget {
             rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| classify("listing owned tables", e))
         })
         .await
+    }
+
+    async fn claim(&self, request: &dpone_core::ports::ClaimRequest) -> Result<dpone_core::ports::ClaimAttempt> {
+        self.claim_impl(request).await
+    }
+
+    async fn renew_claim(&self, claim: &dpone_core::ports::TargetClaim, ttl_ms: u64, run: &str) -> Result<()> {
+        self.renew_claim_impl(claim, ttl_ms, run).await
+    }
+
+    async fn release_claim(&self, claim: &dpone_core::ports::TargetClaim) -> Result<()> {
+        self.release_claim_impl(claim).await
     }
 
     async fn window_stats(&self, filter: &RowFilter) -> Result<WindowStats> {

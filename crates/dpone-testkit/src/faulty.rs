@@ -48,10 +48,13 @@ pub enum TargetOp {
     AfterPublication,
     WindowStats,
     DropTables,
+    Claim,
+    RenewClaim,
+    ReleaseClaim,
 }
 
 impl TargetOp {
-    pub const ALL: [TargetOp; 15] = [
+    pub const ALL: [TargetOp; 18] = [
         TargetOp::Describe,
         TargetOp::Eligibility,
         TargetOp::CreateStaging,
@@ -67,6 +70,9 @@ impl TargetOp {
         TargetOp::AfterPublication,
         TargetOp::WindowStats,
         TargetOp::DropTables,
+        TargetOp::Claim,
+        TargetOp::RenewClaim,
+        TargetOp::ReleaseClaim,
     ];
 
     /// The method's name (`create_staging`).
@@ -87,6 +93,9 @@ impl TargetOp {
             TargetOp::AfterPublication => "after_publication",
             TargetOp::WindowStats => "window_stats",
             TargetOp::DropTables => "drop_tables",
+            TargetOp::Claim => "claim",
+            TargetOp::RenewClaim => "renew_claim",
+            TargetOp::ReleaseClaim => "release_claim",
         }
     }
 
@@ -100,6 +109,9 @@ impl TargetOp {
                 | TargetOp::Publish
                 | TargetOp::AfterPublication
                 | TargetOp::DropTables
+                | TargetOp::Claim
+                | TargetOp::RenewClaim
+                | TargetOp::ReleaseClaim
         )
     }
 
@@ -395,6 +407,18 @@ impl<T: Target> Target for FaultyTarget<T> {
 
     async fn owned_tables(&self) -> Result<Vec<String>> {
         self.run(TargetOp::OwnedTables, self.inner.owned_tables()).await
+    }
+
+    async fn claim(&self, request: &dpone_core::ports::ClaimRequest) -> Result<dpone_core::ports::ClaimAttempt> {
+        self.run(TargetOp::Claim, self.inner.claim(request)).await
+    }
+
+    async fn renew_claim(&self, claim: &dpone_core::ports::TargetClaim, ttl_ms: u64, run: &str) -> Result<()> {
+        self.run(TargetOp::RenewClaim, self.inner.renew_claim(claim, ttl_ms, run)).await
+    }
+
+    async fn release_claim(&self, claim: &dpone_core::ports::TargetClaim) -> Result<()> {
+        self.run(TargetOp::ReleaseClaim, self.inner.release_claim(claim)).await
     }
 
     async fn after_publication(&self, generation: &str, backup: &str) -> Result<()> {

@@ -13,7 +13,7 @@ async fn published_setup(faults: &str) -> (MemTarget, FaultyTarget<MemTarget>, S
     mem.insert_rows("events", &target_rows());
     let t = FaultyTarget::new(mem.clone(), Fault::parse_list(faults).unwrap());
     t.describe().await.unwrap();
-    let (stg, generation) = (staging_table(RUN_ID, 0, 1), generation_table(RUN_ID, 1));
+    let (stg, generation) = (staging_table(RUN_ID, 0, 1), generation_table("0123456789ab", RUN_ID, 1));
     t.create_staging(&stg).await.unwrap();
     let (tx, rx) = frame_channel(2);
     tx.send(frame(&types_of(&standard_columns()), &new_window_rows())).await.unwrap();

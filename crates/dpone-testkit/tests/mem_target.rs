@@ -36,7 +36,7 @@ async fn stage(t: &MemTarget, types: &[ColumnType], name: &str, rows: Vec<Row>) 
 #[tokio::test]
 async fn exchange_swaps_object_ids_and_keeps_one_backup() {
     let (t, types) = described(Publication::Exchange).await;
-    let (stg, generation, backup) = (staging_table(RUN_ID, 0, 1), generation_table(RUN_ID, 1), backup_table(RUN_ID, 1));
+    let (stg, generation, backup) = (staging_table(RUN_ID, 0, 1), generation_table("0123456789ab", RUN_ID, 1), backup_table(RUN_ID, 1));
     stage(&t, &types, &stg, new_window_rows()).await;
     let build = t.build_generation(&generation, Some(&window(false)), std::slice::from_ref(&stg)).await.unwrap();
     assert_eq!(build, GenerationBuild::Linked);
@@ -54,7 +54,7 @@ async fn exchange_swaps_object_ids_and_keeps_one_backup() {
 #[tokio::test]
 async fn exchange_does_not_recheck_kept_rows_at_publication() {
     let (t, types) = described(Publication::Exchange).await;
-    let (stg, generation) = (staging_table(RUN_ID, 0, 1), generation_table(RUN_ID, 1));
+    let (stg, generation) = (staging_table(RUN_ID, 0, 1), generation_table("0123456789ab", RUN_ID, 1));
     stage(&t, &types, &stg, new_window_rows()).await;
     t.build_generation(&generation, Some(&window(false)), std::slice::from_ref(&stg)).await.unwrap();
     t.delete_rows("events", |r| r[0] == Value::int(1));
@@ -68,7 +68,7 @@ async fn exchange_does_not_recheck_kept_rows_at_publication() {
 async fn receipt_generation_is_a_live_view_that_pins_its_stagings() {
     let (t, types) = described(Publication::InPlaceReceipt).await;
     assert!(t.keeps_rows_in_place());
-    let (s0, s1, generation) = (staging_table(RUN_ID, 0, 1), staging_table(RUN_ID, 1, 1), generation_table(RUN_ID, 1));
+    let (s0, s1, generation) = (staging_table(RUN_ID, 0, 1), staging_table(RUN_ID, 1, 1), generation_table("0123456789ab", RUN_ID, 1));
     let new = new_window_rows();
     stage(&t, &types, &s0, new[..2].to_vec()).await;
     stage(&t, &types, &s1, new[2..].to_vec()).await;
@@ -90,7 +90,7 @@ async fn receipt_generation_is_a_live_view_that_pins_its_stagings() {
 #[tokio::test]
 async fn receipt_publication_deletes_the_window_and_writes_a_receipt() {
     let (t, types) = described(Publication::InPlaceReceipt).await;
-    let (stg, generation) = (staging_table(RUN_ID, 0, 1), generation_table(RUN_ID, 1));
+    let (stg, generation) = (staging_table(RUN_ID, 0, 1), generation_table("0123456789ab", RUN_ID, 1));
     assert_eq!(t.identity(dpone_core::ports::TableRole::Target).await.unwrap().as_deref(), Some("receipt:none"));
     stage(&t, &types, &stg, new_window_rows()).await;
     t.build_generation(&generation, Some(&window(false)), std::slice::from_ref(&stg)).await.unwrap();
@@ -123,7 +123,7 @@ async fn receipt_publication_deletes_the_window_and_writes_a_receipt() {
 #[tokio::test]
 async fn digest_publication_refuses_changed_kept_rows_and_changes_nothing() {
     let (t, types) = described(Publication::InPlaceDigest).await;
-    let (stg, generation) = (staging_table(RUN_ID, 0, 1), generation_table(RUN_ID, 1));
+    let (stg, generation) = (staging_table(RUN_ID, 0, 1), generation_table("0123456789ab", RUN_ID, 1));
     stage(&t, &types, &stg, new_window_rows()).await;
     assert_eq!(t.build_generation(&generation, Some(&window(false)), std::slice::from_ref(&stg)).await.unwrap(), GenerationBuild::Copied);
     t.delete_rows("events", |r| r[0] == Value::int(7));

@@ -31,12 +31,14 @@
 
 mod access;
 mod channel;
+mod claim;
 mod direct;
 mod error;
 mod generation;
 mod tally;
 
 pub use access::{AccessPath, AccessPlan, WindowRead};
+pub use claim::{ClaimAttempt, claim_lost, ClaimHolder, ClaimRecord, ClaimRequest, TargetClaim};
 pub use tally::WindowTally;
 
 pub use channel::{Frame, FrameGuard, FrameRx, FrameTx, frame_channel, guarded_frame_channel};
@@ -403,6 +405,20 @@ pub trait Target: Send + Sync + 'static {
     /// Names of all tables in the target's databases that carry dpone's
     /// owned-object prefix (any run's).
     fn owned_tables(&self) -> impl Future<Output = Result<Vec<String>>> + Send;
+
+    /// Takes the target's claim (module `claim`): one
+    /// compare-and-set in the target, granted when no live claim of
+    /// another holder exists (expiry judged on the target's clock; a claim
+    /// of `request.stale_holder` counts as free). `Held` names the holder.
+    fn claim(&self, request: &ClaimRequest) -> impl Future<Output = Result<ClaimAttempt>> + Send;
+
+    /// Extends `claim` by `ttl_ms` from now (target clock) and records
+    /// `run` in it; an error of kind `LeaseLost` when it is no longer the
+    /// target's current claim (expired and taken, or removed).
+    fn renew_claim(&self, claim: &TargetClaim, ttl_ms: u64, run: &str) -> impl Future<Output = Result<()>> + Send;
+
+    /// Releases `claim` if it is still the current one (idempotent).
+    fn release_claim(&self, claim: &TargetClaim) -> impl Future<Output = Result<()>> + Send;
 
     /// Housekeeping after a publication, idempotent: e.g. keep the previous
     /// generation under `backup`. Never changes the visible target.

@@ -13,8 +13,8 @@ use dpone_core::evidence::PublicationCheck;
 use dpone_core::identity::OWNED_PREFIX;
 use dpone_core::incremental::{StoredMark, receipt_identity};
 use dpone_core::ports::{
-    AdapterError, Contents, DirectFeed, EligibilityRequest, FrameRx, GenerationBuild, MergeCounts, MergeKey, PublicationOutcome, Result,
-    RowFilter, TableRole, Target, WindowStats,
+    AdapterError, ClaimAttempt, ClaimRecord, ClaimRequest, Contents, DirectFeed, EligibilityRequest, FrameRx, GenerationBuild, MergeCounts, MergeKey, PublicationOutcome, Result,
+    RowFilter, TableRole, Target, TargetClaim, WindowStats,
 };
 use dpone_core::types::Column;
 
@@ -58,6 +58,11 @@ impl MemTarget {
         Ok(multiplicity_difference(&target, &kept))
     }
 }
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
 
 /// Decodes `frame`'s rows one by one, as the server would parse them.
 pub(super) fn split_frame(columns: &[Column], frame: &[u8], rows: u64) -> Result<Vec<Vec<u8>>> {
@@ -394,6 +399,50 @@ impl Target for MemTarget {
         self.log(TargetOp::OwnedTables, Vec::new());
         let db = self.lock();
         Ok(db.tables.keys().filter(|n| n.starts_with(dpone_core::identity::OWNED_PREFIX) && *n != RECEIPTS_TABLE).cloned().collect())
+    }
+
+    /// The claims row of PostgreSQL / SQLite: one upsert under the lock,
+    /// expiry on this process's clock.
+    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimAttempt> {
+        self.log(TargetOp::Claim, Vec::new());
+        let now = now_ms();
+        let mut db = self.lock();
+        if let Some(current) = &db.claim
+            && !current.is_free_for(request, now)
+        {
+            return Ok(ClaimAttempt::Held(current.holder_at(now)));
+        }
+        db.claim_fence += 1;
+        db.claim = Some(ClaimRecord {
+            holder: request.holder.clone(),
+            token: request.token.clone(),
+            run: String::new(),
+            expires_at_ms: now + request.ttl_ms,
+        });
+        Ok(ClaimAttempt::Granted(TargetClaim { holder: request.holder.clone(), token: request.token.clone(), fence: db.claim_fence }))
+    }
+
+    async fn renew_claim(&self, claim: &TargetClaim, ttl_ms: u64, run: &str) -> Result<()> {
+        self.log(TargetOp::RenewClaim, Vec::new());
+        let now = now_ms();
+        let mut db = self.lock();
+        match &mut db.claim {
+            Some(c) if c.token == claim.token && c.expires_at_ms > now => {
+                c.expires_at_ms = now + ttl_ms;
+                c.run = run.to_string();
+                Ok(())
+            }
+            _ => Err(dpone_core::ports::claim_lost()),
+        }
+    }
+
+    async fn release_claim(&self, claim: &TargetClaim) -> Result<()> {
+        self.log(TargetOp::ReleaseClaim, Vec::new());
+        let mut db = self.lock();
+        if db.claim.as_ref().is_some_and(|c| c.token == claim.token) {
+            db.claim = None;
+        }
+        Ok(())
     }
 
     async fn after_publication(&self, generation: &str, backup: &str) -> Result<()> {

@@ -72,6 +72,9 @@ pub(crate) struct Db {
     /// `incremental_append`: the stored high-water mark of the target
     /// (its `_dpone_marks` row), written in the publishing step.
     pub mark: Option<dpone_core::incremental::StoredMark>,
+    /// The target's claim (its claims row) and the fence of its last grant.
+    pub claim: Option<dpone_core::ports::ClaimRecord>,
+    pub claim_fence: u64,
 }
 
 pub(crate) fn unknown_table(name: &str) -> AdapterError {
@@ -93,6 +96,8 @@ impl Db {
             direct: false,
             direct_tamper: false,
             mark: None,
+            claim: None,
+            claim_fence: 0,
         }
     }
 

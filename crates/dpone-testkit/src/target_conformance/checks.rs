@@ -181,7 +181,7 @@ pub async fn compare_kept_sees_a_changed_kept_row<H: TargetHarness>(h: &H) {
     let types = described(C, &f).await;
     f.insert_target_rows(&target_rows()).await;
     staged(C, &f, &types, &stg(0), new_window_rows()).await;
-    let generation = generation_table(RUN_ID, 1);
+    let generation = generation_table("0123456789ab", RUN_ID, 1);
     let keep = window(false);
     ok(C, "build_generation", f.target().build_generation(&generation, Some(&keep), &[stg(0)]).await);
     assert_eq!(ok(C, "compare_kept", f.target().compare_kept(&generation, &keep).await), 0, "[{C}] nothing changed: 0 groups differ");
@@ -225,7 +225,7 @@ pub async fn a_rebuilt_generation_replaces_the_previous_one<H: TargetHarness>(h:
     let new = new_window_rows();
     staged(C, &f, &types, &stg(0), new[..2].to_vec()).await;
     staged(C, &f, &types, &stg(1), new[2..].to_vec()).await;
-    let generation = generation_table(RUN_ID, 1);
+    let generation = generation_table("0123456789ab", RUN_ID, 1);
     let keep = window(false);
     ok(C, "build_generation", f.target().build_generation(&generation, Some(&keep), &[stg(0)]).await);
     // A crash after the build; the resumed run builds again, from both chunks.
@@ -245,7 +245,7 @@ pub async fn publish_replaces_the_window<H: TargetHarness>(h: &H) {
     let types = described(C, &f).await;
     f.insert_target_rows(&target_rows()).await;
     staged(C, &f, &types, &stg(0), new_window_rows()).await;
-    let (generation, backup) = (generation_table(RUN_ID, 1), backup_table(RUN_ID, 1));
+    let (generation, backup) = (generation_table("0123456789ab", RUN_ID, 1), backup_table(RUN_ID, 1));
     let keep = window(false);
     let build = ok(C, "build_generation", f.target().build_generation(&generation, Some(&keep), &[stg(0)]).await);
     let kept = filtered(&target_rows(), &keep);
@@ -270,7 +270,7 @@ pub async fn a_full_refresh_replaces_everything<H: TargetHarness>(h: &H) {
     let new = new_window_rows();
     staged(C, &f, &types, &stg(0), new[..1].to_vec()).await;
     staged(C, &f, &types, &stg(1), new[1..].to_vec()).await;
-    let (generation, backup) = (generation_table(RUN_ID, 1), backup_table(RUN_ID, 1));
+    let (generation, backup) = (generation_table("0123456789ab", RUN_ID, 1), backup_table(RUN_ID, 1));
     let build = ok(C, "build_generation", f.target().build_generation(&generation, None, &[stg(0), stg(1)]).await);
     check_generation(C, &f, &build, &generation, &[], &new).await;
     let gen_identity = ok(C, "identity", f.target().identity(TableRole::Owned(&generation)).await);
@@ -286,10 +286,10 @@ pub async fn identities_tell_published_from_absent<H: TargetHarness>(h: &H) {
     let f = h.fresh(STANDARD_NAMES).await;
     let types = described(C, &f).await;
     f.insert_target_rows(&target_rows()).await;
-    let missing = generation_table(FOREIGN_RUN_ID, 9);
+    let missing = generation_table("0123456789ab", FOREIGN_RUN_ID, 9);
     assert_eq!(ok(C, "identity", f.target().identity(TableRole::Owned(&missing)).await), None, "[{C}] a missing table has no identity");
     staged(C, &f, &types, &stg(0), new_window_rows()).await;
-    let (generation, backup) = (generation_table(RUN_ID, 1), backup_table(RUN_ID, 1));
+    let (generation, backup) = (generation_table("0123456789ab", RUN_ID, 1), backup_table(RUN_ID, 1));
     let keep = window(false);
     let t0 = ok(C, "identity", f.target().identity(TableRole::Target).await);
     ok(C, "build_generation", f.target().build_generation(&generation, Some(&keep), &[stg(0)]).await);
@@ -313,7 +313,7 @@ pub async fn after_publication_keeps_the_target_and_one_backup<H: TargetHarness>
     let mut expected = Vec::new();
     for execution in 1..=2u32 {
         let (s, generation, backup) =
-            (staging_table(RUN_ID, 0, execution), generation_table(RUN_ID, execution), backup_table(RUN_ID, execution));
+            (staging_table(RUN_ID, 0, execution), generation_table("0123456789ab", RUN_ID, execution), backup_table(RUN_ID, execution));
         let mut new = new_window_rows();
         new.truncate(execution as usize + 1);
         staged(C, &f, &types, &s, new.clone()).await;
@@ -364,7 +364,7 @@ pub async fn owned_tables_lists_only_dpone_tables<H: TargetHarness>(h: &H) {
     described(C, &f).await;
     assert!(ok(C, "owned_tables", f.target().owned_tables().await).is_empty(), "[{C}] a fresh target has no owned tables");
     ok(C, "create_staging", f.target().create_staging(&stg(0)).await);
-    let foreign = generation_table(FOREIGN_RUN_ID, 1);
+    let foreign = generation_table("0123456789ab", FOREIGN_RUN_ID, 1);
     f.create_foreign_owned_table(&foreign).await;
     f.create_unowned_table("user_table").await;
     let owned = sorted(ok(C, "owned_tables", f.target().owned_tables().await));
@@ -403,7 +403,7 @@ pub async fn kept_rows_compare_whatever_the_column_names<H: TargetHarness>(h: &H
     f.insert_target_rows(&target_rows()).await;
     f.insert_target_rows(std::slice::from_ref(&zero)).await;
     staged(C, &f, &types, &stg(0), new_window_rows()).await;
-    let generation = generation_table(RUN_ID, 1);
+    let generation = generation_table("0123456789ab", RUN_ID, 1);
     let keep = window(false);
     ok(C, "build_generation", f.target().build_generation(&generation, Some(&keep), &[stg(0)]).await);
     let unchanged = ok(C, "compare_kept", f.target().compare_kept(&generation, &keep).await);
@@ -431,7 +431,7 @@ pub async fn missing_tables_are_permanent_errors<H: TargetHarness>(h: &H) {
     permanent("load", load(f.target(), &missing, &types, &[new_window_rows()]).await.map(|_| ()));
     let t0 = ok(C, "identity", f.target().identity(TableRole::Target).await);
     assert!(t0.is_some(), "[{C}] an existing target has an identity");
-    let generation = generation_table(RUN_ID, 1);
+    let generation = generation_table("0123456789ab", RUN_ID, 1);
     let before = f.rows(TableRole::Target).await;
     let r = f.target().publish(&generation, Some(&window(false)), &backup_table(RUN_ID, 1)).await;
     let e = r.expect_err("publishing a generation that does not exist is an error");

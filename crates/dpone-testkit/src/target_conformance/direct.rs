@@ -58,7 +58,7 @@ async fn direct_fixture<H: TargetHarness>(check: &str, h: &H) -> (H::Fixture, Ve
 async fn publish_window<H: TargetHarness>(check: &str, h: &H, undone: usize) -> (H::Fixture, Option<String>, String) {
     let (f, types) = direct_fixture(check, h).await;
     let before = ok(check, "identity", f.target().identity(TableRole::Target).await);
-    let (generation, keep) = (generation_table(RUN_ID, 1), window(false));
+    let (generation, keep) = (generation_table("0123456789ab", RUN_ID, 1), window(false));
     let (mut driver, feed) = direct_channel();
     let engine = async {
         ok(check, "ready", driver.ready().await);
@@ -97,7 +97,7 @@ pub async fn a_direct_publication_dropped_before_its_commit_changes_nothing<H: T
     const C: &str = "a_direct_publication_dropped_before_its_commit_changes_nothing";
     let (f, types) = direct_fixture(C, h).await;
     let before = ok(C, "identity", f.target().identity(TableRole::Target).await);
-    let generation = generation_table(RUN_ID, 1);
+    let generation = generation_table("0123456789ab", RUN_ID, 1);
     let (mut driver, feed) = direct_channel();
     let engine = async move {
         ok(C, "ready", driver.ready().await);

@@ -12,10 +12,12 @@
 //! so fixing the gap fails the suite until the flag is flipped.
 
 mod checks;
+mod claims;
 mod direct;
 mod mem;
 
 pub use checks::*;
+pub use claims::*;
 pub use direct::*;
 pub use mem::{MemDirectHarness, MemFixture, MemHarness};
 
@@ -123,6 +125,7 @@ pub async fn run_all<H: TargetHarness>(harness: &H) {
     window_stats_count_the_window(harness).await;
     kept_rows_compare_whatever_the_column_names(harness).await;
     missing_tables_are_permanent_errors(harness).await;
+    claims_exclude_each_other(harness).await;
 }
 
 /// Name of the window column of the standard schema.

@@ -301,14 +301,18 @@ impl LeaseKeeper {
         if let Some(h) = self.renewal.lock().expect("renewal lock").take() {
             h.abort();
         }
-        if self.lost.load(Ordering::SeqCst) || self.is_halted() {
+        if self.is_halted() {
             return;
         }
+        // Released even when the lease was lost: the target releases only
+        // a claim that still carries this grant's token.
         if let Some(claim) = self.claim.get()
-            && claim.lost.lock().expect("claim lock").is_none()
             && let Err(e) = (claim.release)().await
         {
             tracing::warn!(code = %e.code, "the target's claim could not be released; it expires by itself");
+        }
+        if self.lost.load(Ordering::SeqCst) {
+            return;
         }
         let (store, lease) = (self.store.clone(), self.lease.clone());
         let _ = tokio::task::spawn_blocking(move || store.release(&lease)).await;

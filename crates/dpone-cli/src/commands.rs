@@ -239,7 +239,7 @@ fn plan_one(path: &Path, manifest: &Manifest, args: &IntervalArgs, offline: bool
                 }
                 _ => Default::default(),
             };
-            let p = dpone_engine::probe(manifest, &plan, Some(s), t, &ours).await?;
+            let p = dpone_engine::probe(manifest, &plan, Some(s), t, Some(&ours)).await?;
             // An append's plan names the stored mark and the batch a run
             // would read now (read-only: the source's snapshot is a read
             // transaction, closed right after).

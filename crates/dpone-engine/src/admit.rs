@@ -76,10 +76,8 @@ pub async fn execute<S: Source, T: Target>(
     let source_needed = !matches!(&peeked, Some((_, j))
         if matches!(j.state, RunState::Verified | RunState::Publishing | RunState::Published | RunState::EvidenceComplete)
             && !(j.state == RunState::Publishing && j.intent.as_ref().is_some_and(|i| i.direct)));
-    // Tables recorded by this target's journal (an unfinished run's, or
-    // leftovers of a finished one that this run removes first) are ours.
-    let ours = peeked.as_ref().map(|(_, j)| j.owned.clone()).unwrap_or_default();
-    let probed = probe(manifest, plan, source_needed.then_some(source.as_ref()), target.as_ref(), &ours).await.map_err(admission)?;
+    // Generations of other runs are refused under the lease and the claim (`admit`).
+    let probed = probe(manifest, plan, source_needed.then_some(source.as_ref()), target.as_ref(), None).await.map_err(admission)?;
     let mut refusals = plan.refusals.clone();
     refusals.extend(probed.refusals.clone());
     if !refusals.is_empty() {
@@ -174,6 +172,10 @@ async fn admit<S: Source, T: Target>(ctx: &Ctx<S, T>, store: Arc<dyn StateStore>
                 Some((rev, j)) => (Some(*rev), j.execution + 1),
                 None => (None, 1),
             };
+            // Before any write: a generation of another run of this target
+            // (the previous run's leftovers are ours).
+            let leftovers = previous.as_ref().map(|(_, j)| j.owned.clone()).unwrap_or_default();
+            refuse_foreign_generations(ctx, &leftovers).await?;
             if let Some((_, j)) = &previous {
                 // Keep the finished journal as history, then clear what it
                 // left behind (never its backup).
@@ -186,7 +188,6 @@ async fn admit<S: Source, T: Target>(ctx: &Ctx<S, T>, store: Arc<dyn StateStore>
                     ctx.target.drop_tables(&stale).await.map_err(admission)?;
                 }
             }
-            refuse_foreign_generations(ctx, &BTreeSet::new()).await?;
             ctx.options.cancel.check().map_err(admission)?;
             let version = ctx.source.open_snapshot().await.map_err(admission)?;
             // An append's batch (the stored mark, the snapshot's maximum)

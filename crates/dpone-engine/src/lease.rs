@@ -15,7 +15,7 @@
 
 use crate::context::RunHost;
 use dpone_core::failpoint::{Action, Failpoints};
-use dpone_core::ports::{AdapterError, ClaimAttempt, ClaimHolder, ClaimRequest, ErrorKind, Target, TargetClaim, claim_lost};
+use dpone_core::ports::{AdapterError, ClaimAttempt, ClaimHolder, ClaimRequest, ErrorKind, Target, claim_lost};
 use dpone_core::state::{LEASE_RENEW_MS, Lease, StateStore, StoreError};
 use std::future::Future;
 use std::pin::Pin;

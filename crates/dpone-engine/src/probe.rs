@@ -44,17 +44,21 @@ fn refusal(path: &str, e: AdapterError) -> Diagnostic {
 /// alone) the source is not contacted and the target's columns stand in.
 ///
 /// `ours` names the tables of this target's unfinished run (from its
-/// journal): a generation table of any other run is refused as a pending
-/// marker, in `plan` as in `run`.
+/// journal): a generation table of any other run of this target is
+/// refused as a pending marker. `plan` passes them; `run` passes None and
+/// checks under its lease and the target's claim instead (so that a
+/// second run of a target being published is refused naming the holder).
 pub async fn probe<S: Source, T: Target>(
     manifest: &Manifest,
     plan: &Plan,
     source: Option<&S>,
     target: &T,
-    ours: &std::collections::BTreeSet<String>,
+    ours: Option<&std::collections::BTreeSet<String>>,
 ) -> Result<Probe, AdapterError> {
     let mut p = probe_inner(manifest, plan, source, target).await?;
-    if p.refusals.is_empty() {
+    if let Some(ours) = ours
+        && p.refusals.is_empty()
+    {
         p.refusals.extend(foreign_generations(target, ours).await?);
     }
     Ok(p)

@@ -99,7 +99,9 @@ impl TargetOp {
         }
     }
 
-    /// Whether the method can change what the target stores.
+    /// Whether the method can change what the target stores (its tables;
+    /// the claim is the run's admission, not a write: a refused run
+    /// releases it and has written nothing).
     pub fn writes(self) -> bool {
         matches!(
             self,
@@ -109,9 +111,6 @@ impl TargetOp {
                 | TargetOp::Publish
                 | TargetOp::AfterPublication
                 | TargetOp::DropTables
-                | TargetOp::Claim
-                | TargetOp::RenewClaim
-                | TargetOp::ReleaseClaim
         )
     }
 

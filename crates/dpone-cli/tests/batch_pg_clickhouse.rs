@@ -329,3 +329,30 @@ fn a_crash_in_the_middle_of_the_batch_resumes_without_redoing_or_duplicating() {
     assert_eq!(status.json()["execution"], 1, "the finished process did not run again:\n{}", status.describe());
     fx.finish();
 }
+
+/// The processes of one batch write tables of one ClickHouse database at
+/// once: each looks only at its own target's generations and holds only
+/// its own target's claim, so none is refused, however they interleave
+/// (`--jobs 2` and `--jobs 3`, five times each); after the process
+/// aborts with every process past its generation's build, the first rerun
+/// of the same command completes every process.
+#[test]
+fn processes_of_one_batch_never_block_each_other() {
+    let fx = Fixture::new("batch_jobs");
+    for jobs in ["2", "3"] {
+        for i in 0..5 {
+            let run = fx.run(&["--jobs", jobs], &[]);
+            assert_eq!(run.code, Some(0), "--jobs {jobs}, run {i}: no process refused:\n{}", run.describe());
+            assert!(docs(&run).iter().all(|d| d["status"] == "succeeded"), "--jobs {jobs}, run {i}:\n{}", run.stdout);
+        }
+    }
+    fx.assert_targets(&["orders", "customers", "payments_history"]);
+    let crashed = fx.run(&["--jobs", "3"], &[("DPONE_FAILPOINT", "publish.before_exchange:2")]);
+    assert_eq!(crashed.signal, Some(harness::SIGABRT), "the failpoint aborts the process:\n{}", crashed.describe());
+    let rerun = fx.run(&["--jobs", "3"], &[]);
+    assert_eq!(rerun.code, Some(0), "the first rerun completes every process:\n{}", rerun.describe());
+    assert!(docs(&rerun).iter().all(|d| d["status"] == "succeeded"), "{}", rerun.stdout);
+    fx.assert_targets(&["orders", "customers", "payments_history"]);
+    fx.assert_clean();
+    fx.finish();
+}

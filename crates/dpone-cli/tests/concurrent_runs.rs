@@ -63,7 +63,11 @@ fn one_published(what: &str, first: &Output, second: &Output) {
     let refused = json(lost);
     let text = refused.to_string();
     assert!(text.contains("target_claimed"), "{what}: the loser was refused by the target's claim:\n{}", describe(lost));
-    assert!(text.contains(" pid ") && text.contains("expires in"), "{what}: the refusal names the holder and its expiry:\n{}", describe(lost));
+    assert!(
+        text.contains(" pid ") && text.contains("expires in"),
+        "{what}: the refusal names the holder and its expiry:\n{}",
+        describe(lost)
+    );
 }
 
 #[test]
@@ -71,7 +75,11 @@ fn two_work_dirs_on_one_clickhouse_target_publish_once() {
     use pg_clickhouse_common::{BOUNDS, Fixture, INTERVAL_END, at, col, int, text};
     let fx = Fixture::new(
         "cc_two_ch",
-        vec![col("id", "bigint NOT NULL", "Int64"), col("ts", "timestamptz", "Nullable(DateTime64(6, 'UTC'))"), col("s", "text", "Nullable(String)")],
+        vec![
+            col("id", "bigint NOT NULL", "Int64"),
+            col("ts", "timestamptz", "Nullable(DateTime64(6, 'UTC'))"),
+            col("s", "text", "Nullable(String)"),
+        ],
     );
     let rows: Vec<_> = (0..30i64).map(|i| vec![int(i), at(BOUNDS[0], i * 7_200_000_000), text(&format!("r{i}"))]).collect();
     fx.insert_source(&rows);
@@ -83,7 +91,11 @@ fn two_work_dirs_on_one_clickhouse_target_publish_once() {
         let (first, second) = race(fx.dir(), &env, &fx.manifest, &b, INTERVAL_END, Duration::from_millis(offset_ms));
         one_published(&what, &first, &second);
         assert_eq!(fx.target_rows().len(), rows.len(), "{what}: the window once");
-        assert!(!fx.owned_tables().iter().any(|t| t.starts_with("_dpone_gen_") || t.starts_with("_dpone_claim_")), "{what}: {:?}", fx.owned_tables());
+        assert!(
+            !fx.owned_tables().iter().any(|t| t.starts_with("_dpone_gen_") || t.starts_with("_dpone_claim_")),
+            "{what}: {:?}",
+            fx.owned_tables()
+        );
     }
     takeover_after_kill(&what_kill(), fx.dir(), &env, &fx.manifest, &b, INTERVAL_END);
     assert_eq!(fx.target_rows().len(), rows.len(), "after the takeover: the window once");
@@ -93,7 +105,10 @@ fn two_work_dirs_on_one_clickhouse_target_publish_once() {
 #[test]
 fn two_work_dirs_on_one_postgres_target_publish_once() {
     use ch_postgres_common::{Fixture, INTERVAL_END, Options, col, int, text, ts};
-    let fx = Fixture::new("cc_two_pg", vec![col("id", "Int64", "bigint NOT NULL"), col("ts", "DateTime64(6, 'UTC')", "timestamptz"), col("s", "String", "text")]);
+    let fx = Fixture::new(
+        "cc_two_pg",
+        vec![col("id", "Int64", "bigint NOT NULL"), col("ts", "DateTime64(6, 'UTC')", "timestamptz"), col("s", "String", "text")],
+    );
     let rows: Vec<_> = (0..30i64).map(|i| vec![int(i), ts(&format!("2026-09-06 {:02}:00:00", i % 24)), text(&format!("r{i}"))]).collect();
     fx.insert_source(&rows);
     fx.write_manifest(&Options::default());

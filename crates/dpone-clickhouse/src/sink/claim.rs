@@ -66,7 +66,10 @@ impl ClickhouseTarget {
         match &marker.record {
             Some(r) => r.holder_at(now),
             None => ClaimHolder {
-                holder: format!("an unknown holder (table {}.{} is not a dpone claim: drop it if no run uses it)", self.database, marker.name),
+                holder: format!(
+                    "an unknown holder (table {}.{} is not a dpone claim: drop it if no run uses it)",
+                    self.database, marker.name
+                ),
                 run: String::new(),
                 remaining_ms: 0,
             },

@@ -16,8 +16,12 @@ use serde::{Deserialize, Serialize};
 
 /// A renewal or confirmation found the claim no longer this run's.
 pub fn claim_lost() -> AdapterError {
-    AdapterError::of(ErrorKind::LeaseLost, "claim_lost", "the target's claim is no longer this run's (it expired and was taken over, or was removed)")
-        .hint("another dpone run may own the target now; run `dpone status` and rerun when it is free")
+    AdapterError::of(
+        ErrorKind::LeaseLost,
+        "claim_lost",
+        "the target's claim is no longer this run's (it expired and was taken over, or was removed)",
+    )
+    .hint("another dpone run may own the target now; run `dpone status` and rerun when it is free")
 }
 
 /// A claim this process holds on its target.

@@ -38,7 +38,7 @@ mod generation;
 mod tally;
 
 pub use access::{AccessPath, AccessPlan, WindowRead};
-pub use claim::{ClaimAttempt, claim_lost, ClaimHolder, ClaimRecord, ClaimRequest, TargetClaim};
+pub use claim::{ClaimAttempt, ClaimHolder, ClaimRecord, ClaimRequest, TargetClaim, claim_lost};
 pub use tally::WindowTally;
 
 pub use channel::{Frame, FrameGuard, FrameRx, FrameTx, frame_channel, guarded_frame_channel};

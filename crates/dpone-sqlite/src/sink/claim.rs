@@ -82,7 +82,9 @@ impl SqliteTarget {
             let now = now_ms();
             let n = tx
                 .execute(
-                    &format!("UPDATE {claims_sql} SET expires_at_ms = ?1, run = ?2 WHERE target_table = ?3 AND token = ?4 AND expires_at_ms > ?5"),
+                    &format!(
+                        "UPDATE {claims_sql} SET expires_at_ms = ?1, run = ?2 WHERE target_table = ?3 AND token = ?4 AND expires_at_ms > ?5"
+                    ),
                     rusqlite::params![(now + ttl_ms) as i64, run, target, token, now as i64],
                 )
                 .map_err(|e| classify("renewing the target's claim", e))?;

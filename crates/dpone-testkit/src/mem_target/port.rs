@@ -13,8 +13,8 @@ use dpone_core::evidence::PublicationCheck;
 use dpone_core::identity::OWNED_PREFIX;
 use dpone_core::incremental::{StoredMark, receipt_identity};
 use dpone_core::ports::{
-    AdapterError, ClaimAttempt, ClaimRecord, ClaimRequest, Contents, DirectFeed, EligibilityRequest, FrameRx, GenerationBuild, MergeCounts, MergeKey, PublicationOutcome, Result,
-    RowFilter, TableRole, Target, TargetClaim, WindowStats,
+    AdapterError, ClaimAttempt, ClaimRecord, ClaimRequest, Contents, DirectFeed, EligibilityRequest, FrameRx, GenerationBuild, MergeCounts,
+    MergeKey, PublicationOutcome, Result, RowFilter, TableRole, Target, TargetClaim, WindowStats,
 };
 use dpone_core::types::Column;
 
@@ -62,7 +62,6 @@ impl MemTarget {
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
-
 
 /// Decodes `frame`'s rows one by one, as the server would parse them.
 pub(super) fn split_frame(columns: &[Column], frame: &[u8], rows: u64) -> Result<Vec<Vec<u8>>> {

@@ -13,7 +13,11 @@ fn request(holder: &str, token: &str, ttl_ms: u64, stale: Option<&str>) -> Claim
 async fn granted<T: Target>(check: &str, t: &T, r: ClaimRequest) -> TargetClaim {
     match ok(check, "claim", t.claim(&r).await) {
         ClaimAttempt::Granted(c) => {
-            assert_eq!((c.holder.as_str(), c.token.as_str()), (r.holder.as_str(), r.token.as_str()), "[{check}] the grant names the request");
+            assert_eq!(
+                (c.holder.as_str(), c.token.as_str()),
+                (r.holder.as_str(), r.token.as_str()),
+                "[{check}] the grant names the request"
+            );
             c
         }
         ClaimAttempt::Held(h) => panic!("[{check}] {} was refused: held by {h:?}", r.holder),

@@ -5,8 +5,9 @@
 //! CONFLICT DO UPDATE .. WHERE <free, expired, ours or of a gone holder>`,
 //! so exactly one of concurrent claimers gets the row; the table's
 //! creation runs under a transaction-scoped advisory lock so that two
-//! first claimers do not collide on the catalog. Expiry is judged on the
-//! server's clock (`clock_timestamp()`).
+//! first claimers do not collide on the catalog, and the last release
+//! drops it under the same lock (no table is left when no run claims the
+//! target). Expiry is judged on the server's clock (`clock_timestamp()`).
 
 use super::*;
 use crate::source::quote_literal;
@@ -20,15 +21,19 @@ impl PostgresTarget {
         format!("{}.{}", quote_ident(self.schema()), quote_ident(CLAIMS_TABLE))
     }
 
+    /// Serializes the claims table's creation and removal.
+    fn claims_lock_sql(&self) -> String {
+        format!("SELECT pg_advisory_xact_lock(hashtextextended({}, 0));", quote_literal(&format!("dpone claims {}", self.claims_sql())))
+    }
+
     pub(super) async fn claim_impl(&self, request: &ClaimRequest) -> Result<ClaimAttempt> {
         let mut client = self.connect().await?;
         let tx = client.transaction().await.map_err(|e| classify("claiming the target", e))?;
         let claims = self.claims_sql();
         tx.batch_execute(&format!(
-            "SELECT pg_advisory_xact_lock(hashtextextended({}, 0)); \
-             CREATE TABLE IF NOT EXISTS {claims} (target text PRIMARY KEY, holder text NOT NULL, token text NOT NULL, \
+            "{} CREATE TABLE IF NOT EXISTS {claims} (target text PRIMARY KEY, holder text NOT NULL, token text NOT NULL, \
              run text NOT NULL, fence bigint NOT NULL, expires_at timestamptz NOT NULL)",
-            quote_literal(&format!("dpone claims {claims}"))
+            self.claims_lock_sql()
         ))
         .await
         .map_err(|e| classify("creating the claims table", e))?;
@@ -88,12 +93,33 @@ impl PostgresTarget {
         if n == 1 { Ok(()) } else { Err(claim_lost()) }
     }
 
+    /// Deletes the claim's row; the last claim released takes the table
+    /// along (under the lock every claim creates it under).
     pub(super) async fn release_claim_impl(&self, claim: &TargetClaim) -> Result<()> {
-        self.connect()
-            .await?
-            .execute(&format!("DELETE FROM {} WHERE target = $1 AND token = $2", self.claims_sql()), &[&self.table.name, &claim.token])
+        let mut client = self.connect().await?;
+        let tx = client.transaction().await.map_err(|e| classify("releasing the target's claim", e))?;
+        let claims = self.claims_sql();
+        tx.batch_execute(&self.claims_lock_sql()).await.map_err(|e| classify("releasing the target's claim", e))?;
+        let exists: bool = tx
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&claims])
+            .await
+            .map_err(|e| classify("releasing the target's claim", e))?
+            .get(0);
+        if !exists {
+            // Taken over and released by another run since: nothing of ours is left.
+            return Ok(());
+        }
+        tx.execute(&format!("DELETE FROM {claims} WHERE target = $1 AND token = $2"), &[&self.table.name, &claim.token])
             .await
             .map_err(|e| classify("releasing the target's claim", e))?;
-        Ok(())
+        let left: i64 = tx
+            .query_one(&format!("SELECT count(*) FROM {claims}"), &[])
+            .await
+            .map_err(|e| classify("releasing the target's claim", e))?
+            .get(0);
+        if left == 0 {
+            tx.batch_execute(&format!("DROP TABLE {claims}")).await.map_err(|e| classify("releasing the target's claim", e))?;
+        }
+        tx.commit().await.map_err(|e| classify("releasing the target's claim", e))
     }
 }

@@ -3,6 +3,7 @@
 //! IMMEDIATE` transactions, which the database file's write lock
 //! serializes between processes. Expiry is judged on this host's clock:
 //! every process that can open the file runs on a host that can lock it.
+//! The table exists only while a claim does: the last release drops it.
 
 use super::*;
 use dpone_core::ports::{ClaimAttempt, ClaimRecord, ClaimRequest, TargetClaim, claim_lost};
@@ -98,6 +99,14 @@ impl SqliteTarget {
         self.with_claims(move |tx, claims_sql, target| {
             tx.execute(&format!("DELETE FROM {claims_sql} WHERE target_table = ?1 AND token = ?2"), rusqlite::params![target, token])
                 .map_err(|e| classify("releasing the target's claim", e))?;
+            // The last claim released takes its table along (every claim
+            // creates it first, under the same write lock).
+            let left: i64 = tx
+                .query_row(&format!("SELECT count(*) FROM {claims_sql}"), [], |r| r.get(0))
+                .map_err(|e| classify("releasing the target's claim", e))?;
+            if left == 0 {
+                tx.execute_batch(&format!("DROP TABLE {claims_sql}")).map_err(|e| classify("releasing the target's claim", e))?;
+            }
             Ok(())
         })
         .await

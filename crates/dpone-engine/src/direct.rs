@@ -374,6 +374,7 @@ impl Checked {
             digest_sum: self.staged.digest.sum_hex(),
             null_counts: self.staged.digest.null_counts.clone(),
             stream_digest_sum: Some(self.stats.digest.sum_hex()),
+            stream_null_counts: Some(self.stats.digest.null_counts.clone()),
             parts: None,
             seconds: started.elapsed().as_secs_f64(),
         }

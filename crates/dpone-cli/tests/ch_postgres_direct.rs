@@ -422,3 +422,37 @@ fn a_password_a_failing_chunk_load_echoes_is_redacted_everywhere() {
     }
     fx.finish();
 }
+
+/// `target_unchanged` of a direct publication is judged as on the staged
+/// path: the first run replaces stale window rows (false), a rerun of the
+/// unchanged window finds the rows it replaces equal to the new ones
+/// (true), and a window row changed by someone in between makes it false
+/// again (the run puts the source's row back).
+#[test]
+fn a_direct_rerun_of_an_unchanged_window_reports_the_target_unchanged() {
+    let fx = standard_fixture("direct_chpg_unchanged");
+    fx.write_manifest(&direct());
+    let doc = fx.run().assert_succeeded("the first direct run");
+    assert_eq!(doc["target_unchanged"], false, "the first run replaced stale rows: {doc:#}");
+    let doc = fx.run().assert_succeeded("a direct rerun of the same window");
+    assert_eq!(doc["target_unchanged"], true, "the rerun found the window already holding these rows: {doc:#}");
+    fx.assert_target(&expected(), "the target after the rerun");
+    let changed = fx.pg_query(&format!(
+        "SELECT count(*)::text FROM {t} WHERE ts >= '{}+00' AND ts < '{}+00'",
+        ch_postgres_common::CHUNK_BOUNDS[0],
+        ch_postgres_common::CHUNK_BOUNDS[3],
+        t = fx.target_sql()
+    ));
+    assert_ne!(changed[0][0].as_deref(), Some("0"), "the window holds rows");
+    // One window row's copy removed: same source, but the target differs.
+    fx.pg_exec(&format!(
+        "DELETE FROM {t} WHERE ctid = (SELECT ctid FROM {t} WHERE ts >= '{}+00' AND ts < '{}+00' LIMIT 1)",
+        ch_postgres_common::CHUNK_BOUNDS[0],
+        ch_postgres_common::CHUNK_BOUNDS[3],
+        t = fx.target_sql()
+    ));
+    let doc = fx.run().assert_succeeded("a direct run after a window row was deleted");
+    assert_eq!(doc["target_unchanged"], false, "the run restored a deleted row: {doc:#}");
+    fx.assert_target(&expected(), "the target after the third run");
+    fx.finish();
+}

@@ -18,6 +18,51 @@ use std::collections::BTreeMap;
 
 /// Largest JUnit file read.
 pub const MAX_JUNIT_BYTES: usize = 256 << 20;
+/// Largest plan file read (a plan is a few kilobytes).
+pub const MAX_PLAN_BYTES: usize = 16 << 20;
+
+/// Why [`read_bounded`] returned no bytes.
+#[derive(Debug)]
+pub enum BoundedReadError {
+    /// The file holds more than the limit; nothing past `limit + 1` bytes was read.
+    TooLarge { limit: usize },
+    /// The file could not be opened or read.
+    Io(std::io::Error),
+}
+
+impl std::fmt::Display for BoundedReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BoundedReadError::TooLarge { limit } => write!(f, "the file is larger than {limit} bytes"),
+            BoundedReadError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// The bytes of `path`, read with a hard bound: at most `limit + 1` bytes
+/// are read (the buffer holds at most `limit`), and more than `limit` is
+/// refused. The file's metadata is not
+/// trusted: a device or a pipe (`/dev/zero`, a FIFO) reports a length of 0
+/// and would otherwise be read without end.
+pub fn read_bounded(path: &std::path::Path, limit: usize) -> Result<Vec<u8>, BoundedReadError> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(BoundedReadError::Io)?;
+    let mut bytes = Vec::new();
+    let mut head = file.take(limit as u64);
+    head.read_to_end(&mut bytes).map_err(BoundedReadError::Io)?;
+    // One byte more, read on its own: the buffer never grows past the limit.
+    let mut more = [0u8; 1];
+    let extra = loop {
+        match head.get_mut().read(&mut more) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => break other.map_err(BoundedReadError::Io)?,
+        }
+    };
+    if extra > 0 {
+        return Err(BoundedReadError::TooLarge { limit });
+    }
+    Ok(bytes)
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Status {
@@ -527,6 +572,23 @@ mod tests {
         files.push(input("crash.xml", r#"<testsuite name="gate.clippy" failures="1"><testcase name="clippy"/></testsuite>"#));
         let r = run(&p, files);
         assert_eq!(status(&r, "gate.clippy").0, "FAIL");
+    }
+
+    #[test]
+    fn bounded_reads_refuse_more_than_the_limit_even_from_a_device() {
+        let dir = std::env::temp_dir().join(format!("dpone-ci-bounded-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f");
+        std::fs::write(&path, b"12345").unwrap();
+        assert_eq!(read_bounded(&path, 5).unwrap(), b"12345");
+        assert!(matches!(read_bounded(&path, 4), Err(BoundedReadError::TooLarge { limit: 4 })));
+        // /dev/zero's metadata length is 0 and it never ends.
+        let zero = std::path::Path::new("/dev/zero");
+        if zero.exists() {
+            assert!(matches!(read_bounded(zero, 1 << 20), Err(BoundedReadError::TooLarge { .. })));
+        }
+        assert!(matches!(read_bounded(&dir.join("missing"), 4), Err(BoundedReadError::Io(_))));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

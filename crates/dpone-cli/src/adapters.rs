@@ -346,6 +346,10 @@ impl Target for RealTarget {
         keep: Option<&RowFilter>,
         feed: dpone_core::ports::DirectFeed,
     ) -> Result<PublicationOutcome> {
+        // A chunk's load error reaches the engine through the feed, not
+        // through this call's result: it is redacted on that way too.
+        let secrets = self.secrets.clone();
+        let feed = feed.map_errors(std::sync::Arc::new(move |e| secrets.error(e)));
         redacted!(self, RealTarget, |t| t.publish_direct(generation, keep, feed).await)
     }
 

@@ -167,8 +167,14 @@ fn verify(
     out: Option<&Path>,
     markdown: Option<&Path>,
 ) -> u8 {
-    let bytes = match std::fs::read(plan_path) {
+    let bytes = match verify::read_bounded(plan_path, verify::MAX_PLAN_BYTES) {
         Ok(b) => b,
+        Err(e @ verify::BoundedReadError::TooLarge { .. }) => {
+            return fail(
+                &Diagnostic::new("plan_too_large", "--plan", format!("refusing {}: {e}", plan_path.display()))
+                    .hint("pass the file written by `dpone ci plan --out` (a few kilobytes), not a device or another file"),
+            );
+        }
         Err(e) => {
             return fail(
                 &Diagnostic::new("plan_unreadable", "--plan", format!("cannot read {}: {e}", plan_path.display()))
@@ -197,9 +203,12 @@ fn verify(
         }
     }
     let mut inputs: Vec<ArtifactInput> = Vec::new();
-    let read = |p: &Path| match std::fs::metadata(p) {
-        Ok(m) if m.len() > verify::MAX_JUNIT_BYTES as u64 => Err(format!("the file is larger than {} bytes", verify::MAX_JUNIT_BYTES)),
-        _ => std::fs::read(p).map_err(|e| e.to_string()),
+    // A hard bound, not the metadata's length (0 for a device or a pipe).
+    let read = |p: &Path| {
+        verify::read_bounded(p, verify::MAX_JUNIT_BYTES).map_err(|e| match e {
+            verify::BoundedReadError::TooLarge { .. } => format!("junit_too_large: {e}"),
+            verify::BoundedReadError::Io(_) => e.to_string(),
+        })
     };
     for p in junit {
         inputs.push(ArtifactInput { path: p.display().to_string(), suite_override: None, content: read(p) });

@@ -378,3 +378,81 @@ fn a_publication_that_never_started_publishes_nothing_and_the_next_run_does() {
     assert_eq!(fx.receipts().len(), 1);
     fx.finish();
 }
+
+/// `url` with `password` as its password (the test server trusts its
+/// clients and never asks for it: the password only has to be configured).
+fn with_password(url: &str, password: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a URL");
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let (user, host) = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => (userinfo.split(':').next().unwrap_or("postgres").to_string(), host),
+        None => ("postgres".to_string(), authority),
+    };
+    format!("{scheme}://{user}:{password}@{host}{path}")
+}
+
+/// A chunk's load error leaves the target through the direct publication's
+/// feed, not through the adapter's return value, and is logged on its way
+/// (at `warn`, the default level, by the target and by the engine's retry):
+/// a server message that echoes the connection's password (here a trigger
+/// raising it, transient so that every attempt logs) is redacted in every
+/// log line, in the run's result and in the work dir.
+#[test]
+fn a_password_a_failing_chunk_load_echoes_is_redacted_everywhere() {
+    const SECRET: &str = "Dpone-direct-s3cret-7";
+    let fx = standard_fixture("direct_chpg_redact");
+    fx.write_manifest(&direct());
+    let f = function(&fx, "echo", &format!("RAISE EXCEPTION 'login with password {SECRET} refused' USING ERRCODE = '40001';"));
+    fx.pg_exec(&format!("CREATE TRIGGER echo BEFORE INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {f}()", fx.target_sql()));
+    let url = with_password(&dpone_testkit::postgres_url(), SECRET);
+    let run = fx.run_with(&[("DPONE_CONN_PG", url.as_str())]);
+    let all = format!("{}\n{}", run.stdout, run.stderr);
+    assert!(!all.contains(SECRET), "the password leaked into the output:\n{}", run.describe());
+    assert!(run.stderr.contains("loading the chunk failed"), "the target's warning is logged:\n{}", run.describe());
+    assert!(all.contains("<redacted>"), "the echoed password is shown redacted:\n{}", run.describe());
+    run.assert_failed("a chunk load echoing the password", 1, "postgres_error:40001");
+    let mut files = vec![fx.dir().to_path_buf()];
+    while let Some(p) = files.pop() {
+        if p.is_dir() {
+            files.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        } else if p.extension().is_none_or(|e| e != "yaml") {
+            let bytes = std::fs::read(&p).unwrap();
+            assert!(!String::from_utf8_lossy(&bytes).contains(SECRET), "the password leaked into {}", p.display());
+        }
+    }
+    fx.finish();
+}
+
+/// `target_unchanged` of a direct publication is judged as on the staged
+/// path: the first run replaces stale window rows (false), a rerun of the
+/// unchanged window finds the rows it replaces equal to the new ones
+/// (true), and a window row changed by someone in between makes it false
+/// again (the run puts the source's row back).
+#[test]
+fn a_direct_rerun_of_an_unchanged_window_reports_the_target_unchanged() {
+    let fx = standard_fixture("direct_chpg_unchanged");
+    fx.write_manifest(&direct());
+    let doc = fx.run().assert_succeeded("the first direct run");
+    assert_eq!(doc["target_unchanged"], false, "the first run replaced stale rows: {doc:#}");
+    let doc = fx.run().assert_succeeded("a direct rerun of the same window");
+    assert_eq!(doc["target_unchanged"], true, "the rerun found the window already holding these rows: {doc:#}");
+    fx.assert_target(&expected(), "the target after the rerun");
+    let changed = fx.pg_query(&format!(
+        "SELECT count(*)::text FROM {t} WHERE ts >= '{}+00' AND ts < '{}+00'",
+        ch_postgres_common::CHUNK_BOUNDS[0],
+        ch_postgres_common::CHUNK_BOUNDS[3],
+        t = fx.target_sql()
+    ));
+    assert_ne!(changed[0][0].as_deref(), Some("0"), "the window holds rows");
+    // One window row's copy removed: same source, but the target differs.
+    fx.pg_exec(&format!(
+        "DELETE FROM {t} WHERE ctid = (SELECT ctid FROM {t} WHERE ts >= '{}+00' AND ts < '{}+00' LIMIT 1)",
+        ch_postgres_common::CHUNK_BOUNDS[0],
+        ch_postgres_common::CHUNK_BOUNDS[3],
+        t = fx.target_sql()
+    ));
+    let doc = fx.run().assert_succeeded("a direct run after a window row was deleted");
+    assert_eq!(doc["target_unchanged"], false, "the run restored a deleted row: {doc:#}");
+    fx.assert_target(&expected(), "the target after the third run");
+    fx.finish();
+}

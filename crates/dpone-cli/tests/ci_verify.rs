@@ -245,3 +245,26 @@ fn with_repo_the_plan_is_reclassified_and_a_changed_file_record_is_refused() {
     assert!(err.contains("error[plan_mismatch]"), "{err}");
     assert_eq!(receipt, Value::Null);
 }
+
+#[test]
+fn a_plan_or_junit_file_without_end_is_refused_by_a_hard_bound() {
+    let (r, plan_path) = schedule_only_plan();
+    write_file(r.path(), "results.xml", &junit(&clean_suites()));
+    // /dev/zero's metadata length is 0: only a bounded read stops it.
+    let zero = "/dev/zero";
+    assert!(Path::new(zero).exists(), "this test needs {zero}");
+    let o = dpone(r.path(), &["ci", "verify", "--plan", zero, "--junit", "results.xml", "--out", "receipt.json"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("error[plan_too_large]") && err.contains("--plan"), "{err}");
+    assert!(!r.path().join("receipt.json").exists(), "no receipt is written");
+    // A JUnit file without end is an unread artifact: nothing passes.
+    let (code, receipt, err) = verify(r.path(), &["--junit", "results.xml", "--junit", zero]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("cannot read JUnit file /dev/zero: junit_too_large"), "{err}");
+    let artifact = &receipt["artifacts"][1];
+    assert_eq!(artifact["status"], "unreadable", "{receipt:#}");
+    assert!(artifact["error"].as_str().unwrap().starts_with("junit_too_large: the file is larger than"), "{artifact}");
+    assert_eq!(receipt["summary"]["PASS"], 0, "{receipt:#}");
+    assert!(plan_path.exists());
+}

@@ -9,6 +9,12 @@
 //! - `generation.after_build` (a copied generation: kept + new rows): a row
 //!   inserted, deleted or changed -> `generation_verification_failed`; a
 //!   kept target row changed -> `kept_rows_changed`; target unchanged;
+//! - `publish.before_exchange` (the intent recorded, the engine's own
+//!   check of the kept rows passed): a kept target row changed ->
+//!   `kept_rows_changed` from the publishing transaction, which rolled
+//!   back: the run is `failed` (not `outcome_unknown`, although the
+//!   target's contents are neither identity the intent recorded), its
+//!   tables dropped, and the next run publishes;
 //! - `publish.after_exchange` (the publishing transaction committed): a
 //!   target row changed before the published contents are re-digested ->
 //!   `publication_verification_failed`, the publication reported as
@@ -205,4 +211,54 @@ fn a_target_changed_right_after_the_publication_fails_its_verification() {
         "{what}: expected exit 1, publication_verification_failed, the publication reported as done:\n{}",
         guards_common::describe(&out)
     );
+}
+
+/// Whether the run's journal in the work dir's state store is `publishing`.
+fn journal_publishing(dir: &Path) -> bool {
+    let path = dir.join("work").join("state.db");
+    if !path.exists() {
+        return false;
+    }
+    let Ok(conn) = Connection::open(&path) else { return false };
+    let _ = conn.busy_timeout(Duration::from_secs(5));
+    conn.query_row("SELECT count(*) FROM records WHERE body LIKE '%\"state\":\"publishing\"%'", [], |r| r.get::<_, i64>(0))
+        .is_ok_and(|n| n > 0)
+}
+
+#[test]
+fn a_kept_row_changed_inside_the_publication_rolls_it_back_and_the_run_fails() {
+    let fx = Fixture::new();
+    let what = "a kept row changed at publish.before_exchange";
+    let out = fx.tampered_run(
+        "publish.before_exchange",
+        || journal_publishing(&fx.dir).then_some(()),
+        |_| fx.exec("UPDATE t SET name = 'changed by another writer' WHERE id = 100"),
+    );
+    let doc = assert_refused(&out, "kept_rows_changed", what);
+    assert_eq!(doc["publication"], "absent", "{what}: nothing published:\n{}", guards_common::describe(&out));
+    let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(all.contains("rolled back"), "{what}: the refusal says the transaction rolled back:\n{}", guards_common::describe(&out));
+    // The target holds only the other writer's change, and none of dpone's tables.
+    let mut expected: Vec<Vec<Sql>> = target_rows();
+    expected[0][2] = Sql::Text("changed by another writer".into());
+    let conn = Connection::open_in_memory().unwrap();
+    conn.execute_batch(DDL).unwrap();
+    for r in &expected {
+        conn.execute("INSERT INTO t VALUES (?1, ?2, ?3)", rusqlite::params_from_iter(r.iter())).unwrap();
+    }
+    assert_eq!(fx.target_rows(), common::dump_conn(&conn, "t"), "{what}: the target holds only the other writer's change");
+    assert_eq!(owned_tables(&fx.target), Vec::<String>::new(), "{what}: the failed run's tables are dropped");
+    // The next run is not refused (no `outcome_unknown` to resolve): it
+    // publishes the window over the kept rows as the other writer left them.
+    let next = wait(spawn(&fx.dir, &["run", &fx.manifest, "--interval-end", INTERVAL_END, "--format", "json"], &[]), LIMIT);
+    let doc = json(&next);
+    assert!(
+        next.status.code() == Some(0) && doc["status"] == "succeeded",
+        "{what}: the next run publishes:\n{}",
+        guards_common::describe(&next)
+    );
+    let rows = fx.target_rows();
+    assert_eq!(rows.len(), 3 + WINDOW_ROWS, "{what}: kept rows plus the window: {rows:?}");
+    assert!(rows.iter().any(|r| r[0] == "int:100" && r[2].contains("changed by another writer")), "{what}: the change is kept: {rows:?}");
+    assert!(!rows.iter().any(|r| r[0] == "int:200"), "{what}: the stale window row is replaced: {rows:?}");
 }

@@ -444,6 +444,35 @@ fn a_target_changed_under_the_batch_keys_is_refused() {
     fx.finish();
 }
 
+/// The mark moved (another run from another state store, an edit of
+/// `_dpone_marks`) while the run paused right before its publication: the
+/// merge re-checks it before its `EXCHANGE` and refuses, a definite
+/// outcome: the run is `failed` (`incremental_mark_moved`), nothing
+/// published, the mark left as found.
+#[test]
+fn a_mark_moved_during_the_run_is_refused() {
+    let fx = fixture("mrg_pgch_moved", &["id"], None);
+    let mut source = Source::default();
+    source.insert(&fx, &[row(1, 1, 1, "a")]);
+    check(&fx, &run(&fx), &source.batch(None, 1), 1, "first run");
+    source.update(&fx, 1, 2, 2, "a2");
+    let child = spawn_paused(&fx, "publish.before_exchange:4000");
+    harness::wait_until(Duration::from_secs(60), "the run records its intent", || state_of(&status(&fx)) == "publishing");
+    let uuid = fx.ch_scalar(&format!("SELECT toString(uuid) FROM system.tables WHERE database = '{}' AND name = 't'", fx.db));
+    fx.ch_exec(&format!(
+        "INSERT INTO {}._dpone_marks (table_uuid, target, cursor_column, kind, mark, run_id, seq, cleared) \
+         VALUES (toUUID('{uuid}'), 't', 'ver', 'integer', '7', 'someone', 100, 0)",
+        fx.db
+    ));
+    let doc = child.wait().assert_failed("a mark moved during the run", 1, "incremental_mark_moved");
+    assert_eq!(doc["publication"], "absent", "{doc:#}");
+    assert_eq!(state_of(&status(&fx)), "failed", "a definite rollback, not outcome-unknown");
+    assert_same_rows(&[row(1, 1, 1, "a")], &fx.target_rows(), "target unchanged");
+    assert_eq!(mark(&fx), Some("7".into()), "the mark is left as found");
+    assert_eq!(leftovers(&fx), Vec::<String>::new(), "the failed run's tables are dropped");
+    fx.finish();
+}
+
 /// A writer adds a row to a partition that holds a batch key after the
 /// other partitions were linked and before that partition is copied: `G2`
 /// then holds one row more than the target had minus the replaced plus the

@@ -48,8 +48,10 @@ pub struct ChunkEvidence {
     pub staging_table: String,
     pub rows: u64,
     pub encoded_bytes: u64,
-    /// Digest of the encoded stream, as sent.
-    pub stream_digest: RowDigest,
+    /// Digest of the encoded stream, as the source computed it while
+    /// sending (its own NULL counts); null when the journal did not record
+    /// it (a run journaled by an older dpone), never a copy of the staged one.
+    pub stream_digest: Option<RowDigest>,
     /// Digest the target computed over what it stores.
     pub staged_digest: RowDigest,
     pub seconds: f64,

@@ -187,6 +187,12 @@ pub struct ChunkRecord {
     /// are kept so evidence shows two independent computations.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub stream_digest_sum: Option<String>,
+    /// The stream's NULL counts per column (computed by the source), kept
+    /// apart from the staged ones for the same reason. None in journals
+    /// written before they were recorded: the stream's digest is then
+    /// unknown, never borrowed from the staged one.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub stream_null_counts: Option<Vec<u64>>,
     /// The staging table's parts by identity, read before and after its
     /// digest and equal both times: the parts that digest verified. None
     /// when the target cannot identify parts or they changed meanwhile
@@ -212,6 +218,7 @@ impl ChunkRecord {
             digest_sum: String::new(),
             null_counts: Vec::new(),
             stream_digest_sum: None,
+            stream_null_counts: None,
             parts: None,
             seconds: 0.0,
         }
@@ -221,9 +228,10 @@ impl ChunkRecord {
         digest_from(self.rows, &self.digest_sum, &self.null_counts)
     }
 
-    /// The stream's digest (its NULL counts equal the staged ones once verified).
+    /// The stream's digest, as the source computed it: None when the
+    /// journal does not hold both its sum and its NULL counts.
     pub fn stream_digest(&self) -> Option<RowDigest> {
-        digest_from(self.rows, self.stream_digest_sum.as_deref()?, &self.null_counts)
+        digest_from(self.rows, self.stream_digest_sum.as_deref()?, self.stream_null_counts.as_deref()?)
     }
 }
 
@@ -379,6 +387,49 @@ impl RunJournal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The stream's digest is the source's own record: its NULL counts are
+    /// not the staged ones, and a journal without them has no stream digest.
+    #[test]
+    fn the_stream_digest_is_recorded_apart_from_the_staged_one() {
+        let mut staged = RowDigest::new(2);
+        staged.add_row(b"row");
+        staged.rows = 1;
+        let mut stream = staged.clone();
+        stream.add_null(1);
+        let mut c = ChunkRecord::staging(0, 1, "stg", None);
+        c.rows = 1;
+        c.digest_sum = staged.sum_hex();
+        c.null_counts = staged.null_counts.clone();
+        c.stream_digest_sum = Some(stream.sum_hex());
+        assert_eq!(c.stream_digest(), None, "no stream NULL counts: unknown, not the staged ones");
+        c.stream_null_counts = Some(stream.null_counts.clone());
+        let (shown, kept) = (c.stream_digest().unwrap(), c.digest().unwrap());
+        assert_eq!(shown.null_counts, vec![0, 1], "the stream's own counts");
+        assert_ne!(shown, kept, "a stream that differs from the staged rows shows the difference");
+        let evidence = crate::evidence::ChunkEvidence {
+            chunk_id: "c".into(),
+            index: 0,
+            attempt: 1,
+            start: None,
+            end: None,
+            staging_table: "stg".into(),
+            rows: 1,
+            encoded_bytes: 3,
+            stream_digest: c.stream_digest(),
+            staged_digest: kept,
+            seconds: 0.0,
+        };
+        let v = serde_json::to_value(&evidence).unwrap();
+        assert_ne!(v["stream_digest"], v["staged_digest"]);
+        assert_eq!(v["stream_digest"]["null_counts"], serde_json::json!([0, 1]));
+        // A journal written before the stream's counts were recorded.
+        let mut old = serde_json::to_value(&c).unwrap();
+        old.as_object_mut().unwrap().remove("stream_null_counts");
+        let old: ChunkRecord = serde_json::from_value(old).unwrap();
+        let v = serde_json::to_value(crate::evidence::ChunkEvidence { stream_digest: old.stream_digest(), ..evidence }).unwrap();
+        assert!(v["stream_digest"].is_null(), "unknown, shown as null: {v}");
+    }
 
     #[test]
     fn transitions() {

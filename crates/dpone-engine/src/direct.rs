@@ -103,6 +103,15 @@ pub(crate) async fn load_and_publish<S: Source, T: Target>(ctx: &Ctx<S, T>, jour
     for r in &records {
         window.merge(&r.digest().ok_or_else(|| AdapterError::internal("an unreadable chunk digest"))?);
     }
+    // An unchanged target, judged as the staged path does: the rows being
+    // replaced are hashed only when their count says they might equal the
+    // new window. The transaction holds the target's lock and its changes
+    // are not visible to other sessions, so another session reads exactly
+    // the rows the commit replaces.
+    let unchanged = replaced_rows == window.rows && {
+        let before = ctx.target.inspect(TableRole::Target, inside.as_ref()).await?;
+        before.rows == window.rows && before.digest == window
+    };
     let record = GenerationRecord {
         table: generation.clone(),
         rows: window.rows,
@@ -112,7 +121,7 @@ pub(crate) async fn load_and_publish<S: Source, T: Target>(ctx: &Ctx<S, T>, jour
         kept_digest_sum: RowDigest::with(ctx.plan.staging.digest, ctx.probe.target_columns.len()).sum_hex(),
         kept_null_counts: vec![0; ctx.probe.target_columns.len()],
         replaced_rows,
-        unchanged: false,
+        unchanged,
         check: GenerationCheck::ChunksReadBackInPublication,
         in_place: true,
         link: None,
@@ -374,6 +383,7 @@ impl Checked {
             digest_sum: self.staged.digest.sum_hex(),
             null_counts: self.staged.digest.null_counts.clone(),
             stream_digest_sum: Some(self.stats.digest.sum_hex()),
+            stream_null_counts: Some(self.stats.digest.null_counts.clone()),
             parts: None,
             seconds: started.elapsed().as_secs_f64(),
         }

@@ -27,9 +27,6 @@ pub(crate) fn build_evidence<S: Source, T: Target>(
         }
     }
     let staged_digest = |c: &ChunkRecord| c.digest().unwrap_or_else(|| RowDigest::with(ctx.plan.staging.digest, ncols));
-    // Journals written before the stream digest was recorded carry only the
-    // staged one (equal by verification).
-    let stream_digest = |c: &ChunkRecord| c.stream_digest().unwrap_or_else(|| staged_digest(c));
     Evidence {
         evidence_version: EVIDENCE_VERSION,
         dpone_version: env!("CARGO_PKG_VERSION"),
@@ -82,7 +79,9 @@ pub(crate) fn build_evidence<S: Source, T: Target>(
                 staging_table: c.staging_table.clone(),
                 rows: c.rows,
                 encoded_bytes: c.encoded_bytes,
-                stream_digest: stream_digest(c),
+                // What the source computed over the stream, recorded on
+                // its own; unknown (null) for a journal that lacks it.
+                stream_digest: c.stream_digest(),
                 staged_digest: staged_digest(c),
                 seconds: c.seconds,
             })

@@ -163,13 +163,14 @@ async fn publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, inten
         other => {
             // Never retry blindly: look at what the target is now.
             let mut judged = reconcile(ctx, intent).await.unwrap_or(PublicationOutcome::Unknown);
-            // An incremental publication refused by a guard of its own
-            // transaction (the mark moved, the target grew by more than the
-            // batch) rolled back: nothing of this run became visible, even
-            // though the mark another writer stored is neither the one the
-            // batch was read after nor this run's.
-            if judged == PublicationOutcome::Unknown && j.cursor.is_some() && matches!(&other, Err(e) if e.kind == ErrorKind::Verification)
-            {
+            // A publication refused by a guard of its own transaction (an
+            // append's mark moved, a kept row changed under SQLite's write
+            // lock) rolled back: nothing of this run became visible (the
+            // port's contract for an error of kind `Verification`), even
+            // though what the other writer left is neither identity the
+            // intent recorded (another mark; SQLite's contents). Any other
+            // error keeps the judgment by identity.
+            if judged == PublicationOutcome::Unknown && matches!(&other, Err(e) if e.kind == ErrorKind::Verification) {
                 judged = PublicationOutcome::Absent;
             }
             match (judged, other) {

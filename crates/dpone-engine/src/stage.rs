@@ -557,6 +557,7 @@ async fn verify_attempt<S: Source, T: Target>(
             digest_sum: staged.digest.sum_hex(),
             null_counts: staged.digest.null_counts.clone(),
             stream_digest_sum: Some(stats.digest.sum_hex()),
+            stream_null_counts: Some(stats.digest.null_counts.clone()),
             parts,
             seconds: started.elapsed().as_secs_f64(),
         },

@@ -8,7 +8,12 @@
 //! - after the generation build (`generation.after_build`): a row of the
 //!   generation (for a view, of the staging table it reads) inserted,
 //!   deleted or changed -> `generation_verification_failed`; a kept target
-//!   row changed -> `kept_rows_changed`.
+//!   row changed -> `kept_rows_changed`;
+//! - right before the publishing call (`publish.before_exchange`, the
+//!   intent recorded), on the models whose publishing transaction re-checks
+//!   the kept rows: a kept target row changed -> `kept_rows_changed` from
+//!   that transaction, a definite rollback (`failed`, tables dropped), even
+//!   where the target's identity is its contents; the next run publishes.
 
 mod world;
 
@@ -180,5 +185,37 @@ async fn a_kept_row_changed_after_the_build_is_refused_on_every_model() {
             r
         }));
         assert_refused_leaving(&w, "generation.after_build", "kept row change", tamper, "kept_rows_changed", Some(expected)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_row_changed_before_the_publishing_transaction_ends_the_run_failed() {
+    // The exchange model does not re-check kept rows in its publication.
+    for model in [Publication::InPlaceReceipt, Publication::InPlaceDigest] {
+        let w = World::new(model);
+        let m = model.name();
+        let table = w.target.table().to_string();
+        let change = |r: &mut Row| {
+            if r[0] == Value::int(6) {
+                r[2] = Value::str("changed by another writer");
+            }
+        };
+        let tamper: Tamper = Box::new(move |t: &MemTarget| assert_eq!(t.update_rows(&table, change), 1));
+        let expected = dpone_testkit::rows::multiset(w.target_before().into_iter().map(|mut r| {
+            change(&mut r);
+            r
+        }));
+        let what = "kept row change inside the publication";
+        assert_refused_leaving(&w, "publish.before_exchange", what, tamper, "kept_rows_changed", Some(expected.clone())).await;
+        let j = w.journal().expect("a journal");
+        assert_eq!(j.publication, Some(dpone_core::ports::PublicationOutcome::Absent), "{m}: {what}: judged absent");
+        assert!(w.owned_tables().iter().all(|t| t.starts_with("_dpone_bak_")), "{m}: {what}: tables dropped: {:?}", w.owned_tables());
+        // The next run starts over and publishes the window over the kept
+        // rows as the other writer left them.
+        let report = w.run().await.unwrap_or_else(|f| panic!("{m}: the next run: {f}"));
+        assert_eq!(report.status, "succeeded", "{m}");
+        let kept = dpone_testkit::target_conformance::filtered(&expected, &dpone_testkit::target_conformance::window(false));
+        let new = dpone_testkit::target_conformance::filtered(&w.source.rows(), &dpone_testkit::target_conformance::window(true));
+        assert_eq!(w.target.target_rows(), dpone_testkit::rows::multiset(kept.into_iter().chain(new)), "{m}: the next run published");
     }
 }

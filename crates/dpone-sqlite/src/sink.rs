@@ -320,12 +320,17 @@ impl Target for SqliteTarget {
             if let Some(k) = &keep {
                 let diff = kept_difference(&tx, &target_sql, &gen_sql, &columns, k)?;
                 if diff > 0 {
-                    // Dropping `tx` rolls back: nothing was published.
-                    return Err(AdapterError::permanent(
+                    // Dropping `tx` rolls back: nothing was published. The
+                    // kind tells the engine so: the target's identity (its
+                    // contents) now shows the other writer's change and is
+                    // neither identity the intent recorded.
+                    return Err(AdapterError::verification(
                         "kept_rows_changed",
-                        format!("{diff} row groups outside the window changed since the generation was built"),
+                        format!(
+                            "{diff} row groups outside the window changed since the generation was built; the publishing transaction rolled back"
+                        ),
                     )
-                    .hint("another writer modified the target; run again"));
+                    .hint("another writer changed the target during the run; nothing was published; stop it and run again"));
                 }
             }
             tx.execute(&format!("DELETE FROM {target_sql}"), []).map_err(|e| classify("publishing", e))?;

@@ -26,8 +26,39 @@
 //! visible. The outcome of the commit is judged like any publication's,
 //! from the target's identity (its receipt), never assumed.
 
-use super::{Contents, FrameRx, Result, RowFilter};
+use super::{AdapterError, Contents, FrameRx, Result, RowFilter};
+use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
+
+/// A rewrite of the errors a direct publication answers a load with (the
+/// composition root's redaction of the manifest's credentials).
+pub type ErrorMap = Arc<dyn Fn(AdapterError) -> AdapterError + Send + Sync>;
+
+/// Where a direct publication answers a [`DirectStep::Load`]. Its errors
+/// pass through the feed's [`ErrorMap`] on the way to the engine: they
+/// leave the target without crossing the adapter's return value, where
+/// every other error of the target is rewritten.
+pub struct LoadedReply {
+    tx: oneshot::Sender<Result<DirectLoaded>>,
+    map: Option<ErrorMap>,
+}
+
+impl std::fmt::Debug for LoadedReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedReply").field("mapped", &self.map.is_some()).finish()
+    }
+}
+
+impl LoadedReply {
+    /// Answers the load; the result back when the engine stopped waiting.
+    pub fn send(self, r: Result<DirectLoaded>) -> std::result::Result<(), Result<DirectLoaded>> {
+        let r = match (&self.map, r) {
+            (Some(map), Err(e)) => Err(map(e)),
+            (_, r) => r,
+        };
+        self.tx.send(r)
+    }
+}
 
 /// What a direct publication's target reports after loading one chunk.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,13 +82,7 @@ pub enum DirectStep {
     /// (all rows of the target when None: a full refresh's one chunk),
     /// answer on `loaded`, then keep (true) or undo (false) the chunk as
     /// `verdict` says; a verdict never sent undoes the chunk.
-    Load {
-        index: u32,
-        range: Option<RowFilter>,
-        frames: FrameRx,
-        loaded: oneshot::Sender<Result<DirectLoaded>>,
-        verdict: oneshot::Receiver<bool>,
-    },
+    Load { index: u32, range: Option<RowFilter>, frames: FrameRx, loaded: LoadedReply, verdict: oneshot::Receiver<bool> },
     /// Every chunk is kept and holds `rows` rows in total: final checks,
     /// the receipt, `COMMIT`. Before the receipt the target may send on
     /// `outside` the evidence facts of its rows outside the window
@@ -67,13 +92,30 @@ pub enum DirectStep {
 }
 
 /// The steps a direct publication receives.
-#[derive(Debug)]
 pub struct DirectFeed {
     steps: mpsc::Receiver<DirectStep>,
     ready: Option<oneshot::Sender<()>>,
+    map: Option<ErrorMap>,
+}
+
+impl std::fmt::Debug for DirectFeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirectFeed").field("ready_sent", &self.ready.is_none()).field("mapped", &self.map.is_some()).finish()
+    }
 }
 
 impl DirectFeed {
+    /// Rewrites every error the publication answers a load with by `map`
+    /// (after any earlier map).
+    #[must_use]
+    pub fn map_errors(mut self, map: ErrorMap) -> Self {
+        self.map = Some(match self.map.take() {
+            Some(first) => Arc::new(move |e| map(first(e))),
+            None => map,
+        });
+        self
+    }
+
     /// Tells the engine that the transaction holds its lock and removed
     /// the window: the sources may start streaming (a source read waiting
     /// for a lock or a long `DELETE` could time out).
@@ -85,7 +127,11 @@ impl DirectFeed {
 
     /// The next step; None once the engine dropped its end.
     pub async fn recv(&mut self) -> Option<DirectStep> {
-        self.steps.recv().await
+        let mut step = self.steps.recv().await?;
+        if let DirectStep::Load { loaded, .. } = &mut step {
+            loaded.map.clone_from(&self.map);
+        }
+        Some(step)
     }
 }
 
@@ -118,7 +164,7 @@ impl PendingChunk {
 pub fn direct_channel() -> (DirectDriver, DirectFeed) {
     let (steps, feed) = mpsc::channel(1);
     let (ready_tx, ready_rx) = oneshot::channel();
-    (DirectDriver { steps, ready: Some(ready_rx) }, DirectFeed { steps: feed, ready: Some(ready_tx) })
+    (DirectDriver { steps, ready: Some(ready_rx) }, DirectFeed { steps: feed, ready: Some(ready_tx), map: None })
 }
 
 fn gone() -> super::AdapterError {
@@ -141,7 +187,8 @@ impl DirectDriver {
     pub async fn load(&self, index: u32, range: Option<RowFilter>, frames: FrameRx) -> Result<(DirectLoaded, PendingChunk)> {
         let (loaded_tx, loaded_rx) = oneshot::channel();
         let (verdict_tx, verdict_rx) = oneshot::channel();
-        self.steps.send(DirectStep::Load { index, range, frames, loaded: loaded_tx, verdict: verdict_rx }).await.map_err(|_| gone())?;
+        let loaded = LoadedReply { tx: loaded_tx, map: None };
+        self.steps.send(DirectStep::Load { index, range, frames, loaded, verdict: verdict_rx }).await.map_err(|_| gone())?;
         let loaded = loaded_rx.await.map_err(|_| gone())??;
         Ok((loaded, PendingChunk { verdict: verdict_tx }))
     }
@@ -219,5 +266,21 @@ mod tests {
         assert_eq!(driver.ready().await.unwrap_err().kind, crate::ports::ErrorKind::Cancelled, "never ready");
         let e = driver.load(0, None, no_frames()).await.unwrap_err();
         assert_eq!(e.kind, crate::ports::ErrorKind::Cancelled);
+    }
+
+    #[tokio::test]
+    async fn a_load_error_reaches_the_engine_through_the_feeds_maps() {
+        let (driver, feed) = direct_channel();
+        let redact: ErrorMap = Arc::new(|e: AdapterError| AdapterError { message: e.message.replace("pw", "<redacted>"), ..e });
+        let tag: ErrorMap = Arc::new(|e: AdapterError| AdapterError { message: format!("{} (mapped)", e.message), ..e });
+        let mut feed = feed.map_errors(redact).map_errors(tag);
+        let server = tokio::spawn(async move {
+            if let Some(DirectStep::Load { loaded, .. }) = feed.recv().await {
+                let _ = loaded.send(Err(AdapterError::permanent("postgres_error:P0001", "server said pw")));
+            }
+        });
+        let e = driver.load(0, None, no_frames()).await.unwrap_err();
+        server.await.unwrap();
+        assert_eq!((e.code.as_str(), e.message.as_str()), ("postgres_error:P0001", "server said <redacted> (mapped)"));
     }
 }

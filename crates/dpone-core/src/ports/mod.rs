@@ -355,6 +355,14 @@ pub trait Target: Send + Sync + 'static {
     /// When `keep` is given, the target re-checks (atomically with the
     /// publication where it can) that its rows selected by `keep` are
     /// still exactly those copied into the generation.
+    ///
+    /// An error of kind `Verification` means a check refused the
+    /// publication before anything became visible (its transaction rolled
+    /// back): the engine takes it as a definite rollback, whatever the
+    /// target's identity shows (a content identity changes with the other
+    /// writer's change that the check refused). An error of any other kind
+    /// is judged by [`Target::identity`]. A check made after the
+    /// publication took effect must not use that kind.
     fn publish(&self, generation: &str, keep: Option<&RowFilter>, backup: &str) -> impl Future<Output = Result<PublicationOutcome>> + Send;
 
     /// Whether this target loads the chunks inside its publishing

@@ -122,7 +122,11 @@ impl PostgresTarget {
                             savepoint(client, if kept { "RELEASE SAVEPOINT" } else { "ROLLBACK TO SAVEPOINT" }).await?;
                         }
                         Err(e) => {
-                            tracing::warn!(chunk = index, "loading the chunk failed ({}); rolled back to its savepoint", e.message);
+                            // The code only: this log is written before the
+                            // composition root redacts the manifest's
+                            // credentials, and a server's message may echo
+                            // them. The error itself goes back to the engine.
+                            tracing::warn!(chunk = index, code = %e.code, "loading the chunk failed; rolled back to its savepoint");
                             // A session that cannot roll back ends the publication.
                             savepoint(client, "ROLLBACK TO SAVEPOINT").await?;
                             let _ = loaded.send(Err(e));

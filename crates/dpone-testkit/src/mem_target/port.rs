@@ -332,7 +332,7 @@ impl Target for MemTarget {
                 if let Some(k) = keep {
                     let diff = self.kept_difference(&db, generation, k)?;
                     if diff > 0 {
-                        return Err(AdapterError::permanent(
+                        return Err(AdapterError::verification(
                             "kept_rows_changed",
                             format!("{diff} row groups outside the window changed since the generation was built"),
                         )

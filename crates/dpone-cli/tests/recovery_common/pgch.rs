@@ -305,10 +305,14 @@ impl Fixture {
             .expect("the target table exists")
     }
 
-    /// Tables dpone owns (`_dpone_*`) in the target's database, sorted.
+    /// Tables dpone's runs own (`_dpone_*`) in the target's database,
+    /// sorted; not the claim markers, which a crashed run leaves until the
+    /// next run takes them over.
     pub fn owned_tables(&self) -> Vec<String> {
-        let mut t =
-            self.ch_strings(&format!("SELECT name FROM system.tables WHERE database = '{}' AND startsWith(name, '_dpone_')", self.db));
+        let mut t = self.ch_strings(&format!(
+            "SELECT name FROM system.tables WHERE database = '{}' AND startsWith(name, '_dpone_') AND NOT startsWith(name, '_dpone_claim_')",
+            self.db
+        ));
         t.sort();
         t
     }

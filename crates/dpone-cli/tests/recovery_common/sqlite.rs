@@ -302,10 +302,13 @@ impl Fixture {
         insert(&Connection::open(&self.target).expect("open the target"), rows);
     }
 
-    /// Tables dpone owns (`_dpone_*`) in the target database.
+    /// Tables dpone's runs own (`_dpone_*`) in the target database; not the
+    /// claims table, which a crashed run leaves until the next run releases it.
     pub fn owned_tables(&self) -> Vec<String> {
         let conn = Connection::open_with_flags(&self.target, OpenFlags::SQLITE_OPEN_READ_WRITE).expect("open the target");
-        conn.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '\\_dpone\\_%' ESCAPE '\\' ORDER BY name")
+        conn.prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '\\_dpone\\_%' ESCAPE '\\' AND name != '_dpone_claims' ORDER BY name",
+        )
             .expect("list tables")
             .query_map([], |r| r.get(0))
             .expect("query tables")

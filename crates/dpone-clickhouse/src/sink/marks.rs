@@ -98,10 +98,15 @@ impl ClickhouseTarget {
     /// The table that becomes the target: the run's backup name (after the
     /// exchange it holds the previous target, which is the backup).
     pub(super) fn append_generation(generation: &str) -> Result<String> {
-        generation
+        // The backup's name has no target tag (`identity::backup_table`).
+        let rest = generation
             .strip_prefix(&format!("{OWNED_PREFIX}gen_"))
-            .map(|rest| format!("{OWNED_PREFIX}bak_{rest}"))
-            .ok_or_else(|| AdapterError::internal(format!("`{generation}` is not a generation table's name")))
+            .ok_or_else(|| AdapterError::internal(format!("`{generation}` is not a generation table's name")))?;
+        let rest = match dpone_core::identity::generation_target_tag(generation) {
+            Some(tag) => &rest[tag.len() + 1..],
+            None => rest,
+        };
+        Ok(format!("{OWNED_PREFIX}bak_{rest}"))
     }
 
     /// Stops (crash) or waits (pause) at a failpoint of a publication

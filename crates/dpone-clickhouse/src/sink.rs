@@ -41,6 +41,7 @@ use dpone_core::types::{Column, parse_clickhouse_type};
 use serde_json::Value as Json;
 use std::sync::OnceLock;
 
+mod datetime64;
 mod eligibility;
 mod generation;
 mod marks;
@@ -240,6 +241,10 @@ impl Target for ClickhouseTarget {
 
     async fn eligibility(&self, request: &EligibilityRequest) -> Result<Vec<Diagnostic>> {
         self.refusals(request).await
+    }
+
+    async fn datetime64_range(&self) -> Result<Option<dpone_core::rowbinary::DateTime64Range>> {
+        self.probe_datetime64_range().await.map(Some)
     }
 
     async fn create_staging(&self, name: &str) -> Result<()> {

@@ -304,6 +304,10 @@ impl Target for RealTarget {
         redacted!(self, RealTarget, |t| t.eligibility(request).await)
     }
 
+    async fn datetime64_range(&self) -> Result<Option<dpone_core::rowbinary::DateTime64Range>> {
+        redacted!(self, RealTarget, |t| t.datetime64_range().await)
+    }
+
     async fn create_staging(&self, name: &str) -> Result<()> {
         redacted!(self, RealTarget, |t| t.create_staging(name).await)
     }

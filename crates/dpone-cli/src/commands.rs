@@ -270,6 +270,7 @@ fn plan_one(path: &Path, manifest: &Manifest, args: &IntervalArgs, offline: bool
                 plan.generation = p.generation.clone();
                 plan.set_access(p.access.clone(), &p.read_columns);
                 plan.null_checks = p.null_checks.clone();
+                plan.datetime64_range = p.datetime64_range;
                 plan.add_probe(Some(p.read_columns.clone()).filter(|c| !c.is_empty()), p.refusals)
             }
             Err(e) => {

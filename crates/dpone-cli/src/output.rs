@@ -187,6 +187,9 @@ pub fn print_plan(plan: &Plan, format: Format) {
             safe(c)
         );
     }
+    if let Some(r) = &plan.datetime64_range {
+        println!("DateTime64  the target server holds {} (probed); a value outside is refused naming its column", r.text(6));
+    }
     if plan.refusals.is_empty() {
         println!("refusals    none: the plan is runnable");
     } else {

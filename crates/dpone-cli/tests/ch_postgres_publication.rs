@@ -230,8 +230,11 @@ fn a_partition_swap_carries_the_partitions_own_definitions_over() {
     ));
     let own = own_definition(&fx, "t_window");
     assert_eq!(own.len(), 4, "the partition has an index, a CHECK, a comment and options: {own:?}");
+    let names_before = index_names(&fx, "t_window");
+    assert_eq!(names_before, vec!["t_window_name".to_string()]);
     let oid_before = fx.pg_scalar(&format!("SELECT '{w}'::regclass::oid::text"));
     fx.run().assert_succeeded("a partition swap");
+    assert_eq!(index_names(&fx, "t_window"), names_before, "the new partition's indexes carry the old partition's names");
     fx.assert_target(&expected(), "after the swap");
     assert_ne!(fx.pg_scalar(&format!("SELECT '{w}'::regclass::oid::text")), oid_before, "the partition was swapped");
     assert_eq!(own_definition(&fx, "t_window"), own, "the new partition carries the old one's own definitions");
@@ -239,6 +242,73 @@ fn a_partition_swap_carries_the_partitions_own_definitions_over() {
     let kept: Vec<String> = own_definition(&fx, &backup).into_iter().filter(|d| !d.starts_with("comment")).collect();
     let own_but_comment: Vec<String> = own.iter().filter(|d| !d.starts_with("comment")).cloned().collect();
     assert_eq!(kept, own_but_comment, "the backup keeps its own definitions");
+    assert_eq!(index_names(&fx, &backup), vec![format!("{backup}_i1")], "the backup's indexes are named after it");
+    let gen_named = fx.pg_scalar(&format!(
+        "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '{}' AND c.relkind = 'i' \
+         AND c.relname LIKE '\\_dpone\\_gen\\_%'",
+        fx.schema
+    ));
+    assert_eq!(gen_named.as_deref(), Some("0"), "no index keeps a generation's name");
+    // A second swap (the backup of the first is dropped) keeps the names too.
+    fx.run().assert_succeeded("a second partition swap");
+    assert_eq!(index_names(&fx, "t_window"), names_before, "after a second swap");
+    fx.finish();
+}
+
+/// The names of the indexes of `table` in the fixture's schema, sorted.
+fn index_names(fx: &Fixture, table: &str) -> Vec<String> {
+    let rel = format!("'{}'::regclass", fx.pg_table(table).replace('\'', "''"));
+    fx.pg_query(&format!("SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = {rel} ORDER BY 1"))
+        .into_iter()
+        .map(|r| r[0].clone().expect("a name"))
+        .collect()
+}
+
+/// A partition swap that must wait for its lock (a long transaction that
+/// read the target holds it) keeps the target's readers going: a plain
+/// `SELECT` of the target, with a 2 s statement timeout, keeps succeeding
+/// while dpone waits (a `DETACH PARTITION` waiting for its lock would
+/// queue every new reader behind it for up to its 300 s lock timeout);
+/// once the transaction ends, the swap publishes.
+#[test]
+fn a_partition_swap_waiting_for_its_lock_keeps_the_targets_readers_going() {
+    let fx = swap_fixture("pub_chpg_swap_wait");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("a runtime");
+    let (holder, connection) =
+        rt.block_on(tokio_postgres::connect(&dpone_testkit::postgres_url(), tokio_postgres::NoTls)).expect("a second connection");
+    rt.spawn(connection);
+    rt.block_on(holder.batch_execute(&format!("BEGIN; SELECT count(*) FROM {}", fx.target_sql()))).expect("the long transaction reads");
+    let child = spawn_run(&fx, &[]);
+    // dpone's publishing transaction holds the target (SHARE ROW EXCLUSIVE)
+    // and asks for the swap's lock.
+    wait_until("the publishing transaction locked the target", LIMIT, || {
+        fx.pg_scalar(&format!(
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE a.application_name = 'dpone publish' \
+             AND l.relation = to_regclass('{}') AND l.mode = 'ShareRowExclusiveLock' AND l.granted",
+            fx.target_sql().replace('\'', "''")
+        ))
+        .as_deref()
+            != Some("0")
+    });
+    fx.pg_exec("SET statement_timeout = '2s'");
+    let started = Instant::now();
+    let (mut reads, mut slowest) = (0, Duration::ZERO);
+    while started.elapsed() < Duration::from_secs(4) {
+        let t = Instant::now();
+        let n = fx.pg_scalar(&format!("SELECT count(*) FROM {}", fx.target_sql()));
+        slowest = slowest.max(t.elapsed());
+        assert_eq!(n.as_deref(), Some(standard_target().len().to_string().as_str()), "a reader sees the target as it was");
+        reads += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    fx.pg_exec("SET statement_timeout = 0");
+    assert!(fx.receipts().is_empty(), "dpone is still waiting for the long transaction");
+    eprintln!("{reads} reads of the target while dpone waited; the slowest took {slowest:?}");
+    rt.block_on(holder.batch_execute("COMMIT")).expect("the long transaction ends");
+    let out = wait(child, LIMIT);
+    let doc = json(&out);
+    assert_eq!(doc["status"], "succeeded", "{}", guards_common::describe(&out));
+    fx.assert_target(&expected(), "after the swap");
     fx.finish();
 }
 

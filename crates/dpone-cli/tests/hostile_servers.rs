@@ -75,11 +75,17 @@ fn a_wrong_ca_is_refused_for_both_servers() {
     fx.finish();
 }
 
-/// A `timestamptz` in year 20000 (PostgreSQL keeps up to 294276) into
-/// `DateTime64(6, 'UTC')`: refused naming the column instead of published
-/// and shown by ClickHouse as 9999-12-31 23:59:59.
+/// DateTime64's range follows the target server, probed once per run:
+/// ClickHouse 26.9 renders 0000-01-01 ..= 9999-12-31 23:59:59.999999
+/// exactly (`plan` shows it), and stores a value beyond as sent while
+/// rendering it clamped. A `timestamptz` one microsecond past that range
+/// (PostgreSQL keeps years up to 294276) fails the run naming the column
+/// and the value, nothing published; the last microsecond inside is
+/// published and reads back exactly. (A server with the narrower
+/// 1900-2299 range: `dpone-clickhouse` `sink/datetime64.rs` and the
+/// PostgreSQL transcoder's tests; none such can be installed here.)
 #[test]
-fn a_timestamp_beyond_datetime64_fails_the_run_naming_the_column() {
+fn a_timestamp_beyond_the_servers_datetime64_range_fails_the_run_naming_the_column() {
     let fx = Fixture::new(
         "hostile_dt64",
         vec![
@@ -88,8 +94,20 @@ fn a_timestamp_beyond_datetime64_fails_the_run_naming_the_column() {
             col("seen", "timestamptz NOT NULL", "DateTime64(6, 'UTC')"),
         ],
     );
+    let range = "0000-01-01 00:00:00 ..= 9999-12-31 23:59:59.999999";
+    let plan = fx.plan();
+    assert_eq!(plan.code, Some(0), "{}", plan.describe());
+    assert_eq!(
+        plan.json()["datetime64_range"],
+        serde_json::json!({"min_seconds": -62_167_219_200i64, "end_seconds": 253_402_300_800i64}),
+        "{}",
+        plan.describe()
+    );
+    let m = fx.manifest.display().to_string();
+    let text_plan = fx.dpone(&["plan", &m, "--interval-end", pg_clickhouse_common::INTERVAL_END]);
+    assert!(text_plan.stdout.contains(&format!("the target server holds {range} (probed)")), "{}", text_plan.describe());
     fx.pg_exec(&format!(
-        "INSERT INTO {}.t VALUES (1, '2026-09-07T00:00:00Z', '2026-01-01T00:00:00Z'), (2, '2026-09-07T01:00:00Z', '20000-01-01T00:00:00Z')",
+        "INSERT INTO {}.t VALUES (1, '2026-09-07T00:00:00Z', '2026-01-01T00:00:00Z'), (2, '2026-09-07T01:00:00Z', '10000-01-01T00:00:00Z')",
         fx.schema
     ));
     let run = fx.run();
@@ -101,8 +119,22 @@ fn a_timestamp_beyond_datetime64_fails_the_run_naming_the_column() {
         run.describe()
     );
     let message = doc["errors"][0]["message"].as_str().unwrap_or_default();
-    assert!(message.contains("`seen`") && message.contains("outside DateTime64(6)"), "{}", run.describe());
+    assert!(
+        message.contains("`seen`")
+            && message
+                .contains(&format!("timestamp 10000-01-01 00:00:00 is outside what the target server's DateTime64(6) holds ({range})")),
+        "{}",
+        run.describe()
+    );
     assert!(fx.target_rows().is_empty(), "nothing was published");
+    assert!(fx.owned_tables().is_empty(), "the failed run's tables are dropped: {:?}", fx.owned_tables());
+    // The last microsecond the server holds is published exactly.
+    fx.pg_exec(&format!("UPDATE {}.t SET seen = '9999-12-31T23:59:59.999999Z' WHERE id = 2", fx.schema));
+    let run = fx.run();
+    assert_eq!((run.code, run.json()["status"].as_str()), (Some(0), Some("succeeded")), "{}", run.describe());
+    let mut seen: Vec<Value> = fx.target_rows().into_iter().map(|r| r[2].clone()).collect();
+    seen.sort_by_key(|v| format!("{v:?}"));
+    assert_eq!(seen, vec![Value::Micros(1_767_225_600_000_000), Value::Micros(253_402_300_799_999_999)]);
     fx.finish();
 }
 

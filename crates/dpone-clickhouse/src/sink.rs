@@ -42,6 +42,7 @@ use serde_json::Value as Json;
 use std::sync::OnceLock;
 
 mod claim;
+mod datetime64;
 mod eligibility;
 mod generation;
 mod marks;
@@ -241,6 +242,10 @@ impl Target for ClickhouseTarget {
 
     async fn eligibility(&self, request: &EligibilityRequest) -> Result<Vec<Diagnostic>> {
         self.refusals(request).await
+    }
+
+    async fn datetime64_range(&self) -> Result<Option<dpone_core::rowbinary::DateTime64Range>> {
+        self.probe_datetime64_range().await.map(Some)
     }
 
     async fn create_staging(&self, name: &str) -> Result<()> {

@@ -146,6 +146,11 @@ pub struct Plan {
     /// (nothing coerced, nothing published). Known after probing.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub null_checks: Vec<String>,
+    /// The instants the target server's DateTime64 columns hold, as its
+    /// probe reported (a value outside is refused naming its column).
+    /// Known after probing a target that has such columns.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub datetime64_range: Option<crate::rowbinary::DateTime64Range>,
     pub refusals: Vec<Diagnostic>,
 }
 
@@ -512,6 +517,7 @@ impl Plan {
             access: None,
             probed: false,
             null_checks: Vec::new(),
+            datetime64_range: None,
             refusals,
         })
     }

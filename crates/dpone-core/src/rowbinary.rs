@@ -22,41 +22,87 @@ pub const DATE_MAX_DAYS: i64 = 65_535;
 pub const DATE32_MIN_DAYS: i64 = -25_567;
 pub const DATE32_MAX_DAYS: i64 = 120_529;
 
-/// 0000-01-01T00:00:00Z and 10000-01-01T00:00:00Z in seconds since 1970.
-const YEAR_0_SECONDS: i64 = -62_167_219_200;
-const YEAR_10000_SECONDS: i64 = 253_402_300_800;
+/// The instants a server's DateTime64 columns hold, in whole UTC seconds
+/// since 1970: `[min_seconds, end_seconds)`. A value outside is not
+/// refused by the server: it is stored as sent and its calendar rendering
+/// is clamped to the range (ClickHouse 26.9 renders a year-20000 instant as
+/// 9999-12-31 23:59:59), so the calendar functions, partition keys and
+/// text output disagree with the value. dpone refuses it instead: a
+/// ClickHouse target probes its server's range once per run
+/// (`Target::datetime64_range`) and the source's transcoder checks every
+/// value against it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct DateTime64Range {
+    pub min_seconds: i64,
+    pub end_seconds: i64,
+}
 
-/// The ticks a `DateTime64(precision)` column holds, as ClickHouse documents
-/// them ("Supported range of values: [0000-01-01 00:00:00, 9999-12-31
-/// 23:59:59.999999999]; the full range is available for precision up to 7;
-/// ticks are an Int64, so higher precisions cover less: at precision 8 the
-/// maximum is about 4892-10-07, at 9 the range is 1677-09-21 00:12:44 to
-/// 2262-04-11 23:47:16 UTC"). A value outside is not stored as sent: the
-/// server clamps it (a year-20000 instant reads back as 9999-12-31).
-/// Precisions above 9 do not exist (None).
+impl DateTime64Range {
+    /// 0000-01-01 ..= 9999-12-31 23:59:59.999999999: ClickHouse's
+    /// documented full range ("the full range is available for precision up
+    /// to 7"), what ClickHouse 26.9 renders exactly; also the range of the
+    /// reference encoder, which knows no server.
+    pub const YEARS_0000_9999: Self = DateTime64Range { min_seconds: -62_167_219_200, end_seconds: 253_402_300_800 };
+    /// 1900-01-01 ..= 2299-12-31 23:59:59.99999999: the range of servers
+    /// before the extended one.
+    pub const YEARS_1900_2299: Self = DateTime64Range { min_seconds: -2_208_988_800, end_seconds: 10_413_792_000 };
+    /// 1925-01-01 ..= 2283-11-11 23:59:59.99999999: the range of the oldest
+    /// servers dpone admits (21.x).
+    pub const YEARS_1925_2283: Self = DateTime64Range { min_seconds: -1_420_070_400, end_seconds: 9_904_550_400 };
+    /// The ranges a ClickHouse server is probed for, widest first.
+    pub const KNOWN: [Self; 3] = [Self::YEARS_0000_9999, Self::YEARS_1900_2299, Self::YEARS_1925_2283];
+
+    /// The ticks a `DateTime64(precision)` column holds within this range:
+    /// ticks are an Int64, so higher precisions cover less ("at precision 8
+    /// the maximum is about 4892-10-07, at 9 the range is 1677-09-21
+    /// 00:12:44 to 2262-04-11 23:47:16 UTC"). Precisions above 9 do not
+    /// exist (None).
+    pub fn ticks(&self, precision: u8) -> Option<(i64, i64)> {
+        let scale = 10i64.checked_pow(u32::from(precision)).filter(|_| precision <= 9)?;
+        // The lowest whole second an Int64 of ticks holds (ClickHouse's own
+        // bound at precision 9: 1677-09-21 00:12:44).
+        let floor = i64::MIN / scale * scale;
+        let min = self.min_seconds.checked_mul(scale).map_or(floor, |m| m.max(floor));
+        let max = self.end_seconds.checked_mul(scale).map_or(i64::MAX, |m| m - 1);
+        Some((min, max))
+    }
+
+    /// Whether a microsecond instant lies inside.
+    pub fn contains_micros(&self, micros: i64) -> bool {
+        self.ticks(6).is_some_and(|(min, max)| (min..=max).contains(&micros))
+    }
+
+    /// The range at `precision` as text, for messages and `dpone plan`.
+    pub fn text(&self, precision: u8) -> String {
+        let Some((min, max)) = self.ticks(precision) else { return format!("no DateTime64({precision})") };
+        format!("{} ..= {}", format_ticks(min, precision), format_ticks(max, precision))
+    }
+}
+
+/// The reference encoder's range ([`DateTime64Range::YEARS_0000_9999`])
+/// in ticks at `precision`; None above precision 9.
 pub fn datetime64_range(precision: u8) -> Option<(i64, i64)> {
-    let scale = 10i64.checked_pow(u32::from(precision)).filter(|_| precision <= 9)?;
-    let min = YEAR_0_SECONDS.checked_mul(scale).unwrap_or(-9_223_372_036 * scale);
-    let max = YEAR_10000_SECONDS.checked_mul(scale).map_or(i64::MAX, |m| m - 1);
-    Some((min, max))
+    DateTime64Range::YEARS_0000_9999.ticks(precision)
 }
 
 /// The range of [`datetime64_range`] as text, for error messages.
 pub fn datetime64_range_text(precision: u8) -> String {
-    let Some((min, max)) = datetime64_range(precision) else { return format!("no DateTime64({precision})") };
-    let scale = 10i64.pow(u32::from(precision));
-    // By hand: the calendar library stops short of 9999-12-31.
-    let show = |ticks: i64| {
-        let (secs, frac) = (ticks.div_euclid(scale), ticks.rem_euclid(scale));
-        let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
-        let t = secs.rem_euclid(86_400);
-        let mut out = format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60);
-        if frac != 0 {
-            out.push_str(&format!(".{frac:0width$}", width = usize::from(precision)));
-        }
-        out
-    };
-    format!("{} ..= {}", show(min), show(max))
+    DateTime64Range::YEARS_0000_9999.text(precision)
+}
+
+/// Ticks of 10^-precision s since 1970 as `YYYY-MM-DD HH:MM:SS[.fff]` (UTC,
+/// proleptic Gregorian, the fraction only when not zero). By hand: the
+/// calendar library stops short of 9999-12-31.
+pub fn format_ticks(ticks: i64, precision: u8) -> String {
+    let scale = 10i64.pow(u32::from(precision.min(9)));
+    let (secs, frac) = (ticks.div_euclid(scale), ticks.rem_euclid(scale));
+    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+    let t = secs.rem_euclid(86_400);
+    let mut out = format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60);
+    if frac != 0 {
+        out.push_str(&format!(".{frac:0width$}", width = usize::from(precision.min(9))));
+    }
+    out
 }
 
 /// Proleptic Gregorian (year, month, day) of a day count since 1970-01-01
@@ -162,6 +208,11 @@ fn int_bounds(t: &DType) -> Option<(I256, I256)> {
 
 /// Appends one value of `ty` to `out`.
 pub fn encode_value(out: &mut Vec<u8>, ty: &ColumnType, v: &Value) -> Result<(), EncodeError> {
+    encode_value_in(out, ty, v, &DateTime64Range::YEARS_0000_9999)
+}
+
+/// [`encode_value`] for a server whose DateTime64 columns hold `range`.
+pub fn encode_value_in(out: &mut Vec<u8>, ty: &ColumnType, v: &Value, range: &DateTime64Range) -> Result<(), EncodeError> {
     if ty.nullable {
         if v.is_null() {
             out.push(1);
@@ -171,10 +222,10 @@ pub fn encode_value(out: &mut Vec<u8>, ty: &ColumnType, v: &Value) -> Result<(),
     } else if v.is_null() {
         return Err(EncodeError::UnexpectedNull(ty.dtype.to_string()));
     }
-    encode_scalar(out, &ty.dtype, v)
+    encode_scalar(out, &ty.dtype, v, range)
 }
 
-fn encode_scalar(out: &mut Vec<u8>, t: &DType, v: &Value) -> Result<(), EncodeError> {
+fn encode_scalar(out: &mut Vec<u8>, t: &DType, v: &Value, range: &DateTime64Range) -> Result<(), EncodeError> {
     let mismatch = || EncodeError::Mismatch { ty: t.to_string(), kind: kind(v) };
     match t {
         DType::Int8
@@ -285,9 +336,9 @@ fn encode_scalar(out: &mut Vec<u8>, t: &DType, v: &Value) -> Result<(), EncodeEr
                 Value::Ticks { .. } => return Err(domain(t, v, "different precision")),
                 _ => return Err(mismatch()),
             };
-            match datetime64_range(*precision) {
+            match range.ticks(*precision) {
                 Some((min, max)) if (min..=max).contains(&ticks) => {}
-                _ => return Err(domain(t, v, format!("DateTime64({precision}) holds {}", datetime64_range_text(*precision)))),
+                _ => return Err(domain(t, v, format!("DateTime64({precision}) holds {}", range.text(*precision)))),
             }
             out.extend_from_slice(&ticks.to_le_bytes());
         }
@@ -448,6 +499,25 @@ mod tests {
         assert!(enc("DateTime64(9)", Value::Micros(-9_223_372_037_000_000)).is_err(), "before 1677-09-21 00:12:44");
         assert!(enc("DateTime64(9)", Value::Micros(-9_223_372_036_000_000)).is_ok());
         assert!(enc("DateTime64(3)", Value::Ticks { ticks: max / 1000 + 1, precision: 3 }).is_err());
+    }
+
+    /// The narrower ranges a server may report: their edges and texts, one
+    /// microsecond beyond each edge outside, the precision-9 Int64 limit
+    /// still applied.
+    #[test]
+    fn server_ranges_have_exact_edges() {
+        let r = DateTime64Range::YEARS_1900_2299;
+        assert_eq!(r.text(6), "1900-01-01 00:00:00 ..= 2299-12-31 23:59:59.999999");
+        assert_eq!(r.text(8), "1900-01-01 00:00:00 ..= 2299-12-31 23:59:59.99999999");
+        assert_eq!(r.text(9), "1900-01-01 00:00:00 ..= 2262-04-11 23:47:16.854775807");
+        let (min, max) = r.ticks(6).unwrap();
+        assert!(r.contains_micros(min) && r.contains_micros(max));
+        assert!(!r.contains_micros(min - 1) && !r.contains_micros(max + 1));
+        assert_eq!(DateTime64Range::YEARS_1925_2283.text(0), "1925-01-01 00:00:00 ..= 2283-11-11 23:59:59");
+        assert_eq!(DateTime64Range::YEARS_0000_9999.text(6), datetime64_range_text(6));
+        assert!(DateTime64Range::YEARS_0000_9999.contains_micros(min - 1));
+        assert_eq!(format_ticks(-1, 6), "1969-12-31 23:59:59.999999");
+        assert_eq!(format_ticks(631_139_040_000_000_000, 6), "21970-01-01 00:00:00");
     }
 
     #[test]

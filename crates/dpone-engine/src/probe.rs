@@ -5,7 +5,8 @@ use dpone_core::incremental::{CursorKind, CursorValue, Lookback};
 use dpone_core::manifest::Manifest;
 use dpone_core::plan::{Plan, null_checks, read_columns, schema_refusals};
 use dpone_core::ports::{AccessPath, AdapterError, EligibilityRequest, ErrorClass, GenerationEstimate, RowFilter, Source, Target};
-use dpone_core::types::Column;
+use dpone_core::rowbinary::DateTime64Range;
+use dpone_core::types::{Column, DType};
 
 /// What the probes found.
 #[derive(Debug, Clone, Default)]
@@ -27,6 +28,9 @@ pub struct Probe {
     pub initial_value: Option<CursorValue>,
     /// `incremental_merge`: the typed `lookback`.
     pub lookback: Option<Lookback>,
+    /// The instants the target server's DateTime64 columns hold, when the
+    /// target has such columns and reported a range (None: the format's).
+    pub datetime64_range: Option<DateTime64Range>,
     pub refusals: Vec<Diagnostic>,
 }
 
@@ -87,6 +91,29 @@ pub async fn foreign_generations<T: Target>(
                 .hint("another run of this target ended with an unknown outcome or is still publishing (possibly from another work dir or host): run `dpone status` there; see docs/recovery.md before removing the table")
         })
         .collect())
+}
+
+/// A window the target server's DateTime64 range does not hold: every row
+/// of it would be refused, so the run is refused before any write.
+fn window_range_refusal(plan: &Plan, range: Option<DateTime64Range>) -> Option<Diagnostic> {
+    let (w, range) = (plan.window.as_ref()?, range?);
+    let last = w.end.0.checked_sub(1)?;
+    if range.contains_micros(w.start.0) && range.contains_micros(last) {
+        return None;
+    }
+    Some(
+        Diagnostic::new(
+            "window_outside_datetime64_range",
+            "sink.strategy.window",
+            format!(
+                "the window [{}, {}) is outside what the target server's DateTime64 columns hold ({})",
+                w.start.to_canonical(),
+                w.end.to_canonical(),
+                range.text(6)
+            ),
+        )
+        .hint("move a window inside the server's range, or upgrade the ClickHouse server to one with the extended range"),
+    )
 }
 
 async fn probe_inner<S: Source, T: Target>(
@@ -188,6 +215,14 @@ async fn probe_inner<S: Source, T: Target>(
             p.null_checks = null_checks(&p.source_columns, &p.target_columns);
         }
         p.read_columns = read_columns(&p.source_columns, &p.target_columns);
+        if p.refusals.is_empty() && p.target_columns.iter().any(|c| matches!(c.ty.dtype, DType::DateTime64 { .. })) {
+            match target.datetime64_range().await {
+                Ok(range) => p.datetime64_range = range,
+                Err(e) if e.class == ErrorClass::Permanent => p.refusals.push(refusal("sink.table", e)),
+                Err(e) => return Err(e),
+            }
+            p.refusals.extend(window_range_refusal(plan, p.datetime64_range));
+        }
         if p.refusals.is_empty() {
             let types: Vec<_> = p.target_columns.iter().map(|c| c.ty.clone()).collect();
             p.refusals.extend(source.conversion_refusals(&p.read_columns, &types));

@@ -337,6 +337,7 @@ pub(crate) fn read_request<S: Source, T: Target>(
         max_row_bytes: limits.max_row_bytes,
         cursor: cursor.cloned(),
         digest: ctx.plan.staging.digest,
+        datetime64_range: ctx.probe.datetime64_range,
     }
 }
 

@@ -365,3 +365,61 @@ async fn a_stop_during_the_publication_exits_130_and_the_next_run_finishes() {
         }
     }
 }
+
+/// A target whose server's DateTime64 range (as its probe reports it, here
+/// a fake that ends one day into the window, as an older server's range
+/// could) does not hold the window: refused before any write, exit 2,
+/// naming the window and the range. The same target reporting a range
+/// that holds the window runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_beyond_the_servers_datetime64_range_is_refused_before_any_write() {
+    use dpone_core::rowbinary::DateTime64Range;
+    use dpone_testkit::target_conformance::DAY0;
+    for model in Publication::ALL {
+        let w = World::new(model);
+        let day0 = DAY0.0 / 1_000_000;
+        w.target.set_datetime64_range(Some(DateTime64Range { min_seconds: day0 - 86_400, end_seconds: day0 + 86_400 }));
+        w.target.clear_calls();
+        let f = w.run().await.unwrap_err();
+        assert_eq!(
+            (f.kind, f.exit_code(), f.code.as_str()),
+            (FailureKind::Refused, 2, "window_outside_datetime64_range"),
+            "{}: {f}",
+            model.name()
+        );
+        assert!(f.to_string().contains("2026-02-28 00:00:00 ..= 2026-03-01 23:59:59.999999"), "{}: {f}", model.name());
+        assert!(w.target.writes().is_empty(), "{}: nothing written: {:?}", model.name(), w.target.writes());
+        assert!(w.journal().is_none(), "{}: no journal", model.name());
+        w.target.set_datetime64_range(Some(DateTime64Range::YEARS_1900_2299));
+        let report = w.run().await.unwrap();
+        w.assert_succeeded(&report, "a range that holds the window");
+    }
+}
+
+/// The range the target reported reaches the source's reads: a full
+/// refresh reads every row, and a fake server whose range starts at the
+/// window's start refuses the row one microsecond before it, naming the
+/// column and the value; nothing is published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_beyond_the_servers_datetime64_range_fails_the_run_naming_the_column() {
+    use dpone_core::rowbinary::DateTime64Range;
+    use dpone_testkit::target_conformance::DAY0;
+    let manifest = world::MANIFEST
+        .replace("        chunking: {mode: bounded_window, parallelism: 2, checkpointing: resumable}\n", "")
+        .replace(
+        "    mode: replace\n    atomicity: target_atomic\n    window: {column: ts, anchor: data_interval_end, lookback: P2D, chunk_interval: P1D, timezone: UTC}\n",
+        "    mode: full_refresh\n",
+    );
+    for model in Publication::ALL {
+        let w = World::with_manifest(model, &manifest, dpone_core::plan::Interval::default());
+        let day0 = DAY0.0 / 1_000_000;
+        w.target.set_datetime64_range(Some(DateTime64Range { min_seconds: day0, end_seconds: day0 + 10 * 86_400 }));
+        let f = w.run().await.unwrap_err();
+        assert_eq!((f.kind, f.exit_code()), (FailureKind::Failed, 1), "{}: {f}", model.name());
+        assert_eq!(f.publication, Some(PublicationOutcome::Absent));
+        let text = f.to_string();
+        assert!(text.contains("`ts`") && text.contains("2026-03-01 00:00:00 ..= 2026-03-10 23:59:59.999999"), "{}: {text}", model.name());
+        w.assert_target_untouched("after a value beyond the server's range");
+        assert!(w.owned_tables().is_empty(), "{}: the failed run's tables are dropped: {:?}", model.name(), w.owned_tables());
+    }
+}

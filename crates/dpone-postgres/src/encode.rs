@@ -318,7 +318,7 @@ mod tests {
             .zip(types)
             .map(|((n, t), (_, oid))| codec_for(&Column { name: n.clone(), ty: t.clone(), native_type: String::new() }, *oid, t).unwrap())
             .collect();
-        let mut parser = CopyParser::new(RowCodec { columns: codecs });
+        let mut parser = CopyParser::new(RowCodec::new(codecs));
         let mut frame = FrameBuf::unbudgeted(
             cols.len(),
             FrameLimits { block_rows: u64::MAX, flush_bytes: 1 << 30, max_row_bytes: 1 << 30, digest: Default::default() },

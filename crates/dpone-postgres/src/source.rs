@@ -132,7 +132,7 @@ impl PostgresSource {
                 codec_for(c, oid, t).map_err(|e| AdapterError::permanent("unsupported_type", e))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(RowCodec { columns })
+        Ok(RowCodec::for_server(columns, request.datetime64_range))
     }
 
     /// A reader connection inside the run's snapshot, and the COPY of `request`.

@@ -14,7 +14,7 @@
 
 use dpone_core::frames::{FrameBuf, Parsed, Transcoder};
 use dpone_core::ports::AdapterError;
-use dpone_core::rowbinary::{DATE_MAX_DAYS, DATE32_MAX_DAYS, DATE32_MIN_DAYS, write_leb128};
+use dpone_core::rowbinary::{DATE_MAX_DAYS, DATE32_MAX_DAYS, DATE32_MIN_DAYS, DateTime64Range, format_ticks, write_leb128};
 use dpone_core::types::{Column, ColumnType, DType, decimal_width};
 use ethnum::I256;
 
@@ -24,9 +24,6 @@ pub use dpone_core::frames::TranscodeError;
 const PG_EPOCH_DAYS: i64 = 10_957;
 /// Microseconds from 1970-01-01 to 2000-01-01.
 const PG_EPOCH_MICROS: i64 = PG_EPOCH_DAYS * 86_400_000_000;
-/// What a DateTime64(6) column holds (ClickHouse's documented range).
-const DT64_6_MIN: i64 = -62_167_219_200_000_000;
-const DT64_6_MAX: i64 = 253_402_300_800_000_000 - 1;
 pub const COPY_SIGNATURE: &[u8; 11] = b"PGCOPY\n\xff\r\n\0";
 
 /// How one PostgreSQL column becomes one RowBinary column.
@@ -99,9 +96,26 @@ fn be_i32(b: &[u8]) -> i32 {
 #[derive(Debug, Clone)]
 pub struct RowCodec {
     pub columns: Vec<ColumnCodec>,
+    /// What the target server's DateTime64(6) columns hold, in
+    /// microseconds (inclusive): a timestamp outside is refused.
+    pub timestamp_range: (i64, i64),
+    range: DateTime64Range,
 }
 
 impl RowCodec {
+    /// Codecs for a target that holds every DateTime64 value of the format.
+    pub fn new(columns: Vec<ColumnCodec>) -> Self {
+        Self::for_server(columns, None)
+    }
+
+    /// Codecs for a target whose server's DateTime64 columns hold `range`
+    /// (None: the format's, [`DateTime64Range::YEARS_0000_9999`]).
+    pub fn for_server(columns: Vec<ColumnCodec>, range: Option<DateTime64Range>) -> Self {
+        let range = range.unwrap_or(DateTime64Range::YEARS_0000_9999);
+        let timestamp_range = range.ticks(6).expect("precision 6 exists");
+        RowCodec { columns, timestamp_range, range }
+    }
+
     /// RowBinary size of column `i`'s value from its COPY field length
     /// (None = NULL): computed once per row, before encoding, so that limits
     /// and budget are checked before any byte is written; the encoder must
@@ -208,13 +222,14 @@ impl RowCodec {
                     return Err(err("infinite timestamps have no DateTime64 value".into()));
                 }
                 let micros = pg.checked_add(PG_EPOCH_MICROS).ok_or_else(|| err("timestamp out of range".into()))?;
-                // PostgreSQL keeps years up to 294276; ClickHouse would clamp
-                // what DateTime64(6) cannot hold instead of storing it.
-                if !(DT64_6_MIN..=DT64_6_MAX).contains(&micros) {
+                // PostgreSQL keeps years up to 294276; the target server
+                // would store what its DateTime64 range does not hold and
+                // render (and compute with) it clamped.
+                if !(self.timestamp_range.0..=self.timestamp_range.1).contains(&micros) {
                     return Err(err(format!(
-                        "timestamp {} is outside DateTime64(6) ({})",
-                        fmt_micros(micros),
-                        dpone_core::rowbinary::datetime64_range_text(6)
+                        "timestamp {} is outside what the target server's DateTime64(6) holds ({})",
+                        format_ticks(micros, 6),
+                        self.range.text(6)
                     )));
                 }
                 out.extend_from_slice(&micros.to_le_bytes());
@@ -247,16 +262,6 @@ fn fmt_days(days: i64) -> String {
     match i32::try_from(days) {
         Ok(d) if (-719_162..=2_932_896).contains(&d) => dpone_core::value::format_date(d),
         _ => format!("{days} days from 1970-01-01"),
-    }
-}
-
-/// An instant as text; beyond the calendar years 0000..9999 (which
-/// PostgreSQL reaches, up to 294276) its approximate year.
-fn fmt_micros(micros: i64) -> String {
-    let days = micros.div_euclid(86_400_000_000);
-    match i32::try_from(days) {
-        Ok(d) if (-719_162..=2_932_896).contains(&d) => format!("on {}", dpone_core::value::format_date(d)),
-        _ => format!("in year ~{}", 1970 + micros / 31_556_952_000_000),
     }
 }
 

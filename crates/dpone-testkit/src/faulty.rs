@@ -432,6 +432,10 @@ impl<T: Target> Target for FaultyTarget<T> {
         self.run(TargetOp::DropTables, self.inner.drop_tables(names)).await
     }
 
+    async fn datetime64_range(&self) -> Result<Option<dpone_core::rowbinary::DateTime64Range>> {
+        self.inner.datetime64_range().await
+    }
+
     /// Faults named `identity`: the mark is the identity of an incremental target.
     async fn read_mark(&self) -> Result<Option<dpone_core::incremental::StoredMark>> {
         self.run(TargetOp::Identity, self.inner.read_mark()).await

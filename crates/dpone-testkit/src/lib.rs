@@ -42,6 +42,7 @@
 //!     max_row_bytes: 1 << 16,
 //!     cursor: None,
 //!     digest: Default::default(),
+//!     datetime64_range: None,
 //! };
 //! let (read, loaded) = tokio::join!(source.read(request, tx), target.load("_dpone_stg_0123456789ab_0_1", rx));
 //! assert_eq!(read.unwrap().rows, loaded.unwrap());

@@ -30,7 +30,7 @@ use dpone_core::digest::RowDigest;
 use dpone_core::error::did_you_mean;
 use dpone_core::incremental::{CursorKind, CursorValue};
 use dpone_core::ports::{AccessPath, AdapterError, ErrorClass, Frame, FrameTx, ReadRequest, ReadStats, Result, Source, SourceVersion};
-use dpone_core::rowbinary::encode_value;
+use dpone_core::rowbinary::{DateTime64Range, encode_value_in};
 use dpone_core::state::LEASE_CHECK_ROWS;
 use dpone_core::time::Timestamp;
 use dpone_core::types::Column;
@@ -256,6 +256,7 @@ impl Source for MemSource {
             return Err(AdapterError::permanent("internal_error", "a read request with more or fewer target types than columns"));
         }
         let ncols = indexes.len();
+        let dt64_range = request.datetime64_range.unwrap_or(DateTime64Range::YEARS_0000_9999);
         let mut stats = ReadStats { digest: RowDigest::with(request.digest, ncols), ..ReadStats::default() };
         let flush_bytes = FLUSH_BYTES.min(request.block_bytes);
         let row_limit = request.max_row_bytes.min(request.block_bytes);
@@ -280,7 +281,7 @@ impl Source for MemSource {
             row_buf.clear();
             values.clear();
             for ((&i, ty), col) in indexes.iter().zip(&request.target_types).zip(&request.columns) {
-                encode_value(&mut row_buf, ty, &row[i])
+                encode_value_in(&mut row_buf, ty, &row[i], &dt64_range)
                     .map_err(|e| AdapterError::permanent("invalid_value", format!("column `{}`: {e}", col.name)))?;
                 values.push(row[i].clone());
             }

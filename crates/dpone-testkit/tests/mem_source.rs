@@ -27,6 +27,7 @@ fn request(bounds: Option<Chunk>, block_rows: u64) -> ReadRequest {
         max_row_bytes: 1 << 20,
         cursor: None,
         digest: Default::default(),
+        datetime64_range: None,
     }
 }
 

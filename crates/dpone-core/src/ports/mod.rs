@@ -49,6 +49,7 @@ pub use generation::{GenerationBuild, GenerationEstimate, GenerationMethod, Link
 use crate::digest::{DigestAlgorithm, RowDigest};
 use crate::error::Diagnostic;
 use crate::incremental::{CursorBatch, CursorKind, CursorValue, StoredMark};
+use crate::rowbinary::DateTime64Range;
 use crate::time::Timestamp;
 use crate::types::{Column, ColumnType};
 use crate::window::Chunk;
@@ -84,6 +85,11 @@ pub struct ReadRequest {
     /// The row hash of the stream's digest (and of any server-side digest
     /// of the source rows).
     pub digest: DigestAlgorithm,
+    /// The instants the target server's DateTime64 columns hold, as its
+    /// `Target::datetime64_range` reported (None: the format's own range,
+    /// [`crate::rowbinary::DateTime64Range::YEARS_0000_9999`]). A value
+    /// outside is refused naming its column, never written.
+    pub datetime64_range: Option<DateTime64Range>,
 }
 
 /// What a read produced: the digest is computed on the encoded stream.
@@ -290,6 +296,14 @@ pub trait Target: Send + Sync + 'static {
 
     /// Every reason the target cannot take this run, as refusals (empty = eligible).
     fn eligibility(&self, request: &EligibilityRequest) -> impl Future<Output = Result<Vec<Diagnostic>>> + Send;
+
+    /// The instants the target server's DateTime64 columns hold, probed
+    /// read-only once per run when the target has such columns (None: the
+    /// target stores every value of the format, or has no such type). A
+    /// wrapper must forward it: the default would widen the range.
+    fn datetime64_range(&self) -> impl Future<Output = Result<Option<DateTime64Range>>> + Send {
+        async { Ok(None) }
+    }
 
     /// Creates an empty table shaped like the target.
     fn create_staging(&self, name: &str) -> impl Future<Output = Result<()>> + Send;

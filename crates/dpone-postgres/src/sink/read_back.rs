@@ -46,7 +46,7 @@ impl PostgresTarget {
         // dropped, so a small one (one reused buffer per read-back) suffices.
         let limits =
             FrameLimits { block_rows: 1 << 16, flush_bytes: READ_BACK_FRAME_BYTES, max_row_bytes: usize::MAX, digest: self.digest };
-        let codec = RowCodec { columns: codecs };
+        let codec = RowCodec::new(codecs);
         let parser = &mut match tally.and_then(|t| cols.iter().position(|c| c.name == t)) {
             Some(i) => CopyParser::read_back_tallying(codec, i),
             None => CopyParser::read_back(codec),

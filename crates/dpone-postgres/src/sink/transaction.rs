@@ -33,7 +33,13 @@
 //!      the window (or the whole table) must hold exactly the inserted
 //!      rows' count (`publication_verification_failed`);
 //!    - a partition swap fingerprints the generation table under an
-//!      exclusive lock instead, then detaches, renames and attaches, and
+//!      exclusive lock instead, then takes the ACCESS EXCLUSIVE lock of the
+//!      target and of the window's partition that `DETACH PARTITION` needs
+//!      in short attempts (`SWAP_LOCK_ATTEMPT_MS`, each in a savepoint,
+//!      retried after a growing pause within 300 s), so that readers of
+//!      the target never queue behind a long wait for it; then detaches,
+//!      renames and attaches, gives the new partition's indexes the old
+//!      partition's index names (the backup's take names of its own), and
 //!      counts the window as above;
 //! 4. the receipt naming the generation, then `COMMIT`.
 //!
@@ -59,6 +65,18 @@ use tokio_postgres::{Client, GenericClient, IsolationLevel, Transaction};
 /// How long a publication waits for a lock (the target's, or another
 /// publishing session's), and a verdict for an earlier publishing session.
 pub(super) const LOCK_WAIT: &str = "300s";
+
+/// A partition swap's `DETACH PARTITION` needs the target's ACCESS
+/// EXCLUSIVE lock; a request for it that waits makes every new reader of
+/// the target queue behind it. The swap therefore asks for the lock for at
+/// most this long at a time (the longest a reader waits for it), gives up
+/// the request, and asks again after a pause growing from
+/// `SWAP_LOCK_PAUSE_MIN_MS` to `SWAP_LOCK_PAUSE_MAX_MS`, within the
+/// overall budget of `LOCK_WAIT` (300 s).
+pub(super) const SWAP_LOCK_ATTEMPT_MS: u64 = 100;
+const SWAP_LOCK_PAUSE_MIN_MS: u64 = 20;
+const SWAP_LOCK_PAUSE_MAX_MS: u64 = 1_000;
+const SWAP_LOCK_BUDGET: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The advisory lock key of a target (`hashtextextended` of this text).
 pub(super) fn lock_text(target_sql: &str) -> String {
@@ -299,6 +317,7 @@ impl PostgresTarget {
         } else {
             String::new()
         };
+        self.lock_for_swap(tx, &old).await?;
         let sql = format!(
             "ALTER TABLE {t} DETACH PARTITION {old}; ALTER TABLE {old} RENAME TO {bak}; COMMENT ON TABLE {sch}.{bak} IS {backup_comment}; \
              {set_schema} ALTER TABLE {sch}.{gen} RENAME TO {name}; ALTER TABLE {t} ATTACH PARTITION {old} FOR VALUES FROM ({lo}) TO ({hi}); \
@@ -314,7 +333,102 @@ impl PostgresTarget {
             comment = comment.as_deref().map(quote_literal).unwrap_or_else(|| "NULL".into()),
         );
         tx.batch_execute(&sql).await.map_err(|e| classify("swapping the partition", e))?;
+        self.rename_swapped_indexes(tx, &p.schema, &p.name, backup).await?;
         Ok(fp)
+    }
+
+    /// The ACCESS EXCLUSIVE locks `DETACH PARTITION` and `ATTACH PARTITION`
+    /// take (the target itself, not its other partitions; the window's
+    /// partition; the default partition, whose constraint both change),
+    /// asked for in attempts of `SWAP_LOCK_ATTEMPT_MS`: a request that waits
+    /// longer would keep every new reader of the target waiting behind it
+    /// (PostgreSQL queues a lock request behind a conflicting waiting one).
+    /// Between attempts the request is withdrawn (a savepoint rolled back)
+    /// and readers go on.
+    async fn lock_for_swap(&self, tx: &Transaction<'_>, old: &str) -> Result<()> {
+        let started = std::time::Instant::now();
+        let mut pause = std::time::Duration::from_millis(SWAP_LOCK_PAUSE_MIN_MS);
+        let default: Option<String> = tx
+            .query_one(
+                "SELECT CASE WHEN partdefid = 0 THEN NULL ELSE partdefid::regclass::text END FROM pg_partitioned_table \
+                 WHERE partrelid = to_regclass($1)",
+                &[&self.target_sql()],
+            )
+            .await
+            .map_err(|e| classify("looking up the target's default partition", e))?
+            .get(0);
+        let default = default.map(|d| format!(", ONLY {d}")).unwrap_or_default();
+        let attempt = format!(
+            "SAVEPOINT _dpone_swap_lock; SET LOCAL lock_timeout = '{SWAP_LOCK_ATTEMPT_MS}ms'; \
+             LOCK TABLE ONLY {t}, ONLY {old}{default} IN ACCESS EXCLUSIVE MODE; SET LOCAL lock_timeout = '{LOCK_WAIT}'; \
+             RELEASE SAVEPOINT _dpone_swap_lock",
+            t = self.target_sql()
+        );
+        let mut attempts = 0u64;
+        loop {
+            attempts += 1;
+            let e = match tx.batch_execute(&attempt).await {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            if e.code() != Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE) || started.elapsed() + pause >= SWAP_LOCK_BUDGET {
+                let mut err = classify("locking the target for the partition swap", e);
+                err.message = format!("{} ({attempts} attempts in {} s)", err.message, started.elapsed().as_secs());
+                err.hint = Some(
+                    "a session kept a lock on the target or the window's partition (a long transaction that read it?); nothing was published; run again once it ended"
+                        .into(),
+                );
+                return Err(err);
+            }
+            tx.batch_execute("ROLLBACK TO SAVEPOINT _dpone_swap_lock; RELEASE SAVEPOINT _dpone_swap_lock")
+                .await
+                .map_err(|e| classify("withdrawing the lock request of the partition swap", e))?;
+            if attempts == 1 {
+                tracing::info!("the target is in use; taking its lock for the partition swap in short attempts so that its readers go on");
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_millis(SWAP_LOCK_PAUSE_MAX_MS));
+        }
+    }
+
+    /// After a swap, the new partition `schema.name` (the generation, whose
+    /// indexes were copied from the old partition's with names of the
+    /// generation's) takes the old partition's index names, and the
+    /// backup's indexes names of its own (`<backup>_i<n>`): an index named
+    /// `_dpone_gen_*` would look like a leftover of a run. Indexes are paired
+    /// by definition (names aside), in order of creation among equal ones.
+    async fn rename_swapped_indexes(&self, tx: &Transaction<'_>, schema: &str, name: &str, backup: &str) -> Result<()> {
+        let sql = "WITH defs AS (SELECT i.indrelid = to_regclass($1) AS is_new, c.relname::text AS index_name, \
+                     regexp_replace(pg_get_indexdef(i.indexrelid), '^.*? USING ', '') AS def, c.oid \
+                   FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid IN (to_regclass($1), to_regclass($2))), \
+                   ranked AS (SELECT *, row_number() OVER (PARTITION BY is_new, def ORDER BY oid) AS n FROM defs) \
+                   SELECT o.index_name, g.index_name FROM ranked o JOIN ranked g ON o.def = g.def AND o.n = g.n \
+                   WHERE NOT o.is_new AND g.is_new ORDER BY o.oid";
+        let (new, bak) =
+            (format!("{}.{}", quote_ident(schema), quote_ident(name)), format!("{}.{}", quote_ident(schema), quote_ident(backup)));
+        let pairs: Vec<(String, String)> = tx
+            .query(sql, &[&new, &bak])
+            .await
+            .map_err(|e| classify("pairing the swapped partition's indexes", e))?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        let sch = quote_ident(schema);
+        let mut sql = String::new();
+        for (n, (old_name, _)) in pairs.iter().enumerate() {
+            sql.push_str(&format!(
+                "ALTER INDEX {sch}.{} RENAME TO {};",
+                quote_ident(old_name),
+                quote_ident(&format!("{backup}_i{}", n + 1))
+            ));
+        }
+        for (old_name, gen_name) in &pairs {
+            sql.push_str(&format!("ALTER INDEX {sch}.{} RENAME TO {};", quote_ident(gen_name), quote_ident(old_name)));
+        }
+        tx.batch_execute(&sql).await.map_err(|e| classify("renaming the swapped partition's indexes", e))
     }
 
     /// The window (everything, for a full refresh) holds exactly the rows

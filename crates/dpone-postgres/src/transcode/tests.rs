@@ -58,16 +58,49 @@ fn timestamps_beyond_datetime64_are_refused_naming_the_column() {
     let year_20000 = 568_000_000_000_000_000i64 - PG_EPOCH_MICROS;
     let e = transcode(oid::TIMESTAMPTZ, "DateTime64(6, 'UTC')", Some(&year_20000.to_be_bytes())).unwrap_err();
     assert_eq!(e.column, "c");
-    assert!(e.to_string().contains("outside DateTime64(6) (0000-01-01 00:00:00 ..= 9999-12-31 23:59:59.999999)"), "{e}");
+    assert!(
+        e.to_string().contains(
+            "timestamp 19969-03-16 01:46:40 is outside what the target server's DateTime64(6) holds (0000-01-01 00:00:00 ..= 9999-12-31 23:59:59.999999)"
+        ),
+        "{e}"
+    );
     let last = 253_402_300_800_000_000i64 - 1 - PG_EPOCH_MICROS;
     assert!(transcode(oid::TIMESTAMPTZ, "DateTime64(6, 'UTC')", Some(&last.to_be_bytes())).is_ok());
     assert!(transcode(oid::TIMESTAMP, "DateTime64(6)", Some(&(last + 1).to_be_bytes())).is_err());
 }
 
+/// A target server with the narrower range (1900-01-01 ..= 2299-12-31, as
+/// its probe reports it): the first and last microsecond inside pass, one
+/// microsecond beyond either edge is refused naming the column, the value
+/// and the server's range (never written for the server to clamp).
+#[test]
+fn timestamps_follow_the_target_servers_range() {
+    let narrow = Some(DateTime64Range::YEARS_1900_2299);
+    let first = -2_208_988_800_000_000i64 - PG_EPOCH_MICROS;
+    let last = 10_413_792_000_000_000i64 - 1 - PG_EPOCH_MICROS;
+    for ok in [first, last] {
+        assert!(transcode_for(narrow, oid::TIMESTAMPTZ, "DateTime64(6, 'UTC')", Some(&ok.to_be_bytes())).is_ok());
+    }
+    let e = transcode_for(narrow, oid::TIMESTAMPTZ, "DateTime64(6, 'UTC')", Some(&(first - 1).to_be_bytes())).unwrap_err();
+    assert_eq!(e.column, "c");
+    assert!(
+        e.to_string().contains("timestamp 1899-12-31 23:59:59.999999 is outside what the target server's DateTime64(6) holds (1900-01-01 00:00:00 ..= 2299-12-31 23:59:59.999999)"),
+        "{e}"
+    );
+    let e = transcode_for(narrow, oid::TIMESTAMP, "Nullable(DateTime64(6))", Some(&(last + 1).to_be_bytes())).unwrap_err();
+    assert!(e.to_string().contains("timestamp 2300-01-01 00:00:00 is outside"), "{e}");
+    // The same instants pass on a server of the extended range.
+    assert!(transcode(oid::TIMESTAMPTZ, "DateTime64(6, 'UTC')", Some(&(first - 1).to_be_bytes())).is_ok());
+}
+
 fn transcode(oid: u32, target: &str, field: Option<&[u8]>) -> Result<Vec<u8>, TranscodeError> {
+    transcode_for(None, oid, target, field)
+}
+
+fn transcode_for(range: Option<DateTime64Range>, oid: u32, target: &str, field: Option<&[u8]>) -> Result<Vec<u8>, TranscodeError> {
     let ty = dpone_core::types::parse_clickhouse_type(target).unwrap();
     let col = Column { name: "c".into(), ty: ty.clone(), native_type: "t".into() };
-    let codec = RowCodec { columns: vec![codec_for(&col, oid, &ty).unwrap()] };
+    let codec = RowCodec::for_server(vec![codec_for(&col, oid, &ty).unwrap()], range);
     let mut out = Vec::new();
     codec.write_field(0, field, &mut out).map(|_| out)
 }
@@ -165,7 +198,7 @@ proptest! {
             .iter()
             .map(|(n, o, t)| codec_for(&Column { name: n.to_string(), ty: (*t).clone(), native_type: String::new() }, *o, t).unwrap())
             .collect();
-        let mut parser = CopyParser::new(RowCodec { columns: cols });
+        let mut parser = CopyParser::new(RowCodec::new(cols));
         let mut unparsed = Unparsed::default();
         let new_frame = || FrameBuf::unbudgeted(2, FrameLimits { block_rows: max_rows, flush_bytes: 1 << 20, max_row_bytes: 1 << 20, digest: Default::default() });
         let (mut all, mut digest, mut frame, mut pos, mut finished) = (Vec::new(), RowDigest::new(2), new_frame(), 0usize, false);

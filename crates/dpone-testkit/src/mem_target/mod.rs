@@ -108,6 +108,12 @@ impl MemTarget {
         self.lock().direct = on;
     }
 
+    /// Reports `range` as the DateTime64 range of its "server" (None: the
+    /// format's), as a ClickHouse server before the extended range would.
+    pub fn set_datetime64_range(&self, range: Option<dpone_core::rowbinary::DateTime64Range>) {
+        self.lock().datetime64_range = range;
+    }
+
     /// When on, a direct publication inserts a copy of the first row of
     /// each chunk it loads, as a trigger of the target could: the chunk's
     /// read-back must see it.

@@ -101,6 +101,10 @@ impl Target for MemTarget {
         Ok(db.refusals.clone())
     }
 
+    async fn datetime64_range(&self) -> Result<Option<dpone_core::rowbinary::DateTime64Range>> {
+        Ok(self.lock().datetime64_range)
+    }
+
     async fn create_staging(&self, name: &str) -> Result<()> {
         self.log(TargetOp::CreateStaging, vec![name.to_string()]);
         let columns = match self.model {

@@ -69,6 +69,8 @@ pub(crate) struct Db {
     /// A direct publication inserts a copy of the first row of each chunk
     /// (a trigger of the target, for tests of the chunk check).
     pub direct_tamper: bool,
+    /// What `datetime64_range` reports (a server with a narrower range).
+    pub datetime64_range: Option<dpone_core::rowbinary::DateTime64Range>,
     /// `incremental_append`: the stored high-water mark of the target
     /// (its `_dpone_marks` row), written in the publishing step.
     pub mark: Option<dpone_core::incremental::StoredMark>,
@@ -95,6 +97,7 @@ impl Db {
             compare_kept_gap: false,
             direct: false,
             direct_tamper: false,
+            datetime64_range: None,
             mark: None,
             claim: None,
             claim_fence: 0,

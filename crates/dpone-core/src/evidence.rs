@@ -162,6 +162,13 @@ pub struct PublicationEvidence {
     pub backup_table: Option<String>,
     /// How the published target was checked against the verified generation.
     pub verified_after_publication: PublicationCheck,
+    /// Rows other writers put outside the window into the previous table
+    /// during the publication, carried into the published one (checked by
+    /// count and digest).
+    pub concurrent_rows_carried: u64,
+    /// Rows other writers put into the window during the publication,
+    /// replaced by the window's source rows.
+    pub concurrent_window_rows_replaced: u64,
 }
 
 /// How a publication was confirmed.

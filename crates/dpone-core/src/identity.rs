@@ -69,6 +69,13 @@ pub fn generation_table(stem: &str, execution: u32) -> String {
     format!("{OWNED_PREFIX}gen_{stem}_{execution}")
 }
 
+/// The table through which execution `execution` of a run carries rows
+/// other writers put into the previous target during its publication
+/// (ClickHouse, `Target::reconcile_concurrent`).
+pub fn carry_table(stem: &str, execution: u32) -> String {
+    format!("{OWNED_PREFIX}car_{stem}_{execution}")
+}
+
 /// The backup of the previous target kept by execution `execution` of a
 /// run: re-executions of one run (same id, e.g. an unchanged source) must
 /// not collide with the backup the previous one kept.

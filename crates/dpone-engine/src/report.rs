@@ -42,8 +42,15 @@ pub struct RunReport {
     /// Rows the window held before this run.
     pub replaced_rows: u64,
     pub final_rows: u64,
-    /// The window already held exactly these rows: the target did not change.
+    /// The window already held exactly these rows and no concurrent write
+    /// was carried or replaced: the target did not change.
     pub target_unchanged: bool,
+    /// Rows other writers put outside the window during the publication,
+    /// carried into the published target (ClickHouse replace).
+    pub concurrent_rows_carried: u64,
+    /// Rows other writers put into the window during the publication,
+    /// replaced by the window's source rows.
+    pub concurrent_window_rows_replaced: u64,
     /// `incremental_append`: the batch read and the marks before and after.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub incremental: Option<MarkReport>,
@@ -94,7 +101,10 @@ pub(crate) fn report<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal) -> R
             None if generation.in_place => generation.kept_rows + generation.rows,
             None => generation.rows,
         },
-        target_unchanged: generation.unchanged,
+        target_unchanged: generation.unchanged
+            && j.reconciliation.as_ref().is_none_or(|r| r.concurrent_rows_carried == 0 && r.concurrent_window_rows_replaced == 0),
+        concurrent_rows_carried: j.reconciliation.as_ref().map_or(0, |r| r.concurrent_rows_carried),
+        concurrent_window_rows_replaced: j.reconciliation.as_ref().map_or(0, |r| r.concurrent_window_rows_replaced),
         incremental: j.cursor.as_ref().map(|b| MarkReport {
             column: b.column.clone(),
             previous_mark: b.previous_mark(),

@@ -32,7 +32,7 @@ mod pg_clickhouse_common;
 
 use dpone_core::value::Value;
 use guards_common::{describe, json, spawn, wait, wait_until};
-use pg_clickhouse_common::{BOUNDS, Col, Fixture, INTERVAL_END, Row, Setup, TABLE, assert_same_rows, at, col, int, text};
+use pg_clickhouse_common::{BOUNDS, Col, Fixture, INTERVAL_END, Row, Setup, TABLE, assert_same_rows, at, col, int, micros, text};
 use std::process::Output;
 use std::time::Duration;
 
@@ -278,4 +278,77 @@ fn a_kept_row_deleted_at_the_exchange_is_reported_after_the_publication() {
     );
     assert_eq!(owned(&fx, "_dpone_gen_").len(), 1, "{what}: the previous target is kept: {:?}", fx.owned_tables());
     fx.finish();
+}
+
+/// A writer inserting small batches outside the window every ~50 ms into
+/// the target while dpone replaces the window in a loop (bounded: at most
+/// `SOAK_RUNS` runs or `SOAK_SECONDS` per layout). Every run succeeds and
+/// leaves the window equal to the source; at the end every writer row is
+/// in the target exactly once, and the runs together carried no more rows
+/// than the writer wrote.
+#[test]
+fn a_busy_writer_outside_the_window_loses_nothing_while_the_window_is_replaced_in_a_loop() {
+    const SOAK_RUNS: usize = 12;
+    const SOAK_SECONDS: u64 = 25;
+    for (layout, partition) in LAYOUTS {
+        let fx = fixture("conc_pgch_soak", partition);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (url, table) = (fx.clickhouse_url.clone(), format!("{}.{TABLE}", fx.db));
+        let writer = {
+            let stop = stop.clone();
+            std::thread::spawn(move || -> Vec<Row> {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+                let ch =
+                    dpone_clickhouse::ChClient::new(dpone_clickhouse::ClickhouseConfig::from_url(&url).expect("a URL")).expect("a client");
+                let mut written = Vec::new();
+                let mut id = 100_000i64;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let mut values = Vec::new();
+                    let mut batch = Vec::new();
+                    for i in 0..4 {
+                        id += 1;
+                        // Days before and after the window, partitions the target has and new ones.
+                        let d = if i % 2 == 0 { format!("2026-08-{:02}", 1 + id % 20) } else { format!("2026-09-{:02}", 10 + id % 20) };
+                        let m = micros(&format!("{d}T00:00:00Z")) + (id % 24) * 3_600_000_000;
+                        values.push(format!("({id}, fromUnixTimestamp64Micro(toInt64({m}), 'UTC'), 'row {id}')"));
+                        batch.push(row(id, Value::Micros(m)));
+                    }
+                    rt.block_on(ch.execute(
+                        &format!("INSERT INTO {table} (id, ts, v) VALUES {}", values.join(", ")),
+                        dpone_clickhouse::Idempotence::Unsafe,
+                    ))
+                    .unwrap_or_else(|e| panic!("the writer's insert failed: {e}"));
+                    written.extend(batch);
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                written
+            })
+        };
+        let started = std::time::Instant::now();
+        let (mut runs, mut carried) = (0usize, 0u64);
+        while runs < SOAK_RUNS && started.elapsed() < Duration::from_secs(SOAK_SECONDS) {
+            runs += 1;
+            let what = format!("{layout}: run {runs} beside a busy writer");
+            let out = plain_run(&fx);
+            let doc = json(&out);
+            assert_eq!(out.status.code(), Some(0), "{what}:\n{}", describe(&out));
+            let c = doc["concurrent_rows_carried"].as_u64().expect("a carried count");
+            assert_eq!(doc["concurrent_window_rows_replaced"], 0, "{what}: the writer never writes into the window: {doc:#}");
+            carried += c;
+            let window: Vec<Row> = fx.target_rows().into_iter().filter(|r| (1..=6).any(|k| r[0] == int(k))).collect();
+            assert_same_rows(&source(), &window, &format!("{what}: the window equals the source"));
+        }
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let written = writer.join().expect("the writer");
+        let rows = fx.target_rows();
+        assert_same_rows(
+            &expected(&written),
+            &rows,
+            &format!("{layout}: after {runs} runs every writer row is in the target exactly once"),
+        );
+        assert!(carried <= written.len() as u64, "{layout}: {carried} rows carried of {} written", written.len());
+        eprintln!("{layout}: {runs} runs, {} writer rows, {carried} carried by the runs", written.len());
+        assert!(runs >= 3, "{layout}: only {runs} runs in the soak");
+        fx.finish();
+    }
 }

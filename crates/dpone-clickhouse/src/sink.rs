@@ -348,7 +348,7 @@ impl Target for ClickhouseTarget {
         let mut link = None;
         match keep {
             Some(k) if self.partitioned_by(&k.column).await? => link = Some(self.link_history(&gen_sql, generation, k).await?),
-            Some(k) => link = Some(self.copy_kept(&gen_sql, generation, k).await?),
+            Some(k) => self.copy_kept(&gen_sql, k).await?,
             None => {}
         }
         self.failpoint("generation.after_link")?;

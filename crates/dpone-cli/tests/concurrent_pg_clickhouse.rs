@@ -326,6 +326,7 @@ fn a_busy_writer_outside_the_window_loses_nothing_while_the_window_is_replaced_i
         };
         let started = std::time::Instant::now();
         let (mut runs, mut carried) = (0usize, 0u64);
+        let (mut reconcile_seconds, mut wall_seconds) = (Vec::new(), Vec::new());
         while runs < SOAK_RUNS && started.elapsed() < Duration::from_secs(SOAK_SECONDS) {
             runs += 1;
             let what = format!("{layout}: run {runs} beside a busy writer");
@@ -335,6 +336,12 @@ fn a_busy_writer_outside_the_window_loses_nothing_while_the_window_is_replaced_i
             let c = doc["concurrent_rows_carried"].as_u64().expect("a carried count");
             assert_eq!(doc["concurrent_window_rows_replaced"], 0, "{what}: the writer never writes into the window: {doc:#}");
             carried += c;
+            let evidence: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(doc["evidence_path"].as_str().expect("an evidence path")).expect("the evidence"),
+            )
+            .expect("evidence JSON");
+            reconcile_seconds.push(evidence["phases"]["reconcile"].as_f64().expect("the reconciliation's seconds"));
+            wall_seconds.push(evidence["phases"]["wall"].as_f64().expect("the run's seconds"));
             let window: Vec<Row> = fx.target_rows().into_iter().filter(|r| (1..=6).any(|k| r[0] == int(k))).collect();
             assert_same_rows(&source(), &window, &format!("{what}: the window equals the source"));
         }
@@ -347,7 +354,15 @@ fn a_busy_writer_outside_the_window_loses_nothing_while_the_window_is_replaced_i
             &format!("{layout}: after {runs} runs every writer row is in the target exactly once"),
         );
         assert!(carried <= written.len() as u64, "{layout}: {carried} rows carried of {} written", written.len());
-        eprintln!("{layout}: {runs} runs, {} writer rows, {carried} carried by the runs", written.len());
+        let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        eprintln!(
+            "{layout}: {runs} runs, {} writer rows, {carried} carried by the runs; reconciliation {:.2} s mean, {:.2} s max; run {:.2} s mean",
+            written.len(),
+            mean(&reconcile_seconds),
+            max(&reconcile_seconds),
+            mean(&wall_seconds)
+        );
         assert!(runs >= 3, "{layout}: only {runs} runs in the soak");
         fx.finish();
     }

@@ -402,7 +402,7 @@ impl Target for ClickhouseTarget {
         self.kept_difference(generation, keep).await
     }
 
-    async fn publish(&self, generation: &str, _keep: Option<&RowFilter>, _backup: &str) -> Result<PublicationOutcome> {
+    async fn publish(&self, generation: &str, keep: Option<&RowFilter>, _backup: &str) -> Result<PublicationOutcome> {
         let before = self.table_uuid(&self.database, &self.table).await?;
         let gen_uuid = self.table_uuid(&self.database, generation).await?;
         let (Some(before), Some(gen_uuid)) = (before, gen_uuid) else {
@@ -412,8 +412,11 @@ impl Target for ClickhouseTarget {
         // after the publication ends (the stop follows the table object
         // into the target's name): its parts stay apart from those other
         // writers add to the published target, so the reconciliation
-        // tells them apart by block number (`sink/reconcile.rs`).
-        self.ddl(&format!("SYSTEM STOP MERGES {}", self.owned_sql(generation))).await?;
+        // tells them apart by block number (`sink/reconcile.rs`). A full
+        // refresh replaces everything: nothing to reconcile.
+        if keep.is_some() {
+            self.ddl(&format!("SYSTEM STOP MERGES {}", self.owned_sql(generation))).await?;
+        }
         self.pausable_failpoint("replace.before_exchange").await?;
         let fence = self
             .client

@@ -65,6 +65,9 @@ pub struct PhaseTimers {
     pub verify: f64,
     pub prepare: f64,
     pub publish: f64,
+    /// The reconciliation of concurrent writes after a ClickHouse replace
+    /// (the wait for inserts in flight included).
+    pub reconcile: f64,
     pub evidence: f64,
     pub wall: f64,
 }

@@ -102,6 +102,7 @@ async fn reconcile_concurrent<S: Source, T: Target>(
         .map_err(|e| Stop::Ended(RunFailure::at(Phase::AfterPublication, e, Some(&j.run_id))))?;
     if let Some(mut r) = found {
         r.seconds = started.elapsed().as_secs_f64();
+        ctx.add_phase(|p| p.reconcile += r.seconds);
         if r.concurrent_rows_carried > 0 || r.concurrent_window_rows_replaced > 0 {
             tracing::info!(
                 "concurrent writes during the publication: {} rows outside the window carried, {} rows in the window replaced",

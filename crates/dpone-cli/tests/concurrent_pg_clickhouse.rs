@@ -24,7 +24,8 @@
 //!   -> `reconciliation_verification_failed` after the publication, the
 //!   previous target kept; the next run carries the rows anew;
 //! - a kept row deleted at `publish.before_exchange` -> `kept_rows_changed`
-//!   after the publication, never silently.
+//!   after the publication, never silently (reported once; the next run
+//!   finishes, its evidence counts the changed row groups).
 
 mod guards_common;
 mod harness;
@@ -276,7 +277,18 @@ fn a_kept_row_deleted_at_the_exchange_is_reported_after_the_publication() {
         "{what}: expected exit 1, kept_rows_changed, published:\n{}",
         describe(&out)
     );
-    assert_eq!(owned(&fx, "_dpone_gen_").len(), 1, "{what}: the previous target is kept: {:?}", fx.owned_tables());
+    assert_eq!(doc["errors"][0]["message"].as_str().map(|m| m.starts_with("1 row groups")), Some(true), "{what}: {doc:#}");
+    assert!(fx.target_rows().iter().any(|r| r[0] == int(101)), "{what}: the published target holds the row as it was");
+    // Reported once: the next run finishes the bookkeeping, the previous
+    // target kept as the backup, and the evidence counts the change.
+    let next = plain_run(&fx);
+    let doc = json(&next);
+    assert_eq!(next.status.code(), Some(0), "{what}: the next run finishes:\n{}", describe(&next));
+    assert_eq!(owned(&fx, "_dpone_bak_").len(), 1, "{what}: the previous target is the backup: {:?}", fx.owned_tables());
+    let evidence: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(doc["evidence_path"].as_str().expect("an evidence path")).expect("the evidence"))
+            .expect("evidence JSON");
+    assert_eq!(evidence["publication"]["kept_row_groups_changed"], 1, "{what}: {evidence:#}");
     fx.finish();
 }
 

@@ -172,6 +172,11 @@ pub struct PublicationEvidence {
     /// Rows other writers put into the window during the publication,
     /// replaced by the window's source rows.
     pub concurrent_window_rows_replaced: u64,
+    /// Row groups outside the window another writer deleted or changed
+    /// between the kept-rows check and the publication (reported as
+    /// `kept_rows_changed` after it): the published target holds them as
+    /// they were.
+    pub kept_row_groups_changed: u64,
 }
 
 /// How a publication was confirmed.

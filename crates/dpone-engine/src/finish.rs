@@ -110,7 +110,23 @@ async fn reconcile_concurrent<S: Source, T: Target>(
                 r.concurrent_window_rows_replaced
             );
         }
+        let changed = r.kept_row_groups_changed;
         journal.update(|j| j.reconciliation = Some(r)).await?;
+        if changed > 0 {
+            // Reported once: the next run finishes the bookkeeping.
+            let e = AdapterError::verification(
+                "kept_rows_changed",
+                format!(
+                    "{changed} row groups outside the window were deleted or changed by another writer between the kept-rows check and \
+                     the publication; the published target holds them as they were (the rows other writers added were carried)"
+                ),
+            )
+            .hint(format!(
+                "compare the target with the previous table `{previous}` (kept as the backup) and apply the other writer's change \
+                 again; run the same command to finish the run"
+            ));
+            return Err(Stop::Ended(RunFailure::at(Phase::AfterPublication, e, Some(&j.run_id))));
+        }
     }
     Ok(())
 }

@@ -36,7 +36,8 @@
 //!    background merges in the previous table combine a kept part with a
 //!    writer's part freely, the multiset does not change). A row the
 //!    generation holds more often means a kept row was changed after the
-//!    check: refused. The rows to carry are written into the owned carry
+//!    check: counted, and reported by the engine as `kept_rows_changed`
+//!    after the publication once the rest is done. The rows to carry are written into the owned carry
 //!    table (no merges), whose count and digest must equal the
 //!    difference's; its comment then records them and its parts.
 //! 4. The carry table's partitions are moved into the published target
@@ -73,6 +74,9 @@ const QUIET: Duration = Duration::from_millis(300);
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct CarryRecord {
     rows: u64,
+    /// Row groups the generation holds more often than the previous table.
+    #[serde(default)]
+    changed: u64,
     digest_sum: String,
     parts: Vec<PartIdentity>,
 }
@@ -143,6 +147,7 @@ impl ClickhouseTarget {
         Ok(Reconciliation {
             concurrent_rows_carried: record.rows,
             concurrent_window_rows_replaced: previous_window.saturating_sub(replaced_rows),
+            kept_row_groups_changed: record.changed,
             carried_digest_sum: if record.rows > 0 { record.digest_sum } else { String::new() },
             seconds: 0.0,
         })
@@ -291,7 +296,7 @@ impl ClickhouseTarget {
             of_previous.keys().chain(of_generation.keys()).filter(|id| of_previous.get(*id) != of_generation.get(*id)).collect();
         self.ddl(&format!("DROP TABLE IF EXISTS {carry_sql} SYNC")).await?;
         self.ddl(&format!("CREATE TABLE {carry_sql} AS {target} SETTINGS {NO_MERGES}")).await?;
-        let mut record = CarryRecord { rows: 0, digest_sum: String::new(), parts: Vec::new() };
+        let mut record = CarryRecord { rows: 0, changed: 0, digest_sum: String::new(), parts: Vec::new() };
         if !differing.is_empty() {
             let only = format!(
                 "_partition_id IN ({}) AND {}",
@@ -306,19 +311,9 @@ impl ClickhouseTarget {
                 .await?
                 .parse()
                 .map_err(|_| AdapterError::permanent("clickhouse_protocol", "expected a count"))?;
-            if changed != 0 {
-                return Err(AdapterError::verification(
-                    "kept_rows_changed",
-                    format!(
-                        "{changed} row groups outside the window were changed or deleted in the previous target between the \
-                         kept-rows check and the publication; the published target holds them as they were"
-                    ),
-                )
-                .hint(
-                    "another writer updated or deleted kept rows during the publication; compare the target with the previous one \
-                       (kept under the generation's name), see docs/recovery.md (\"Concurrent writes\")",
-                ));
-            }
+            // Kept rows changed after the check (`changed`) are reported by
+            // the engine once the rows added are carried (the published
+            // target holds them as they were).
             let list = self.column_list()?;
             let carried = format!(
                 "(SELECT {list} FROM (SELECT * FROM ({diff}) WHERE _dpone_s > 0) ARRAY JOIN range(toUInt64(_dpone_s)) AS _dpone_i)"
@@ -344,6 +339,7 @@ impl ClickhouseTarget {
             }
             record = CarryRecord {
                 rows: got.rows,
+                changed,
                 digest_sum: got.digest.sum_hex(),
                 parts: self.active_parts(self.owned_db(carry), carry).await?,
             };

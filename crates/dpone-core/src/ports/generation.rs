@@ -58,6 +58,13 @@ pub struct Reconciliation {
     /// Rows another writer put into the window while the run was
     /// publishing: the window's source rows replaced them, as a replace does.
     pub concurrent_window_rows_replaced: u64,
+    /// Row groups outside the window the generation (now published) holds
+    /// more often than the previous table: kept rows another writer
+    /// deleted or changed after the kept-rows check, which the published
+    /// target still holds as they were. Reported once as a failure after
+    /// the publication.
+    #[serde(default)]
+    pub kept_row_groups_changed: u64,
     /// Digest of the carried rows (hex sum; empty when none were carried).
     pub carried_digest_sum: String,
     /// Seconds the reconciliation took (the wait for inserts in flight included).

@@ -23,6 +23,11 @@
 //! - the carry table tampered with before its check (`reconcile.after_fill`)
 //!   -> `reconciliation_verification_failed` after the publication, the
 //!   previous target kept; the next run carries the rows anew;
+//! - the carry table mutated after its check (`reconcile.before_move`) ->
+//!   `reconciliation_verification_failed` after the move; the previous
+//!   target dropped before the reconciliation -> `reconciliation_failed`;
+//! - a busy writer (every ~50 ms) beside replace runs in a loop: every
+//!   run succeeds, every writer row ends in the target exactly once;
 //! - a kept row deleted at `publish.before_exchange` -> `kept_rows_changed`
 //!   after the publication, never silently (reported once; the next run
 //!   finishes, its evidence counts the changed row groups).
@@ -378,4 +383,51 @@ fn a_busy_writer_outside_the_window_loses_nothing_while_the_window_is_replaced_i
         assert!(runs >= 3, "{layout}: only {runs} runs in the soak");
         fx.finish();
     }
+}
+
+/// The carried parts are checked in the published target after the move:
+/// a carry table changed after its check (a mutation, at
+/// `reconcile.before_move`) is moved, but the target then lacks the
+/// checked parts -> `reconciliation_verification_failed` after the
+/// publication.
+#[test]
+fn a_carry_table_changed_after_its_check_is_refused_after_the_move() {
+    let fx = fixture("conc_pgch_moved", LAYOUTS[1].1);
+    let what = "the carry table mutated at reconcile.before_move";
+    let outside = writer_outside(7000);
+    let out = paused_run(&fx, "publish.before_exchange", Some("publish.after_exchange"), || fx.insert_target(&outside));
+    assert_ne!(out.status.code(), Some(0), "{what}: the first run crashed after the exchange:\n{}", describe(&out));
+    let out = paused_run(&fx, "reconcile.before_move", None, || {
+        let carry = owned(&fx, "_dpone_car_").pop().expect("the carry table");
+        fx.ch_exec(&format!("ALTER TABLE {}.{carry} UPDATE v = 'changed' WHERE 1 SETTINGS mutations_sync = 2", fx.db));
+    });
+    let doc = json(&out);
+    assert!(
+        out.status.code() == Some(1) && doc["error_code"] == "reconciliation_verification_failed" && doc["publication"] == "published",
+        "{what}: expected exit 1, reconciliation_verification_failed, published:\n{}",
+        describe(&out)
+    );
+    assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains("does not hold the 5 carried rows' parts"), "{what}: {doc:#}");
+    fx.finish();
+}
+
+/// The previous target dropped before the reconciliation (after a crash
+/// right after the exchange): its rows cannot be carried, and the run
+/// says so instead of dropping what is left.
+#[test]
+fn a_previous_target_gone_before_the_reconciliation_is_refused() {
+    let fx = fixture("conc_pgch_gone", LAYOUTS[0].1);
+    let what = "the previous target dropped after the exchange";
+    let out = paused_run(&fx, "publish.before_exchange", Some("publish.after_exchange"), || fx.insert_target(&writer_outside(8000)));
+    assert_ne!(out.status.code(), Some(0), "{what}: the first run crashed after the exchange:\n{}", describe(&out));
+    let previous = owned(&fx, "_dpone_gen_").pop().expect("the previous target under the generation's name");
+    fx.ch_exec(&format!("DROP TABLE {}.{previous} SYNC", fx.db));
+    let out = plain_run(&fx);
+    let doc = json(&out);
+    assert!(
+        out.status.code() == Some(1) && doc["error_code"] == "reconciliation_failed" && doc["publication"] == "published",
+        "{what}: expected exit 1, reconciliation_failed, published:\n{}",
+        describe(&out)
+    );
+    fx.finish();
 }

@@ -18,8 +18,9 @@
 //!   kept-rows check): not a change to the kept rows, the run succeeds and
 //!   carries them;
 //! - a crash after the exchange (`publish.after_exchange`) and after the
-//!   rows to carry were checked (`reconcile.before_move`): the next run
-//!   finishes the reconciliation, every row once;
+//!   rows to carry were checked (`reconcile.before_move`), and a `kill -9`
+//!   while the carry table is filled but unchecked or checked but not
+//!   moved: the next run finishes the reconciliation, every row once;
 //! - the carry table tampered with before its check (`reconcile.after_fill`)
 //!   -> `reconciliation_verification_failed` after the publication, the
 //!   previous target kept; the next run carries the rows anew;
@@ -430,4 +431,37 @@ fn a_previous_target_gone_before_the_reconciliation_is_refused() {
         describe(&out)
     );
     fx.finish();
+}
+
+/// A `kill -9` in the middle of the reconciliation (paused at
+/// `reconcile.after_fill` and `reconcile.before_move`: the carry table
+/// filled but unchecked, or checked but not moved): the next run finishes
+/// it, every row once.
+#[test]
+fn a_kill_9_during_the_reconciliation_is_finished_by_the_next_run() {
+    for point in ["reconcile.after_fill", "reconcile.before_move"] {
+        let fx = fixture("conc_pgch_kill", LAYOUTS[1].1);
+        let what = format!("a kill -9 at {point}");
+        let (outside, inside) = (writer_outside(9000), writer_inside(9500));
+        // The writer's rows go in at the exchange; the first run then
+        // crashes right after it, so that the second is killed inside its
+        // reconciliation.
+        let out = paused_run(&fx, "publish.before_exchange", Some("publish.after_exchange"), || {
+            fx.insert_target(&outside);
+            fx.insert_target(&inside);
+        });
+        assert_ne!(out.status.code(), Some(0), "{what}: the first run crashed after the exchange:\n{}", describe(&out));
+        let _ = std::fs::remove_file(marker(&fx));
+        let extra = [("DPONE_FAILPOINT_SLEEP", format!("{point}:30000")), ("DPONE_FAILPOINT_PAUSED", marker(&fx).display().to_string())];
+        let m = fx.manifest.display().to_string();
+        let child = spawn(fx.dir(), &["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], &env(&fx, &extra));
+        wait_until(&format!("the run pauses at {point}"), LIMIT, || marker(&fx).exists());
+        let killed = guards_common::kill9(child);
+        assert_ne!(killed.status.code(), Some(0), "{what}: killed");
+        let next = plain_run(&fx);
+        assert_succeeded_with(&next, outside.len() as u64, inside.len() as u64, &what);
+        assert_same_rows(&expected(&outside), &fx.target_rows(), &format!("{what}: finished by the next run, every row once"));
+        assert!(owned(&fx, "_dpone_car_").is_empty(), "{what}: {:?}", fx.owned_tables());
+        fx.finish();
+    }
 }

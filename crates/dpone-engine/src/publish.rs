@@ -158,9 +158,10 @@ async fn publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, inten
                 // UUID), but no transaction spans its verification and the
                 // exchange: rows written into it in between were published
                 // with it. Its row count (metadata) is re-read.
-                // A target that reconciles concurrent writes checks this
-                // itself (other writers' rows may already be in it).
-                PublicationCheck::TableIdentity if ctx.target.reconciles_concurrent_writes() => None,
+                // A window replace on a target that reconciles concurrent
+                // writes checks this itself (other writers' rows may
+                // already be in it); a full refresh has nothing to reconcile.
+                PublicationCheck::TableIdentity if ctx.target.reconciles_concurrent_writes() && keep.is_some() => None,
                 PublicationCheck::TableIdentity => {
                     let expected = j.generation.as_ref().ok_or_else(|| AdapterError::internal("publishing without a generation"))?.rows;
                     let now = ctx.target.count(TableRole::Target, None).await?;

@@ -401,6 +401,21 @@ impl Target for RealTarget {
         redacted!(self, RealTarget, |t| t.after_publication(generation, backup).await)
     }
 
+    fn reconciles_concurrent_writes(&self) -> bool {
+        dispatch!(self, RealTarget, |t| t.reconciles_concurrent_writes())
+    }
+
+    async fn reconcile_concurrent(
+        &self,
+        generation: &str,
+        carry: &str,
+        keep: &RowFilter,
+        generation_rows: u64,
+        replaced_rows: u64,
+    ) -> Result<Option<dpone_core::ports::Reconciliation>> {
+        redacted!(self, RealTarget, |t| t.reconcile_concurrent(generation, carry, keep, generation_rows, replaced_rows).await)
+    }
+
     async fn window_stats(&self, filter: &RowFilter) -> Result<WindowStats> {
         redacted!(self, RealTarget, |t| t.window_stats(filter).await)
     }

@@ -261,6 +261,8 @@ const KEYS: &[&str] = &[
     "replaced_rows",
     "final_rows",
     "target_unchanged",
+    "concurrent_rows_carried",
+    "concurrent_window_rows_replaced",
     "incremental",
     "chunks",
     "evidence_path",

@@ -33,11 +33,14 @@
 //!   in, every table kept, refused until resolved, then the next run
 //!   publishes;
 //! - a row written into the verified generation just before the `EXCHANGE`
-//!   (`publish.before_exchange`): no transaction spans the verification
-//!   and the exchange, so it is published with the generation; the
-//!   published target's row count, re-read, differs from the verified
-//!   generation's -> `publication_verification_failed`, the publication
-//!   reported as having happened.
+//!   (`publish.before_exchange`): its row count, re-read right before the
+//!   exchange -> `generation_changed`, nothing published; written in the
+//!   moment after that count (`replace.before_exchange`): no transaction
+//!   spans the verification and the exchange, so it is published with the
+//!   generation; the generation's parts up to the block number read right
+//!   before the exchange no longer add up to the verified rows ->
+//!   `publication_verification_failed`, the publication reported as having
+//!   happened.
 //!
 //! The publication is `EXCHANGE TABLES`, which makes the verified
 //! generation table itself the target, proven by its UUID
@@ -462,16 +465,30 @@ fn a_target_gone_just_before_the_exchange_is_an_unknown_outcome_until_resolved()
 }
 
 /// A row inserted into the verified generation while the run waits just
-/// before its `EXCHANGE` is published with it (ClickHouse has no
-/// transaction around the two); the published target's row count is
-/// re-read and the run says so: `publication_verification_failed`, the
-/// publication reported as done, exit 1.
+/// before its `EXCHANGE` (`publish.before_exchange`): the generation's row
+/// count is re-read right before the exchange (the reconciliation after it
+/// tells the generation's rows from other writers' by that count), so the
+/// run refuses with `generation_changed`, nothing published. Inserted in
+/// the moment after that count (`replace.before_exchange`), the row is
+/// published with the generation (ClickHouse has no transaction around the
+/// two); the generation's parts up to the block number read right before
+/// the exchange no longer add up to the verified rows, and the run says so:
+/// `publication_verification_failed`, the publication reported as done,
+/// exit 1.
 #[test]
-fn a_row_written_into_the_generation_before_the_exchange_is_reported_after_publication() {
+fn a_row_written_into_the_generation_before_the_exchange_is_refused_or_reported_after_publication() {
     let fx = fixture("guard_pgch_pubv");
+    let uuid_before = uuid(&fx);
     let what = "a generation row inserted at publish.before_exchange";
     let ready = || paused(&fx).then(|| owned(&fx, "_dpone_gen_")).flatten();
     let out = tampered_run(&fx, "publish.before_exchange", ready, |generation| tamper(&fx, &generation, "insert"));
+    let doc = assert_refused(&out, "generation_changed", what);
+    assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains(&format!("holds {} rows", 3 + WINDOW_ROWS + 1)), "{what}: {doc:#}");
+    assert_unchanged(&fx, &target(), &uuid_before, what);
+
+    let what = "a generation row inserted at replace.before_exchange";
+    let ready = || paused(&fx).then(|| owned(&fx, "_dpone_gen_")).flatten();
+    let out = tampered_run(&fx, "replace.before_exchange", ready, |generation| tamper(&fx, &generation, "insert"));
     let doc = guards_common::json(&out);
     assert!(
         out.status.code() == Some(1) && doc["error_code"] == "publication_verification_failed" && doc["publication"] == "published",
@@ -479,7 +496,7 @@ fn a_row_written_into_the_generation_before_the_exchange_is_reported_after_publi
         guards_common::describe(&out)
     );
     let message = doc["errors"][0]["message"].as_str().unwrap_or("");
-    assert!(message.contains(&format!("holds {} rows", 3 + WINDOW_ROWS + 1)), "{what}: {doc:#}");
+    assert!(message.contains(&format!("reach {}", 3 + WINDOW_ROWS + 1)), "{what}: {doc:#}");
     assert!(fx.target_rows().iter().any(|r| r[0] == int(900)), "{what}: the row written into the generation was published");
     fx.finish();
 }

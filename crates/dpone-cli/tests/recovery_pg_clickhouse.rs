@@ -366,28 +366,38 @@ fn sigint_while_chunks_stream_stops_the_run_and_the_next_run_resumes() {
     fx.finish();
 }
 
+/// Another writer's row added outside the window between a crash before the
+/// `EXCHANGE` and the rerun is no change to the rows the run kept: the
+/// rerun publishes its generation and carries the row after the exchange
+/// (`concurrent_rows_carried`). A kept row deleted in the same gap is a
+/// change: the rerun refuses (`kept_rows_changed`), nothing published.
 #[test]
-fn kept_rows_written_between_a_crash_and_the_rerun_stop_the_publication() {
+fn kept_rows_written_between_a_crash_and_the_rerun_are_carried_and_deleted_ones_stop_the_publication() {
     let fx = Fixture::standard("rec_pgch_writer");
     let source = standard_source();
     fx.run_with(&[("DPONE_FAILPOINT", "publish.before_exchange")]).assert_aborted_at("publish.before_exchange");
-    // Another writer adds a row outside the window after the generation was
-    // built: publishing that generation would lose the row.
     let late = row(800, at("2026-08-15T00:00:00Z", 0));
     fx.insert_target(std::slice::from_ref(&late));
     let before = fx.target_rows();
-    let uuid_before = fx.target_uuid();
-
+    let expected = expected_after_replace(&before, &source);
     let rerun = fx.run();
-    let doc = rerun.assert_failed("rerun after another writer changed the kept rows", 1, "kept_rows_changed");
+    let (doc, _) = check_success(&fx, &rerun, &source, &expected, "the rerun after another writer added a row outside the window");
+    assert_eq!(doc["concurrent_rows_carried"], 1, "expected the other writer's row carried: {doc:#}");
+    assert!(fx.target_rows().contains(&late), "expected the other writer's row to be kept");
+
+    // A new execution crashes before its exchange; the other writer then
+    // deletes a kept row.
+    fx.run_with(&[("DPONE_FAILPOINT", "publish.before_exchange")]).assert_aborted_at("publish.before_exchange");
+    fx.ch_exec(&format!("DELETE FROM {}.t WHERE id = 800", fx.db));
+    let before = fx.target_rows();
+    let uuid_before = fx.target_uuid();
+    let rerun = fx.run();
+    let doc = rerun.assert_failed("rerun after another writer deleted a kept row", 1, "kept_rows_changed");
     assert_eq!(doc["publication"], "absent", "expected nothing published:\n{}", rerun.describe());
     assert_target_untouched(&fx, &before, &uuid_before, "after the refused publication");
     assert_eq!(state_of(&fx.status()), "failed", "expected the run to be recorded as failed");
-
-    let expected = expected_after_replace(&before, &source);
     let again = fx.run();
-    check_success(&fx, &again, &source, &expected, "the run after the refused publication");
-    assert!(fx.target_rows().contains(&late), "expected the other writer's row to be kept");
+    check_success(&fx, &again, &source, &expected_after_replace(&before, &source), "the run after the refused publication");
     fx.finish();
 }
 

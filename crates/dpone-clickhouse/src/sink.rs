@@ -47,6 +47,7 @@ mod eligibility;
 mod generation;
 mod marks;
 mod merge;
+mod reconcile;
 
 use generation::NO_MERGES;
 
@@ -67,6 +68,9 @@ pub struct ClickhouseTarget {
     failpoints: dpone_core::failpoint::Failpoints,
     /// The row hash of the digests this target computes.
     digest: DigestAlgorithm,
+    /// The generation this process exchanged in and its highest block
+    /// number read right before the exchange (`sink/reconcile.rs`).
+    exchanged_fence: std::sync::Mutex<Option<(String, u64)>>,
 }
 
 fn text(row: &serde_json::Map<String, Json>, key: &str) -> String {
@@ -95,6 +99,7 @@ impl ClickhouseTarget {
             disk_reserve_bytes: DEFAULT_DISK_RESERVE_BYTES,
             failpoints: Default::default(),
             digest: DigestAlgorithm::default(),
+            exchanged_fence: std::sync::Mutex::new(None),
         }
     }
 
@@ -179,14 +184,20 @@ impl ClickhouseTarget {
 
     /// Row count and digest of the rows of `table_sql` that `where_sql` selects.
     pub(crate) async fn contents_where(&self, table_sql: &str, where_sql: &str) -> Result<Contents> {
+        self.contents_where_with(table_sql, where_sql, "").await
+    }
+
+    /// [`Self::contents_where`] with a `SETTINGS` clause (`settings` empty: none).
+    pub(crate) async fn contents_where_with(&self, table_sql: &str, where_sql: &str, settings: &str) -> Result<Contents> {
         let cols = self.columns()?;
         let list = self.column_list()?;
         let nulls: Vec<String> =
             cols.iter().enumerate().map(|(i, c)| format!("countIf(isNull({})) AS _dpone_n{i}", quote_ident(&c.name))).collect();
         let sql = format!(
-            "SELECT count() AS _dpone_rows, toString(sum({})) AS _dpone_digest, {} FROM {table_sql} WHERE {where_sql}",
+            "SELECT count() AS _dpone_rows, toString(sum({})) AS _dpone_digest, {} FROM {table_sql} WHERE {where_sql}{}",
             self.digest.clickhouse_row_hash(&format!("formatRowNoNewline('RowBinary', {list})")),
             nulls.join(", "),
+            if settings.is_empty() { String::new() } else { format!(" SETTINGS {settings}") },
         );
         let rows = self.client.query_rows(&sql).await?;
         let r = rows.first().ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "an aggregate returned no row"))?;
@@ -343,15 +354,7 @@ impl Target for ClickhouseTarget {
         let mut link = None;
         match keep {
             Some(k) if self.partitioned_by(&k.column).await? => link = Some(self.link_history(&gen_sql, generation, k).await?),
-            Some(k) => {
-                let list = self.column_list()?;
-                self.client
-                    .execute(
-                        &format!("INSERT INTO {gen_sql} ({list}) SELECT {list} FROM {} WHERE {}", self.target_sql(), filter_sql(k)),
-                        Idempotence::Unsafe,
-                    )
-                    .await?;
-            }
+            Some(k) => self.copy_kept(&gen_sql, k).await?,
             None => {}
         }
         self.failpoint("generation.after_link")?;
@@ -382,6 +385,21 @@ impl Target for ClickhouseTarget {
         })
     }
 
+    fn reconciles_concurrent_writes(&self) -> bool {
+        true
+    }
+
+    async fn reconcile_concurrent(
+        &self,
+        generation: &str,
+        carry: &str,
+        keep: &RowFilter,
+        generation_rows: u64,
+        replaced_rows: u64,
+    ) -> Result<Option<dpone_core::ports::Reconciliation>> {
+        self.reconcile_now(generation, carry, keep, generation_rows, replaced_rows).await.map(Some)
+    }
+
     async fn estimate_generation(&self, keep: Option<&RowFilter>) -> Result<GenerationEstimate> {
         self.estimate(keep).await
     }
@@ -390,13 +408,33 @@ impl Target for ClickhouseTarget {
         self.kept_difference(generation, keep).await
     }
 
-    async fn publish(&self, generation: &str, _keep: Option<&RowFilter>, _backup: &str) -> Result<PublicationOutcome> {
+    async fn publish(&self, generation: &str, keep: Option<&RowFilter>, _backup: &str) -> Result<PublicationOutcome> {
         let before = self.table_uuid(&self.database, &self.table).await?;
         let gen_uuid = self.table_uuid(&self.database, generation).await?;
         let (Some(before), Some(gen_uuid)) = (before, gen_uuid) else {
             return Err(AdapterError::permanent("publication_failed", "the target or the generation disappeared before publication"));
         };
+        // No merge in the generation from here until the reconciliation
+        // after the publication ends (the stop follows the table object
+        // into the target's name): its parts stay apart from those other
+        // writers add to the published target, so the reconciliation
+        // tells them apart by block number (`sink/reconcile.rs`). A full
+        // refresh replaces everything: nothing to reconcile.
+        if keep.is_some() {
+            self.ddl(&format!("SYSTEM STOP MERGES {}", self.owned_sql(generation))).await?;
+        }
         self.pausable_failpoint("replace.before_exchange").await?;
+        let fence = self
+            .client
+            .scalar(&format!(
+                "SELECT max(max_block_number) FROM system.parts WHERE database = {} AND table = {} AND active",
+                quote_str(&self.database),
+                quote_str(generation)
+            ))
+            .await?
+            .parse::<u64>()
+            .map_err(|_| AdapterError::permanent("clickhouse_protocol", "expected a block number"))?;
+        *self.exchanged_fence.lock().expect("fence lock") = Some((generation.to_string(), fence));
         let exchange = self
             .client
             .execute(&format!("EXCHANGE TABLES {} AND {}", self.target_sql(), self.owned_sql(generation)), Idempotence::Unsafe)

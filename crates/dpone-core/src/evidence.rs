@@ -67,6 +67,9 @@ pub struct PhaseTimers {
     pub verify: f64,
     pub prepare: f64,
     pub publish: f64,
+    /// The reconciliation of concurrent writes after a ClickHouse replace
+    /// (the wait for inserts in flight included).
+    pub reconcile: f64,
     pub evidence: f64,
     pub wall: f64,
 }
@@ -164,6 +167,18 @@ pub struct PublicationEvidence {
     pub backup_table: Option<String>,
     /// How the published target was checked against the verified generation.
     pub verified_after_publication: PublicationCheck,
+    /// Rows other writers put outside the window into the previous table
+    /// during the publication, carried into the published one (checked by
+    /// count and digest).
+    pub concurrent_rows_carried: u64,
+    /// Rows other writers put into the window during the publication,
+    /// replaced by the window's source rows.
+    pub concurrent_window_rows_replaced: u64,
+    /// Row groups outside the window another writer deleted or changed
+    /// between the kept-rows check and the publication (reported as
+    /// `kept_rows_changed` after it): the published target holds them as
+    /// they were.
+    pub kept_row_groups_changed: u64,
 }
 
 /// How a publication was confirmed.

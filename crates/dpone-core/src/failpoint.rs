@@ -54,6 +54,13 @@ pub const APPEND_POINTS: &[&str] = &["append.after_link", "append.before_exchang
 /// its own re-check of the generation).
 pub const REPLACE_POINTS: &[&str] = &["replace.before_exchange"];
 
+/// Abort (or pause) points inside a ClickHouse replace's reconciliation
+/// of concurrent writes, after the publication: once the rows to carry
+/// were written into the carry table (before their count and digest are
+/// checked), and once they were checked, right before they are moved into
+/// the published target.
+pub const RECONCILE_POINTS: &[&str] = &["reconcile.after_fill", "reconcile.before_move"];
+
 /// Abort points: where a crash can be injected ([`POINTS`] minus faults).
 pub fn abort_points() -> impl Iterator<Item = &'static str> {
     POINTS.iter().copied().filter(|p| !p.starts_with("lease."))
@@ -89,7 +96,11 @@ impl Failpoints {
     #[inline]
     pub fn at(&self, point: &str) -> Option<Action> {
         debug_assert!(
-            POINTS.contains(&point) || BUILD_POINTS.contains(&point) || APPEND_POINTS.contains(&point) || REPLACE_POINTS.contains(&point),
+            POINTS.contains(&point)
+                || BUILD_POINTS.contains(&point)
+                || APPEND_POINTS.contains(&point)
+                || REPLACE_POINTS.contains(&point)
+                || RECONCILE_POINTS.contains(&point),
             "unknown failpoint {point}"
         );
         self.0.as_ref().and_then(|i| i.at(point))

@@ -84,6 +84,13 @@ pub fn generation_target_tag(name: &str) -> Option<&str> {
     (hex(tag) && hex(run) && parts.next().is_some()).then_some(tag)
 }
 
+/// The table through which execution `execution` of a run carries rows
+/// other writers put into the previous target during its publication
+/// (ClickHouse, `Target::reconcile_concurrent`).
+pub fn carry_table(stem: &str, execution: u32) -> String {
+    format!("{OWNED_PREFIX}car_{stem}_{execution}")
+}
+
 /// The backup of the previous target kept by execution `execution` of a
 /// run: re-executions of one run (same id, e.g. an unchanged source) must
 /// not collide with the backup the previous one kept.

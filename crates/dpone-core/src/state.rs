@@ -310,6 +310,10 @@ pub struct RunJournal {
     /// evidence), for the report of a run finished by a later invocation.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub null_window_rows: Option<u64>,
+    /// The reconciliation of concurrent writes after a replace's
+    /// publication, once complete (the backup may be dropped only then).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reconciliation: Option<crate::ports::Reconciliation>,
     /// Target rows after an append's publication (from the evidence).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub final_rows: Option<u64>,

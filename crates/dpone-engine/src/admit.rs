@@ -359,6 +359,7 @@ fn new_journal<S: Source, T: Target>(
         evidence_path: None,
         evidence_key: None,
         null_window_rows: None,
+        reconciliation: None,
         final_rows: None,
         error: None,
         last_holder: ctx.options.holder.clone(),

@@ -125,6 +125,9 @@ pub(crate) fn build_evidence<S: Source, T: Target>(
                 .then(|| j.intent.as_ref().map(|i| i.backup_table.clone()))
                 .flatten(),
             verified_after_publication: ctx.target.publication_check(),
+            concurrent_rows_carried: j.reconciliation.as_ref().map_or(0, |r| r.concurrent_rows_carried),
+            concurrent_window_rows_replaced: j.reconciliation.as_ref().map_or(0, |r| r.concurrent_window_rows_replaced),
+            kept_row_groups_changed: j.reconciliation.as_ref().map_or(0, |r| r.kept_row_groups_changed),
         },
         phases,
         limits: j.limits.clone(),

@@ -22,6 +22,9 @@ pub(crate) async fn write_evidence<S: Source, T: Target>(ctx: &Ctx<S, T>, journa
     let j = journal.snapshot().await;
     let intent = j.intent.clone().ok_or_else(|| AdapterError::internal("the journal is published without an intent"))?;
     let generation = j.generation.clone().ok_or_else(|| AdapterError::internal("the journal is published without a generation"))?;
+    reconcile_concurrent(ctx, journal, &j, &intent.generation_table, &generation).await?;
+    // The journal now holds the reconciliation the evidence reports.
+    let j = journal.snapshot().await;
     ctx.target.after_publication(&intent.generation_table, &intent.backup_table).await?;
     ctx.failpoint("evidence.before_write").await?;
     let started = Instant::now();
@@ -66,6 +69,65 @@ pub(crate) async fn write_evidence<S: Source, T: Target>(ctx: &Ctx<S, T>, journa
             j.final_rows = final_rows;
         })
         .await?;
+    Ok(())
+}
+
+/// A replace's publication left the previous target under the
+/// generation's name: rows other writers put into it after the
+/// generation's last look at the target are carried into the published
+/// target (outside the window) or counted (inside), before
+/// `after_publication` may keep it as the backup and drop older ones. The
+/// result is journaled once complete; the target's own steps are
+/// idempotent, so a crash in the middle is finished by the next run.
+async fn reconcile_concurrent<S: Source, T: Target>(
+    ctx: &Ctx<S, T>,
+    journal: &Journal,
+    j: &RunJournal,
+    previous: &str,
+    generation: &dpone_core::state::GenerationRecord,
+) -> Step {
+    if j.cursor.is_some() || j.reconciliation.is_some() || !ctx.target.reconciles_concurrent_writes() {
+        return Ok(());
+    }
+    let Some(keep) = ctx.window_filter(false) else { return Ok(()) };
+    let started = Instant::now();
+    let carry = dpone_core::identity::carry_table(&j.stem(), j.execution);
+    if !j.owned.contains(&carry) {
+        journal.update(|j| j.owned.insert(carry.clone())).await?;
+    }
+    let found = ctx
+        .target
+        .reconcile_concurrent(previous, &carry, &keep, generation.rows, generation.replaced_rows)
+        .await
+        .map_err(|e| Stop::Ended(RunFailure::at(Phase::AfterPublication, e, Some(&j.run_id))))?;
+    if let Some(mut r) = found {
+        r.seconds = started.elapsed().as_secs_f64();
+        ctx.add_phase(|p| p.reconcile += r.seconds);
+        if r.concurrent_rows_carried > 0 || r.concurrent_window_rows_replaced > 0 {
+            tracing::info!(
+                "concurrent writes during the publication: {} rows outside the window carried, {} rows in the window replaced",
+                r.concurrent_rows_carried,
+                r.concurrent_window_rows_replaced
+            );
+        }
+        let changed = r.kept_row_groups_changed;
+        journal.update(|j| j.reconciliation = Some(r)).await?;
+        if changed > 0 {
+            // Reported once: the next run finishes the bookkeeping.
+            let e = AdapterError::verification(
+                "kept_rows_changed",
+                format!(
+                    "{changed} row groups outside the window were deleted or changed by another writer between the kept-rows check and \
+                     the publication; the published target holds them as they were (the rows other writers added were carried)"
+                ),
+            )
+            .hint(format!(
+                "compare the target with the previous table `{previous}` (kept as the backup) and apply the other writer's change \
+                 again; run the same command to finish the run"
+            ));
+            return Err(Stop::Ended(RunFailure::at(Phase::AfterPublication, e, Some(&j.run_id))));
+        }
+    }
     Ok(())
 }
 

@@ -206,7 +206,9 @@ async fn build<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, generat
             rows: ctx.target.count(TableRole::Target, Some(k)).await?,
             digest: RowDigest::with(ctx.plan.staging.digest, ncols),
         }),
-        Some(_) if method == GenerationMethod::PartitionLinks => None,
+        // A target that reconciles concurrent writes checks its copied
+        // kept rows against the target itself (a build may not add to them).
+        Some(_) if method == GenerationMethod::PartitionLinks || ctx.target.reconciles_concurrent_writes() => None,
         Some(k) => Some(ctx.target.inspect(TableRole::Target, Some(k)).await?),
     };
     // The rows being replaced are hashed only when their count says they
@@ -289,6 +291,15 @@ async fn verify<S: Source, T: Target>(
         AdapterError::verification("generation_verification_failed", format!("the generation holds {got} rows, expected {want}"))
     };
     let missing = || AdapterError::internal("a generation build that copies kept rows had no digest of them");
+    // A target that reconciles concurrent writes checked the copied kept
+    // rows against its own (a sub-multiset: rows other writers added are
+    // carried after the publication): they are digested as copied.
+    let (kept_before, kept_from_generation) = match (kept_before, ctx.window_filter(false)) {
+        (None, Some(keep)) if ctx.target.reconciles_concurrent_writes() && !matches!(build, GenerationBuild::PartitionsLinked(_)) => {
+            (Some(ctx.target.inspect(table, Some(&keep)).await?), true)
+        }
+        (k, _) => (k, false),
+    };
     let window_only = |check| Verified {
         check,
         rows: window.rows,
@@ -319,7 +330,7 @@ async fn verify<S: Source, T: Target>(
             // part's checksum). The other rows must be the copied kept
             // rows, digested; with the total, no other row is left.
             let kept = kept_before.ok_or_else(missing)?;
-            if let Some(keep) = ctx.window_filter(false) {
+            if let Some(keep) = ctx.window_filter(false).filter(|_| !kept_from_generation) {
                 let g = ctx.target.inspect(table, Some(&keep)).await?;
                 if g.rows != kept.rows || g.digest != kept.digest {
                     return Err(mismatch("the generation's kept rows", g.rows, &g.digest, kept.rows, &kept.digest));

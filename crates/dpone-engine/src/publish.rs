@@ -92,6 +92,21 @@ async fn publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, inten
             .hint("someone dropped or replaced dpone's generation table; nothing was published: find who, then run again");
             return Err(Stop::Unpublished(e));
         }
+        // A target that reconciles concurrent writes after the exchange
+        // tells the generation's rows from other writers' by the verified
+        // row count: a generation that grew since is refused here.
+        if ctx.target.reconciles_concurrent_writes() {
+            let expected = j.generation.as_ref().ok_or_else(|| AdapterError::internal("publishing without a generation"))?.rows;
+            let now = ctx.target.count(TableRole::Owned(&intent.generation_table), None).await?;
+            if now != expected {
+                let e = AdapterError::verification(
+                    "generation_changed",
+                    format!("the generation `{}` holds {now} rows but the verified one held {expected}", intent.generation_table),
+                )
+                .hint("someone wrote into dpone's generation table; nothing was published: find who, then run again");
+                return Err(Stop::Unpublished(e));
+            }
+        }
     }
     let started = Instant::now();
     let keep = ctx.window_filter(false);
@@ -143,6 +158,10 @@ async fn publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, inten
                 // UUID), but no transaction spans its verification and the
                 // exchange: rows written into it in between were published
                 // with it. Its row count (metadata) is re-read.
+                // A window replace on a target that reconciles concurrent
+                // writes checks this itself (other writers' rows may
+                // already be in it); a full refresh has nothing to reconcile.
+                PublicationCheck::TableIdentity if ctx.target.reconciles_concurrent_writes() && keep.is_some() => None,
                 PublicationCheck::TableIdentity => {
                     let expected = j.generation.as_ref().ok_or_else(|| AdapterError::internal("publishing without a generation"))?.rows;
                     let now = ctx.target.count(TableRole::Target, None).await?;

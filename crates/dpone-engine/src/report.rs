@@ -35,15 +35,23 @@ pub struct RunReport {
     pub extracted_rows: u64,
     /// Rows the publication wrote into the window (or the whole table).
     pub inserted_rows: u64,
-    /// Target rows kept because they lie outside the window (NULLs included).
+    /// Target rows kept because they lie outside the window (NULLs included;
+    /// rows carried from concurrent writers too).
     pub kept_rows: u64,
     /// Kept rows whose window column is NULL.
     pub kept_null_window_rows: u64,
     /// Rows the window held before this run.
     pub replaced_rows: u64,
     pub final_rows: u64,
-    /// The window already held exactly these rows: the target did not change.
+    /// The window already held exactly these rows and no concurrent write
+    /// was carried or replaced: the target did not change.
     pub target_unchanged: bool,
+    /// Rows other writers put outside the window during the publication,
+    /// carried into the published target (ClickHouse replace).
+    pub concurrent_rows_carried: u64,
+    /// Rows other writers put into the window during the publication,
+    /// replaced by the window's source rows.
+    pub concurrent_window_rows_replaced: u64,
     /// `incremental_append`: the batch read and the marks before and after.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub incremental: Option<MarkReport>,
@@ -75,6 +83,7 @@ pub(crate) fn report<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal) -> R
     let window_rows = j.chunks.values().map(|c| c.rows).sum();
     // A merge inserts one row per key of the batch.
     let inserted_rows = generation.merged_rows.unwrap_or(window_rows);
+    let carried = j.reconciliation.as_ref().map_or(0, |r| r.concurrent_rows_carried);
     RunReport {
         run_id: j.run_id.clone(),
         status: "succeeded",
@@ -83,18 +92,23 @@ pub(crate) fn report<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal) -> R
         reused_chunks: ctx.resumption.reused.load(Ordering::SeqCst),
         extracted_rows: window_rows,
         inserted_rows,
+        // Rows carried after a ClickHouse exchange are kept rows of the
+        // published target too.
         kept_rows: match j.final_rows {
             Some(total) => total.saturating_sub(inserted_rows),
-            None => generation.kept_rows,
+            None => generation.kept_rows + carried,
         },
         kept_null_window_rows: j.null_window_rows.unwrap_or(0),
         replaced_rows: generation.replaced_rows,
         final_rows: match j.final_rows {
             Some(total) => total,
             None if generation.in_place => generation.kept_rows + generation.rows,
-            None => generation.rows,
+            None => generation.rows + carried,
         },
-        target_unchanged: generation.unchanged,
+        target_unchanged: generation.unchanged
+            && j.reconciliation.as_ref().is_none_or(|r| r.concurrent_rows_carried == 0 && r.concurrent_window_rows_replaced == 0),
+        concurrent_rows_carried: carried,
+        concurrent_window_rows_replaced: j.reconciliation.as_ref().map_or(0, |r| r.concurrent_window_rows_replaced),
         incremental: j.cursor.as_ref().map(|b| MarkReport {
             column: b.column.clone(),
             previous_mark: b.previous_mark(),

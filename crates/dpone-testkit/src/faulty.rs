@@ -424,6 +424,21 @@ impl<T: Target> Target for FaultyTarget<T> {
         self.run(TargetOp::AfterPublication, self.inner.after_publication(generation, backup)).await
     }
 
+    fn reconciles_concurrent_writes(&self) -> bool {
+        self.inner.reconciles_concurrent_writes()
+    }
+
+    async fn reconcile_concurrent(
+        &self,
+        generation: &str,
+        carry: &str,
+        keep: &RowFilter,
+        generation_rows: u64,
+        replaced_rows: u64,
+    ) -> Result<Option<dpone_core::ports::Reconciliation>> {
+        self.inner.reconcile_concurrent(generation, carry, keep, generation_rows, replaced_rows).await
+    }
+
     async fn window_stats(&self, filter: &RowFilter) -> Result<WindowStats> {
         self.run(TargetOp::WindowStats, self.inner.window_stats(filter)).await
     }

@@ -34,8 +34,8 @@ use dpone_core::ports::{
 use dpone_core::time::Timestamp;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// A `GROUP BY` over rows spills to disk beyond this many bytes of state.
-const EXTERNAL_GROUP_BY_BYTES: u64 = 256 << 20;
+/// A `GROUP BY` over rows spills to disk beyond 256 MiB of state.
+pub(super) const EXTERNAL_GROUP_BY: &str = "max_bytes_before_external_group_by = 268435456";
 /// Table settings under which MergeTree never selects a merge (its merged
 /// part may not exceed one byte): a staging table keeps the parts its
 /// verification identified until they are attached (checked on 26.9).
@@ -251,7 +251,6 @@ impl ClickhouseTarget {
         let mut bytes_copied = 0;
         if !f.copy.is_empty() {
             let only = format!("_partition_id IN ({}) AND {}", id_list(&f.copy), filter_sql(keep));
-            let before = self.contents_where(&self.target_sql(), &only).await?;
             let list = self.column_list()?;
             self.client
                 .execute(
@@ -259,35 +258,77 @@ impl ClickhouseTarget {
                     Idempotence::Unsafe,
                 )
                 .await?;
-            let after = self.contents_where(gen_sql, &only).await?;
-            if after != before {
+            // The copy read one snapshot of the target's parts: every row
+            // it holds must still be the target's (rows other writers
+            // added since are carried after the publication).
+            let excess = self.excess_groups(&self.target_sql(), gen_sql, &only).await?;
+            if excess != 0 {
                 return Err(AdapterError::verification(
                     "generation_verification_failed",
                     format!(
-                        "the kept rows copied from {} straddling partitions hold {} ({}), the target's held {} ({})",
-                        f.copy.len(),
-                        after.rows,
-                        after.digest,
-                        before.rows,
-                        before.digest
+                        "the kept rows copied from {} straddling partitions hold {excess} row groups more often than the target does",
+                        f.copy.len()
                     ),
                 )
-                .hint("the target changed while the generation was built; run again"));
+                .hint("the target's kept rows changed while the generation was built (an update, a delete or a mutation); run again"));
             }
             bytes_copied = self.parts_bytes(generation, &f.copy).await?;
-            copied = after;
+            copied = self.contents_where(gen_sql, &only).await?;
         }
         self.check_linked(generation, &f.link).await?;
+        // What was linked, as the generation holds it: another writer may
+        // have added parts to a partition between its listing and its link.
+        let rows_linked = if f.link.is_empty() { 0 } else { self.parts_rows(generation, &f.link).await? };
         Ok(LinkReport {
             partitions_linked: f.link.len() as u64,
             partitions_copied: f.copy.len() as u64,
             partitions_replaced: f.replace.len() as u64,
-            rows_linked: sum(&f.link, |p| p.rows),
+            rows_linked,
             rows_copied: copied.rows,
             bytes_copied,
             copied_digest_sum: copied.digest.sum_hex(),
             copied_null_counts: copied.digest.null_counts,
         })
+    }
+
+    /// Rows of `table`'s active parts in `partitions` (metadata).
+    async fn parts_rows(&self, table: &str, partitions: &[Partition]) -> Result<u64> {
+        let v = self
+            .client
+            .scalar(&format!(
+                "SELECT sum(rows) FROM system.parts WHERE database = {} AND table = {} AND active AND partition_id IN ({})",
+                quote_str(self.owned_db(table)),
+                quote_str(table),
+                id_list(partitions)
+            ))
+            .await?;
+        v.parse().map_err(|_| AdapterError::permanent("clickhouse_protocol", "expected a number of rows"))
+    }
+
+    /// A target not partitioned by the window column: every kept row copied
+    /// into `gen_sql` by one `INSERT ... SELECT` (one snapshot of the
+    /// target's parts), then checked to be the target's: the copy may not
+    /// hold a row more often than the target (rows other writers added
+    /// after the snapshot are carried after the publication). The engine
+    /// then digests the copied rows as the generation holds them.
+    pub(super) async fn copy_kept(&self, gen_sql: &str, keep: &RowFilter) -> Result<()> {
+        let list = self.column_list()?;
+        let outside = filter_sql(keep);
+        self.client
+            .execute(
+                &format!("INSERT INTO {gen_sql} ({list}) SELECT {list} FROM {} WHERE {outside}", self.target_sql()),
+                Idempotence::Unsafe,
+            )
+            .await?;
+        let excess = self.excess_groups(&self.target_sql(), gen_sql, &outside).await?;
+        if excess != 0 {
+            return Err(AdapterError::verification(
+                "generation_verification_failed",
+                format!("the copied kept rows hold {excess} row groups more often than the target does"),
+            )
+            .hint("the target's kept rows changed while the generation was built (an update, a delete or a mutation); run again"));
+        }
+        Ok(())
     }
 
     /// Bytes on disk of `table`'s parts in `partitions`.
@@ -375,28 +416,26 @@ impl ClickhouseTarget {
         if differing.is_empty() {
             return Ok(());
         }
+        // A partition the target merged, or that another writer added
+        // parts to, since the link: every linked row must still be the
+        // target's (added rows are carried after the publication).
         let only = format!("_partition_id IN ({})", id_list(&differing));
-        let (t, g) =
-            (self.contents_where(&self.target_sql(), &only).await?, self.contents_where(&self.owned_sql(generation), &only).await?);
-        if t != g {
+        let excess = self.excess_groups(&self.target_sql(), &self.owned_sql(generation), &only).await?;
+        if excess != 0 {
             return Err(AdapterError::verification(
                 "generation_verification_failed",
-                format!(
-                    "{} linked partitions hold {} ({}) in the generation but {} ({}) in the target",
-                    differing.len(),
-                    g.rows,
-                    g.digest,
-                    t.rows,
-                    t.digest
-                ),
+                format!("{} linked partitions hold {excess} row groups more often in the generation than in the target", differing.len()),
             )
-            .hint("the target changed while the generation was built; run again"));
+            .hint("the target's kept rows changed while the generation was built (an update, a delete or a mutation); run again"));
         }
         Ok(())
     }
 
-    /// Number of row groups whose multiplicity differs between the target
-    /// and the generation among rows outside the window (0 = exactly equal).
+    /// Number of row groups among rows outside the window that the
+    /// generation holds more often than the target (0 = every kept row is
+    /// still the target's): an update, a delete or a mutation of a kept
+    /// row. Rows only the target holds were added by other writers; the
+    /// reconciliation after the publication carries them.
     pub(super) async fn kept_difference(&self, generation: &str, keep: &RowFilter) -> Result<u64> {
         let mut only = String::new();
         if self.partitioned_by(&keep.column).await? {
@@ -408,16 +447,29 @@ impl ClickhouseTarget {
             }
             only = format!("_partition_id IN ({}) AND ", ids.iter().map(|id| quote_str(id)).collect::<Vec<_>>().join(", "));
         }
-        let list = self.column_list()?;
         let w = format!("{only}{}", filter_sql(keep));
-        let sql = format!(
-            "SELECT count() FROM (SELECT {list}, sum(_dpone_w) AS _dpone_s FROM (\
-             SELECT {list}, toInt64(1) AS _dpone_w FROM {} WHERE {w} \
-             UNION ALL SELECT {list}, toInt64(-1) AS _dpone_w FROM {} WHERE {w}) GROUP BY {list} HAVING _dpone_s != 0) \
-             SETTINGS max_bytes_before_external_group_by = {EXTERNAL_GROUP_BY_BYTES}",
-            self.target_sql(),
-            self.owned_sql(generation)
-        );
+        self.excess_groups(&self.target_sql(), &self.owned_sql(generation), &w).await
+    }
+
+    /// The exact multiset difference of the rows `where_sql` selects in
+    /// `plus` and in `minus`, grouped by every column, with external
+    /// aggregation: a query returning `(columns..., _dpone_s)` for every
+    /// group whose multiplicity differs (`_dpone_s` = plus's count minus
+    /// minus's).
+    pub(super) fn difference_sql(&self, plus: &str, minus: &str, where_plus: &str, where_minus: &str) -> Result<String> {
+        let list = self.column_list()?;
+        Ok(format!(
+            "SELECT {list}, sum(_dpone_w) AS _dpone_s FROM (\
+             SELECT {list}, toInt64(1) AS _dpone_w FROM {plus} WHERE {where_plus} \
+             UNION ALL SELECT {list}, toInt64(-1) AS _dpone_w FROM {minus} WHERE {where_minus}) GROUP BY {list} HAVING _dpone_s != 0"
+        ))
+    }
+
+    /// Number of row groups among the rows `where_sql` selects that
+    /// `minus` holds more often than `plus` (0: `minus` is a sub-multiset).
+    pub(super) async fn excess_groups(&self, plus: &str, minus: &str, where_sql: &str) -> Result<u64> {
+        let diff = self.difference_sql(plus, minus, where_sql, where_sql)?;
+        let sql = format!("SELECT count() FROM ({diff}) WHERE _dpone_s < 0 SETTINGS {EXTERNAL_GROUP_BY}");
         self.client.scalar(&sql).await?.parse().map_err(|_| AdapterError::permanent("clickhouse_protocol", "expected a count"))
     }
 }

@@ -45,6 +45,32 @@ pub struct LinkReport {
     pub copied_null_counts: Vec<u64>,
 }
 
+/// What the reconciliation after a replace's publication found and did:
+/// rows other writers put into the previous table (the backup) after the
+/// generation's last look at the target, carried into the published table
+/// when they lie outside the window, or counted when the window's source
+/// rows replaced them (see [`super::Target::reconcile_concurrent`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reconciliation {
+    /// Rows outside the window that only the backup held, now in the
+    /// published table too (checked by count and digest).
+    pub concurrent_rows_carried: u64,
+    /// Rows another writer put into the window while the run was
+    /// publishing: the window's source rows replaced them, as a replace does.
+    pub concurrent_window_rows_replaced: u64,
+    /// Row groups outside the window the generation (now published) holds
+    /// more often than the previous table: kept rows another writer
+    /// deleted or changed after the kept-rows check, which the published
+    /// target still holds as they were. Reported once as a failure after
+    /// the publication.
+    #[serde(default)]
+    pub kept_row_groups_changed: u64,
+    /// Digest of the carried rows (hex sum; empty when none were carried).
+    pub carried_digest_sum: String,
+    /// Seconds the reconciliation took (the wait for inserts in flight included).
+    pub seconds: f64,
+}
+
 /// One stored part of a table, as its storage identifies it: the partition
 /// it belongs to, its rows, and a checksum of all its files (ClickHouse's
 /// `system.parts.hash_of_all_files`). A part hard-linked into another table

@@ -44,7 +44,9 @@ pub use tally::WindowTally;
 pub use channel::{Frame, FrameGuard, FrameRx, FrameTx, frame_channel, guarded_frame_channel};
 pub use direct::{DirectDriver, DirectFeed, DirectLoaded, DirectStep, PendingChunk, direct_channel};
 pub use error::{AdapterError, ErrorClass, ErrorKind, Result};
-pub use generation::{GenerationBuild, GenerationEstimate, GenerationMethod, LinkReport, PartIdentity, PublicationOutcome, contains_parts};
+pub use generation::{
+    GenerationBuild, GenerationEstimate, GenerationMethod, LinkReport, PartIdentity, PublicationOutcome, Reconciliation, contains_parts,
+};
 
 use crate::digest::{DigestAlgorithm, RowDigest};
 use crate::error::Diagnostic;
@@ -361,6 +363,12 @@ pub trait Target: Send + Sync + 'static {
 
     /// Number of row groups whose multiplicity differs between the target
     /// and `generation` among rows selected by `keep` (0 = exactly equal).
+    /// A target that reconciles concurrent writes after its publication
+    /// ([`Target::reconciles_concurrent_writes`]) counts only the groups the
+    /// generation holds more often than the target (a kept row updated,
+    /// deleted or mutated): rows other writers only added are carried by
+    /// the reconciliation, so a target that only grew is no change to the
+    /// rows the run kept.
     fn compare_kept(&self, generation: &str, keep: &RowFilter) -> impl Future<Output = Result<u64>> + Send;
 
     /// Makes `generation` the visible target in one atomic step. Never
@@ -447,6 +455,35 @@ pub trait Target: Send + Sync + 'static {
     fn after_publication(&self, generation: &str, backup: &str) -> impl Future<Output = Result<()>> + Send {
         let _ = (generation, backup);
         async { Ok(()) }
+    }
+
+    /// Whether this target reconciles writes other writers made into the
+    /// previous table during the publication ([`Target::reconcile_concurrent`]):
+    /// the engine then leaves the published target's row count to it.
+    fn reconciles_concurrent_writes(&self) -> bool {
+        false
+    }
+
+    /// After a replace published (and before `after_publication` keeps or
+    /// drops anything): `generation` now names the previous target. Rows
+    /// it received after the generation's last look at the target (other
+    /// writers, inserts in flight at the publication) that `keep` selects
+    /// are carried into the published target, through the owned table
+    /// `carry`, and verified by count and digest; those inside the window
+    /// are counted. `generation_rows` is the verified generation's row
+    /// count, `replaced_rows` the window's count before the build.
+    /// Idempotent: a call after a crash in the middle finishes the work
+    /// without carrying a row twice. None: nothing to reconcile.
+    fn reconcile_concurrent(
+        &self,
+        generation: &str,
+        carry: &str,
+        keep: &RowFilter,
+        generation_rows: u64,
+        replaced_rows: u64,
+    ) -> impl Future<Output = Result<Option<Reconciliation>>> + Send {
+        let _ = (generation, carry, keep, generation_rows, replaced_rows);
+        async { Ok(None) }
     }
 
     /// Evidence facts about the visible target.

@@ -61,6 +61,7 @@ fn one_published(what: &str, first: &Output, second: &Output) {
     };
     assert_eq!(json(won)["status"], "succeeded", "{what}:\n{}", describe(won));
     let refused = json(lost);
+    assert_eq!(refused["status"], "unavailable", "{what}: a scheduler retries it:\n{}", describe(lost));
     let text = refused.to_string();
     assert!(text.contains("target_claimed"), "{what}: the loser was refused by the target's claim:\n{}", describe(lost));
     assert!(

@@ -23,8 +23,8 @@ Exit codes (README "Exit codes") and what a task does with them:
     1    JSON status "outcome_unknown"     -> fail, no retry: an operator
                                               runs `dpone status` / `dpone resolve`
     2    JSON status "unavailable"         -> retry: a lease held by a live
-         (lease_held, server down)            run, a server or the state store
-                                              unreachable; nothing was written
+         (lease_held, target_claimed,         run, a server or the state store
+          server down)                        unreachable; nothing was written
     2    JSON status "refused"             -> fail, no retry: the manifest or
                                               the plan is refused; fix it
     130  interrupted                       -> retry: the next run resumes

@@ -407,13 +407,11 @@ impl Target for RealTarget {
 
     async fn reconcile_concurrent(
         &self,
-        generation: &str,
+        previous: &str,
         carry: &str,
-        keep: &RowFilter,
-        generation_rows: u64,
-        replaced_rows: u64,
+        scope: dpone_core::ports::ReconcileScope<'_>,
     ) -> Result<Option<dpone_core::ports::Reconciliation>> {
-        redacted!(self, RealTarget, |t| t.reconcile_concurrent(generation, carry, keep, generation_rows, replaced_rows).await)
+        redacted!(self, RealTarget, |t| t.reconcile_concurrent(previous, carry, scope).await)
     }
 
     async fn window_stats(&self, filter: &RowFilter) -> Result<WindowStats> {

@@ -28,10 +28,6 @@ struct EnvInjector {
     paused_marker: Option<std::path::PathBuf>,
 }
 
-fn is_simulated_fault(name: &str) -> bool {
-    name.starts_with("lease.")
-}
-
 impl Injector for EnvInjector {
     fn at(&self, point: &str) -> Option<Action> {
         if let Some((name, ms)) = &self.sleep
@@ -47,7 +43,7 @@ impl Injector for EnvInjector {
             return None;
         }
         eprintln!("dpone: failpoint {point} fired");
-        if is_simulated_fault(point) {
+        if dpone_core::failpoint::is_fault(point) {
             return Some(Action::Fault);
         }
         eprintln!("dpone: aborting the process at {point}");

@@ -186,6 +186,49 @@ fn rows_written_at_the_exchange_are_carried_outside_the_window_and_replaced_insi
     }
 }
 
+/// An insert into the target still running when the reconciliation
+/// begins (it may have resolved the target's name before the exchange)
+/// is waited for; past the limit (shortened by the simulated fault
+/// `reconcile.short_insert_wait`) the run ends `reconciliation_wait_exceeded`
+/// with the publication done and the previous table kept, and the next
+/// run, once the insert ended, finishes: every row once.
+#[test]
+fn an_insert_running_past_the_wait_stops_the_reconciliation_until_the_next_run() {
+    let fx = fixture("conc_pgch_wait", "");
+    let what = "an insert running past the reconciliation's wait";
+    let (url, table) = (fx.clickhouse_url.clone(), format!("{}.{TABLE}", fx.db));
+    let mut slow = None;
+    let out = paused_run(&fx, "publish.after_exchange", Some("reconcile.short_insert_wait"), || {
+        slow = Some(std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+            let ch = dpone_clickhouse::ChClient::new(dpone_clickhouse::ClickhouseConfig::from_url(&url).expect("a URL")).expect("a client");
+            // 12 rows, one a block, 0.5 s each: about 6 s.
+            rt.block_on(ch.execute(
+                &format!(
+                    "INSERT INTO {table} (id, ts, v) SELECT 5000 + number, toDateTime64('2026-08-03 00:00:00', 6, 'UTC'), \
+                     concat('row ', toString(5000 + number)) FROM numbers(12) WHERE sleepEachRow(0.5) = 0 \
+                     SETTINGS max_block_size = 1"
+                ),
+                dpone_clickhouse::Idempotence::Unsafe,
+            ))
+            .unwrap_or_else(|e| panic!("the slow insert failed: {e}"));
+        }));
+        std::thread::sleep(Duration::from_millis(500));
+    });
+    let doc = json(&out);
+    assert!(
+        out.status.code() == Some(1) && doc["error_code"] == "reconciliation_wait_exceeded" && doc["publication"] == "published",
+        "{what}: expected exit 1, reconciliation_wait_exceeded, the publication done:\n{}",
+        describe(&out)
+    );
+    assert_eq!(owned(&fx, "_dpone_bak_").len(), 0, "{what}: the previous table is not yet a backup: {:?}", fx.owned_tables());
+    slow.expect("the slow insert started").join().expect("the slow insert");
+    let slow_rows: Vec<Row> = (0..12).map(|i| row(5000 + i, day("2026-08-03", 0))).collect();
+    assert_succeeded_with(&plain_run(&fx), 0, 0, &format!("{what}: the next run"));
+    assert_same_rows(&expected(&slow_rows), &fx.target_rows(), &format!("{what}: every row once"));
+    fx.finish();
+}
+
 /// Rows only added outside the window after the build are no change to
 /// the rows the run kept: the kept-rows check passes and they are carried.
 #[test]

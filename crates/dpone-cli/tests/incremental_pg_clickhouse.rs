@@ -355,25 +355,49 @@ fn a_mark_moved_during_the_run_is_refused() {
     fx.finish();
 }
 
-/// A writer changes the target between the link of its partitions and the
-/// exchange: the publication refuses (the new row would be lost), nothing
-/// is published and the mark stays.
-#[test]
-fn a_target_changed_between_link_and_exchange_is_refused() {
-    let (fx, source, target) = standard("inc_pgch_race", true);
-    let child = spawn_paused(&fx, "append.before_exchange:4000");
+fn wait_for_the_mark_row(fx: &Fixture) {
     harness::wait_until(Duration::from_secs(60), "the append's mark row is written", || {
         fx.ch_scalar(&format!("SELECT count() FROM system.tables WHERE database = '{}' AND name = '_dpone_marks'", fx.db)) == "1"
-            && marks_rows(&fx) >= 1
+            && marks_rows(fx) >= 1
     });
-    let intruder = vec![row(100, 3, 5)];
-    fx.insert_target(&intruder);
-    let doc = child.wait().assert_failed("a target changed before the exchange", 1, "kept_rows_changed");
+}
+
+/// A writer adds rows to the target between the link of its partitions
+/// and the exchange: no change to the rows the append keeps; the
+/// reconciliation after the exchange carries them into the published
+/// target (`concurrent_rows_carried`), each once, and the mark moves.
+#[test]
+fn rows_added_between_link_and_exchange_are_carried() {
+    for partitioned in [true, false] {
+        let (fx, source, target) = standard(if partitioned { "inc_pgch_race" } else { "inc_pgch_race1" }, partitioned);
+        let child = spawn_paused(&fx, "append.before_exchange:4000");
+        wait_for_the_mark_row(&fx);
+        let intruder = vec![row(100, 3, 5), row(101, 9, 5)];
+        fx.insert_target(&intruder);
+        let what = format!("rows added before the exchange (partitioned: {partitioned})");
+        let doc = check_append(&fx, &child.wait(), &plus(&target, &intruder), &source, "5", &what);
+        assert_eq!(doc["concurrent_rows_carried"], 2, "{what}: {doc:#}");
+        assert_eq!(doc["target_unchanged"], false, "{what}: {doc:#}");
+        fx.finish();
+    }
+}
+
+/// A writer deletes a row the append keeps between the link and the
+/// exchange: refused before the exchange (`kept_rows_changed`), nothing
+/// published, the mark stays; the next run appends.
+#[test]
+fn a_kept_row_deleted_between_link_and_exchange_is_refused() {
+    let (fx, source, target) = standard("inc_pgch_del", true);
+    let child = spawn_paused(&fx, "append.before_exchange:4000");
+    wait_for_the_mark_row(&fx);
+    fx.ch_exec(&format!("ALTER TABLE {}.t DELETE WHERE id = -2 SETTINGS mutations_sync = 2", fx.db));
+    let doc = child.wait().assert_failed("a kept row deleted before the exchange", 1, "kept_rows_changed");
     assert_eq!(doc["publication"], "absent", "{doc:#}");
-    assert_target(&fx, &plus(&target, &intruder), "the target keeps its rows and the intruder's, not the batch");
+    let left: Vec<Row> = target.iter().filter(|r| id_of(r) != Some(-2)).cloned().collect();
+    assert_target(&fx, &left, "the target keeps its rows but the deleted one, not the batch");
     assert!(mark(&fx).is_none(), "no mark for the live table");
     assert!(fx.owned_tables().iter().all(|t| !t.starts_with("_dpone_bak_")), "the unpublished table is dropped: {:?}", fx.owned_tables());
-    check_append(&fx, &run(&fx), &plus(&target, &intruder), &source, "5", "the next run");
+    check_append(&fx, &run(&fx), &left, &source, "5", "the next run");
     fx.finish();
 }
 

@@ -41,6 +41,7 @@ use dpone_core::types::{Column, parse_clickhouse_type};
 use serde_json::Value as Json;
 use std::sync::OnceLock;
 
+mod blocks;
 mod claim;
 mod datetime64;
 mod eligibility;
@@ -391,13 +392,11 @@ impl Target for ClickhouseTarget {
 
     async fn reconcile_concurrent(
         &self,
-        generation: &str,
+        previous: &str,
         carry: &str,
-        keep: &RowFilter,
-        generation_rows: u64,
-        replaced_rows: u64,
+        scope: dpone_core::ports::ReconcileScope<'_>,
     ) -> Result<Option<dpone_core::ports::Reconciliation>> {
-        self.reconcile_now(generation, carry, keep, generation_rows, replaced_rows).await.map(Some)
+        self.reconcile_now(previous, carry, scope).await.map(Some)
     }
 
     async fn estimate_generation(&self, keep: Option<&RowFilter>) -> Result<GenerationEstimate> {

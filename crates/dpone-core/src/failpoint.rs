@@ -18,7 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Every failpoint, in run order. All but the last are abort points.
+/// Every failpoint, in run order. All but the last two are abort points.
 pub const POINTS: &[&str] = &[
     "plan.after_persist",
     "staging.before_write",
@@ -33,9 +33,16 @@ pub const POINTS: &[&str] = &[
     "evidence.before_write",
     "evidence.after_write",
     "state.after_succeeded",
-    // A simulated fault (the caller injects it): the lease stops renewing.
+    // Simulated faults (the caller injects them): the lease stops renewing;
+    // a ClickHouse reconciliation waits at most 1 s for inserts in flight.
     "lease.stop_renewal",
+    "reconcile.short_insert_wait",
 ];
+
+/// Whether `point` is a simulated fault rather than an abort point.
+pub fn is_fault(point: &str) -> bool {
+    point == "lease.stop_renewal" || point == "reconcile.short_insert_wait"
+}
 
 /// Abort points inside an adapter's generation build, hit only by targets
 /// that build by linking partitions (ClickHouse partitioned by an
@@ -63,7 +70,7 @@ pub const RECONCILE_POINTS: &[&str] = &["reconcile.after_fill", "reconcile.befor
 
 /// Abort points: where a crash can be injected ([`POINTS`] minus faults).
 pub fn abort_points() -> impl Iterator<Item = &'static str> {
-    POINTS.iter().copied().filter(|p| !p.starts_with("lease."))
+    POINTS.iter().copied().filter(|p| !is_fault(p))
 }
 
 /// What a run does at a failpoint.
@@ -148,6 +155,6 @@ mod tests {
         assert_eq!(f.at("checkpoint.after_write"), Some(Action::Crash));
         assert_eq!(f.at("checkpoint.after_write"), None);
         assert!(!Failpoints::default().is_armed());
-        assert_eq!(abort_points().count(), POINTS.len() - 1);
+        assert_eq!(abort_points().count(), POINTS.len() - 2);
     }
 }

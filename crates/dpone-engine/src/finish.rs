@@ -7,7 +7,7 @@ use crate::context::Ctx;
 use crate::evidence::build_evidence;
 use crate::failure::{Phase, RunFailure, Step, Stop};
 use crate::journal::Journal;
-use dpone_core::ports::{AdapterError, Source, Target, WindowStats};
+use dpone_core::ports::{AdapterError, MergeCounts, ReconcileScope, Source, Target, WindowStats};
 use dpone_core::state::{RunJournal, RunState};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -22,7 +22,7 @@ pub(crate) async fn write_evidence<S: Source, T: Target>(ctx: &Ctx<S, T>, journa
     let j = journal.snapshot().await;
     let intent = j.intent.clone().ok_or_else(|| AdapterError::internal("the journal is published without an intent"))?;
     let generation = j.generation.clone().ok_or_else(|| AdapterError::internal("the journal is published without a generation"))?;
-    reconcile_concurrent(ctx, journal, &j, &intent.generation_table, &generation).await?;
+    reconcile_concurrent(ctx, journal, &j, &intent, &generation).await?;
     // The journal now holds the reconciliation the evidence reports.
     let j = journal.snapshot().await;
     ctx.target.after_publication(&intent.generation_table, &intent.backup_table).await?;
@@ -72,24 +72,43 @@ pub(crate) async fn write_evidence<S: Source, T: Target>(ctx: &Ctx<S, T>, journa
     Ok(())
 }
 
-/// A replace's publication left the previous target under the
-/// generation's name: rows other writers put into it after the
-/// generation's last look at the target are carried into the published
-/// target (outside the window) or counted (inside), before
-/// `after_publication` may keep it as the backup and drop older ones. The
-/// result is journaled once complete; the target's own steps are
-/// idempotent, so a crash in the middle is finished by the next run.
+/// A publication by exchange left the previous target under the
+/// generation's name (a replace) or the run's backup name (an append or
+/// merge): rows other writers put into it after the build's last look at
+/// the target are carried into the published target (those the strategy
+/// keeps) or counted (those it replaced: the window, the merge batch's
+/// keys), before `after_publication` may keep it as the backup and drop
+/// older ones. The result is journaled once complete; the target's own
+/// steps are idempotent, so a crash in the middle is finished by the next
+/// run.
 async fn reconcile_concurrent<S: Source, T: Target>(
     ctx: &Ctx<S, T>,
     journal: &Journal,
     j: &RunJournal,
-    previous: &str,
+    intent: &dpone_core::state::PublicationIntent,
     generation: &dpone_core::state::GenerationRecord,
 ) -> Step {
-    if j.cursor.is_some() || j.reconciliation.is_some() || !ctx.target.reconciles_concurrent_writes() {
+    if j.reconciliation.is_some() || !ctx.target.reconciles_concurrent_writes() {
         return Ok(());
     }
-    let Some(keep) = ctx.window_filter(false) else { return Ok(()) };
+    let keep = ctx.window_filter(false);
+    let merge = ctx.merge_key();
+    let (previous, scope) = match (&j.cursor, &keep) {
+        (Some(_), _) => {
+            let merge = match (&merge, generation.merged_rows) {
+                (Some(key), Some(inserted)) => Some((key, MergeCounts { inserted, replaced: generation.replaced_rows })),
+                (Some(_), None) => return Err(AdapterError::internal("a merge's generation record has no merged rows").into()),
+                (None, _) => None,
+            };
+            (&intent.backup_table, ReconcileScope::Batch { batch: &intent.generation_table, merge })
+        }
+        (None, Some(keep)) => (
+            &intent.generation_table,
+            ReconcileScope::Window { keep, generation_rows: generation.rows, replaced_rows: generation.replaced_rows },
+        ),
+        // A full refresh replaces everything: nothing to reconcile.
+        (None, None) => return Ok(()),
+    };
     let started = Instant::now();
     let carry = dpone_core::identity::carry_table(&j.stem(), j.execution);
     if !j.owned.contains(&carry) {
@@ -97,7 +116,7 @@ async fn reconcile_concurrent<S: Source, T: Target>(
     }
     let found = ctx
         .target
-        .reconcile_concurrent(previous, &carry, &keep, generation.rows, generation.replaced_rows)
+        .reconcile_concurrent(previous, &carry, scope)
         .await
         .map_err(|e| Stop::Ended(RunFailure::at(Phase::AfterPublication, e, Some(&j.run_id))))?;
     if let Some(mut r) = found {

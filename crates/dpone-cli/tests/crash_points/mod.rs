@@ -63,9 +63,9 @@ pub fn crash_point_direct(point: &str) -> Option<CrashPoint> {
     Some(CrashPoint { point, state, published: false })
 }
 
-/// Simulated faults (no abort): a stopped lease renewal.
+/// Simulated faults (no abort): a stopped lease renewal, a shortened wait.
 pub fn is_simulated(point: &str) -> bool {
-    point.starts_with("lease.")
+    dpone_core::failpoint::is_fault(point)
 }
 
 /// The abort failpoints `dpone_core::failpoint::POINTS` declares, in run order.

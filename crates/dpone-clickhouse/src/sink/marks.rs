@@ -11,19 +11,19 @@
 //! 1. reads the target's UUID and its active parts (partition, rows,
 //!    `hash_of_all_files`);
 //! 2. builds `G2` (named like the run's backup, `_dpone_bak_...`) `AS`
-//!    the target: every partition of the target linked with `ATTACH
-//!    PARTITION ID ... FROM target` (hard links: the cost does not depend
-//!    on the history's size), then every partition of the verified batch
-//!    (the run's generation) attached the same way;
-//! 3. verifies `G2`: its parts are exactly the target's plus the batch's
-//!    (a multiset of `(rows, hash_of_all_files)` per partition), or, when
-//!    a background merge renamed parts, its count and digest equal the
-//!    target's plus the batch's (`generation_verification_failed`);
+//!    the target, its merges stopped (`blocks.rs`): every partition of the
+//!    target linked with `ATTACH PARTITION ID ... FROM target` (hard
+//!    links: the cost does not depend on the history's size), then every
+//!    partition of the verified batch (the run's generation) attached the
+//!    same way;
+//! 3. verifies `G2`: its parts above the linked ones are exactly the
+//!    batch's, by identity (`generation_verification_failed`);
 //! 4. re-checks that the target's mark is still the batch's old one
 //!    (`incremental_mark_moved`) and writes the new mark for `G2`'s UUID;
-//! 5. right before the exchange, re-checks that the target's parts are
-//!    those linked in step 2, or its count and digest still equal them
-//!    (`kept_rows_changed`: a writer changed the target meanwhile);
+//! 5. right before the exchange, re-checks that every row `G2` linked is
+//!    still the target's (`kept_rows_changed`: a writer deleted or changed
+//!    one; rows only added are no change) and records the fence (the
+//!    highest block of the linked parts) in the batch table's comment;
 //! 6. one `EXCHANGE TABLES G2 AND target`, judged by the target's UUID.
 //!
 //! The mark becomes the target's mark exactly when the exchange happens:
@@ -33,10 +33,10 @@
 //! holds the previous target, which is the run's backup
 //! (`after_publication` keeps it as the window replace keeps its own).
 //!
-//! Step 5 and the exchange are two statements: a write to the target
-//! landing between them is lost from the target (it stays in the
-//! backup), as with the window replace. dpone's lease excludes other
-//! dpone runs; writers outside dpone must not write an appended target.
+//! Rows other writers add to the target after step 2's link (or in
+//! flight at the exchange) are in the previous table only: the
+//! reconciliation after the publication (`reconcile.rs`) carries them
+//! into the published target before the backup may be dropped.
 //!
 //! The batch itself (the run's generation) was digest-verified by the
 //! engine before the intent, and is re-verified by a resumed run; between
@@ -51,7 +51,6 @@
 
 use super::{ClickhouseTarget, num, text};
 use crate::client::{Idempotence, quote_ident, quote_str};
-use dpone_core::digest::RowDigest;
 use dpone_core::failpoint::Action;
 use dpone_core::identity::OWNED_PREFIX;
 use dpone_core::incremental::{StoredMark, receipt_identity};
@@ -265,30 +264,35 @@ impl ClickhouseTarget {
         Ok(())
     }
 
-    /// Whether `g2` holds exactly the target's rows plus the batch's: by part
-    /// identity with the target's parts as linked, else (parts renamed by a
-    /// merge, or a write that landed before the link) by count and digest
-    /// against the target now.
-    async fn holds_target_and_batch(&self, g2: &str, target: &Parts, batch: &Parts, generation: &str) -> Result<bool> {
-        let mut expected = target.clone();
-        for (id, parts) in batch {
-            expected.entry(id.clone()).or_default().extend(parts.iter().cloned());
-        }
-        expected.values_mut().for_each(|v| v.sort());
-        if self.parts_of(&self.database, g2).await? == expected {
-            return Ok(true);
-        }
-        self.same_rows_as_target_and_batch(g2, generation).await
+    /// A new, empty `G2` shaped as the target, its merges stopped: its
+    /// parts keep their block numbers, which tell the parts the build
+    /// linked or wrote from the parts other writers add to the target
+    /// after the exchange (`blocks.rs`; merges start again at the end of
+    /// the reconciliation, `reconcile.rs`).
+    pub(super) async fn new_g2(&self, g2: &str) -> Result<()> {
+        let g2_sql = self.owned_sql(g2);
+        self.ddl(&format!("DROP TABLE IF EXISTS {g2_sql} SYNC")).await?;
+        self.ddl(&format!("CREATE TABLE {g2_sql} AS {}", self.target_sql())).await?;
+        self.ddl(&format!("SYSTEM STOP MERGES {g2_sql}")).await
     }
 
-    /// Whether `g2`'s count and digest are the target's now plus the batch's.
-    async fn same_rows_as_target_and_batch(&self, g2: &str, generation: &str) -> Result<bool> {
-        let t = self.contents_where(&self.target_sql(), "1").await?;
-        let b = self.contents_where(&self.owned_sql(generation), "1").await?;
-        let g = self.contents_where(&self.owned_sql(g2), "1").await?;
-        let mut sum: RowDigest = t.digest;
-        sum.merge(&b.digest);
-        Ok(g.rows == t.rows + b.rows && g.digest == sum)
+    /// Right before the exchange: the target is still the table object
+    /// the build read, and every row `G2` took from it (its parts up to
+    /// block `fence` that `keep_sql` selects) is still the target's. Rows
+    /// other writers only *added* meanwhile are no change: the
+    /// reconciliation after the exchange carries them.
+    pub(super) async fn kept_guard(&self, uuid_before: &str, g2: &str, fence: u64, keep_sql: &str) -> Result<()> {
+        if self.live_uuid().await? == uuid_before && self.kept_still_in_target(g2, fence, keep_sql).await? {
+            return Ok(());
+        }
+        Err(AdapterError::verification(
+            "kept_rows_changed",
+            format!(
+                "the target {} changed while the publication was built: rows it took from the target were deleted or changed since",
+                self.target_sql()
+            ),
+        )
+        .hint("another writer changed or deleted rows of the target during the run; nothing was published: run again"))
     }
 
     pub(super) async fn publish_append_now(
@@ -361,33 +365,29 @@ impl ClickhouseTarget {
             )
             .hint("someone changed dpone's generation table; nothing was published: abandon the run and run again"));
         }
-        self.ddl(&format!("DROP TABLE IF EXISTS {g2_sql} SYNC")).await?;
-        self.ddl(&format!("CREATE TABLE {g2_sql} AS {}", self.target_sql())).await?;
+        self.new_g2(g2).await?;
         self.attach_all(&g2_sql, &self.target_sql(), target_parts.keys()).await?;
+        let linked = self.max_block(&self.database, g2).await?;
         self.pausable_failpoint("append.after_link").await?;
         self.attach_all(&g2_sql, &self.owned_sql(generation), batch_parts.keys()).await?;
-        if !self.holds_target_and_batch(g2, &target_parts, &batch_parts, generation).await? {
+        // Above the link, G2 holds the batch's parts themselves (hard
+        // links keep their identity; G2 does not merge).
+        let mut appended = Parts::new();
+        for p in self.block_parts_of(&self.database, g2).await?.into_iter().filter(|p| p.max_block > linked) {
+            appended.entry(p.partition).or_default().push((p.rows, p.hash));
+        }
+        appended.values_mut().for_each(|v| v.sort());
+        if appended != batch_parts {
             return Err(AdapterError::verification(
                 "generation_verification_failed",
-                format!("{g2_sql} does not hold exactly the target's rows plus the verified batch of {rows} rows"),
+                format!("{g2_sql} does not hold exactly the verified batch of {rows} rows above the target's linked parts"),
             )
             .hint("the target or the run's generation changed while the publication was built; nothing was published: run again"));
         }
         let g2_uuid = self.mark_g2(&uuid_before, g2, before, after).await?;
         self.pausable_failpoint("append.before_exchange").await?;
-        // The target must still be what was linked: its own parts, or (a
-        // merge renamed them) the same rows.
-        let now = self.live_uuid().await?;
-        let unchanged = now == uuid_before
-            && (self.parts_of(&self.database, &self.table).await? == target_parts
-                || self.same_rows_as_target_and_batch(g2, generation).await?);
-        if !unchanged {
-            return Err(AdapterError::verification(
-                "kept_rows_changed",
-                format!("the target {} changed while the append was built (its parts or rows differ from those linked)", self.target_sql()),
-            )
-            .hint("another writer changed the target during the run; nothing was published: run again"));
-        }
+        self.kept_guard(&uuid_before, g2, linked, "1").await?;
+        self.record_fence(generation, linked).await?;
         Ok((uuid_before, g2_uuid))
     }
 }

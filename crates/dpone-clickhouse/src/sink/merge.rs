@@ -12,12 +12,14 @@
 //! column (0 for a tuple), so every membership test is `ifNull(.., 0)`:
 //! a target row with a NULL key is never "in the batch" and is kept.
 //!
-//! The publication builds `G2` (the run's backup name) `AS` the target:
+//! The publication builds `G2` (the run's backup name) `AS` the target,
+//! its merges stopped (`blocks.rs`):
 //!
-//! 1. reads the target's UUID and parts, resolves the batch again: its
-//!    counts must be those checked before the intent
-//!    (`publication_verification_failed`: a writer changed the target's
-//!    rows of the batch's keys);
+//! 1. reads the target's UUID and parts, resolves the batch again: it must
+//!    insert the rows checked before the intent, and replace at least as
+//!    many (`publication_verification_failed`); rows of the batch's keys
+//!    another writer added meanwhile are replaced too, and counted by the
+//!    reconciliation after the exchange;
 //! 2. links by `ATTACH PARTITION ID .. FROM target` every partition that
 //!    holds no batch key (hard links: the cost does not depend on the
 //!    history's size); copies the partitions that hold batch keys without
@@ -25,13 +27,15 @@
 //!    (..) AND NOT <in batch>`); inserts the resolved rows (each lands in
 //!    its own partition, so a key whose new version moves to another
 //!    partition leaves its old one);
-//! 3. verifies `G2`: its count is the target's minus the replaced plus
-//!    the inserted, each batch key appears in it exactly once, and its rows
-//!    of batch keys have the resolved rows' count and digest
+//! 3. verifies `G2`: each batch key appears in it exactly once, and its
+//!    rows of batch keys have the resolved rows' count and digest
 //!    (`publication_verification_failed`);
-//! 4. re-checks the mark and writes the new mark for `G2`'s UUID, re-checks
-//!    the target unchanged (`kept_rows_changed`), then `EXCHANGE`, judged
-//!    by the target's UUID (`marks.rs`: `mark_g2`, `exchange_built`).
+//! 4. re-checks the mark and writes the new mark for `G2`'s UUID, checks
+//!    that every row `G2` took from the target outside the batch's keys is
+//!    still the target's (`kept_rows_changed`; rows only added are no
+//!    change: the reconciliation carries them), records the fence in the
+//!    batch table, then `EXCHANGE`, judged by the target's UUID
+//!    (`marks.rs`: `mark_g2`, `kept_guard`, `exchange_built`).
 //!
 //! Every failed check drops `G2` and is an error of kind `Verification`:
 //! the target's name still points to its old UUID, nothing was published.
@@ -44,22 +48,20 @@ use dpone_core::incremental::StoredMark;
 use dpone_core::ports::{AdapterError, ErrorKind, MergeCounts, MergeKey, PublicationOutcome, Result};
 use dpone_core::types::Column;
 
-use super::marks::{Parts, rows_of};
-
 /// `incremental_merge`'s SQL over the generation and the target.
-struct MergeSql {
+pub(super) struct MergeSql {
     /// The key columns, quoted: `` `a`, `b` ``.
     key: String,
     /// The cursor column, quoted.
     cursor: String,
     /// Whether a row's key is one of the batch's (never NULL).
-    in_batch: String,
+    pub(super) in_batch: String,
     /// The batch resolved to one row per key (ties refused beforehand).
     resolved: String,
 }
 
 impl MergeSql {
-    fn new(gen_sql: &str, cols: &str, key: &MergeKey) -> MergeSql {
+    pub(super) fn new(gen_sql: &str, cols: &str, key: &MergeKey) -> MergeSql {
         let k = key.unique_key.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
         let c = quote_ident(&key.cursor);
         MergeSql {
@@ -181,12 +183,15 @@ impl ClickhouseTarget {
         let uuid_before = self.live_uuid().await?;
         let target_parts = self.parts_of(&self.database, &self.table).await?;
         // Resolved again: a refusal now means the generation changed since
-        // the check (which passed); either way nothing is published.
+        // the check (which passed); either way nothing is published. More
+        // rows of the batch's keys than checked were written by another
+        // writer meanwhile: replaced too, and counted by the
+        // reconciliation (`concurrent_window_rows_replaced`).
         let counts = self.resolve_merge(generation, key).await.map_err(|e| match e.kind {
             ErrorKind::Verification => e,
             _ => AdapterError { kind: ErrorKind::Verification, ..e },
         })?;
-        if counts != expected {
+        if counts.inserted != expected.inserted || counts.replaced < expected.replaced {
             return Err(failed(format!(
                 "the merge would insert {} and replace {} rows, but the run checked {} and {} before its intent",
                 counts.inserted, counts.replaced, expected.inserted, expected.replaced
@@ -199,8 +204,7 @@ impl ClickhouseTarget {
             .iter()
             .map(|r| text(r, "_dpone_partition"))
             .collect();
-        self.ddl(&format!("DROP TABLE IF EXISTS {g2_sql} SYNC")).await?;
-        self.ddl(&format!("CREATE TABLE {g2_sql} AS {target_sql}")).await?;
+        self.new_g2(g2).await?;
         self.attach_all(&g2_sql, &target_sql, target_parts.keys().filter(|id| !touched.contains(id))).await?;
         self.pausable_failpoint("append.after_link").await?;
         if !touched.is_empty() {
@@ -218,23 +222,19 @@ impl ClickhouseTarget {
         if expected.inserted > 0 {
             self.client.execute(&format!("INSERT INTO {g2_sql} ({list}) {}", sql.resolved), Idempotence::Unsafe).await?;
         }
-        self.verify_merged(&g2_sql, &sql, rows_of(&target_parts), expected).await?;
+        self.verify_merged(&g2_sql, &sql, expected).await?;
         let g2_uuid = self.mark_g2(&uuid_before, g2, before, after).await?;
         self.pausable_failpoint("append.before_exchange").await?;
-        if !self.target_unchanged(&uuid_before, &target_parts, &g2_sql, &sql, expected).await? {
-            return Err(AdapterError::verification(
-                "kept_rows_changed",
-                format!("the target {target_sql} changed while the merge was built (its parts or rows differ from those copied)"),
-            )
-            .hint("another writer changed the target during the run; nothing was published: run again"));
-        }
+        let fence = self.max_block(&self.database, g2).await?;
+        self.kept_guard(&uuid_before, g2, fence, &format!("NOT {}", sql.in_batch)).await?;
+        self.record_fence(generation, fence).await?;
         Ok((uuid_before, g2_uuid))
     }
 
-    /// Step 3: `G2` holds the target's rows minus the replaced plus the
-    /// resolved ones, each batch key once, the resolved rows exactly.
-    async fn verify_merged(&self, g2_sql: &str, sql: &MergeSql, target_rows: u64, expected: MergeCounts) -> Result<()> {
-        let total = self.count_sql(&format!("SELECT count() FROM {g2_sql}")).await?;
+    /// Step 3: each batch key appears in `G2` exactly once, and its rows of
+    /// the batch's keys are the resolved rows exactly. (Its other rows are
+    /// the target's, checked right before the exchange: `kept_guard`.)
+    async fn verify_merged(&self, g2_sql: &str, sql: &MergeSql, expected: MergeCounts) -> Result<()> {
         let not_once = self
             .count_sql(&format!(
                 "SELECT count() FROM (SELECT 1 FROM {g2_sql} WHERE {} GROUP BY {} HAVING count() <> 1)",
@@ -243,13 +243,10 @@ impl ClickhouseTarget {
             .await?;
         let merged = self.contents_where(g2_sql, &sql.in_batch).await?;
         let resolved = self.contents_where(&format!("({})", sql.resolved), "1").await?;
-        let want = (target_rows + expected.inserted).checked_sub(expected.replaced);
-        if want != Some(total) || not_once != 0 || merged.rows != expected.inserted || merged.digest != resolved.digest {
+        if not_once != 0 || merged.rows != expected.inserted || merged.digest != resolved.digest {
             return Err(failed(format!(
-                "{g2_sql} holds {total} rows (expected {target_rows} - {} replaced + {} inserted); {not_once} batch keys do not appear \
-                 exactly once; its rows of the batch's keys are {} with {} (the resolved batch: {} rows with {})",
-                expected.replaced,
-                expected.inserted,
+                "{g2_sql}: {not_once} batch keys do not appear exactly once; its rows of the batch's keys are {} with {} \
+                 (the resolved batch: {} rows with {})",
                 merged.rows,
                 merged.digest.sum_hex(),
                 resolved.rows,
@@ -257,29 +254,5 @@ impl ClickhouseTarget {
             )));
         }
         Ok(())
-    }
-
-    /// Step 4's re-check: the target is still the table copied, with the
-    /// same parts, or (a background merge renamed them) the same rows
-    /// outside the batch's keys and as many rows of them as replaced.
-    async fn target_unchanged(
-        &self,
-        uuid_before: &str,
-        parts: &Parts,
-        g2_sql: &str,
-        sql: &MergeSql,
-        expected: MergeCounts,
-    ) -> Result<bool> {
-        if self.live_uuid().await? != uuid_before {
-            return Ok(false);
-        }
-        if &self.parts_of(&self.database, &self.table).await? == parts {
-            return Ok(true);
-        }
-        let outside = format!("NOT {}", sql.in_batch);
-        let target = self.contents_where(&self.target_sql(), &outside).await?;
-        let kept = self.contents_where(g2_sql, &outside).await?;
-        let replaced = self.count_sql(&format!("SELECT count() FROM {} WHERE {}", self.target_sql(), sql.in_batch)).await?;
-        Ok(target.rows == kept.rows && target.digest == kept.digest && replaced == expected.replaced)
     }
 }

@@ -1,6 +1,12 @@
-//! The reconciliation after a window replace's `EXCHANGE TABLES`: rows
+//! The reconciliation after a publication's `EXCHANGE TABLES`: rows
 //! other writers put into the previous target after the generation's last
 //! look at it are not lost with the backup.
+//!
+//! Written here for the window replace; an incremental append or merge
+//! (`ReconcileScope::Batch`) differs only in what is kept (every row; a
+//! merge's rows outside its batch's keys), what was replaced (nothing; the
+//! batch's keys), where the previous target is (the run's backup name) and
+//! where its fence comes from (recorded in the batch table, `blocks.rs`).
 //!
 //! After the exchange the generation's name holds the previous table
 //! object (the backup to be). It may hold rows the generation does not:
@@ -53,12 +59,14 @@
 //! takes, and leaves no part of the published target whose rows could be
 //! either the generation's or a writer's.
 
+use super::blocks::{BlockPart, by_partition, up_to_block};
 use super::generation::{EXTERNAL_GROUP_BY, NO_MERGES};
-use super::{ClickhouseTarget, filter_sql, num, text};
+use super::merge::MergeSql;
+use super::{ClickhouseTarget, filter_sql, text};
 use crate::client::quote_str;
-use dpone_core::ports::{AdapterError, PartIdentity, Reconciliation, Result, RowFilter, contains_parts};
+use dpone_core::ports::{AdapterError, PartIdentity, ReconcileScope, Reconciliation, Result, RowFilter, contains_parts};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 /// The carry table's comment once its rows were checked: this prefix and
@@ -81,25 +89,32 @@ struct CarryRecord {
     parts: Vec<PartIdentity>,
 }
 
-/// An active part of the target, with its block numbers.
-struct BlockPart {
-    partition: String,
-    rows: u64,
-    hash: String,
-    min_block: u64,
-    max_block: u64,
+/// The reconciliation's scope in SQL: which rows of both tables are
+/// kept, which the publication replaced, and where the build's parts end.
+struct Kept {
+    /// The rows kept (outside the window; not of the merge batch's keys).
+    keep_sql: String,
+    /// The rows the publication replaced (the window; the batch's keys).
+    replaced_sql: String,
+    /// How many of those the run counted before its intent.
+    replaced_rows: u64,
+    /// Where the build's parts in the published target end.
+    fence: Fence,
+}
+
+enum Fence {
+    /// A window replace: where its parts, in block order, add up to the
+    /// verified generation's rows (or the block read right before the
+    /// exchange by the process that made it).
+    GenerationRows(u64),
+    /// An incremental append or merge: recorded in its batch table.
+    RecordedIn(String),
 }
 
 impl ClickhouseTarget {
-    pub(super) async fn reconcile_now(
-        &self,
-        previous: &str,
-        carry: &str,
-        keep: &RowFilter,
-        generation_rows: u64,
-        replaced_rows: u64,
-    ) -> Result<Reconciliation> {
-        let result = self.reconcile_steps(previous, carry, keep, generation_rows, replaced_rows).await;
+    pub(super) async fn reconcile_now(&self, previous: &str, carry: &str, scope: ReconcileScope<'_>) -> Result<Reconciliation> {
+        let kept = self.kept_of(previous, scope)?;
+        let result = self.reconcile_steps(previous, carry, &kept).await;
         // Merges of the published target start again whatever happened (a
         // table without merges would soon refuse inserts); a reconciliation
         // resumed after an error still finds the generation's parts unless
@@ -110,14 +125,31 @@ impl ClickhouseTarget {
         Ok(r)
     }
 
-    async fn reconcile_steps(
-        &self,
-        previous: &str,
-        carry: &str,
-        keep: &RowFilter,
-        generation_rows: u64,
-        replaced_rows: u64,
-    ) -> Result<Reconciliation> {
+    fn kept_of(&self, previous: &str, scope: ReconcileScope<'_>) -> Result<Kept> {
+        Ok(match scope {
+            ReconcileScope::Window { keep, generation_rows, replaced_rows } => Kept {
+                keep_sql: filter_sql(keep),
+                replaced_sql: filter_sql(&RowFilter { inside: true, ..keep.clone() }),
+                replaced_rows,
+                fence: Fence::GenerationRows(generation_rows),
+            },
+            ReconcileScope::Batch { batch, merge } => {
+                if Self::append_generation(batch)? != previous {
+                    return Err(AdapterError::internal(format!("`{previous}` is not the previous target of the batch `{batch}`")));
+                }
+                let (keep_sql, replaced_sql, replaced_rows) = match merge {
+                    None => ("1".to_string(), "0".to_string(), 0),
+                    Some((key, counts)) => {
+                        let sql = MergeSql::new(&self.owned_sql(batch), &self.column_list()?, key);
+                        (format!("NOT {}", sql.in_batch), sql.in_batch, counts.replaced)
+                    }
+                };
+                Kept { keep_sql, replaced_sql, replaced_rows, fence: Fence::RecordedIn(batch.to_string()) }
+            }
+        })
+    }
+
+    async fn reconcile_steps(&self, previous: &str, carry: &str, kept: &Kept) -> Result<Reconciliation> {
         if self.table_uuid(self.owned_db(previous), previous).await?.is_none() {
             return Err(AdapterError::permanent(
                 "reconciliation_failed",
@@ -130,52 +162,51 @@ impl ClickhouseTarget {
         let record = match self.carry_record(carry).await? {
             Some(r) => r,
             None => {
-                let fence = self.generation_fence(previous, generation_rows).await?;
+                let fence = match &kept.fence {
+                    Fence::GenerationRows(rows) => self.generation_fence(previous, *rows).await?,
+                    Fence::RecordedIn(batch) => self.batch_fence(batch).await?,
+                };
                 self.wait_for_inserts(previous).await?;
-                self.fill_carry(previous, carry, keep, fence).await?
+                self.fill_carry(previous, carry, &kept.keep_sql, fence).await?
             }
         };
         self.pausable_failpoint("reconcile.before_move").await?;
         self.move_carry(carry, &record).await?;
-        let inside = RowFilter { inside: true, ..keep.clone() };
-        let previous_window: u64 = self
-            .client
-            .scalar(&format!("SELECT count() FROM {} WHERE {}", self.owned_sql(previous), filter_sql(&inside)))
-            .await?
-            .parse()
-            .map_err(|_| AdapterError::permanent("clickhouse_protocol", "expected a count"))?;
+        let previous_replaced =
+            self.count_rows_of(&format!("SELECT count() FROM {} WHERE {}", self.owned_sql(previous), kept.replaced_sql)).await?;
         Ok(Reconciliation {
             concurrent_rows_carried: record.rows,
-            concurrent_window_rows_replaced: previous_window.saturating_sub(replaced_rows),
+            concurrent_window_rows_replaced: previous_replaced.saturating_sub(kept.replaced_rows),
             kept_row_groups_changed: record.changed,
             carried_digest_sum: if record.rows > 0 { record.digest_sum } else { String::new() },
             seconds: 0.0,
         })
     }
 
+    /// The fence an append or merge recorded in its batch table right
+    /// before its exchange; no published part may straddle it.
+    async fn batch_fence(&self, batch: &str) -> Result<u64> {
+        let fence = self.recorded_fence(batch).await?.ok_or_else(|| {
+            AdapterError::permanent(
+                "reconciliation_failed",
+                format!("the batch table `{batch}` records no fence: the published target's own parts cannot be told from other writers'"),
+            )
+            .hint("someone changed dpone's batch table; the previous target is kept under the run's backup name: see docs/recovery.md (\"Concurrent writes\")")
+        })?;
+        let parts = self.block_parts().await?;
+        if parts.iter().any(|p| p.min_block <= fence && p.max_block > fence) {
+            return Err(AdapterError::verification(
+                "publication_verification_failed",
+                format!("a part of the published target straddles the publication's fence (block {fence}): a merge combined its parts with rows written since"),
+            )
+            .hint("the previous target is kept under the run's backup name; see docs/recovery.md (\"Concurrent writes\")"));
+        }
+        Ok(fence)
+    }
+
     /// The target's active parts, in block order.
     async fn block_parts(&self) -> Result<Vec<BlockPart>> {
-        let rows = self
-            .client
-            .query_rows(&format!(
-                "SELECT partition_id AS id, rows AS n, hash_of_all_files AS h, toString(min_block_number) AS lo, \
-                 toString(max_block_number) AS hi FROM system.parts WHERE database = {} AND table = {} AND active \
-                 ORDER BY max_block_number",
-                quote_str(&self.database),
-                quote_str(&self.table)
-            ))
-            .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(BlockPart {
-                    partition: text(r, "id"),
-                    rows: num(r, "n")?,
-                    hash: text(r, "h"),
-                    min_block: num(r, "lo")?,
-                    max_block: num(r, "hi")?,
-                })
-            })
-            .collect()
+        self.block_parts_of(&self.database, &self.table).await
     }
 
     /// The highest block number of the generation's parts in the published
@@ -230,11 +261,16 @@ impl ClickhouseTarget {
         );
         let ids = |rows: Vec<serde_json::Map<String, serde_json::Value>>| rows.iter().map(|r| text(r, "query_id")).collect::<BTreeSet<_>>();
         let waited_for = ids(self.client.query_rows(&running).await?);
-        let deadline = Instant::now() + INSERT_WAIT;
+        // Tests shorten the wait (a simulated fault) to see it exceeded.
+        let limit = match self.failpoints.at("reconcile.short_insert_wait") {
+            Some(dpone_core::failpoint::Action::Fault) => Duration::from_secs(1),
+            _ => INSERT_WAIT,
+        };
+        let deadline = Instant::now() + limit;
         let timeout = || {
             AdapterError::transient(
                 "reconciliation_wait_exceeded",
-                format!("inserts into the target were still running {}s after the publication", INSERT_WAIT.as_secs()),
+                format!("inserts into the target were still running {}s after the publication", limit.as_secs()),
             )
             .hint("the publication happened; run the same command again once the long inserts ended, to carry their rows")
         };
@@ -277,40 +313,25 @@ impl ClickhouseTarget {
     }
 
     /// Writes the rows to carry into a new carry table and checks them.
-    async fn fill_carry(&self, previous: &str, carry: &str, keep: &RowFilter, fence: u64) -> Result<CarryRecord> {
+    async fn fill_carry(&self, previous: &str, carry: &str, keep_sql: &str, fence: u64) -> Result<CarryRecord> {
         let previous_sql = self.owned_sql(previous);
         let carry_sql = self.owned_sql(carry);
         let target = self.target_sql();
         // Partitions whose parts are the same in the previous table and
         // among the generation's parts hold the same rows.
-        let mut of_previous: BTreeMap<String, Vec<(u64, String)>> = BTreeMap::new();
-        for p in self.active_parts(self.owned_db(previous), previous).await? {
-            of_previous.entry(p.partition).or_default().push((p.rows, p.hash));
-        }
-        let mut of_generation: BTreeMap<String, Vec<(u64, String)>> = BTreeMap::new();
-        for p in self.block_parts().await?.into_iter().filter(|p| p.max_block <= fence) {
-            of_generation.entry(p.partition).or_default().push((p.rows, p.hash));
-        }
-        of_previous.values_mut().chain(of_generation.values_mut()).for_each(|v| v.sort());
+        let of_previous = by_partition(self.block_parts_of(self.owned_db(previous), previous).await?.iter());
+        let of_generation = by_partition(self.block_parts().await?.iter().filter(|p| p.max_block <= fence));
         let differing: BTreeSet<&String> =
             of_previous.keys().chain(of_generation.keys()).filter(|id| of_previous.get(*id) != of_generation.get(*id)).collect();
         self.ddl(&format!("DROP TABLE IF EXISTS {carry_sql} SYNC")).await?;
         self.ddl(&format!("CREATE TABLE {carry_sql} AS {target} SETTINGS {NO_MERGES}")).await?;
         let mut record = CarryRecord { rows: 0, changed: 0, digest_sum: String::new(), parts: Vec::new() };
         if !differing.is_empty() {
-            let only = format!(
-                "_partition_id IN ({}) AND {}",
-                differing.iter().map(|id| quote_str(id)).collect::<Vec<_>>().join(", "),
-                filter_sql(keep)
-            );
-            let of_fence = format!("{only} AND toUInt64(splitByChar('_', _part)[3]) <= {fence}");
+            let only =
+                format!("_partition_id IN ({}) AND {keep_sql}", differing.iter().map(|id| quote_str(id)).collect::<Vec<_>>().join(", "),);
+            let of_fence = format!("{only} AND {}", up_to_block(fence));
             let diff = self.difference_sql(&previous_sql, &target, &only, &of_fence)?;
-            let changed: u64 = self
-                .client
-                .scalar(&format!("SELECT count() FROM ({diff}) WHERE _dpone_s < 0 SETTINGS {EXTERNAL_GROUP_BY}"))
-                .await?
-                .parse()
-                .map_err(|_| AdapterError::permanent("clickhouse_protocol", "expected a count"))?;
+            let changed = self.count_rows_of(&format!("SELECT count() FROM ({diff}) WHERE _dpone_s < 0")).await?;
             // Kept rows changed after the check (`changed`) are reported by
             // the engine once the rows added are carried (the published
             // target holds them as they were).

@@ -71,6 +71,22 @@ pub struct Reconciliation {
     pub seconds: f64,
 }
 
+/// What a reconciliation after the publication keeps, by strategy (see
+/// [`super::Target::reconcile_concurrent`]).
+#[derive(Debug, Clone, Copy)]
+pub enum ReconcileScope<'a> {
+    /// A window replace: the rows `keep` selects (outside the window) are
+    /// kept; the verified generation held `generation_rows`, the window
+    /// `replaced_rows` before the build.
+    Window { keep: &'a super::RowFilter, generation_rows: u64, replaced_rows: u64 },
+    /// An incremental append (`merge` None) or merge: `batch` names the
+    /// run's verified batch (its generation table). Every row of the
+    /// previous table is kept, except, for a merge, the rows of the
+    /// batch's keys, which the batch replaces (`merge`: the key and the
+    /// counts checked before the intent).
+    Batch { batch: &'a str, merge: Option<(&'a super::MergeKey, super::MergeCounts)> },
+}
+
 /// One stored part of a table, as its storage identifies it: the partition
 /// it belongs to, its rows, and a checksum of all its files (ClickHouse's
 /// `system.parts.hash_of_all_files`). A part hard-linked into another table

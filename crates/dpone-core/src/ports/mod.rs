@@ -45,7 +45,8 @@ pub use channel::{Frame, FrameGuard, FrameRx, FrameTx, frame_channel, guarded_fr
 pub use direct::{DirectDriver, DirectFeed, DirectLoaded, DirectStep, PendingChunk, direct_channel};
 pub use error::{AdapterError, ErrorClass, ErrorKind, Result};
 pub use generation::{
-    GenerationBuild, GenerationEstimate, GenerationMethod, LinkReport, PartIdentity, PublicationOutcome, Reconciliation, contains_parts,
+    GenerationBuild, GenerationEstimate, GenerationMethod, LinkReport, PartIdentity, PublicationOutcome, ReconcileScope, Reconciliation,
+    contains_parts,
 };
 
 use crate::digest::{DigestAlgorithm, RowDigest};
@@ -464,25 +465,22 @@ pub trait Target: Send + Sync + 'static {
         false
     }
 
-    /// After a replace published (and before `after_publication` keeps or
-    /// drops anything): `generation` now names the previous target. Rows
-    /// it received after the generation's last look at the target (other
-    /// writers, inserts in flight at the publication) that `keep` selects
+    /// After a publication by exchange (and before `after_publication`
+    /// keeps or drops anything): `previous` now names the previous target.
+    /// Rows it received after the build's last look at the target (other
+    /// writers, inserts in flight at the publication) that `scope` keeps
     /// are carried into the published target, through the owned table
-    /// `carry`, and verified by count and digest; those inside the window
-    /// are counted. `generation_rows` is the verified generation's row
-    /// count, `replaced_rows` the window's count before the build.
+    /// `carry`, and verified by count and digest; those the publication
+    /// replaced (in the window, or of the merge batch's keys) are counted.
     /// Idempotent: a call after a crash in the middle finishes the work
     /// without carrying a row twice. None: nothing to reconcile.
     fn reconcile_concurrent(
         &self,
-        generation: &str,
+        previous: &str,
         carry: &str,
-        keep: &RowFilter,
-        generation_rows: u64,
-        replaced_rows: u64,
+        scope: ReconcileScope<'_>,
     ) -> impl Future<Output = Result<Option<Reconciliation>>> + Send {
-        let _ = (generation, carry, keep, generation_rows, replaced_rows);
+        let _ = (previous, carry, scope);
         async { Ok(None) }
     }
 

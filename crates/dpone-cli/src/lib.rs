@@ -20,6 +20,7 @@ mod redact;
 mod run;
 mod state;
 mod status;
+mod workdir;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -30,6 +31,9 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Folder for state.db, evidence and batch records; wins over DPONE_WORK_DIR and runtime.storage.work_dir.
+    #[arg(long, global = true, value_name = "DIR")]
+    work_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -283,6 +287,9 @@ pub fn main() -> ExitCode {
         .with_writer(progress::LogWriter)
         .with_target(false)
         .init();
+    if let Some(dir) = cli.work_dir {
+        workdir::set_flag(dir);
+    }
     let code = match cli.command {
         Command::Manifest { command } => match command {
             ManifestCommand::Validate { manifest, format } => commands::validate(&manifest, format),

@@ -148,6 +148,13 @@ pub fn run(req: &Request) -> u8 {
                 continue;
             }
         };
+        // A work dir that cannot be written refuses before any write (a run
+        // would otherwise publish, then fail writing its evidence).
+        if let Err(mut d) = crate::workdir::resolve(&p.manifest, req.path).check_writable() {
+            p.manifest.locate(&mut d);
+            refused.push((p, None, Diagnostics::one(d)));
+            continue;
+        }
         match commands::prepare(req.path, &p.manifest, req.interval) {
             Ok((plan, adapters)) if plan.refusals.is_empty() => {
                 jobs.push(Job { process: p, work_dir: commands::work_dir(&p.manifest, req.path), plan, adapters, store })

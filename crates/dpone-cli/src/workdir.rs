@@ -65,8 +65,9 @@ fn resolve_with(flag: Option<PathBuf>, env: Option<PathBuf>, manifest: Option<&s
 impl WorkDir {
     /// Refuses a work dir this process cannot write, before the run writes
     /// anything anywhere: the folder is created if missing, then a probe
-    /// file is created, written, synced and removed. A run that could not
-    /// write its evidence would otherwise publish and then fail
+    /// file is created, written, synced and removed, and so are the folders
+    /// the check created (a refused run leaves no trace). A run that could
+    /// not write its evidence would otherwise publish and then fail
     /// (`evidence_write_failed`), and every retry would do the same.
     pub fn check_writable(&self) -> Result<(), Diagnostic> {
         probe(&self.path).map_err(|e| {
@@ -89,14 +90,21 @@ impl WorkDir {
 
 fn probe(dir: &Path) -> std::io::Result<()> {
     use std::io::Write;
-    std::fs::create_dir_all(dir)?;
-    let file = dir.join(format!(".dpone-write-check-{}", std::process::id()));
-    let written = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(&file).and_then(|mut f| {
-        f.write_all(b"dpone")?;
-        f.sync_all()
+    // The folders that do not exist yet, deepest first: removed afterwards.
+    let missing: Vec<&Path> = dir.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).collect();
+    let result = std::fs::create_dir_all(dir).and_then(|()| {
+        let file = dir.join(format!(".dpone-write-check-{}", std::process::id()));
+        let written = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(&file).and_then(|mut f| {
+            f.write_all(b"dpone")?;
+            f.sync_all()
+        });
+        let removed = std::fs::remove_file(&file);
+        written.and(removed)
     });
-    let removed = std::fs::remove_file(&file);
-    written.and(removed)
+    for created in missing {
+        let _ = std::fs::remove_dir(created);
+    }
+    result
 }
 
 #[cfg(test)]
@@ -128,6 +136,9 @@ mod tests {
             assert!(d.hint.as_deref().unwrap_or_default().contains(says), "{d:?}");
         }
         let ok = WorkDir { path: tmp.path().join("a/b"), origin: WORK_DIR_ENV };
+        ok.check_writable().unwrap();
+        assert!(!tmp.path().join("a").exists(), "the folders the check created are removed");
+        std::fs::create_dir_all(&ok.path).unwrap();
         ok.check_writable().unwrap();
         assert_eq!(std::fs::read_dir(&ok.path).unwrap().count(), 0, "the probe leaves nothing");
     }

@@ -6,6 +6,7 @@
 //! 130 interrupted.
 
 mod adapters;
+mod backfill;
 mod ci;
 mod commands;
 mod envelope;
@@ -144,6 +145,11 @@ enum Command {
         run: RunArgs,
         #[arg(long, value_enum, default_value_t = RunFormat::Text)]
         format: RunFormat,
+    },
+    /// Re-load a historical range window by window: each window a run of its own, resumable.
+    Backfill {
+        #[command(subcommand)]
+        command: backfill::BackfillCommand,
     },
     /// What the run journal says about the manifest's target: state, chunks, what is visible, what to do.
     Status {
@@ -304,6 +310,7 @@ pub fn main() -> ExitCode {
         Command::Run { manifest, interval, select, run, format } => {
             run::run(&run::Request { path: &manifest, interval: &interval, selection: select.selection(), args: &run, format })
         }
+        Command::Backfill { command } => backfill::main(command),
         Command::Quickstart { dir, format } => commands::quickstart(&dir, format),
         Command::Status { manifest, selector, run_id, format } => status::status(&manifest, selector.as_deref(), run_id.as_deref(), format),
         Command::Resolve { manifest, selector, outcome } => status::resolve(&manifest, selector.as_deref(), Some(&outcome)),

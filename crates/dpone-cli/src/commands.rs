@@ -103,13 +103,10 @@ pub fn base_dir(manifest_path: &Path) -> PathBuf {
     manifest_path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p }).unwrap_or(Path::new(".")).to_path_buf()
 }
 
+/// The work dir (`--work-dir`, `DPONE_WORK_DIR`, `runtime.storage.work_dir`
+/// or `.dpone` next to the manifest; `workdir.rs`).
 pub fn work_dir(manifest: &Manifest, manifest_path: &Path) -> PathBuf {
-    let base = base_dir(manifest_path);
-    match &manifest.work_dir {
-        Some(d) if Path::new(d).is_absolute() => PathBuf::from(d),
-        Some(d) => base.join(d),
-        None => base.join(".dpone"),
-    }
+    crate::workdir::resolve(manifest, manifest_path).path
 }
 
 pub fn runtime() -> tokio::runtime::Runtime {

@@ -6,6 +6,7 @@
 //! 130 interrupted.
 
 mod adapters;
+mod backfill;
 mod ci;
 mod commands;
 mod envelope;
@@ -20,6 +21,7 @@ mod redact;
 mod run;
 mod state;
 mod status;
+mod workdir;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -30,6 +32,9 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Folder for state.db, evidence and batch records; wins over DPONE_WORK_DIR and runtime.storage.work_dir.
+    #[arg(long, global = true, value_name = "DIR")]
+    work_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -140,6 +145,11 @@ enum Command {
         run: RunArgs,
         #[arg(long, value_enum, default_value_t = RunFormat::Text)]
         format: RunFormat,
+    },
+    /// Re-load a historical range window by window: each window a run of its own, resumable.
+    Backfill {
+        #[command(subcommand)]
+        command: backfill::BackfillCommand,
     },
     /// What the run journal says about the manifest's target: state, chunks, what is visible, what to do.
     Status {
@@ -283,6 +293,9 @@ pub fn main() -> ExitCode {
         .with_writer(progress::LogWriter)
         .with_target(false)
         .init();
+    if let Some(dir) = cli.work_dir {
+        workdir::set_flag(dir);
+    }
     let code = match cli.command {
         Command::Manifest { command } => match command {
             ManifestCommand::Validate { manifest, format } => commands::validate(&manifest, format),
@@ -297,6 +310,7 @@ pub fn main() -> ExitCode {
         Command::Run { manifest, interval, select, run, format } => {
             run::run(&run::Request { path: &manifest, interval: &interval, selection: select.selection(), args: &run, format })
         }
+        Command::Backfill { command } => backfill::main(command),
         Command::Quickstart { dir, format } => commands::quickstart(&dir, format),
         Command::Status { manifest, selector, run_id, format } => status::status(&manifest, selector.as_deref(), run_id.as_deref(), format),
         Command::Resolve { manifest, selector, outcome } => status::resolve(&manifest, selector.as_deref(), Some(&outcome)),

@@ -81,12 +81,14 @@ struct Ended {
 struct Printer {
     format: RunFormat,
     many: bool,
+    /// Print the documents (false: only collect them, for `backfill`).
+    echo: bool,
     docs: Mutex<Vec<Value>>,
 }
 
 impl Printer {
     fn emit(&self, doc: Value) {
-        if self.format == RunFormat::Json {
+        if self.format == RunFormat::Json && self.echo {
             use std::io::Write;
             let line = serde_json::to_string(&doc).expect("JSON values serialize");
             let mut out = std::io::stdout().lock();
@@ -96,8 +98,12 @@ impl Printer {
         self.docs.lock().expect("printer lock").push(doc);
     }
 
-    fn finish(&self, path: &Path, code: u8) {
-        let docs = self.docs.lock().expect("printer lock");
+    /// Prints the end of the output and hands back every document.
+    fn finish(&self, path: &Path, code: u8) -> (u8, Vec<Value>) {
+        let docs = std::mem::take(&mut *self.docs.lock().expect("printer lock"));
+        if !self.echo {
+            return (code, docs);
+        }
         match self.format {
             RunFormat::Md => print!("{}", envelope::markdown(&docs)),
             RunFormat::Text if self.many => {
@@ -112,29 +118,37 @@ impl Printer {
             }
             _ => {}
         }
+        (code, docs)
     }
 }
 
 /// A refusal before the processes are known (the manifest, the selection).
-fn refuse_all(req: &Request, d: &Diagnostics) -> u8 {
+fn refuse_all(req: &Request, d: &Diagnostics, echo: bool) -> (u8, Vec<Value>) {
     output::print_diagnostics(req.path, d);
-    let printer = Printer { format: req.format, many: false, docs: Mutex::new(Vec::new()) };
+    let printer = Printer { format: req.format, many: false, echo, docs: Mutex::new(Vec::new()) };
     printer.emit(envelope::document(&req.head(None, 0), None, &Body::Refused(d), 0.0));
-    printer.finish(req.path, EXIT_CONFIG);
-    EXIT_CONFIG
+    printer.finish(req.path, EXIT_CONFIG)
 }
 
+/// `dpone run`: prints each process's document; the exit code.
 pub fn run(req: &Request) -> u8 {
+    run_collect(req, true).0
+}
+
+/// Runs as `dpone run` does and returns the exit code and every process's
+/// document; with `echo = false` the documents are not printed (failures
+/// are still reported on stderr).
+pub fn run_collect(req: &Request, echo: bool) -> (u8, Vec<Value>) {
     let loaded = match commands::load(req.path) {
         Ok(l) => l,
-        Err(d) => return refuse_all(req, &d),
+        Err(d) => return refuse_all(req, &d, echo),
     };
     let chosen = match select::select(&loaded, &req.selection) {
         Ok(c) => c,
-        Err(d) => return refuse_all(req, &d),
+        Err(d) => return refuse_all(req, &d, echo),
     };
     let many = chosen.len() > 1;
-    let printer = Printer { format: req.format, many, docs: Mutex::new(Vec::new()) };
+    let printer = Printer { format: req.format, many, echo, docs: Mutex::new(Vec::new()) };
 
     // Plan and wire every process before anything runs.
     let mut jobs = Vec::new();
@@ -148,6 +162,13 @@ pub fn run(req: &Request) -> u8 {
                 continue;
             }
         };
+        // A work dir that cannot be written refuses before any write (a run
+        // would otherwise publish, then fail writing its evidence).
+        if let Err(mut d) = crate::workdir::resolve(&p.manifest, req.path).check_writable() {
+            p.manifest.locate(&mut d);
+            refused.push((p, None, Diagnostics::one(d)));
+            continue;
+        }
         match commands::prepare(req.path, &p.manifest, req.interval) {
             Ok((plan, adapters)) if plan.refusals.is_empty() => {
                 jobs.push(Job { process: p, work_dir: commands::work_dir(&p.manifest, req.path), plan, adapters, store })
@@ -184,14 +205,13 @@ pub fn run(req: &Request) -> u8 {
         for job in jobs.iter().filter(|j| !refused.iter().any(|(p, _, _)| p.label() == j.process.label())) {
             printer.emit(envelope::document(&req.head(Some(job.process), 0), Some(&job.plan), &Body::NotRun(why), 0.0));
         }
-        printer.finish(req.path, EXIT_CONFIG);
-        return EXIT_CONFIG;
+        return printer.finish(req.path, EXIT_CONFIG);
     }
 
     let operation = Operation::of(req, &jobs);
     let recorded = match operation.as_ref().map(Operation::read).transpose() {
         Ok(r) => r.flatten(),
-        Err(d) => return refuse_all(req, &d),
+        Err(d) => return refuse_all(req, &d, echo),
     };
     let done = |label: &str| recorded.as_ref().and_then(|r| r.processes.get(label).filter(|p| p.status == "succeeded"));
     let mut ends = Vec::new();
@@ -215,8 +235,7 @@ pub fn run(req: &Request) -> u8 {
     {
         op.write(|r| r.complete = true);
     }
-    printer.finish(req.path, code);
-    code
+    printer.finish(req.path, code)
 }
 
 /// Runs the jobs, up to `--jobs` at a time, under one signal handler: the

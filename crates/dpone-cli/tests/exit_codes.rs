@@ -109,13 +109,13 @@ fn configuration_errors_and_refusals_exit_2() {
     assert_eq!((run.code, json(&run)["status"].as_str()), (Some(2), Some("refused")), "{}", run.describe());
 }
 
-/// The state store cannot be opened (the work dir is a file): nothing was
+/// The state store cannot be opened (`state.db` is a folder): nothing was
 /// written, exit 2 (it was 1).
 #[test]
 fn an_unusable_state_store_exits_2() {
     let (_tmp, dir, m) = quickstart();
     std::fs::remove_dir_all(dir.join("work")).unwrap();
-    std::fs::write(dir.join("work"), "not a folder").unwrap();
+    std::fs::create_dir_all(dir.join("work/state.db/x")).unwrap();
     let before = target(&dir);
     let run = dpone(&dir, &["run", &m, "--interval-end", "2026-09-10T00:00:00Z", "--format", "json"], &[]);
     let v = json(&run);
@@ -126,6 +126,41 @@ fn an_unusable_state_store_exits_2() {
         run.describe()
     );
     assert_eq!(target(&dir), before);
+}
+
+/// The work dir cannot be written (a file stands where it should be, which
+/// blocks root too): refused before any write, exit 2, naming the key and
+/// what to set instead.
+#[test]
+fn an_unwritable_work_dir_is_refused_before_any_write() {
+    let (_tmp, dir, m) = quickstart();
+    std::fs::remove_dir_all(dir.join("work")).unwrap();
+    std::fs::write(dir.join("work"), "not a folder").unwrap();
+    let before = target(&dir);
+    let run = dpone(&dir, &["run", &m, "--interval-end", "2026-09-10T00:00:00Z", "--format", "json"], &[]);
+    let v = json(&run);
+    assert_eq!(
+        (run.code, v["status"].as_str(), v["error_code"].as_str(), v["errors"][0]["path"].as_str()),
+        (Some(2), Some("refused"), Some("work_dir_not_writable"), Some("runtime.storage.work_dir")),
+        "{}",
+        run.describe()
+    );
+    assert!(run.stderr.contains("DPONE_WORK_DIR"), "the hint names the variable: {}", run.describe());
+    assert_eq!(target(&dir), before);
+    // The variable and the flag move it elsewhere (the flag first).
+    let elsewhere = dir.join("elsewhere");
+    let flag = dir.join("flag");
+    let run = dpone(
+        &dir,
+        &["run", &m, "--interval-end", "2026-09-10T00:00:00Z", "--format", "json"],
+        &[("DPONE_WORK_DIR", elsewhere.to_str().unwrap())],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.describe());
+    assert!(elsewhere.join("state.db").is_file() && json(&run)["evidence_path"].as_str().unwrap().starts_with(elsewhere.to_str().unwrap()));
+    let args = ["run", &m, "--interval-end", "2026-09-11T00:00:00Z", "--work-dir", flag.to_str().unwrap(), "--format", "json"];
+    let run = dpone(&dir, &args, &[("DPONE_WORK_DIR", elsewhere.to_str().unwrap())]);
+    assert_eq!(run.code, Some(0), "{}", run.describe());
+    assert!(json(&run)["evidence_path"].as_str().unwrap().starts_with(flag.to_str().unwrap()), "{}", run.describe());
 }
 
 /// A second run while the first holds the target's lease: `lease_held`,

@@ -70,6 +70,8 @@ if args[:2] == ["manifest", "list"]:
     print(json.dumps([{"selector": "public.orders", "id": "orders"}, {"id": "users"}]))
     sys.exit(0)
 code, status = os.environ["FAKE_OUTCOME"].split(":")
+if int(code) < 0:  # killed by a signal (SIGKILL: the OOM killer), no report
+    os.kill(os.getpid(), -int(code))
 print(json.dumps({"status": status, "passed": code == "0", "error_code": None if code == "0" else "x"}))
 sys.exit(int(code))
 """
@@ -99,6 +101,8 @@ def main():
             "2:unavailable": AirflowException,
             "2:refused": AirflowFailException,
             "130:interrupted": AirflowException,
+            "-9:killed": AirflowException,
+            "-15:terminated": AirflowException,
         }
         for outcome, raised in expectations.items():
             os.environ["FAKE_OUTCOME"] = outcome
@@ -113,7 +117,7 @@ def main():
         assert runs[0] == [
             "run", "/m/batch.yaml", "--selector", "public.orders", "--interval-end", "2026-09-09T00:00:00Z", "--format", "json",
         ], runs[0]
-    print("check_dag: 8 passed, 0 failed")
+    print("check_dag: 10 passed, 0 failed")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,16 @@ Exit codes (README "Exit codes") and what a task does with them:
     2    JSON status "refused"             -> fail, no retry: the manifest or
                                               the plan is refused; fix it
     130  interrupted                       -> retry: the next run resumes
+    <0   killed by a signal (subprocess    -> retry: SIGKILL (-9, e.g. the OOM
+         return code -N: -9, -15, ...)        killer), SIGTERM (-15) or another
+                                              signal stopped dpone where it was;
+                                              the journal makes a plain rerun
+                                              resume cleanly
+    137, 143  the same through a shell     -> retry (128 + 9, 128 + 15)
+    other (3, 4, ...)  not dpone's codes   -> fail, no retry: something else
+                                              went wrong (e.g. a wrapper script)
+
+`decide` holds these rules; `test_dpone_batch_dag.py` unit-tests it.
 
 retry_delay is longer than the lease (60 s): a worker that died holding the
 lease of a shared store frees it by expiry only.
@@ -77,13 +87,27 @@ def interval_end(data_interval_end: datetime) -> str:
     return data_interval_end.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# dpone's exit codes a retry can fix (README "Exit codes"), unless the JSON
+# status is one of NO_RETRY.
+RETRY_EXIT_CODES = {1, 2, 130}
+# A process killed by SIGKILL or SIGTERM, as a shell reports it (128 + N).
+RETRY_SHELL_SIGNAL_CODES = {128 + 9, 128 + 15}
+
+
 def decide(exit_code: int, report: dict) -> str:
-    """`success`, `retry` or `fail` for one dpone run."""
+    """`success`, `retry` or `fail` for one dpone run.
+
+    `exit_code` is `subprocess`'s return code: negative when a signal killed
+    the process (-9: SIGKILL, as the OOM killer sends; -15: SIGTERM). Such a
+    run printed no report, wrote its journal as far as it got, and the next
+    run resumes or finishes it: retried."""
     if exit_code == 0:
         return "success"
+    if exit_code < 0 or exit_code in RETRY_SHELL_SIGNAL_CODES:
+        return "retry"
     if report.get("status") in NO_RETRY:
         return "fail"
-    if exit_code in (1, 2, 130):
+    if exit_code in RETRY_EXIT_CODES:
         return "retry"
     return "fail"
 

@@ -236,7 +236,7 @@ pub fn reset(path: &Path, selector: Option<&str>, req: &ResetRequest<'_>) -> u8 
         state: String::new(),
         error: None,
     };
-    match rt.block_on(dpone_engine::reset_mark(store, &operator, &target, reset)) {
+    match rt.block_on(dpone_engine::reset_mark(store, &operator, std::sync::Arc::new(target), reset)) {
         Ok(r) => {
             print_reset(&r);
             match &r.after {

@@ -811,6 +811,33 @@ fn a_reset_is_refused_while_a_run_holds_the_lease_or_is_unfinished() {
     fx.run().assert_succeeded("the resumed run");
 }
 
+/// A run from another work dir (its own state store: the lease is free)
+/// holds the target's claim: a reset of the mark is refused
+/// (`target_claimed`) and the mark stays; once that run ended, it applies.
+#[test]
+fn a_reset_is_refused_while_a_run_of_another_work_dir_claims_the_target() {
+    let fx = Fixture::standard();
+    fx.run().assert_succeeded("first run");
+    fx.source_insert(&[row(6, &ts(2, 1))]);
+    let other = fx.dir.join("other-work");
+    let child = harness::spawn(
+        &fx.dir,
+        &["run", "manifest.yaml", "--work-dir", other.to_str().expect("a path"), "--format", "json"],
+        &[("DPONE_FAILPOINT_SLEEP", "publish.before_intent:4000")],
+    );
+    harness::wait_until(std::time::Duration::from_secs(30), "the other run claims the target", || {
+        other.exists() && !dump(&fx.target, "SELECT 1 FROM sqlite_master WHERE name = '_dpone_claims'").is_empty()
+    });
+    let mark = fx.mark();
+    let run = fx.reset(&["--to", "2", "--reason", "r", "--yes"]);
+    assert_reset_refused(&run, "target_claimed", "a run of another work dir claims the target");
+    assert_eq!(fx.mark(), mark, "the mark is unchanged");
+    child.wait().assert_succeeded("the other run");
+    let run = fx.reset(&["--to", "2", "--reason", "r", "--yes"]);
+    assert_eq!(run.code, Some(0), "the reset once the claim is released:\n{}", run.describe());
+    assert_eq!(fx.mark_value().as_deref(), Some("2"));
+}
+
 /// A mark row that cannot be read (an edit of `_dpone_marks` by hand) stops
 /// the next run before it writes anything: `mark_unreadable`, target and
 /// mark untouched.

@@ -112,15 +112,7 @@ pub async fn execute<S: Source, T: Target>(
         Ok(Ok(claim)) => claim,
         Ok(Err(ClaimRefused(held))) => {
             lease.release().await;
-            let run = if held.run.is_empty() { String::new() } else { format!(" (run {})", held.run) };
-            return Err(admission(AdapterError::permanent(
-                "target_claimed",
-                format!("another dpone run holds the target {scope}: {}{run}", held.holder),
-            ))
-            .with_hint(format!(
-                "its claim on the target expires in {} s unless renewed (kept in the target itself, so runs from other work dirs or hosts see it); wait for that run to finish, then run again",
-                held.remaining_ms.div_ceil(1000)
-            )));
+            return Err(admission(crate::lease::claimed_error(&scope, &held)));
         }
         Err(e) => {
             lease.release().await;

@@ -67,6 +67,16 @@ impl ClaimGuard {
 /// The claim could not be taken: another live run holds it.
 pub struct ClaimRefused(pub ClaimHolder);
 
+/// The refusal of a run (or an operator's command) whose target another
+/// live run has claimed: exit 2, `target_claimed`, naming the holder.
+pub fn claimed_error(scope: &str, held: &ClaimHolder) -> AdapterError {
+    let run = if held.run.is_empty() { String::new() } else { format!(" (run {})", held.run) };
+    AdapterError::permanent("target_claimed", format!("another dpone run holds the target {scope}: {}{run}", held.holder)).hint(format!(
+        "its claim on the target expires in {} s unless renewed (kept in the target itself, so runs from other work dirs or hosts see it); wait for that run to finish, then run again",
+        held.remaining_ms.div_ceil(1000)
+    ))
+}
+
 /// Takes the target's claim for `keeper`'s holder and TTL and attaches it
 /// to the lease. A claim whose holder the host knows to be gone is taken
 /// over at once (as for the lease). `Ok(Err(holder))`: another run has it.

@@ -7,7 +7,7 @@
 use crate::admit::{journal_key, read_journal};
 use crate::context::RunHost;
 use crate::journal::{Journal, store_error};
-use crate::lease::LeaseKeeper;
+use crate::lease::{ClaimRefused, LeaseKeeper};
 use dpone_core::failpoint::Failpoints;
 use dpone_core::incremental::StoredMark;
 use dpone_core::ports::{AdapterError, PublicationOutcome, Target};
@@ -135,12 +135,13 @@ pub fn mark_reset_prefix(scope: &str) -> String {
 /// target's journal holds an unfinished run (its batch was read after the
 /// old mark, and its publication would re-check that mark). The reset is
 /// journaled in the state store before the target is written (`intended`)
-/// and after (`applied` or `refused`); the target's own transaction
+/// and after (`applied` or `refused`); the target's claim is taken as a
+/// run takes it (`target_claimed` while another run has it); the target's own transaction
 /// checks that the mark is still `reset.before` (compare-and-set).
 pub async fn reset_mark<T: Target>(
     store: Arc<dyn StateStore>,
     who: &Operator,
-    target: &T,
+    target: Arc<T>,
     reset: MarkReset,
 ) -> Result<MarkReset, AdapterError> {
     let scope = reset.target_scope.clone();
@@ -153,6 +154,11 @@ pub async fn reset_mark<T: Target>(
                 format!("run {} of this target is {}; its batch was read after the current mark", j.run_id, j.state.as_str()),
             )
             .hint("finish it first (run the same command again, or `dpone abandon` / `dpone resolve`), then reset the mark"));
+        }
+        // The target's own claim too: a run of another work dir or state
+        // store may be appending (released with the lease).
+        if let Err(ClaimRefused(held)) = crate::lease::claim_target(&lease, target.clone(), &who.host).await? {
+            return Err(crate::lease::claimed_error(&scope, &held));
         }
         let key = format!("{}{}", mark_reset_prefix(&scope), reset.id);
         let save = |r: &MarkReset, expected: Option<u64>| -> Result<u64, AdapterError> {

@@ -229,6 +229,36 @@ fn an_insert_running_past_the_wait_stops_the_reconciliation_until_the_next_run()
     fx.finish();
 }
 
+/// A kept row deleted after the build copied it and before its check
+/// (`generation.after_copy`: an unpartitioned target's kept rows, or a
+/// monthly-partitioned target's September partition, which straddles the
+/// window): the copy holds a row the target no longer does,
+/// `generation_verification_failed`, nothing published; the next run
+/// publishes without it.
+#[test]
+fn a_kept_row_deleted_while_the_build_copies_is_refused() {
+    for (layout, partition) in [("unpartitioned", ""), ("monthly", " PARTITION BY toYYYYMM(ts)")] {
+        let fx = fixture("conc_pgch_copy", partition);
+        let what = format!("{layout}: a kept row deleted at generation.after_copy");
+        // Row 106 lies on 2026-09-20: in September, after the window.
+        let out = paused_run(&fx, "generation.after_copy", None, || {
+            fx.ch_exec(&format!("ALTER TABLE {}.{TABLE} DELETE WHERE id = 106 SETTINGS mutations_sync = 2", fx.db))
+        });
+        let doc = json(&out);
+        assert!(
+            out.status.code() == Some(1) && doc["error_code"] == "generation_verification_failed" && doc["publication"] == "absent",
+            "{what}: expected exit 1, generation_verification_failed, nothing published:\n{}",
+            describe(&out)
+        );
+        let left = |rows: Vec<Row>| rows.into_iter().filter(|r| r[0] != int(106)).collect::<Vec<_>>();
+        let before: Vec<Row> = history().into_iter().chain(old_window()).collect();
+        assert_same_rows(&left(before), &fx.target_rows(), &format!("{what}: the target as the delete left it"));
+        assert_succeeded_with(&plain_run(&fx), 0, 0, &format!("{what}: the next run"));
+        assert_same_rows(&left(expected(&[])), &fx.target_rows(), &format!("{what}: published without the deleted row"));
+        fx.finish();
+    }
+}
+
 /// Rows only added outside the window after the build are no change to
 /// the rows the run kept: the kept-rows check passes and they are carried.
 #[test]

@@ -55,11 +55,14 @@ pub const BUILD_POINTS: &[&str] = &["generation.after_link", "generation.after_a
 /// and after its mark row was written, right before the exchange.
 pub const APPEND_POINTS: &[&str] = &["append.after_link", "append.before_exchange"];
 
-/// Abort (or pause) point inside a ClickHouse replace's publication: after
-/// it read the target's and the generation's identities, right before
-/// `EXCHANGE TABLES` (the engine's `publish.before_exchange` comes before
-/// its own re-check of the generation).
-pub const REPLACE_POINTS: &[&str] = &["replace.before_exchange"];
+/// Abort (or pause) points inside a ClickHouse replace: once its build
+/// copied the target's kept rows (an unpartitioned target's, or those of
+/// partitions straddling the window), before it checks them still the
+/// target's; and in its publication, after it read the target's and the
+/// generation's identities, right before `EXCHANGE TABLES` (the engine's
+/// `publish.before_exchange` comes before its own re-check of the
+/// generation).
+pub const REPLACE_POINTS: &[&str] = &["generation.after_copy", "replace.before_exchange"];
 
 /// Abort (or pause) points inside a ClickHouse replace's reconciliation
 /// of concurrent writes, after the publication: once the rows to carry

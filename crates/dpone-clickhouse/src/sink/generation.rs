@@ -258,6 +258,7 @@ impl ClickhouseTarget {
                     Idempotence::Unsafe,
                 )
                 .await?;
+            self.pausable_failpoint("generation.after_copy").await?;
             // The copy read one snapshot of the target's parts: every row
             // it holds must still be the target's (rows other writers
             // added since are carried after the publication).
@@ -320,6 +321,7 @@ impl ClickhouseTarget {
                 Idempotence::Unsafe,
             )
             .await?;
+        self.pausable_failpoint("generation.after_copy").await?;
         let excess = self.excess_groups(&self.target_sql(), gen_sql, &outside).await?;
         if excess != 0 {
             return Err(AdapterError::verification(

@@ -59,7 +59,7 @@
 //! takes, and leaves no part of the published target whose rows could be
 //! either the generation's or a writer's.
 
-use super::blocks::{BlockPart, by_partition, up_to_block};
+use super::blocks::{BlockPart, by_partition, extra_parts, up_to_block};
 use super::generation::{EXTERNAL_GROUP_BY, NO_MERGES};
 use super::merge::MergeSql;
 use super::{ClickhouseTarget, filter_sql, text};
@@ -166,6 +166,10 @@ impl ClickhouseTarget {
                     Fence::GenerationRows(rows) => self.generation_fence(previous, *rows).await?,
                     Fence::RecordedIn(batch) => self.batch_fence(batch).await?,
                 };
+                // The previous table's parts stay as they are from here
+                // (it only becomes the backup): the parts it holds beyond
+                // the build's are read by name.
+                self.ddl(&format!("SYSTEM STOP MERGES {}", self.owned_sql(previous))).await?;
                 self.wait_for_inserts(previous).await?;
                 self.fill_carry(previous, carry, &kept.keep_sql, fence).await?
             }
@@ -318,27 +322,49 @@ impl ClickhouseTarget {
         let carry_sql = self.owned_sql(carry);
         let target = self.target_sql();
         // Partitions whose parts are the same in the previous table and
-        // among the generation's parts hold the same rows.
-        let of_previous = by_partition(self.block_parts_of(self.owned_db(previous), previous).await?.iter());
+        // among the generation's parts hold the same rows. Where the
+        // previous table holds every part of the generation's and more,
+        // the more are other writers' parts (its merges are stopped): their
+        // rows are read by part. Elsewhere (a merge or a mutation changed a
+        // part since the build) an exact multiset difference decides.
+        let previous_parts = self.block_parts_of(self.owned_db(previous), previous).await?;
+        let of_previous = by_partition(previous_parts.iter());
         let of_generation = by_partition(self.block_parts().await?.iter().filter(|p| p.max_block <= fence));
         let differing: BTreeSet<&String> =
             of_previous.keys().chain(of_generation.keys()).filter(|id| of_previous.get(*id) != of_generation.get(*id)).collect();
+        let (mut added, mut compared) = (Vec::new(), Vec::new());
+        for id in differing {
+            let have: Vec<&BlockPart> = previous_parts.iter().filter(|p| &p.partition == id).collect();
+            match extra_parts(&have, of_generation.get(id).map_or(&[][..], |v| v.as_slice())) {
+                Some(names) => added.extend(names),
+                None => compared.push(id),
+            }
+        }
         self.ddl(&format!("DROP TABLE IF EXISTS {carry_sql} SYNC")).await?;
         self.ddl(&format!("CREATE TABLE {carry_sql} AS {target} SETTINGS {NO_MERGES}")).await?;
         let mut record = CarryRecord { rows: 0, changed: 0, digest_sum: String::new(), parts: Vec::new() };
-        if !differing.is_empty() {
-            let only =
-                format!("_partition_id IN ({}) AND {keep_sql}", differing.iter().map(|id| quote_str(id)).collect::<Vec<_>>().join(", "),);
-            let of_fence = format!("{only} AND {}", up_to_block(fence));
-            let diff = self.difference_sql(&previous_sql, &target, &only, &of_fence)?;
-            let changed = self.count_rows_of(&format!("SELECT count() FROM ({diff}) WHERE _dpone_s < 0")).await?;
-            // Kept rows changed after the check (`changed`) are reported by
-            // the engine once the rows added are carried (the published
-            // target holds them as they were).
+        if !added.is_empty() || !compared.is_empty() {
             let list = self.column_list()?;
-            let carried = format!(
-                "(SELECT {list} FROM (SELECT * FROM ({diff}) WHERE _dpone_s > 0) ARRAY JOIN range(toUInt64(_dpone_s)) AS _dpone_i)"
-            );
+            let mut sources = Vec::new();
+            let mut changed = 0;
+            if !added.is_empty() {
+                let names = added.iter().map(|n| quote_str(n)).collect::<Vec<_>>().join(", ");
+                sources.push(format!("SELECT {list} FROM {previous_sql} WHERE _part IN ({names}) AND {keep_sql}"));
+            }
+            if !compared.is_empty() {
+                let only =
+                    format!("_partition_id IN ({}) AND {keep_sql}", compared.iter().map(|id| quote_str(id)).collect::<Vec<_>>().join(", "));
+                let of_fence = format!("{only} AND {}", up_to_block(fence));
+                let diff = self.difference_sql(&previous_sql, &target, &only, &of_fence)?;
+                changed = self.count_rows_of(&format!("SELECT count() FROM ({diff}) WHERE _dpone_s < 0")).await?;
+                // Kept rows changed after the check (`changed`) are reported by
+                // the engine once the rows added are carried (the published
+                // target holds them as they were).
+                sources.push(format!(
+                    "SELECT {list} FROM (SELECT * FROM ({diff}) WHERE _dpone_s > 0) ARRAY JOIN range(toUInt64(_dpone_s)) AS _dpone_i"
+                ));
+            }
+            let carried = format!("({})", sources.join(" UNION ALL "));
             self.client
                 .execute(
                     &format!("INSERT INTO {carry_sql} ({list}) SELECT {list} FROM {carried} SETTINGS {EXTERNAL_GROUP_BY}"),

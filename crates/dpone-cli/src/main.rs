@@ -12,8 +12,8 @@ fn main() -> std::process::ExitCode {
 /// freed, and the freed blocks then stay resident in the heaps of the worker
 /// threads. Measured on a 5M-row ClickHouse -> PostgreSQL window: peak RSS
 /// 3.5 MiB lower, about 0.3 s more system CPU, no wall time change visible
-/// in three alternated runs (docs/benchmarks.md, "Development measurement:
-/// memory of this route").
+/// in three alternated runs (the development measurement of that route's
+/// memory, docs/bench-results/dev-ch_to_postgres-20261202-memory.summary.json).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn tune_allocator() {
     // SAFETY: mallopt only sets an allocator parameter; it is called before

@@ -43,7 +43,7 @@ use tokio_postgres::{Client, CopyOutStream};
 /// frames keep memory low and the pipeline busy. At 1 MiB a run's peak RSS
 /// followed how full the pipeline got (PG->CH narrow: 17 MiB at 1M rows,
 /// 21.5 MiB at 20M); at 128 KiB it is 14.0-14.5 MiB at both, as fast
-/// (scripts/bench/memory.sh, docs/benchmarks.md).
+/// (scripts/bench/memory.sh; docs/bench-results/memory-20261129T2022Z.summary.json).
 pub const FLUSH_BYTES: usize = 128 << 10;
 
 struct Keeper {

@@ -53,8 +53,12 @@ pub use route::{ROUTING_FAILED, Router, assemble_routed, chunk_groups};
 pub use sink::{DigestOnly, FrameSink};
 pub use unparsed::Unparsed;
 
-/// The hint of every value or row a source refuses.
-pub const VALUE_HINT: &str = "dpone moves values exactly or not at all; fix the value, the target type or the row limits (native_chunks)";
+/// The hint of a value a source refuses.
+pub const VALUE_HINT: &str =
+    "dpone moves values exactly or not at all: fix the value in the source, or give the target column a type that holds it";
+/// The hint of a row above the row limit.
+pub const ROW_HINT: &str =
+    "raise the row limit (native_chunks.max_row_bytes, at most max_bytes) or narrow the row (source.options.columns)";
 /// The hint of a NULL read for a NOT NULL target column.
 pub const NULL_HINT: &str = "the target column is NOT NULL and this source row has no value: fill the value in the source or make the target column Nullable; nothing was published (`sink.options.nullable_into_not_null: refuse` refuses such columns before reading)";
 
@@ -166,7 +170,11 @@ impl TranscodeError {
 
     /// The error a source read reports, with the hint how to fix it.
     pub fn into_read_error(self) -> AdapterError {
-        let hint = if self.refusal == Refusal::NullIntoNotNull { NULL_HINT } else { VALUE_HINT };
+        let hint = match self.refusal {
+            Refusal::Value => VALUE_HINT,
+            Refusal::RowTooLarge => ROW_HINT,
+            Refusal::NullIntoNotNull => NULL_HINT,
+        };
         AdapterError::permanent(self.code(), self.to_string()).hint(hint)
     }
 }

@@ -38,6 +38,9 @@ fn a_scalar_unique_key_is_the_list_of_its_columns() {
     let text = original("postgres", "clickhouse", "      unique_key: \"{{ key }}\"\n", "")
         .replace("kind: dpone.batch.v1\n", "kind: dpone.batch.v1\nvars: {key: id}\n");
     assert_eq!(one(&text).merge().map(|(k, _)| k.to_vec()), Some(vec!["id".to_string()]));
+    // The single-table form reads it the same way.
+    let single = "kind: dpone.batch.v1\nsource:\n  type: postgres\n  connection_id: src\n  table: {name: orders}\n  options: {incremental_column: updated_at}\nsink:\n  type: clickhouse\n  connection_id: dst\n  table: {name: orders}\n  strategy: {mode: incremental_merge, unique_key: order_id}\n";
+    assert_eq!(load(single).unwrap().merge().map(|(k, _)| k.to_vec()), Some(vec!["order_id".to_string()]));
     let empty = original("postgres", "clickhouse", "      unique_key: \" , \"\n", "");
     assert_eq!(codes(&empty), vec![("merge_key_missing".into(), "defaults.sink.strategy.unique_key".into())]);
     let number = original("postgres", "clickhouse", "      unique_key: 5\n", "");

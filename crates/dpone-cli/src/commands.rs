@@ -223,10 +223,33 @@ pub fn prepare_for_status(path: &Path, selector: Option<&str>) -> Result<(Manife
     Ok((manifest, target, store))
 }
 
+/// The plan of one process without connecting anywhere (`--offline`):
+/// the adapters are built to check their settings, but a connection whose
+/// environment variable is not set here is not a problem of the plan (as
+/// for `validate`): the run's environment provides it.
+fn plan_offline(path: &Path, manifest: &Manifest, args: &IntervalArgs) -> Result<Plan, Diagnostics> {
+    let located = |mut d: Diagnostic| {
+        manifest.locate(&mut d);
+        Diagnostics::one(d)
+    };
+    let mut plan = Plan::build(manifest, &interval(args)).map_err(located)?;
+    let base = base_dir(path);
+    let built = [adapters::AnySource::build(manifest, &base).err(), adapters::build_target(manifest, &base).err()];
+    if let Some(d) = built.into_iter().flatten().find(|d| d.code != "missing_connection_env") {
+        return Err(located(d));
+    }
+    plan.refusals.extend(adapters::same_sqlite_table(manifest, &base));
+    plan.refusals.iter_mut().for_each(|d| manifest.locate(d));
+    Ok(plan)
+}
+
 /// Plans and probes one process.
 fn plan_one(path: &Path, manifest: &Manifest, args: &IntervalArgs, offline: bool) -> Result<Plan, Diagnostics> {
+    if offline {
+        return plan_offline(path, manifest, args);
+    }
     let (mut plan, adapters) = prepare(path, manifest, args)?;
-    if !offline && plan.refusals.is_empty() {
+    if plan.refusals.is_empty() {
         let probed = runtime().block_on(async {
             let (s, t) = (adapters.source.as_ref(), adapters.target.as_ref());
             // Tables recorded by this target's journal are not foreign.
@@ -284,17 +307,31 @@ fn plan_one(path: &Path, manifest: &Manifest, args: &IntervalArgs, offline: bool
 /// `dpone plan`: the plan of every selected process (text, or one JSON
 /// document per line); exit 0 when every plan is runnable.
 pub fn plan(path: &Path, args: &IntervalArgs, selection: &Selection, format: Format, offline: bool) -> u8 {
+    // Refused: the diagnostics on stderr and, with --format json, one
+    // document on stdout saying so (as `run` does).
+    let refused = |d: &Diagnostics, process: Option<&manifest::Process>| {
+        if format == Format::Json {
+            let code = d.0.first().map(|d| d.code.clone());
+            let mut v = serde_json::json!({"manifest": path, "runnable": false, "error_code": code, "refusals": d});
+            if let Some(p) = process {
+                v["process"] = serde_json::json!(p.name);
+                v["selector"] = serde_json::json!(p.selector);
+            }
+            println!("{}", serde_json::to_string(&v).expect("JSON values serialize"));
+        }
+        output::print_diagnostics(path, d);
+    };
     let loaded = match load(path) {
         Ok(l) => l,
         Err(d) => {
-            output::print_diagnostics(path, &d);
+            refused(&d, None);
             return EXIT_CONFIG;
         }
     };
     let chosen = match select::select(&loaded, selection) {
         Ok(c) => c,
         Err(d) => {
-            output::print_diagnostics(path, &d);
+            refused(&d, None);
             return EXIT_CONFIG;
         }
     };
@@ -319,7 +356,7 @@ pub fn plan(path: &Path, args: &IntervalArgs, selection: &Selection, format: For
                 }
             }
             Err(d) => {
-                output::print_diagnostics(path, &d);
+                refused(&d, Some(p));
                 code = EXIT_CONFIG;
             }
         }

@@ -148,8 +148,16 @@ pub fn document(head: &Head, plan: Option<&Plan>, body: &Body, duration_seconds:
         None => summary(key).as_u64().map(|v| json!(v)).unwrap_or(json!(0)),
     };
     let optional = |pick: fn(&RunReport) -> Value, key: &str| report.map(pick).unwrap_or_else(|| summary(key));
-    let (extracted, inserted, final_rows) =
-        (rows(|r| r.extracted_rows, "extracted_rows"), rows(|r| r.inserted_rows, "inserted_rows"), rows(|r| r.final_rows, "final_rows"));
+    let (extracted, final_rows) = (rows(|r| r.extracted_rows, "extracted_rows"), rows(|r| r.final_rows, "final_rows"));
+    // A merge reports as the original does: the target rows its batch
+    // replaced are `updated_rows`, and only the rest of its rows are
+    // `inserted_rows` (a succeeded process reported again keeps both).
+    let merge = plan.and_then(|p| p.incremental.as_ref()).is_some_and(|i| i.unique_key.is_some());
+    let (inserted, updated) = match report {
+        Some(r) if merge => (json!(r.inserted_rows.saturating_sub(r.replaced_rows)), json!(r.replaced_rows)),
+        Some(r) => (json!(r.inserted_rows), json!(0)),
+        None => (rows(|r| r.inserted_rows, "inserted_rows"), summary("updated_rows").as_u64().map_or(json!(0), |v| json!(v))),
+    };
     let duration = match report {
         Some(r) => r.duration_seconds,
         None => duration_seconds,
@@ -171,7 +179,7 @@ pub fn document(head: &Head, plan: Option<&Plan>, body: &Body, duration_seconds:
         "result": {
             "status": status,
             "inserted_rows": inserted,
-            "updated_rows": 0,
+            "updated_rows": updated,
             "final_rows": final_rows,
             "extracted_rows": extracted,
             "duration_seconds": duration,
@@ -225,7 +233,9 @@ pub fn summary_of(doc: &Value) -> Value {
         "reused_chunks",
         "evidence_path",
     ];
-    Value::Object(keys.iter().map(|k| (k.to_string(), doc[*k].clone())).collect())
+    let mut kept: serde_json::Map<String, Value> = keys.iter().map(|k| (k.to_string(), doc[*k].clone())).collect();
+    kept.insert("updated_rows".into(), doc["result"]["updated_rows"].clone());
+    Value::Object(kept)
 }
 
 fn md_cell(v: &Value) -> String {
@@ -235,6 +245,12 @@ fn md_cell(v: &Value) -> String {
         other => other.to_string(),
     };
     crate::output::safe(&s).replace('|', "\\|").replace('`', "'")
+}
+
+/// A process's status in Markdown: `skipped` when this invocation found
+/// it already published by an earlier run of the same operation.
+fn md_status(d: &Value) -> String {
+    if d["skipped"] == json!(true) { "skipped".into() } else { md_cell(&d["status"]) }
 }
 
 /// The documents as Markdown: the original's layout for one process; a
@@ -250,7 +266,7 @@ pub fn markdown(docs: &[Value]) -> String {
             let cells: Vec<String> =
                 ["process", "selector", "status", "passed", "attempts", "extracted_rows", "inserted_rows", "final_rows"]
                     .iter()
-                    .map(|k| md_cell(&d[*k]))
+                    .map(|k| if *k == "status" { md_status(d) } else { md_cell(&d[*k]) })
                     .chain([md_cell(&d["result"]["duration_seconds"])])
                     .collect();
             out.push(format!("| {} |", cells.join(" | ")));
@@ -273,9 +289,18 @@ pub fn markdown(docs: &[Value]) -> String {
             ("Max attempts", "max_attempts"),
             ("Retry backoff seconds", "retry_backoff_seconds"),
         ] {
-            out.push(format!("- {label}: `{}`", md_cell(&d[key])));
+            let value = if key == "status" { md_status(d) } else { md_cell(&d[key]) };
+            out.push(format!("- {label}: `{value}`"));
         }
         out.push(String::new());
+        if d["skipped"] == json!(true) {
+            // Nothing ran now: the figures are those of the run that did it.
+            out.push(format!(
+                "Skipped: run `{}` of this operation already published this process; nothing was read or written now. Its figures:",
+                md_cell(&d["journal_run_id"])
+            ));
+            out.push(String::new());
+        }
         out.push("| metric | value |".into());
         out.push("|---|---|".into());
         for key in ["extracted_rows", "inserted_rows", "updated_rows", "final_rows", "duration_seconds"] {

@@ -180,7 +180,7 @@ enum Command {
         #[arg(long, value_name = "SELECTOR")]
         selector: Option<String>,
     },
-    /// An incremental_append target's high-water mark: show it, or deliberately move it.
+    /// An incremental_append or incremental_merge target's high-water mark: show it, or deliberately move it.
     State {
         #[command(subcommand)]
         command: StateCommand,

@@ -1,4 +1,5 @@
-//! `dpone state show|reset`: an `incremental_append` target's high-water
+//! `dpone state show|reset`: an `incremental_append` (or
+//! `incremental_merge`) target's high-water
 //! mark, read from the target (where the publication wrote it), and an
 //! operator's deliberate move of it. `show` is read-only and takes no
 //! lease; `reset` takes the target's lease as a run does, is refused while
@@ -56,15 +57,19 @@ fn refuse(path: &Path, manifest: Option<&Manifest>, mut d: Diagnostic) -> u8 {
 }
 
 /// The manifest's process, its target and cursor column, or the exit code
-/// of a refusal (not an `incremental_append`).
+/// of a refusal (not an `incremental_append` or `incremental_merge`).
 fn open(path: &Path, selector: Option<&str>) -> Result<(Manifest, AnyTarget, crate::state::StoreChoice, String), u8> {
     let (manifest, target, choice) = crate::commands::prepare_for_status(path, selector).map_err(|d| {
         print_diagnostics(path, &d);
         EXIT_CONFIG
     })?;
     let Some((column, _)) = manifest.incremental() else {
-        let d = Diagnostic::new("not_incremental", "sink.strategy.mode", "this process is not an incremental_append: it keeps no mark")
-            .hint("state show|reset apply to processes with sink.strategy.mode: incremental_append");
+        let d = Diagnostic::new(
+            "not_incremental",
+            "sink.strategy.mode",
+            "this process is neither an incremental_append nor an incremental_merge: it keeps no mark",
+        )
+        .hint("state show|reset apply to processes with sink.strategy.mode: incremental_append or incremental_merge");
         return Err(refuse(path, Some(&manifest), d));
     };
     let column = column.to_string();

@@ -129,6 +129,14 @@ pub fn print_plan(plan: &Plan, format: Format) {
             inc.initial_value.as_ref().map(|v| format!(", initial_value {}", safe(v))).unwrap_or_default()
         );
         println!("mark        {mark}");
+        if let Some(key) = &inc.unique_key {
+            let versions = if inc.fail_on_duplicates {
+                "duplicate_policy fail: a key with more than one row in the batch fails the run"
+            } else {
+                "a key's row with the greatest cursor wins"
+            };
+            println!("unique key  {}: {versions}", safe(&key.join(", ")));
+        }
         if let Some(reads) = &inc.reads {
             println!("reads       {}", safe(reads));
         }
@@ -175,7 +183,16 @@ pub fn print_plan(plan: &Plan, format: Format) {
         Some(cols) => {
             println!("columns     {} (probed)", cols.len());
             for c in cols {
-                println!("  {:<24} {:<28} <- {}", safe(&c.name), c.ty.to_string(), safe(&c.native_type));
+                // The target's type: a NOT NULL target column fed by a
+                // nullable source column is not shown as Nullable.
+                let ty = if plan.null_checks.contains(&c.name) {
+                    let mut t = c.ty.clone();
+                    t.nullable = false;
+                    format!("{t} NOT NULL")
+                } else {
+                    c.ty.to_string()
+                };
+                println!("  {:<24} {:<28} <- {}", safe(&c.name), ty, safe(&c.native_type));
             }
         }
         None if !plan.probed => println!("columns     not probed (--offline)"),

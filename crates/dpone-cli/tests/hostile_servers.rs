@@ -173,6 +173,9 @@ fn a_nullable_column_into_a_not_null_one_is_checked_row_by_row() {
     assert_eq!((run.code, doc["publication"].as_str()), (Some(1), Some("absent")), "{}", run.describe());
     let message = doc["errors"][0]["message"].as_str().unwrap_or_default();
     assert!(message.contains("name") && message.contains("NULL"), "the column is named: {}", run.describe());
+    assert!(message.contains(" of this read)"), "and the row: {}", run.describe());
+    let hint = doc["errors"][0]["hint"].as_str().unwrap_or_default();
+    assert!(hint.contains("NOT NULL") && !hint.contains("row limit"), "{}", run.describe());
     assert_eq!(fx.target_rows(), published, "the target is unchanged");
 
     // Today's refusal, kept as an option.
@@ -334,6 +337,39 @@ fn an_unreachable_server_and_refused_credentials_exit_2() {
     });
     fx.clickhouse_url = format!("http://default:wrong@127.0.0.1:{port}");
     let run = fx.run();
-    assert_eq!((run.code, run.json()["error_code"].as_str()), (Some(2), Some("clickhouse_auth_failed")), "{}", run.describe());
+    let doc = run.json();
+    assert_eq!((run.code, doc["error_code"].as_str()), (Some(2), Some("clickhouse_auth_failed")), "{}", run.describe());
+    // Reported at the connection (not at a table), with what to check.
+    let error = &doc["errors"][0];
+    assert_eq!(error["path"], "sink.connection", "{doc:#}");
+    assert!(error["hint"].as_str().unwrap_or_default().contains("user and password"), "{doc:#}");
+    fx.finish();
+}
+
+/// PostgreSQL that cannot be reached is named by host and port; a role it
+/// refuses is reported at the source's connection with a hint (issue 31).
+#[test]
+fn postgres_connection_failures_name_the_server_and_the_connection() {
+    let mut fx = basic();
+    fx.write_manifest(&ManifestOptions::default());
+    let postgres = fx.postgres_url.clone();
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    fx.postgres_url = format!("postgresql://postgres@127.0.0.1:{closed}/test");
+    let run = fx.run();
+    assert_eq!(run.code, Some(2), "{}", run.describe());
+    let message = harness::messages(&run.json()["errors"]);
+    assert!(message.contains(&format!("127.0.0.1:{closed}")), "the server is named: {}", run.describe());
+    let plan = fx.plan();
+    assert!(plan.stderr.contains(&format!("127.0.0.1:{closed}")), "plan too: {}", plan.describe());
+
+    // A role the server does not know (SQLSTATE 28000): the credentials.
+    fx.postgres_url = postgres.replacen("postgresql://postgres@", "postgresql://no_such_role_31@", 1);
+    let run = fx.run();
+    let doc = run.json();
+    assert_eq!((run.code, doc["error_code"].as_str()), (Some(2), Some("postgres_auth_failed")), "{}", run.describe());
+    let error = &doc["errors"][0];
+    assert_eq!(error["path"], "source.connection", "{doc:#}");
+    assert!(error["hint"].as_str().unwrap_or_default().contains("user and password"), "{doc:#}");
+    fx.postgres_url = postgres;
     fx.finish();
 }

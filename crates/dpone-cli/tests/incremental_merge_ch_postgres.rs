@@ -149,7 +149,9 @@ fn check_merge(fx: &Fixture, run: &Run, model: &Model, mark: &str, counts: (u64,
     let doc = run.assert_succeeded(what);
     fx.assert_target(&rows_of(model), &format!("{what}: target = the model"));
     assert_eq!(mark_value(fx).as_deref(), Some(mark), "{what}: expected the stored mark {mark}");
-    assert_eq!(doc["inserted_rows"], counts.0, "{what}: inserted_rows: {doc:#}");
+    // As the original reports a merge: the replaced rows are updated_rows.
+    assert_eq!(doc["inserted_rows"], counts.0.saturating_sub(counts.1), "{what}: inserted_rows: {doc:#}");
+    assert_eq!(doc["result"]["updated_rows"], counts.1, "{what}: result.updated_rows: {doc:#}");
     assert_eq!(doc["replaced_rows"], counts.1, "{what}: replaced_rows: {doc:#}");
     assert_eq!(doc["incremental"]["rows_replaced"], counts.1, "{what}: incremental.rows_replaced: {doc:#}");
     assert_eq!(doc["final_rows"], model.len(), "{what}: final_rows");

@@ -171,12 +171,16 @@ fn insert(conn: &Connection, rows: &[Vec<Sql>]) {
 }
 
 /// A successful merge: the target is the model, the mark `mark`, the
-/// report's counts `inserted` / `replaced`.
+/// report's counts: `inserted` rows written (one per key of the batch),
+/// `replaced` target rows replaced. As the original reports a merge, the
+/// replaced rows are `updated_rows` and only the others `inserted_rows`.
 fn check_merge(fx: &Fixture, run: &Run, model: &Model, mark: &str, inserted: u64, replaced: u64, what: &str) -> serde_json::Value {
     let doc = run.assert_succeeded(what);
     assert_same_rows(&model_rows(model), &fx.target_rows(), &format!("{what}: target = the model"));
     assert_eq!(fx.mark_value().as_deref(), Some(mark), "{what}: expected the stored mark {mark}");
-    assert_eq!(doc["inserted_rows"], inserted, "{what}: inserted_rows: {doc:#}");
+    assert_eq!(doc["inserted_rows"], inserted.saturating_sub(replaced), "{what}: inserted_rows: {doc:#}");
+    assert_eq!(doc["result"]["inserted_rows"], inserted.saturating_sub(replaced), "{what}: result.inserted_rows: {doc:#}");
+    assert_eq!(doc["result"]["updated_rows"], replaced, "{what}: result.updated_rows: {doc:#}");
     assert_eq!(doc["replaced_rows"], replaced, "{what}: replaced_rows: {doc:#}");
     assert_eq!(doc["incremental"]["rows_replaced"], replaced, "{what}: incremental.rows_replaced: {doc:#}");
     assert_eq!(doc["final_rows"], model.len(), "{what}: final_rows");
@@ -229,6 +233,25 @@ fn several_versions_of_a_key_in_one_batch_resolve_to_the_greatest_cursor() {
     let mut model: Model = [(1, (0, "stale".to_string()))].into_iter().collect();
     merge_into(&mut model, &[(1, 3, "a3"), (2, 2, "b"), (3, 4, "r")]);
     check_merge(&fx, &fx.run(), &model, "4", 3, 1, "versions in one batch");
+}
+
+/// `duplicate_policy: fail` (the original's): a key with more than one row
+/// in the batch fails the run, nothing published; without it the greatest
+/// cursor wins.
+#[test]
+fn duplicate_policy_fail_refuses_a_key_twice_in_the_batch() {
+    let rows = [row(1, 1, "a1"), row(1, 2, "a2"), row(2, 3, "b")];
+    let fx = Fixture::new(&rows, &[row(1, 0, "stale")], &manifest("    duplicate_policy: fail\n"));
+    let before = fx.target_rows();
+    let doc = fx.run().assert_failed("a duplicate key", 1, "merge_key_duplicate");
+    let message = harness::messages(&doc["errors"]);
+    assert!(message.contains("3 rows for 2 distinct keys (id)"), "{doc:#}");
+    assert_same_rows(&before, &fx.target_rows(), "target unchanged");
+    assert_eq!(fx.mark_value(), None, "no mark stored");
+    // One row per key: merged as usual, the replaced key reported as updated.
+    fx.source_exec("DELETE FROM t WHERE id = 1 AND ver = 1");
+    let model: Model = [(1, (2, "a2".to_string())), (2, (3, "b".to_string()))].into_iter().collect();
+    check_merge(&fx, &fx.run(), &model, "3", 2, 1, "one row per key");
 }
 
 #[test]

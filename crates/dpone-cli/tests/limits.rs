@@ -95,7 +95,7 @@ fn the_plan_shows_resolved_limits() {
 }
 
 #[test]
-fn invalid_limits_exit_2_with_empty_stdout_before_any_io() {
+fn invalid_limits_exit_2_with_a_refusal_document_before_any_io() {
     for (limits, code) in [
         ("{encoding_parallelism: 65, stage_allocated_bytes_stop_threshold: 100000000}", "invalid_limit:encoding_parallelism"),
         ("{import_parallelism: 0, stage_allocated_bytes_stop_threshold: 100000000}", "invalid_limit:import_parallelism"),
@@ -112,7 +112,11 @@ fn invalid_limits_exit_2_with_empty_stdout_before_any_io() {
         let out = dpone(dir.path(), &["plan", manifest.to_str().unwrap(), "--interval-end", END, "--format", "json"], &[]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{limits}: exit 2\n{stderr}");
-        assert!(out.stdout.is_empty(), "{limits}: stdout stays empty");
+        // Issue 31 (which wins over SPEC §1's empty stdout): a refused
+        // plan prints its refusal document, and nothing else.
+        let doc = json(&out);
+        assert_eq!((doc["runnable"].as_bool(), doc["error_code"].as_str()), (Some(false), Some(code)), "{limits}: {doc:#}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1, "{limits}: one document");
         assert!(stderr.contains(&format!("error[{code}]")), "{limits}: expected {code} on stderr:\n{stderr}");
         let run = dpone(dir.path(), &["run", manifest.to_str().unwrap(), "--interval-end", END, "--format", "json"], &[]);
         assert_eq!(run.status.code(), Some(2));

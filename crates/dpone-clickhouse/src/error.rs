@@ -13,9 +13,11 @@ const AUTH_CODES: &[u32] = &[192, 193, 194, 195, 516];
 pub(crate) fn from_transport(e: reqwest::Error, what: &str, idem: Idempotence) -> AdapterError {
     // A certificate the checks refused is not an outage: retrying cannot help.
     if let Some(tls) = dpone_tls::tls_failure(&e) {
-        return AdapterError::permanent("clickhouse_tls_failed", format!("{what} failed: TLS: {tls}")).hint(
-            "the server's certificate is not trusted or not valid for its host: check the URL's host and ca_file (the CA that signed the server's certificate)",
-        );
+        return AdapterError::permanent("clickhouse_tls_failed", format!("{what} failed: TLS: {tls}"))
+            .hint(
+                "the server's certificate is not trusted or not valid for its host: check the URL's host and ca_file (the CA that signed the server's certificate)",
+            )
+            .at_connection();
     }
     // A refused or failed connect sent nothing; anything later may have
     // reached the server.
@@ -27,7 +29,8 @@ pub(crate) fn from_transport(e: reqwest::Error, what: &str, idem: Idempotence) -
         msg.push_str(&format!(": {s}"));
         source = s.source();
     }
-    AdapterError::new(class, code, msg).hint("check that the ClickHouse server is reachable over HTTP")
+    let e = AdapterError::new(class, code, msg).hint("check that the ClickHouse server is reachable over HTTP");
+    if e.code == "clickhouse_unreachable" { e.at_connection() } else { e }
 }
 
 /// The numeric error code in a ClickHouse error body.
@@ -56,7 +59,13 @@ pub(crate) async fn from_response(resp: reqwest::Response, what: &str, idem: Ide
         None => (ErrorClass::Permanent, format!("clickhouse_http_{}", status.as_u16())),
     };
     let class = if idem == Idempotence::Unsafe && class == ErrorClass::Transient { ErrorClass::Indeterminate } else { class };
-    AdapterError::new(class, stable, format!("{what} failed (HTTP {}): {text}", status.as_u16()))
+    let e = AdapterError::new(class, stable, format!("{what} failed (HTTP {}): {text}", status.as_u16()));
+    match code {
+        Some(c) if AUTH_CODES.contains(&c) => e
+            .hint("the server refused the credentials: check the user and password of this connection (in its URL, or DPONE_CONN_<ID>_USERNAME / _PASSWORD)")
+            .at_connection(),
+        _ => e,
+    }
 }
 
 #[cfg(test)]

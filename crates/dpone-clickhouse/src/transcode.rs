@@ -138,7 +138,7 @@ impl RowParser {
             src += 1;
             match flag {
                 1 if c.target_nullable => return Ok(Some((src, 1, true))),
-                1 => return Err(TranscodeError::new(c.name.as_str(), "NULL in a column whose target is NOT NULL (nothing is coerced)")),
+                1 => return Err(TranscodeError::null_into_not_null(c.name.as_str())),
                 0 => {}
                 b => return Err(TranscodeError::new(c.name.as_str(), format!("invalid Nullable prefix {b}"))),
             }

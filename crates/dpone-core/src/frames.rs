@@ -53,8 +53,14 @@ pub use route::{ROUTING_FAILED, Router, assemble_routed, chunk_groups};
 pub use sink::{DigestOnly, FrameSink};
 pub use unparsed::Unparsed;
 
-/// The hint of every value or row a source refuses.
-pub const VALUE_HINT: &str = "dpone moves values exactly or not at all; fix the value, the target type or the row limits (native_chunks)";
+/// The hint of a value a source refuses.
+pub const VALUE_HINT: &str =
+    "dpone moves values exactly or not at all: fix the value in the source, or give the target column a type that holds it";
+/// The hint of a row above the row limit.
+pub const ROW_HINT: &str =
+    "raise the row limit (native_chunks.max_row_bytes, at most max_bytes) or narrow the row (source.options.columns)";
+/// The hint of a NULL read for a NOT NULL target column.
+pub const NULL_HINT: &str = "the target column is NOT NULL and this source row has no value: fill the value in the source or make the target column Nullable; nothing was published (`sink.options.nullable_into_not_null: refuse` refuses such columns before reading)";
 
 /// The bounds of the frames of one read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +96,8 @@ pub enum Refusal {
     Value,
     /// A row above `max_row_bytes`: `row_too_large`.
     RowTooLarge,
+    /// A NULL for a NOT NULL target column.
+    NullIntoNotNull,
 }
 
 /// A value that cannot be written exactly, a row above the row limit, or a
@@ -99,18 +107,44 @@ pub struct TranscodeError {
     pub column: String,
     pub reason: String,
     pub refusal: Refusal,
+    /// The refused row's ordinal in its read (1-based), when known.
+    pub row: Option<u64>,
 }
 
 impl std::fmt::Display for TranscodeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "column `{}`: {}", self.column, self.reason)
+        write!(f, "column `{}`: {}", self.column, self.reason)?;
+        match self.row {
+            Some(row) => write!(f, " (row {row} of this read)"),
+            None => Ok(()),
+        }
     }
 }
 
 impl TranscodeError {
     /// A value (or stream) error about `column`.
     pub fn new(column: impl Into<String>, reason: impl Into<String>) -> Self {
-        TranscodeError { column: column.into(), reason: reason.into(), refusal: Refusal::Value }
+        TranscodeError { column: column.into(), reason: reason.into(), refusal: Refusal::Value, row: None }
+    }
+
+    /// A NULL read for `column`, whose target column is NOT NULL.
+    pub fn null_into_not_null(column: impl Into<String>) -> Self {
+        TranscodeError {
+            column: column.into(),
+            reason: "NULL in a column whose target is NOT NULL (nothing is coerced)".into(),
+            refusal: Refusal::NullIntoNotNull,
+            row: None,
+        }
+    }
+
+    /// The same error naming the refused row's ordinal in its read (a
+    /// NULL for a NOT NULL column only: the others name their value).
+    #[must_use]
+    pub fn at_row(mut self, row: u64) -> Self {
+        if self.refusal == Refusal::NullIntoNotNull {
+            self.row = Some(row);
+        }
+        self
     }
 
     /// A row of `row_bytes` encoded bytes, `column_bytes` of them in its
@@ -122,20 +156,26 @@ impl TranscodeError {
                 "a row encodes to {row_bytes} bytes ({column_bytes} of them in this column), more than max_row_bytes = {limit}"
             ),
             refusal: Refusal::RowTooLarge,
+            row: None,
         }
     }
 
     /// The stable error code.
     pub fn code(&self) -> &'static str {
         match self.refusal {
-            Refusal::Value => "invalid_value",
+            Refusal::Value | Refusal::NullIntoNotNull => "invalid_value",
             Refusal::RowTooLarge => "row_too_large",
         }
     }
 
     /// The error a source read reports, with the hint how to fix it.
     pub fn into_read_error(self) -> AdapterError {
-        AdapterError::permanent(self.code(), self.to_string()).hint(VALUE_HINT)
+        let hint = match self.refusal {
+            Refusal::Value => VALUE_HINT,
+            Refusal::RowTooLarge => ROW_HINT,
+            Refusal::NullIntoNotNull => NULL_HINT,
+        };
+        AdapterError::permanent(self.code(), self.to_string()).hint(hint)
     }
 }
 
@@ -362,6 +402,11 @@ impl Assembly {
         self.pause_at_guard();
     }
 
+    /// Rows accepted so far: sent, and in the current frame.
+    fn rows_so_far(&self) -> u64 {
+        self.stats.rows + self.frame.rows
+    }
+
     /// The reservation grew: the frame may use it.
     fn grown(&mut self) {
         self.frame.reserved = covered(&self.buffer);
@@ -425,7 +470,7 @@ where
     let mut a = Assembly::new(columns, limits);
     a.install(sink.buffer(limits.flush_bytes as u64).await?);
     loop {
-        let parsed = unparsed.parse_into(transcoder, &mut a.frame).map_err(|e| sink.refused(e))?;
+        let parsed = unparsed.parse_into(transcoder, &mut a.frame).map_err(|e| sink.refused(e.at_row(a.rows_so_far() + 1)))?;
         if a.guard_due() {
             sink.check()?;
         }

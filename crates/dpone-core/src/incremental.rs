@@ -390,6 +390,20 @@ pub fn merge_key_tie(rows: impl fmt::Display, key_values: &str, cursor_column: &
     .hint("make the source hold one version per key and cursor value (or a cursor that tells versions apart), then run again; nothing was published")
 }
 
+/// `merge_key_duplicate`: with `duplicate_policy: fail` (the original's),
+/// the batch holds `rows` rows for `keys` keys: some key has more than one.
+pub fn merge_key_duplicate(rows: u64, keys: u64, unique_key: &[String]) -> AdapterError {
+    AdapterError::permanent(
+        "merge_key_duplicate",
+        format!(
+            "the batch holds {rows} rows for {keys} distinct keys ({}): {} row(s) repeat a key, and `duplicate_policy: fail` refuses duplicate keys",
+            unique_key.join(", "),
+            rows - keys
+        ),
+    )
+    .hint("make the source hold one row per key in the batch, or remove `duplicate_policy` to let each key's row with the greatest cursor win; nothing was published")
+}
+
 #[cfg(test)]
 mod tests {
 

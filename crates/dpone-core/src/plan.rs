@@ -19,6 +19,27 @@ pub const PLAN_VERSION: &str = "dpone.plan.v1";
 pub const CONTRACT_VERSION: &str = "dpone.window.v1";
 /// What to tell a user whose route is not supported.
 pub const SUPPORTED_ROUTES_HINT: &str = "supported routes: sqlite->sqlite, postgres->clickhouse, clickhouse->postgres";
+/// The routes this runtime moves rows on.
+pub const ROUTES: &[(System, System)] =
+    &[(System::Sqlite, System::Sqlite), (System::Postgres, System::Clickhouse), (System::Clickhouse, System::Postgres)];
+
+/// `unsupported_route` (at `sink.type`) when `source -> sink` is not one of
+/// [`ROUTES`]. The manifest loader reports it before any other problem of
+/// the manifest: nothing else matters for a route that does not exist.
+pub fn route_refusal(source: System, sink: System) -> Option<Diagnostic> {
+    if ROUTES.contains(&(source, sink)) {
+        return None;
+    }
+    let hint = if source == System::Mssql || sink == System::Mssql {
+        format!("SQL Server is not implemented in this runtime yet; {SUPPORTED_ROUTES_HINT}")
+    } else {
+        SUPPORTED_ROUTES_HINT.to_string()
+    };
+    Some(
+        Diagnostic::new("unsupported_route", "sink.type", format!("the route {source} -> {sink} is not available in this runtime"))
+            .hint(hint),
+    )
+}
 
 /// The invocation's interval, from flags or the environment.
 #[derive(Debug, Clone, Default)]
@@ -55,6 +76,10 @@ pub struct IncrementalPlan {
     /// `incremental_merge`: the re-read margin below the mark, as written.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lookback: Option<String>,
+    /// `incremental_merge` with `duplicate_policy: fail`: a key with more
+    /// than one row in the batch fails the run.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub fail_on_duplicates: bool,
     /// After probing: the target's stored mark (None: never published).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stored_mark: Option<crate::incremental::StoredMark>,
@@ -251,13 +276,7 @@ impl Plan {
                 },
             ),
             (s, t) => {
-                let hint = if s == System::Mssql || t == System::Mssql {
-                    "SQL Server is not implemented in this runtime yet"
-                } else {
-                    SUPPORTED_ROUTES_HINT
-                };
-                refusals
-                    .push(Diagnostic::new("unsupported_route", "sink.type", format!("the route {s} -> {t} is not supported")).hint(hint));
+                refusals.extend(route_refusal(s, t));
                 ("none", PublicationPlan { method: "none".into(), atomic: false, description: "unsupported route".into() })
             }
         };
@@ -427,6 +446,7 @@ impl Plan {
             initial_value: initial.map(str::to_string),
             unique_key: merge.map(|(key, _)| key.to_vec()),
             lookback: merge.and_then(|(_, l)| l.map(str::to_string)),
+            fail_on_duplicates: matches!(snk.strategy, Strategy::IncrementalMerge { fail_on_duplicates: true, .. }),
             stored_mark: None,
             batch: None,
             reads: None,

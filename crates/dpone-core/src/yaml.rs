@@ -65,6 +65,13 @@ impl Node {
         }
     }
 
+    pub fn get_mut(&mut self, key: &str) -> Option<&mut Node> {
+        match &mut self.value {
+            Value::Map(entries) => entries.iter_mut().find(|(k, _)| k.name == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
     pub fn as_str(&self) -> Option<&str> {
         match &self.value {
             Value::Str(s) => Some(s),

@@ -235,6 +235,13 @@ async fn build<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, generat
         Some(key) if j.cursor.is_some() => Some(ctx.target.check_merge(generation, &key).await?),
         _ => None,
     };
+    // `duplicate_policy: fail`: one row per key, or nothing is published.
+    if let (Some(m), Some(inc)) = (merge, ctx.plan.incremental.as_ref())
+        && inc.fail_on_duplicates
+        && window.rows > m.inserted
+    {
+        return Err(dpone_core::incremental::merge_key_duplicate(window.rows, m.inserted, inc.unique_key.as_deref().unwrap_or_default()));
+    }
     let replaced_rows = merge.map_or(replaced_rows, |m| m.replaced);
     let record = GenerationRecord {
         table: generation.to_string(),

@@ -34,7 +34,14 @@ pub struct Probe {
     pub refusals: Vec<Diagnostic>,
 }
 
+/// A permanent adapter error as a refusal at `path` (`source.table` or
+/// `sink.table`), or at the side's connection when the connection itself
+/// failed (credentials, certificate).
 fn refusal(path: &str, e: AdapterError) -> Diagnostic {
+    let path = match path.split_once('.') {
+        Some((side, _)) if e.at_connection => format!("{side}.connection"),
+        _ => path.to_string(),
+    };
     let mut d = Diagnostic::new(e.code, path, e.message);
     d.hint = e.hint;
     d

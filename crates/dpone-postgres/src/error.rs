@@ -9,7 +9,7 @@ pub(crate) fn classify(context: &str, e: tokio_postgres::Error) -> AdapterError 
             if s.starts_with("08") || s.starts_with("53") || s == "40001" || s == "40P01" || s.starts_with("57P") {
                 (ErrorClass::Transient, format!("postgres_error:{s}"))
             } else if s.starts_with("28") {
-                (ErrorClass::Permanent, "postgres_auth_failed".to_string())
+                return auth_failed(context, e);
             } else {
                 (ErrorClass::Permanent, format!("postgres_error:{s}"))
             }
@@ -26,5 +26,15 @@ pub(crate) fn classify(context: &str, e: tokio_postgres::Error) -> AdapterError 
     } else if let Some(src) = std::error::Error::source(&e) {
         msg.push_str(&format!(": {src}"));
     }
-    AdapterError::new(class, code, msg)
+    let connection_failed = e.code().is_none();
+    let e = AdapterError::new(class, code, msg);
+    if connection_failed { e.at_connection() } else { e }
+}
+
+/// SQLSTATE class 28: the server refused the role or its password.
+fn auth_failed(context: &str, e: tokio_postgres::Error) -> AdapterError {
+    let message = e.as_db_error().map_or_else(|| e.to_string(), |db| db.message().to_string());
+    AdapterError::permanent("postgres_auth_failed", format!("{context}: {message}"))
+        .hint("the server refused the credentials: check the user and password of this connection (DPONE_CONN_<ID>, or its _USERNAME / _PASSWORD variables)")
+        .at_connection()
 }

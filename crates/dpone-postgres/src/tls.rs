@@ -117,8 +117,18 @@ impl PgTls {
 pub(crate) async fn connect(config: &tokio_postgres::Config, tls: &PgTls, context: &str) -> Result<Client> {
     let fail = |e: tokio_postgres::Error| match dpone_tls::tls_failure(&e) {
         Some(why) => AdapterError::permanent("postgres_tls_failed", format!("{context}: TLS: {why}"))
-            .hint("the server's certificate is not trusted or not valid for its host: check sslmode, sslrootcert and the host name"),
-        None => classify(context, e),
+            .hint("the server's certificate is not trusted or not valid for its host: check sslmode, sslrootcert and the host name")
+            .at_connection(),
+        None => {
+            let mut err = classify(context, e);
+            if err.code == "postgres_connection" {
+                // Which server could not be reached: a refused connection
+                // says nothing else useful.
+                err.message = format!("{} (server {})", err.message, server_of(config));
+                err.hint = Some("check that PostgreSQL is running and reachable at that host and port".into());
+            }
+            err
+        }
     };
     if tls.mode == SslMode::Disable {
         let (client, connection) = config.connect(NoTls).await.map_err(fail)?;
@@ -128,6 +138,26 @@ pub(crate) async fn connect(config: &tokio_postgres::Config, tls: &PgTls, contex
     let (client, connection) = config.connect(MakeRustls(tls.client_config()?)).await.map_err(fail)?;
     tokio::spawn(drive(connection));
     Ok(client)
+}
+
+/// `host:port` of the servers `config` names (no credentials).
+fn server_of(config: &tokio_postgres::Config) -> String {
+    use tokio_postgres::config::Host;
+    let ports = config.get_ports();
+    let servers: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let host = match h {
+                Host::Tcp(name) => name.clone(),
+                Host::Unix(path) => path.display().to_string(),
+            };
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            format!("{host}:{port}")
+        })
+        .collect();
+    if servers.is_empty() { "localhost:5432".into() } else { servers.join(", ") }
 }
 
 async fn drive<S, T>(connection: tokio_postgres::Connection<S, T>)

@@ -155,7 +155,7 @@ impl RowCodec {
                 out.push(1);
                 return Ok(());
             }
-            return Err(err("NULL in a column whose target is not nullable".into()));
+            return Err(TranscodeError::null_into_not_null(col.name.as_str()));
         };
         if col.nullable {
             out.push(0);

@@ -113,7 +113,7 @@ fn inspect_table(
     let mut buf = Vec::new();
     while let Some(row) = rows.next().map_err(|e| classify("reading back rows", e))? {
         buf.clear();
-        encode_row(row, columns, &types, &mut buf, &mut digest)?;
+        encode_row(row, columns, &types, &mut buf, &mut digest, None)?;
     }
     Ok(Contents { rows: digest.rows, digest })
 }

@@ -92,13 +92,15 @@ pub(crate) fn describe_table(conn: &Connection, schema: &str, table: &str, side:
 }
 
 /// Reads one row's values as `source` types and appends them encoded as
-/// `target` types; NULLs are counted into `digest`.
+/// `target` types; NULLs are counted into `digest`. `ordinal` (1-based, in
+/// its read) names the row a NULL for a NOT NULL column was found in.
 pub(crate) fn encode_row(
     row: &rusqlite::Row,
     source: &[Column],
     target: &[ColumnType],
     out: &mut Vec<u8>,
     digest: &mut RowDigest,
+    ordinal: Option<u64>,
 ) -> Result<()> {
     let start = out.len();
     for (i, (col, ty)) in source.iter().zip(target).enumerate() {
@@ -108,6 +110,14 @@ pub(crate) fn encode_row(
                 .hint("fix the stored value; dpone never coerces")
         })?;
         if value.is_null() {
+            if !ty.nullable {
+                let e = dpone_core::frames::TranscodeError::null_into_not_null(col.name.as_str());
+                return Err(match ordinal {
+                    Some(n) => e.at_row(n),
+                    None => e,
+                }
+                .into_read_error());
+            }
             digest.add_null(i);
         }
         encode_value(out, ty, &value).map_err(|e| AdapterError::permanent("invalid_value", format!("column `{}`: {e}", col.name)))?;
@@ -363,11 +373,13 @@ impl Source for SqliteSource {
             let mut frames = RowFrames::new(&out, ncols, FrameLimits::new(&request, FLUSH_BYTES))?;
             let mut row_buf = Vec::new();
             let mut row_digest = RowDigest::with(request.digest, ncols);
+            let mut ordinal = 0;
             while let Some(row) = rows.next().map_err(|e| classify("reading the chunk", e))? {
                 row_buf.clear();
                 row_digest.clear();
+                ordinal += 1;
                 // The row is encoded once; its size then decides the framing.
-                encode_row(row, &request.columns, &request.target_types, &mut row_buf, &mut row_digest)?;
+                encode_row(row, &request.columns, &request.target_types, &mut row_buf, &mut row_digest, Some(ordinal))?;
                 frames.push(&row_buf, &row_digest)?;
             }
             frames.finish()

@@ -138,9 +138,9 @@ pub fn cases() -> Vec<Case> {
         case("vault_connection", edit(BATCH_PG_CH, "    connection_id: pg-discard", "    connection_type: vault#!\n    connection_id: pg-discard"), "unsupported_feature", "defaults.source.connection_type"),
         case("vault_path", edit(BATCH_PG_CH, "    connection_id: pg-discard", "    connection_id: pg-discard\n    vault_path: postgres/demo#!"), "unsupported_feature", "defaults.source.vault_path"),
         case("bigquery_sink", edit(BATCH_PG_CH, "    type: clickhouse", "    type: bigquery#!"), "unsupported_feature", "defaults.sink.type"),
-        case("incremental_merge_policy", b("      mode: replace", "      mode: replace\n      merge_policy: lightweight_delete_insert#!"), "unsupported_feature", "defaults.sink.strategy.merge_policy"),
+        case("merge_policy_with_a_window", b("      mode: replace", "      mode: replace\n      merge_policy: lightweight_delete_insert#!"), "rolling_window_unsupported_policy:merge_policy", "defaults.sink.strategy.merge_policy"),
         case("naming_labels", b("schemas:\n  main:", "naming:\n  labels:#!\n    layer: landing\nschemas:\n  main:"), "unsupported_feature", "naming.labels"),
         case("entry_depends_on", b("        id: main_orders", "        id: main_orders\n        depends_on: [main.events]#!"), "unsupported_feature", "schemas.main.tables[1].depends_on"),
-        case("export_format_option", edit(BATCH_PG_CH, "    connection_id: pg-discard", "    connection_id: pg-discard\n    options:\n      export_format: csv#!"), "unsupported_feature", "defaults.source.options.export_format"),
+        case("export_format_option", edit(BATCH_PG_CH, "    connection_id: pg-discard", "    connection_id: pg-discard\n    options:\n      export_format: csv#!"), "unsupported_export_format", "defaults.source.options.export_format"),
     ]
 }

@@ -144,7 +144,7 @@ where
     installed[0] = true;
     loop {
         let (a, sink) = (&mut open[cur], &mut sinks[cur]);
-        let parsed = unparsed.parse_into(transcoder, &mut a.frame).map_err(|e| sink.refused(e))?;
+        let parsed = unparsed.parse_into(transcoder, &mut a.frame).map_err(|e| sink.refused(e.at_row(a.rows_so_far() + 1)))?;
         if a.guard_due() {
             sink.check()?;
         }

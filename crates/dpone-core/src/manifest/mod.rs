@@ -128,8 +128,12 @@ pub fn load_processes(text: &str, input: &ExpandInput) -> Result<Loaded, Diagnos
         }
     } else {
         schema::check_deferred(&root, schema::manifest_shape(), "", &mut diags);
+        suggest_batch_keys(&mut diags);
     }
     if !diags.is_empty() {
+        // A route that does not exist is said first, whatever else is wrong.
+        let endpoints = if batch { root.get("defaults") } else { Some(&root) };
+        diags.extend(route_refusal(endpoints, if batch { "defaults." } else { "" }));
         return Err(sorted(limit_codes(diags)));
     }
     let raws = if batch { expand::batch(&root, input, &mut diags) } else { vec![expand::single(&root, input, &mut diags)] };
@@ -152,6 +156,23 @@ pub fn load_processes(text: &str, input: &ExpandInput) -> Result<Loaded, Diagnos
         return Err(merge_tagged(tagged, batch));
     }
     Ok(Loaded { batch, processes })
+}
+
+/// A top-level key of the single form that is unknown there but close to
+/// a key of the batch form (`defualts`, `shemas`) is a typo of that key:
+/// suggest it rather than listing the single form's keys.
+fn suggest_batch_keys(diags: &mut [Diagnostic]) {
+    const BATCH_ONLY: &[&str] = &["defaults", "schemas", "naming"];
+    for d in diags.iter_mut().filter(|d| d.code == "unknown_key" && !d.path.contains(['.', '['])) {
+        if d.hint.as_deref().is_some_and(|h| h.starts_with("did you mean")) {
+            continue;
+        }
+        if let Some(key) = crate::error::did_you_mean(&d.path, BATCH_ONLY.iter().copied()) {
+            d.hint = Some(format!(
+                "did you mean `{key}`? (the batch form: `defaults` holds the settings of every table, `schemas` lists the tables)"
+            ));
+        }
+    }
 }
 
 /// Limits report under their own code family (SPEC §1: `invalid_limit:<field>`).
@@ -219,8 +240,10 @@ fn build_process(raw: expand::RawProcess, batch: bool) -> Result<Process, Vec<Di
     scope.check_vars();
     proc_diags.extend(scope.render_process(&mut tree));
     let mut file_diags = std::mem::take(&mut scope.diags);
+    let route = route_refusal(Some(&tree), "");
     if proc_diags.is_empty() && file_diags.is_empty() {
         render::fold_connections(&mut tree, &mut origins, &mut proc_diags);
+        render::normalize_unique_key(&mut tree);
     }
     if proc_diags.is_empty() && file_diags.is_empty() {
         schema::check(&tree, schema::manifest_shape(), "", &mut proc_diags);
@@ -241,7 +264,7 @@ fn build_process(raw: expand::RawProcess, batch: bool) -> Result<Process, Vec<Di
         }
     }
     let positions = positions_of(&tree);
-    for mut d in proc_diags {
+    for mut d in route.into_iter().chain(proc_diags) {
         place(&mut d, &positions, &origins);
         file_diags.push(d);
     }
@@ -351,9 +374,19 @@ fn collect_positions(node: &Node, path: &str, out: &mut BTreeMap<String, (u64, u
     }
 }
 
-/// Diagnostics in file order (line, then column; positionless last), without duplicates.
+/// `unsupported_route` of the `source.type` and `sink.type` written under
+/// `endpoints` (known names, no templates), at `<prefix>sink.type`.
+fn route_refusal(endpoints: Option<&Node>, prefix: &str) -> Option<Diagnostic> {
+    let side = |name: &str| endpoints?.get(name)?.get("type");
+    let (source, sink) = (side("source")?, side("sink")?);
+    let d = crate::plan::route_refusal(System::parse(source.as_str()?)?, System::parse(sink.as_str()?)?)?;
+    Some(Diagnostic { path: format!("{prefix}{}", d.path), ..d }.at(sink.line, sink.column))
+}
+
+/// Diagnostics in file order (line, then column; positionless last),
+/// without duplicates; a route that does not exist comes first.
 pub fn sorted(mut diags: Vec<Diagnostic>) -> Diagnostics {
-    diags.sort_by_key(|d| (d.line.unwrap_or(u64::MAX), d.column.unwrap_or(0)));
+    diags.sort_by_key(|d| (d.code != "unsupported_route", d.line.unwrap_or(u64::MAX), d.column.unwrap_or(0)));
     diags.dedup();
     Diagnostics(diags)
 }
@@ -397,3 +430,6 @@ pub(crate) mod tests;
 
 #[cfg(test)]
 mod batch_tests;
+
+#[cfg(test)]
+mod original_tests;

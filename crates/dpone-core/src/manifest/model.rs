@@ -206,6 +206,10 @@ pub enum Strategy {
         /// As written: an integer (integer cursor) or an ISO-8601 duration
         /// (timestamp or date cursor); typed at probe time.
         lookback: Option<String>,
+        /// `duplicate_policy: fail` (the original's): a key with more than
+        /// one row in the batch fails the run instead of its greatest
+        /// cursor winning.
+        fail_on_duplicates: bool,
     },
 }
 

@@ -264,20 +264,23 @@ fn entry<'n>(entries: &'n [(Key, Node)], name: &str) -> Option<&'n (Key, Node)> 
     entries.iter().find(|(k, _)| k.name == name)
 }
 
-/// Folds the flat `connection_type` / `connection_id` of `source` and
-/// `sink` into `connection:` (recording where they came from); with
+/// Folds the flat `connection_type` / `connection_id` of `source`, `sink`
+/// and `state` into `connection:` (recording where they came from); with
 /// `params`, `connection_id` is the original's JSON object of parameters.
+/// A `state` block with a flat `connection_type` and no `connection_id`
+/// uses the sink's connection, as the original does: `reuse: sink`.
 pub fn fold_connections(tree: &mut Node, origins: &mut Origins, diags: &mut Vec<Diagnostic>) {
     let Value::Map(sides) = &mut tree.value else { return };
-    for (side_key, side) in sides.iter_mut().filter(|(k, _)| k.name == "source" || k.name == "sink") {
+    for (side_key, side) in sides.iter_mut().filter(|(k, _)| matches!(k.name.as_str(), "source" | "sink" | "state")) {
         let side_name = side_key.name.clone();
+        let state = side_name == "state";
         let (line, column) = (side.line, side.column);
         let Value::Map(entries) = &mut side.value else { continue };
         let flat: Vec<(Key, Node)> =
             entries.iter().filter(|(k, _)| k.name == "connection_type" || k.name == "connection_id").cloned().collect();
-        let nested = entry(entries, "connection").is_some();
+        let nested = entry(entries, "connection").or(if state { entry(entries, "reuse") } else { None });
         if flat.is_empty() {
-            if !nested {
+            if nested.is_none() && !state {
                 diags.push(
                     Diagnostic::new(
                         "missing_key",
@@ -290,58 +293,86 @@ pub fn fold_connections(tree: &mut Node, origins: &mut Origins, diags: &mut Vec<
             }
             continue;
         }
-        if nested {
+        if let Some((nk, _)) = nested {
             let (k, _) = &flat[0];
             diags.push(
                 Diagnostic::new(
                     "connection_conflict",
                     format!("{side_name}.{}", k.name),
-                    format!("`{side_name}` has both `{}` and a `connection` block", k.name),
+                    format!("`{side_name}` has both `{}` and a `{}` block", k.name, nk.name),
                 )
-                .hint("keep one: the flat connection_type / connection_id, or the `connection:` block")
+                .hint(format!("keep one: the flat connection_type / connection_id, or the `{}:` block", nk.name))
                 .at(k.line, k.column),
             );
             continue;
         }
         entries.retain(|(k, _)| k.name != "connection_type" && k.name != "connection_id");
-        let side_file = translate(origins, &side_name);
-        let flat_file = |name: &str| translate(origins, &format!("{side_name}.{name}"));
-        let id_file = flat_file("connection_id");
-        let mut conn: Vec<(Key, Node)> = Vec::new();
-        let kind_text = flat.iter().find(|(k, _)| k.name == "connection_type").and_then(|(_, v)| v.as_str().map(str::to_string));
-        let first = &flat[0].0;
-        match flat.iter().find(|(k, _)| k.name == "connection_type") {
-            Some((k, v)) => {
-                origins.insert(format!("{side_name}.connection.connection_type"), flat_file("connection_type"));
-                conn.push((k.clone(), v.clone()));
-            }
-            None => conn.push((
-                Key { name: "connection_type".into(), line: first.line, column: first.column },
-                Node { value: Value::Str("env".into()), line: first.line, column: first.column },
-            )),
+        let first = flat[0].0.clone();
+        if state && !flat.iter().any(|(k, _)| k.name == "connection_id") {
+            origins.insert("state.reuse".into(), translate(origins, "state.connection_type"));
+            entries.push((
+                Key { name: "reuse".into(), line: first.line, column: first.column },
+                Node { value: Value::Str("sink".into()), line: first.line, column: first.column },
+            ));
+            continue;
         }
-        if let Some((k, v)) = flat.iter().find(|(k, _)| k.name == "connection_id") {
-            if kind_text.as_deref() == Some("params") {
-                origins.insert(format!("{side_name}.connection.params"), id_file.clone());
-                match params_of(v) {
-                    Ok(params) => conn.push((Key { name: "params".into(), line: k.line, column: k.column }, params)),
-                    Err(message) => diags.push(
-                        Diagnostic::new("invalid_connection", format!("{side_name}.connection_id"), message)
-                            .hint(r#"with connection_type params, write connection_id as a JSON object, e.g. '{"host": "db", "port": 5432, "username": "u", "password": "p", "database": "d"}'"#)
-                            .at(v.line, v.column),
-                    ),
-                }
-            } else {
-                origins.insert(format!("{side_name}.connection.connection_id"), id_file.clone());
-                conn.push((k.clone(), v.clone()));
-            }
-        }
-        origins.insert(format!("{side_name}.connection"), side_file);
+        let conn = nest_connection(&side_name, &flat, origins, diags);
+        origins.insert(format!("{side_name}.connection"), translate(origins, &side_name));
         entries.push((
             Key { name: "connection".into(), line: first.line, column: first.column },
             Node { value: Value::Map(conn), line: first.line, column: first.column },
         ));
     }
+}
+
+/// The nested `connection:` entries of the flat `connection_type` /
+/// `connection_id` of `side_name` (env by default).
+fn nest_connection(side_name: &str, flat: &[(Key, Node)], origins: &mut Origins, diags: &mut Vec<Diagnostic>) -> Vec<(Key, Node)> {
+    let flat_file = |origins: &Origins, name: &str| translate(origins, &format!("{side_name}.{name}"));
+    let mut conn: Vec<(Key, Node)> = Vec::new();
+    let kind = flat.iter().find(|(k, _)| k.name == "connection_type");
+    let first = &flat[0].0;
+    match kind {
+        Some((k, v)) => {
+            let file = flat_file(origins, "connection_type");
+            origins.insert(format!("{side_name}.connection.connection_type"), file);
+            conn.push((k.clone(), v.clone()));
+        }
+        None => conn.push((
+            Key { name: "connection_type".into(), line: first.line, column: first.column },
+            Node { value: Value::Str("env".into()), line: first.line, column: first.column },
+        )),
+    }
+    if let Some((k, v)) = flat.iter().find(|(k, _)| k.name == "connection_id") {
+        let id_file = flat_file(origins, "connection_id");
+        if kind.and_then(|(_, v)| v.as_str()) == Some("params") {
+            origins.insert(format!("{side_name}.connection.params"), id_file);
+            match params_of(v) {
+                Ok(params) => conn.push((Key { name: "params".into(), line: k.line, column: k.column }, params)),
+                Err(message) => diags.push(
+                    Diagnostic::new("invalid_connection", format!("{side_name}.connection_id"), message)
+                        .hint(r#"with connection_type params, write connection_id as a JSON object, e.g. '{"host": "db", "port": 5432, "username": "u", "password": "p", "database": "d"}'"#)
+                        .at(v.line, v.column),
+                ),
+            }
+        } else {
+            origins.insert(format!("{side_name}.connection.connection_id"), id_file);
+            conn.push((k.clone(), v.clone()));
+        }
+    }
+    conn
+}
+
+/// The original's scalar `sink.strategy.unique_key` (`order_id`, or
+/// columns separated by commas, `tenant_id, id`) written as the list the
+/// typed model reads; a list stays as written.
+pub fn normalize_unique_key(tree: &mut Node) {
+    let Some(node) = tree.get_mut("sink").and_then(|s| s.get_mut("strategy")).and_then(|s| s.get_mut("unique_key")) else { return };
+    let Value::Str(text) = &node.value else { return };
+    let (line, column) = (node.line, node.column);
+    let items =
+        text.split(',').map(str::trim).filter(|c| !c.is_empty()).map(|c| Node { value: Value::Str(c.to_string()), line, column }).collect();
+    node.value = Value::Seq(items);
 }
 
 /// The original's `params` connection: connection_id is a JSON object

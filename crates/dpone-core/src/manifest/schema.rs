@@ -34,7 +34,8 @@ pub enum Shape {
     /// Any YAML value (the original's `vars`, `meta`, `state`).
     Any,
     /// The first shape when the value is a string, else the second (a
-    /// batch table entry: a name or a mapping).
+    /// batch table entry: a name or a mapping; the original's scalar
+    /// `unique_key`: a name or a list).
     Either(Box<Shape>, Box<Shape>),
     /// An object whose listed keys are features of the Python dpone that
     /// this runtime does not have: each is refused by name, with its hint
@@ -225,7 +226,8 @@ impl Checker<'_> {
             Shape::Any => {}
             Shape::Either(text, object) => match &node.value {
                 Value::Str(_) => self.check(node, text, path, &[]),
-                Value::Map(_) => self.check(node, object, path, &[]),
+                Value::Map(_) | Value::Seq(_) => self.check(node, object, path, &[]),
+                _ if matches!(**object, Shape::List(_)) => self.out.push(wrong_kind("a name or a list")),
                 _ => self.out.push(wrong_kind("a name or a mapping")),
             },
             Shape::List(item) => match &node.value {

@@ -14,6 +14,14 @@ pub const STRATEGY_MODES: &[&str] = &["full_refresh", "replace", "incremental_ap
 pub const WIRE_MODES: &[&str] = &["auto", "typed_binary", "typed_raw", "source_encoded", "driver"];
 pub const BINARY_FORMATS: &[&str] = &["rowbinary", "native", "mssql_native"];
 pub const SOURCE_NATIVE_FORMATS: &[&str] = &["auto", "bcp_native", "odbc_row_stream"];
+/// `sink.strategy.merge_policy` values of the original (`dpone.config`'s
+/// `MergePolicy`); which of them a sink admits is decided by the model.
+pub const MERGE_POLICIES: &[&str] =
+    &["auto", "delete_insert", "lightweight_delete_insert", "shadow_swap", "mutation_delete_insert", "update_insert", "event_upsert"];
+/// `sink.strategy.duplicate_policy` values of the original.
+pub const DUPLICATE_POLICIES: &[&str] = &["fail"];
+/// `source.options.export_format` values of the original.
+pub const EXPORT_FORMATS: &[&str] = &["binary", "csv"];
 pub const TRANSPORT_MODES: &[&str] = &["auto", "stream", "object", "file"];
 /// Names of `execution.verification.digest` (see `DigestAlgorithm::ALL`).
 pub const DIGEST_NAMES: &[&str] = &["sha256", "xxh3_128"];
@@ -102,6 +110,11 @@ fn source_options() -> Shape {
         field("batch_size", int(1, 16_777_216), "Rows fetched per round trip where the driver batches"),
         field("columns", Shape::List(Box::new(string())), "Columns to move (default: all), in target order"),
         field("incremental_column", string(), "Cursor column of incremental strategies"),
+        field(
+            "export_format",
+            Shape::Enum(EXPORT_FORMATS),
+            "The original's export file format: `binary` is what dpone does (typed binary, no export file); `csv` is refused",
+        ),
         field("initial_value", Shape::Scalar, "incremental_append: first run reads cursor >= this value (default: every row)"),
         field(
             "native_transfer",
@@ -174,7 +187,21 @@ fn strategy_object() -> Shape {
             ]),
             "Rolling window [end - lookback, end)",
         ),
-        field("unique_key", Shape::List(Box::new(string())), "Key of incremental_merge"),
+        field(
+            "unique_key",
+            Shape::Either(Box::new(string()), Box::new(Shape::List(Box::new(string())))),
+            "Key of incremental_merge: a list of columns, or the original's scalar form (`order_id`, `a, b`)",
+        ),
+        field(
+            "merge_policy",
+            Shape::Enum(MERGE_POLICIES),
+            "incremental_merge publication (the original's names): auto, delete_insert (PostgreSQL, SQLite), lightweight_delete_insert or shadow_swap (ClickHouse); others are refused",
+        ),
+        field(
+            "duplicate_policy",
+            Shape::Enum(DUPLICATE_POLICIES),
+            "incremental_merge: `fail` fails the run when a key has more than one row in the batch (the original's only value); without it the key's row with the greatest cursor wins",
+        ),
         field(
             "lookback",
             Shape::Scalar,
@@ -292,7 +319,6 @@ pub const ENDPOINT_REFUSED: &[(&str, &str)] = &[
 ];
 
 const SOURCE_OPTIONS_REFUSED: &[(&str, &str)] = &[
-    ("export_format", "rows stream as typed binary (PostgreSQL COPY, ClickHouse RowBinary); there is no export file format to choose"),
     ("compress_export", "rows stream without export files; remove the key"),
     ("query", "query sources are not available: a source is a table (source.table), optionally narrowed by options.columns"),
     ("exclude_columns", "list the columns to move in options.columns instead"),
@@ -300,11 +326,12 @@ const SOURCE_OPTIONS_REFUSED: &[(&str, &str)] = &[
     ("unique_key", "a merge's key is written as sink.strategy.unique_key (mode: incremental_merge); remove it here"),
 ];
 
-const STRATEGY_REFUSED: &[(&str, &str)] = &[
-    ("merge_policy", "incremental_merge has one policy (the batch's rows replace the target's rows of their keys); remove the key"),
-    ("only_new_rows", "incremental loads are not available: use `mode: replace` with a window"),
-    ("duplicate_policy", "rows are moved with their multiplicity; remove the key"),
-];
+const STRATEGY_REFUSED: &[(&str, &str)] = &[(
+    "only_new_rows",
+    "`only_new_rows` (INSERT ... WHERE NOT EXISTS) is not available: an incremental_append appends the rows above the mark; use incremental_merge with a unique_key to replace rows by key",
+)];
+
+const STATE_ALWAYS: &str = "every run keeps a lease and a journal (that is how a rerun resumes and two runs exclude each other): remove the block for SQLite in the work dir, or use `type: postgres`";
 
 /// Values of the original this runtime refuses, by path suffix.
 pub const REFUSED_VALUES: &[(&str, &str, &str)] = &[
@@ -315,6 +342,25 @@ pub const REFUSED_VALUES: &[(&str, &str, &str)] = &[
     ("sink.type", "bigquery", "BigQuery is not available: sinks are sqlite, postgres and clickhouse"),
     ("sink.type", "mysql", "MySQL is not available: sinks are sqlite, postgres and clickhouse"),
     ("sink.type", "kafka", "Kafka is not available: sinks are sqlite, postgres and clickhouse"),
+    (
+        "state.type",
+        "clickhouse",
+        "a ClickHouse state store is not available (leases and journals need transactions): use `type: postgres` (shared by hosts) or remove the block (SQLite in the work dir)",
+    ),
+    (
+        "state.type",
+        "mssql",
+        "a SQL Server state store is not available: use `type: postgres` (shared by hosts) or remove the block (SQLite in the work dir)",
+    ),
+    (
+        "state.type",
+        "bigquery",
+        "a BigQuery state store is not available: use `type: postgres` (shared by hosts) or remove the block (SQLite in the work dir)",
+    ),
+    ("state.type", "disabled", STATE_ALWAYS),
+    ("state.type", "none", STATE_ALWAYS),
+    ("state.type", "noop", STATE_ALWAYS),
+    ("state.type", "off", STATE_ALWAYS),
     (
         "connection_type",
         "vault",
@@ -357,12 +403,18 @@ fn any_map() -> Shape {
 
 /// `state:`, the original's block: where leases and run journals live.
 fn state() -> Shape {
-    obj(vec![
+    let [ct, ci] = flat_connection();
+    let inner = obj(vec![
         required(
             "type",
             Shape::Enum(&["sqlite", "postgres"]),
             "sqlite (default without this block): state.db in runtime.storage.work_dir, shared only by runs on that folder; postgres: tables in a database every host running dpone reaches",
         ),
+        Field {
+            description: "The original's flat form of `connection`: env (default) or params; without connection_id, the sink's connection (`reuse: sink`)",
+            ..ct
+        },
+        Field { description: "The original's flat form of `connection`: the state store's connection id", ..ci },
         field("connection", connection(), "How to reach a postgres state store (the forms of source/sink connections)"),
         field("reuse", Shape::Enum(&["sink"]), "Keep the state in the sink's database (a postgres sink), with its connection"),
         field(
@@ -373,8 +425,17 @@ fn state() -> Shape {
             ]),
             "Where the state tables live (default dpone.dpone_state)",
         ),
-    ])
+    ]);
+    Shape::Refusing { inner: Box::new(inner), refused: STATE_REFUSED }
 }
+
+/// Keys of the original's `state:` block this runtime refuses.
+const STATE_REFUSED: &[(&str, &str)] = &[
+    ("vault_path", "Vault connections are not available: give the state store connection_type `env` or `params`"),
+    ("vault_mount_point", "Vault connections are not available: give the state store connection_type `env` or `params`"),
+    ("credentials_source", "write the credentials source as `connection_type` (env or params)"),
+    ("connection_ref", "binding sets (connection_ref) are not available: use connection_type `env` with connection_id"),
+];
 
 /// The fields of one process (the single form, without `kind` and `vars`).
 fn process_fields(endpoints_required: bool) -> Vec<Field> {

@@ -57,12 +57,24 @@ pub struct AdapterError {
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
+    /// The connection itself failed (the server unreachable, the
+    /// credentials or the certificate refused): a configuration problem
+    /// of the connection, reported there rather than at a table.
+    #[serde(skip)]
+    pub at_connection: bool,
 }
 
 impl AdapterError {
     /// A vendor error of `class`.
     pub fn new(class: ErrorClass, code: impl Into<String>, message: impl Into<String>) -> Self {
-        AdapterError { class, kind: ErrorKind::Vendor, code: code.into(), message: message.into(), hint: None }
+        AdapterError { class, kind: ErrorKind::Vendor, code: code.into(), message: message.into(), hint: None, at_connection: false }
+    }
+
+    /// The same error, marked as a failure of the connection itself.
+    #[must_use]
+    pub fn at_connection(mut self) -> Self {
+        self.at_connection = true;
+        self
     }
 
     pub fn permanent(code: impl Into<String>, message: impl Into<String>) -> Self {
@@ -134,6 +146,7 @@ impl From<Diagnostic> for AdapterError {
             code: d.code,
             message: if d.path.is_empty() { d.message } else { format!("{}: {}", d.path, d.message) },
             hint: d.hint,
+            at_connection: false,
         }
     }
 }

@@ -69,6 +69,16 @@ fn timestamps_beyond_datetime64_are_refused_naming_the_column() {
     assert!(transcode(oid::TIMESTAMP, "DateTime64(6)", Some(&(last + 1).to_be_bytes())).is_err());
 }
 
+/// The refusal of a year-20000 value names it exactly as PostgreSQL holds
+/// it (issue 31), not an approximate year.
+#[test]
+fn a_year_20000_timestamp_is_named_exactly() {
+    let year_20000 = 568_971_820_800_000_000i64 - PG_EPOCH_MICROS;
+    let e = transcode(oid::TIMESTAMPTZ, "DateTime64(6, 'UTC')", Some(&year_20000.to_be_bytes())).unwrap_err().to_string();
+    assert!(e.contains("timestamp 20000-01-01 00:00:00 is outside"), "{e}");
+    assert!(!e.contains('~') && !e.contains("19999"), "{e}");
+}
+
 /// A target server with the narrower range (1900-01-01 ..= 2299-12-31, as
 /// its probe reports it): the first and last microsecond inside pass, one
 /// microsecond beyond either edge is refused naming the column, the value

@@ -346,7 +346,7 @@ fn a_row_over_max_row_bytes_fails_naming_its_widest_column() {
     let err = stats.unwrap_err();
     assert_eq!(err.code, "row_too_large");
     assert_eq!(err.message, "column `payload`: a row encodes to 208 bytes (200 of them in this column), more than max_row_bytes = 100");
-    assert_eq!(err.hint.as_deref(), Some(VALUE_HINT));
+    assert_eq!(err.hint.as_deref(), Some(ROW_HINT));
     assert!(sink.frames.is_empty(), "nothing was sent: the first frame was not full");
 
     let (blocking, _, _) = row_frames(&[3, 5, 200, 4], limits(100, 1 << 10, 100));
@@ -402,6 +402,16 @@ fn a_read_back_reports_a_refused_value_without_the_source_hint() {
     );
     let read = TranscodeError::new("c", "x").into_read_error();
     assert_eq!(read.hint.as_deref(), Some(VALUE_HINT));
+    // A NULL for a NOT NULL column names its row and says what to do,
+    // not the row limits.
+    let null = TranscodeError::null_into_not_null("name").at_row(7).into_read_error();
+    assert_eq!(
+        (null.code.as_str(), null.message.as_str()),
+        ("invalid_value", "column `name`: NULL in a column whose target is NOT NULL (nothing is coerced) (row 7 of this read)")
+    );
+    assert_eq!(null.hint.as_deref(), Some(NULL_HINT));
+    assert!(!NULL_HINT.contains("row limit") && !VALUE_HINT.contains("row limit"));
+    assert_eq!(TranscodeError::new("c", "x").at_row(7).row, None, "only a NULL names its row");
 }
 
 /// Runs the fake over `sizes` into a guarded channel with `budget`.

@@ -158,8 +158,18 @@ fn duration(r: &mut Reader, node: Option<&Node>, key: &str, path: &str) -> Optio
 }
 
 /// Policies of the original that the rolling-window runtime refuses.
-const WINDOW_REFUSED_STRATEGY_KEYS: &[&str] =
-    &["overwrite_type", "unique_key", "predicate", "partition", "dedup", "pre_sql", "post_sql", "hooks"];
+const WINDOW_REFUSED_STRATEGY_KEYS: &[&str] = &[
+    "overwrite_type",
+    "unique_key",
+    "merge_policy",
+    "duplicate_policy",
+    "predicate",
+    "partition",
+    "dedup",
+    "pre_sql",
+    "post_sql",
+    "hooks",
+];
 
 pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: String) -> Option<Manifest> {
     let mut r = Reader { diags };
@@ -206,6 +216,20 @@ pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: Strin
         _ => None,
     };
 
+    if let Some(n) = child(src_opts, "export_format")
+        && n.as_str() != Some("binary")
+    {
+        r.error(
+            "unsupported_export_format",
+            "source.options.export_format",
+            Some(n),
+            format!(
+                "export_format `{}` is not what dpone does: rows stream as typed binary, with no export file",
+                n.as_str().unwrap_or_default()
+            ),
+            "supported: binary (the default and only form); or remove the key",
+        );
+    }
     let wire = Wire {
         mode: str_at(wire_n, "mode").unwrap_or("auto").to_string(),
         binary_format: str_at(wire_n, "binary_format").unwrap_or("rowbinary").to_string(),
@@ -248,7 +272,7 @@ pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: Strin
                     "use `mode: replace` to replace a window, or remove `window`",
                 );
             }
-            for key in ["atomicity", "unique_key", "predicate", "partition"] {
+            for key in ["atomicity", "unique_key", "merge_policy", "duplicate_policy", "predicate", "partition"] {
                 if let Some(n) = child(strat_n, key) {
                     r.error(
                         "invalid_strategy",
@@ -341,7 +365,7 @@ pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: Strin
             }
             Strategy::Replace { window: WindowSpec { column, lookback, chunk_interval } }
         }
-        "incremental_append" | "incremental_merge" => incremental(&mut r, mode, strat_n, src_opts, columns.as_deref())?,
+        "incremental_append" | "incremental_merge" => incremental(&mut r, mode, strat_n, src_opts, columns.as_deref(), sink_system)?,
         other => {
             r.error(
                 "unsupported_strategy",
@@ -486,8 +510,8 @@ fn state(r: &mut Reader, node: Option<&Node>, sink: System) -> Option<StateSpec>
                             "invalid_value",
                             "state.reuse",
                             Some(n),
-                            format!("`reuse: sink` needs a postgres sink, and the sink is {sink}"),
-                            "give the state store its own `connection`",
+                            format!("`reuse: sink` (or a flat `connection_type` without `connection_id`) keeps the state in the sink's database, which needs a postgres sink, and the sink is {sink}"),
+                            "give the state store its own `connection_id` (or `connection` block)",
                         );
                     }
                     StateConnection::Sink

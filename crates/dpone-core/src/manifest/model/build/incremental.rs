@@ -13,6 +13,7 @@ pub(super) fn incremental(
     strat_n: Option<&Node>,
     src_opts: Option<&Node>,
     columns: Option<&[String]>,
+    sink: System,
 ) -> Option<Strategy> {
     let merge = mode == "incremental_merge";
     if let Some(w) = child(strat_n, "window") {
@@ -36,7 +37,7 @@ pub(super) fn incremental(
     let refused: &[&str] = if merge {
         &["atomicity", "overwrite_type", "predicate", "partition"]
     } else {
-        &["atomicity", "overwrite_type", "unique_key", "predicate", "partition"]
+        &["atomicity", "overwrite_type", "unique_key", "merge_policy", "duplicate_policy", "predicate", "partition"]
     };
     for key in refused {
         if let Some(n) = child(strat_n, key) {
@@ -100,7 +101,7 @@ pub(super) fn incremental(
             "sink.strategy.unique_key",
             key_n.or(child(strat_n, "mode")).or(strat_n),
             "`mode: incremental_merge` needs `sink.strategy.unique_key`: the column(s) whose values identify a row",
-            "list the key columns, e.g. `unique_key: [id]`",
+            "name the key column(s), e.g. `unique_key: id` or `unique_key: [tenant_id, id]`",
         );
     }
     for (i, name) in unique_key.iter().enumerate() {
@@ -126,5 +127,40 @@ pub(super) fn incremental(
         }
     }
     let lookback = child(strat_n, "lookback").and_then(|n| scalar_text(&n.value));
-    Some(Strategy::IncrementalMerge { column, initial_value, unique_key, lookback })
+    merge_policy(r, child(strat_n, "merge_policy"), sink);
+    let fail_on_duplicates = str_at(strat_n, "duplicate_policy") == Some("fail");
+    Some(Strategy::IncrementalMerge { column, initial_value, unique_key, lookback, fail_on_duplicates })
+}
+
+/// The original's `merge_policy` names whose publication is the one dpone
+/// performs on `sink`: the target's rows of the batch's keys deleted and
+/// the batch's rows inserted, visible at once. PostgreSQL and SQLite do it
+/// in one transaction (the original's `delete_insert`); ClickHouse builds
+/// a new table without those keys' rows plus the batch and exchanges it
+/// (the original's `shadow_swap`; its default `lightweight_delete_insert`
+/// has the same outcome, which dpone publishes atomically). The others
+/// (`update_insert`, `mutation_delete_insert`, `event_upsert`, a policy of
+/// another sink) are refused naming the ones this sink admits.
+pub fn merge_policies(sink: System) -> &'static [&'static str] {
+    match sink {
+        System::Clickhouse => &["auto", "lightweight_delete_insert", "shadow_swap"],
+        _ => &["auto", "delete_insert"],
+    }
+}
+
+fn merge_policy(r: &mut Reader, node: Option<&Node>, sink: System) {
+    let Some(value) = node.and_then(Node::as_str) else { return };
+    let supported = merge_policies(sink);
+    if !supported.contains(&value) {
+        r.error(
+            "unsupported_merge_policy",
+            "sink.strategy.merge_policy",
+            node,
+            format!("merge_policy `{value}` is not what dpone does on a {sink} sink"),
+            format!(
+                "supported on {sink}: {} (the batch's rows replace the target's rows of their keys, published atomically); or remove the key",
+                supported.join(", ")
+            ),
+        );
+    }
 }

@@ -163,3 +163,28 @@ fn malformed_presets_are_refused_where_the_manifest_names_them() {
     let (c, p, _) = code_path(&preset(&TEAM.replace("naming:\n", "naming:\n  labels: {layer: landing}\n")));
     assert_eq!((c.as_str(), p.as_str()), ("unsupported_feature", "convention(presets/team.yaml).naming.labels"));
 }
+
+#[test]
+fn problems_found_after_loading_are_placed_in_the_convention() {
+    let l = with(LANDING, &Presets::new()).unwrap();
+    let m = &l.processes[0].manifest;
+    for (path, shown) in [
+        ("sink.table.schema", "convention(landing_raw_v1).naming.sink_dataset"),
+        ("sink.table.name", "convention(landing_raw_v1).naming.sink_table"),
+        ("sink.strategy.window", "defaults.sink.strategy.window"),
+    ] {
+        let mut d = Diagnostic::new("x", path, "");
+        m.locate(&mut d);
+        assert_eq!(d.path, shown);
+    }
+    let text = LANDING
+        .replace("convention: landing_raw_v1", "convention: presets/team.yaml")
+        .replace("      window: {column: updated_at, anchor: data_interval_end, lookback: P3D}\n", "");
+    let team =
+        TEAM.replace("      window: {lookback: P1D}", "      window: {column: updated_at, anchor: data_interval_end, lookback: P1D}");
+    let l = with(&text, &preset(&team)).unwrap_or_else(|e| panic!("{e}"));
+    let mut d = Diagnostic::new("x", "sink.strategy.window.lookback", "");
+    l.processes[0].manifest.locate(&mut d);
+    assert_eq!(d.path, "convention(presets/team.yaml).defaults.sink.strategy.window.lookback");
+    assert_eq!(d.line, Some(2));
+}

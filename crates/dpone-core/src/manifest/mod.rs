@@ -119,7 +119,24 @@ pub fn load_processes_with(text: &str, input: &ExpandInput, presets: &Presets) -
     let mut diags = Vec::new();
     match convention::apply(&root, presets, &input.manifest_path, &mut diags) {
         _ if !diags.is_empty() => Err(sorted(diags)),
-        Some(applied) => load_root(&applied.root, input).map_err(|ds| sorted(applied.relabel(ds).0)),
+        Some(applied) => {
+            let mut loaded = load_root(&applied.root, input).map_err(|ds| sorted(applied.relabel(ds).0))?;
+            // Problems found later (plan, run) are reported where the value came from too.
+            for p in &mut loaded.processes {
+                let m = &mut p.manifest;
+                let from_conventions: Vec<(String, String)> = m
+                    .positions
+                    .keys()
+                    .filter_map(|path| {
+                        let file = render::translate(&m.origins, path);
+                        let shown = render::translate(&applied.origins, &file);
+                        (shown != file).then(|| (path.clone(), shown))
+                    })
+                    .collect();
+                m.origins.extend(from_conventions);
+            }
+            Ok(loaded)
+        }
         None => load_root(&root, input),
     }
 }

@@ -120,7 +120,7 @@ pub fn load_processes_with(text: &str, input: &ExpandInput, presets: &Presets) -
     match convention::apply(&root, presets, &input.manifest_path, &mut diags) {
         _ if !diags.is_empty() => Err(sorted(diags)),
         Some(applied) => {
-            let mut loaded = load_root(&applied.root, input).map_err(|ds| sorted(applied.relabel(ds).0))?;
+            let mut loaded = load_root(applied.root.clone(), input).map_err(|ds| sorted(applied.relabel(ds).0))?;
             // Problems found later (plan, run) are reported where the value came from too.
             for p in &mut loaded.processes {
                 let m = &mut p.manifest;
@@ -137,12 +137,12 @@ pub fn load_processes_with(text: &str, input: &ExpandInput, presets: &Presets) -
             }
             Ok(loaded)
         }
-        None => load_root(&root, input),
+        None => load_root(root, input),
     }
 }
 
 /// The processes of a manifest (its conventions merged in).
-fn load_root(root: &Node, input: &ExpandInput) -> Result<Loaded, Diagnostics> {
+fn load_root(root: Node, input: &ExpandInput) -> Result<Loaded, Diagnostics> {
     let batch = root.get("schemas").is_some() || root.get("defaults").is_some();
     let mut diags = Vec::new();
     if batch {

@@ -56,9 +56,11 @@ fn builtin(name: &str) -> Option<&'static str> {
     matches!(name.trim().to_lowercase().as_str(), "landing" | "landing_raw" | "landing_raw_v1").then_some(LANDING_RAW_V1)
 }
 
-/// One convention the manifest names: its name and where it is written.
+/// One convention the manifest names: its name and where it is written
+/// (`convention` or `conventions[i]`).
 struct Reference {
     name: String,
+    path: String,
     line: u64,
     column: u64,
 }
@@ -66,14 +68,20 @@ struct Reference {
 /// `convention` then each of `conventions`: the non-empty strings (other
 /// values are left to the shape check).
 fn references(root: &Node) -> Vec<Reference> {
-    let one = |n: &Node| {
-        n.as_str().map(str::trim).filter(|s| !s.is_empty()).map(|s| Reference { name: s.into(), line: n.line, column: n.column })
+    let one = |n: &Node, path: String| {
+        n.as_str().map(str::trim).filter(|s| !s.is_empty()).map(|s| Reference { name: s.into(), path, line: n.line, column: n.column })
     };
-    let mut out: Vec<Reference> = root.get("convention").and_then(one).into_iter().collect();
+    let mut out: Vec<Reference> = root.get("convention").and_then(|n| one(n, "convention".into())).into_iter().collect();
     if let Some(Value::Seq(items)) = root.get("conventions").map(|n| &n.value) {
-        out.extend(items.iter().filter_map(one));
+        out.extend(items.iter().enumerate().filter_map(|(i, n)| one(n, format!("conventions[{i}]"))));
     }
     out
+}
+
+const PRESET_HINT: &str = "a preset is a YAML mapping of the batch-manifest keys it supplies as defaults (vars, naming, defaults, runtime, ...); the manifest's own values win";
+
+fn invalid_preset(r: &Reference, message: String) -> Diagnostic {
+    Diagnostic::new("invalid_convention_preset", &r.path, message).hint(PRESET_HINT).at(r.line, r.column)
 }
 
 /// Whether conventions apply: the batch form (`defaults` / `schemas`).
@@ -101,30 +109,27 @@ pub(crate) struct Applied {
 }
 
 fn layer_text<'p>(r: &Reference, presets: &'p Presets, manifest_path: &str) -> Result<(&'p str, String), Diagnostic> {
-    let at = |d: Diagnostic| d.at(r.line, r.column);
-    let preset_hint = "a preset is a YAML mapping of batch-manifest keys it supplies as defaults (vars, naming, defaults, runtime, ...); the manifest's own values win";
     match presets.get(&r.name) {
         None => {
             let dir = std::path::Path::new(manifest_path).parent().map(|p| p.display().to_string()).filter(|d| !d.is_empty());
-            Err(at(Diagnostic::new(
+            let missing = match &dir {
+                Some(d) => format!("{d}/{}", r.name),
+                None => r.name.clone(),
+            };
+            Err(Diagnostic::new(
                 "unknown_convention",
-                "convention",
-                format!("`{}` is neither a built-in convention nor a preset file ({} does not exist)", r.name, match &dir {
-                    Some(d) => format!("{d}/{}", r.name),
-                    None => r.name.clone(),
-                }),
+                &r.path,
+                format!("`{}` is neither a built-in convention nor a preset file ({missing} does not exist)", r.name),
             )
             .hint(format!(
                 "supported conventions: {} (also spelled landing, landing_raw); or the path of a preset YAML file relative to the manifest's folder",
                 BUILTIN.join(", ")
-            ))))
+            ))
+            .at(r.line, r.column))
         }
-        Some(PresetFile::Unreadable { path, reason }) => Err(at(Diagnostic::new(
-            "invalid_convention_preset",
-            "convention",
-            format!("cannot read the preset of convention `{}` ({path}): {reason}", r.name),
-        )
-        .hint(preset_hint))),
+        Some(PresetFile::Unreadable { path, reason }) => {
+            Err(invalid_preset(r, format!("cannot read the preset of convention `{}` ({path}): {reason}", r.name)))
+        }
         Some(PresetFile::Text { path, text }) => Ok((text.as_str(), path.clone())),
     }
 }
@@ -135,11 +140,7 @@ fn layer(r: &Reference, presets: &Presets, manifest_path: &str) -> Result<Node, 
         Some(t) => (t, format!("built-in {}", r.name)),
         None => layer_text(r, presets, manifest_path)?,
     };
-    let invalid = |message: String| {
-        Diagnostic::new("invalid_convention_preset", "convention", message)
-            .hint("a preset is a YAML mapping of batch-manifest keys (vars, naming, defaults, ...); the manifest's own values win")
-            .at(r.line, r.column)
-    };
+    let invalid = |message: String| invalid_preset(r, message);
     let mut node = yaml::parse(text).map_err(|Diagnostics(ds)| {
         let first = ds.first();
         let place = first.and_then(|d| d.line.map(|l| format!(" (line {l}, column {} of the preset)", d.column.unwrap_or(0))));

@@ -97,7 +97,8 @@ fn an_unknown_convention_is_refused_naming_the_supported_ones() {
     assert!(e[0].hint.as_deref().unwrap().contains("supported conventions: landing_raw_v1"), "{e:?}");
     // In `conventions` too, and only the batch form takes them.
     let text = LANDING.replace("convention: landing_raw_v1", "conventions: [landing_raw_v1, nope.yaml]");
-    assert_eq!(with(&text, &Presets::new()).unwrap_err().0[0].code, "unknown_convention");
+    let e = with(&text, &Presets::new()).unwrap_err().0;
+    assert_eq!((e[0].code.as_str(), e[0].path.as_str()), ("unknown_convention", "conventions[1]"));
     let single = "kind: dpone.batch.v1\nconvention: landing_raw_v1\nsource: {type: sqlite, connection: {connection_type: params, params: {path: a.db}}, table: {name: t}}\nsink: {type: sqlite, connection: {connection_type: params, params: {path: b.db}}, table: {name: t}, strategy: {mode: full_refresh}}\n";
     let e = with(single, &Presets::new()).unwrap_err().0;
     assert_eq!((e[0].code.as_str(), e[0].path.as_str()), ("unsupported_feature", "convention"), "{e:?}");

@@ -25,7 +25,8 @@ fn env_code() -> String {
 /// Reads and validates a manifest into its processes.
 pub fn load(path: &Path) -> Result<Loaded, Diagnostics> {
     let text = read_manifest(path).map_err(Diagnostics::one)?;
-    manifest::load_processes(&text, &ExpandInput { manifest_path: path.display().to_string(), env_code: env_code() })
+    let presets = crate::conventions::read_presets(path, &text);
+    manifest::load_processes_with(&text, &ExpandInput { manifest_path: path.display().to_string(), env_code: env_code() }, &presets)
 }
 
 /// The one process a command about one target acts on: the only one, or
@@ -47,7 +48,7 @@ pub fn pick<'a>(loaded: &'a Loaded, selector: Option<&str>) -> Result<&'a Proces
 /// FIFO, which would block, nor a device such as /dev/zero, which never
 /// ends), and at most the document limit plus one byte, so that neither
 /// the time nor the memory spent depends on what the path points to.
-fn read_manifest(path: &Path) -> Result<String, Diagnostic> {
+pub(crate) fn read_manifest(path: &Path) -> Result<String, Diagnostic> {
     use std::io::Read;
     let unreadable = |e: std::io::Error| {
         Diagnostic::new("manifest_unreadable", "", format!("cannot read {}: {e}", path.display())).hint("check the manifest path")

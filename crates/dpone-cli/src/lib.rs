@@ -9,6 +9,7 @@ mod adapters;
 mod backfill;
 mod ci;
 mod commands;
+mod conventions;
 mod envelope;
 #[cfg(feature = "failpoints")]
 mod failpoints;

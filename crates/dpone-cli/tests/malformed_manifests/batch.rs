@@ -132,7 +132,7 @@ pub fn cases() -> Vec<Case> {
         case("params_unknown_parameter", b("    connection_id: '{\"path\": \"{DB}/source.db\"}'", "    connection_id: '{\"path\": \"{DB}/source.db\", \"host\": \"x\"}'#!"), "unknown_key", "defaults.source.connection_id.host"),
         case("connection_id_bad_characters", edit(BATCH_PG_CH, "    connection_id: pg-discard", "    connection_id: \"pg discard\"#!"), "invalid_value", "defaults.source.connection_id"),
         // Features of the original refused by name.
-        case("convention", b("kind: dpone.batch.v1\n", "kind: dpone.batch.v1\nconvention: landing_raw_v1#!\n"), "unsupported_feature", "convention"),
+        case("unknown_convention", b("kind: dpone.batch.v1\n", "kind: dpone.batch.v1\nconvention: landing_raw_v9#!\n"), "unknown_convention", "convention"),
         case("registry", b("kind: dpone.batch.v1\n", "kind: dpone.batch.v1\nregistry: ../registry/sources.yaml#!\n"), "unsupported_feature", "registry"),
         case("quality_gates", b("kind: dpone.batch.v1\n", "kind: dpone.batch.v1\nquality:#!\n  gates: []\n"), "unsupported_feature", "quality"),
         case("vault_connection", edit(BATCH_PG_CH, "    connection_id: pg-discard", "    connection_type: vault#!\n    connection_id: pg-discard"), "unsupported_feature", "defaults.source.connection_type"),

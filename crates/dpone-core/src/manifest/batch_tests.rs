@@ -173,8 +173,8 @@ fn entries_are_checked_where_they_are_written() {
 
 #[test]
 fn features_of_the_original_are_refused_by_name() {
-    let e = errors(&format!("convention: landing_raw_v1\n{BATCH}"));
-    assert_eq!((e[0].code.as_str(), e[0].path.as_str()), ("unsupported_feature", "convention"));
+    let e = errors(&format!("registry: ../registry/sources.yaml\n{BATCH}"));
+    assert_eq!((e[0].code.as_str(), e[0].path.as_str()), ("unsupported_feature", "registry"));
     let e = errors(&BATCH.replace("    connection_id: pg-main", "    connection_type: vault\n    connection_id: pg-main"));
     assert_eq!((e[0].code.as_str(), e[0].path.as_str()), ("unsupported_feature", "defaults.source.connection_type"));
     let e = errors(&BATCH.replace("    type: postgres", "    type: bigquery"));

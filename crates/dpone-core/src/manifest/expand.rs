@@ -269,7 +269,13 @@ pub(crate) fn batch(root: &Node, input: &ExpandInput, diags: &mut Vec<Diagnostic
                 origins.insert("kind".into(), "kind".into());
             }
             // Our own extension: the file's schedule applies to every process.
-            merge_root(&mut tree, Some(root), "", &mut origins, &["kind", "vars", "defaults", "schemas", "naming", "meta", "runtime"]);
+            merge_root(
+                &mut tree,
+                Some(root),
+                "",
+                &mut origins,
+                &["kind", "vars", "defaults", "schemas", "naming", "meta", "runtime", "convention", "conventions"],
+            );
             let skip_runtime: &[&str] = if has_runtime { &["runtime"] } else { &[] };
             merge_root(&mut tree, root.get("defaults"), "defaults", &mut origins, skip_runtime);
             if let Some(rt) = root.get("runtime") {

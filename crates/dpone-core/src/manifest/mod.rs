@@ -11,6 +11,7 @@
 //! path and `ENV_CODE` in ([`ExpandInput`]); connections are resolved
 //! later.
 
+pub mod convention;
 mod expand;
 pub mod model;
 mod render;
@@ -19,6 +20,7 @@ pub mod select;
 mod shapes;
 pub mod template;
 
+pub use convention::{PresetFile, Presets};
 pub use expand::{ExpandInput, valid_selector};
 pub use model::{
     ConnectionSpec, Manifest, NativeChunks, SinkSpec, SourceSpec, StateConnection, StateSpec, Strategy, System, TableRef, TransportMode,
@@ -97,8 +99,16 @@ pub fn load(text: &str) -> Result<Manifest, Diagnostics> {
         .into())
 }
 
-/// Parses and validates a manifest into its processes.
+/// Parses and validates a manifest into its processes (a manifest that
+/// names preset files needs [`load_processes_with`]).
 pub fn load_processes(text: &str, input: &ExpandInput) -> Result<Loaded, Diagnostics> {
+    load_processes_with(text, input, &Presets::new())
+}
+
+/// Parses and validates a manifest into its processes, with the preset
+/// files its conventions name ([`convention::preset_references`]) as the
+/// caller read them.
+pub fn load_processes_with(text: &str, input: &ExpandInput, presets: &Presets) -> Result<Loaded, Diagnostics> {
     let root = yaml::parse(text)?;
     if !matches!(root.value, Value::Map(_)) {
         return Err(Diagnostic::new("invalid_type", "", format!("a manifest is a mapping, found {}", root.value.kind()))
@@ -106,6 +116,33 @@ pub fn load_processes(text: &str, input: &ExpandInput) -> Result<Loaded, Diagnos
             .at(root.line, root.column)
             .into());
     }
+    let mut diags = Vec::new();
+    match convention::apply(&root, presets, &input.manifest_path, &mut diags) {
+        _ if !diags.is_empty() => Err(sorted(diags)),
+        Some(applied) => {
+            let mut loaded = load_root(applied.root.clone(), input).map_err(|ds| sorted(applied.relabel(ds).0))?;
+            // Problems found later (plan, run) are reported where the value came from too.
+            for p in &mut loaded.processes {
+                let m = &mut p.manifest;
+                let from_conventions: Vec<(String, String)> = m
+                    .positions
+                    .keys()
+                    .filter_map(|path| {
+                        let file = render::translate(&m.origins, path);
+                        let shown = render::translate(&applied.origins, &file);
+                        (shown != file).then(|| (path.clone(), shown))
+                    })
+                    .collect();
+                m.origins.extend(from_conventions);
+            }
+            Ok(loaded)
+        }
+        None => load_root(root, input),
+    }
+}
+
+/// The processes of a manifest (its conventions merged in).
+fn load_root(root: Node, input: &ExpandInput) -> Result<Loaded, Diagnostics> {
     let batch = root.get("schemas").is_some() || root.get("defaults").is_some();
     let mut diags = Vec::new();
     if batch {
@@ -433,3 +470,6 @@ mod batch_tests;
 
 #[cfg(test)]
 mod original_tests;
+
+#[cfg(test)]
+mod convention_tests;

@@ -274,11 +274,6 @@ const NOT_HERE: &str = "this runtime moves a window or a whole table with verifi
 
 /// Top-level keys of the original this runtime refuses.
 pub const TOP_REFUSED: &[(&str, &str)] = &[
-    (
-        "convention",
-        "conventions (naming and metadata presets) are not available: write names with `vars` and `{{ }}` templates, or `naming.sink_table` / `naming.process_name`",
-    ),
-    ("conventions", "conventions (naming and metadata presets) are not available: write names with `vars` and `{{ }}` templates"),
     ("registry", "source registries are not read by this runtime: put the values the registry provided under `vars`"),
     ("registries", "source registries are not read by this runtime: put the values the registries provided under `vars`"),
     ("authoring", "authoring metadata belongs to the original's project tooling; remove it"),
@@ -455,8 +450,14 @@ fn process_fields(endpoints_required: bool) -> Vec<Field> {
     ]
 }
 
+/// Conventions name the sink tables and processes of a batch manifest's tables.
+const CONVENTION_SINGLE: &str = "conventions apply to batch manifests (`defaults` and `schemas`), whose naming templates they supply: name this transfer's sink.table and name directly";
+
 fn refusing_process(inner: Shape) -> Shape {
-    static BOTH: LazyLock<Vec<(&str, &str)>> = LazyLock::new(|| TOP_REFUSED.iter().chain(PROCESS_REFUSED).copied().collect());
+    static BOTH: LazyLock<Vec<(&str, &str)>> = LazyLock::new(|| {
+        let conventions = [("convention", CONVENTION_SINGLE), ("conventions", CONVENTION_SINGLE)];
+        TOP_REFUSED.iter().chain(PROCESS_REFUSED).copied().chain(conventions).collect()
+    });
     let refused: &'static [(&'static str, &'static str)] = BOTH.as_slice();
     Shape::Refusing { inner: Box::new(inner), refused }
 }
@@ -517,6 +518,18 @@ fn schema_block() -> Shape {
     ])
 }
 
+fn convention_field() -> Field {
+    field(
+        "convention",
+        string(),
+        "Batch form: a naming convention deep-merged under the manifest (the manifest wins): landing_raw_v1, or a preset YAML file relative to the manifest",
+    )
+}
+
+fn conventions_field() -> Field {
+    field("conventions", Shape::List(Box::new(string())), "Batch form: conventions applied in order after `convention` (later wins)")
+}
+
 /// The original's batch form (`dpone.batch.v1` with `schemas`).
 pub fn batch_shape() -> &'static Shape {
     static SHAPE: LazyLock<Shape> = LazyLock::new(|| Shape::Refusing {
@@ -530,6 +543,8 @@ pub fn batch_shape() -> &'static Shape {
                 "Source schemas and their tables: one process per table",
             ),
             field("naming", naming(), "Naming templates"),
+            convention_field(),
+            conventions_field(),
             field("runtime", runtime(), "Runtime settings of every process"),
             field("schedule", schedule(), "When the workload runs (read by schedulers and `dpone ci plan`)"),
             field("meta", any_map(), "Free-form notes (not read)"),
@@ -552,6 +567,8 @@ pub fn file_shape() -> &'static Shape {
                 "Batch form: source schemas and their tables, one process per table",
             ),
             field("naming", naming(), "Batch form: naming templates"),
+            convention_field(),
+            conventions_field(),
             field("meta", any_map(), "Free-form notes (not read)"),
         ];
         fields.extend(process_fields(false));

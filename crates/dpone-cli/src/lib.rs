@@ -279,7 +279,24 @@ enum SchemaCommand {
 }
 
 /// The `dpone` command: parses the command line, runs it, returns the exit code.
+/// `dpone plan M | head`: a reader that closes stdout early ends the
+/// process quietly, as SIGPIPE ends other Unix tools (Rust ignores SIGPIPE
+/// so that a closed socket is an error, and printing then panics): exit 141
+/// (128 + SIGPIPE), no panic text. Whatever the run journaled stays.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let text = payload.downcast_ref::<String>().map(String::as_str).or_else(|| payload.downcast_ref::<&str>().copied()).unwrap_or("");
+        if text.starts_with("failed printing to stdout") && text.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info)
+    }));
+}
+
 pub fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     // Only panics are hidden from users by the default hook; errors are values.
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

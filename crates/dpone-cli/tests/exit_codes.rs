@@ -219,3 +219,16 @@ fn ctrl_c_before_the_publishing_call_publishes_nothing() {
     assert_eq!(next.code, Some(0), "{}", next.describe());
     assert_ne!(target(&dir), before, "published by the next run");
 }
+
+/// A reader that closed stdout before dpone printed (`dpone ... | head`)
+/// ends dpone quietly with 141 (128 + SIGPIPE), as other Unix tools end,
+/// never with a panic's text.
+#[test]
+fn a_closed_stdout_ends_quietly_with_141() {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let out = Command::new(DPONE).args(["manifest", "schema"]).stdout(writer).stderr(Stdio::piped()).output().expect("run dpone");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "exit 141:\n{stderr}");
+    assert!(!stderr.contains("panicked"), "no panic text:\n{stderr}");
+}

@@ -487,6 +487,14 @@ fn a_row_written_before_its_partition_is_copied_is_kept_once() {
     fx.finish();
 }
 
+/// Waits until the paused merge wrote its mark row (right before its exchange).
+fn wait_for_the_mark_row(fx: &Fixture) {
+    harness::wait_until(Duration::from_secs(60), "the merge's mark row is written", || {
+        fx.ch_scalar(&format!("SELECT count() FROM system.tables WHERE database = '{}' AND name = '_dpone_marks'", fx.db)) == "1"
+            && fx.ch_scalar(&format!("SELECT count() FROM {}._dpone_marks", fx.db)) != "0"
+    });
+}
+
 /// A writer adds rows outside the batch's keys after `G2` was built, right
 /// before the exchange: no change to the rows the merge keeps; the
 /// reconciliation after the exchange carries them into the published
@@ -498,10 +506,7 @@ fn rows_added_before_the_exchange_are_carried() {
     fx.insert_target(&target);
     fx.insert_source(&[row(1, 1, 1, "a")]);
     let child = spawn_paused(&fx, "append.before_exchange:4000");
-    harness::wait_until(Duration::from_secs(60), "the merge's mark row is written", || {
-        fx.ch_scalar(&format!("SELECT count() FROM system.tables WHERE database = '{}' AND name = '_dpone_marks'", fx.db)) == "1"
-            && fx.ch_scalar(&format!("SELECT count() FROM {}._dpone_marks", fx.db)) != "0"
-    });
+    wait_for_the_mark_row(&fx);
     let intruder = vec![row(6, 0, 2, "intruder"), row(8, 0, 1, "intruder in a linked partition")];
     fx.insert_target(&intruder);
     let want = merged(&[target, intruder].concat(), &[row(1, 1, 1, "a")], ID);
@@ -520,10 +525,7 @@ fn a_kept_row_deleted_before_the_exchange_is_refused() {
     fx.insert_target(&target);
     fx.insert_source(&[row(1, 1, 1, "a")]);
     let child = spawn_paused(&fx, "append.before_exchange:4000");
-    harness::wait_until(Duration::from_secs(60), "the merge's mark row is written", || {
-        fx.ch_scalar(&format!("SELECT count() FROM system.tables WHERE database = '{}' AND name = '_dpone_marks'", fx.db)) == "1"
-            && fx.ch_scalar(&format!("SELECT count() FROM {}._dpone_marks", fx.db)) != "0"
-    });
+    wait_for_the_mark_row(&fx);
     fx.ch_exec(&format!("ALTER TABLE {}.t DELETE WHERE id = 6 SETTINGS mutations_sync = 2", fx.db));
     let doc = child.wait().assert_failed("a kept row deleted before the exchange", 1, "kept_rows_changed");
     assert_eq!(doc["publication"], "absent", "{doc:#}");

@@ -125,7 +125,9 @@ fn unknown_routes_and_type_changes_are_broad() {
     assert_eq!((v.class, v.routes.as_slice()), (FileClass::RouteScoped, &["clickhouse->postgres".to_string()][..]));
     let to_mssql = pg.replace("sink:\n  type: clickhouse", "sink:\n  type: mssql");
     let v = verdict(&to_mssql, &to_mssql.replace("  strategy:", "  staging: {schema: s}\n  strategy:"));
-    assert_eq!((v.class, v.reason_code.as_str()), (FileClass::Broad, "no_route_smoke"));
+    // A route dpone does not have is refused when the manifest loads (before
+    // anything else): the document is invalid, and invalid is broad.
+    assert_eq!((v.class, v.reason_code.as_str()), (FileClass::Broad, "invalid:unsupported_route"));
 }
 
 #[test]

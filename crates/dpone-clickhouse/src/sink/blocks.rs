@@ -109,15 +109,20 @@ impl ClickhouseTarget {
 
     /// The fence recorded in the batch table's comment (None: none).
     pub(super) async fn recorded_fence(&self, batch: &str) -> Result<Option<u64>> {
+        Ok(self.owned_comment(batch).await?.and_then(|c| c.strip_prefix(FENCE_COMMENT).and_then(|n| n.trim().parse().ok())))
+    }
+
+    /// The comment of the owned table `name` (None: no such table).
+    pub(super) async fn owned_comment(&self, name: &str) -> Result<Option<String>> {
         let rows = self
             .client
             .query_rows(&format!(
                 "SELECT comment FROM system.tables WHERE database = {} AND name = {}",
-                quote_str(self.owned_db(batch)),
-                quote_str(batch)
+                quote_str(self.owned_db(name)),
+                quote_str(name)
             ))
             .await?;
-        Ok(rows.first().and_then(|r| text(r, "comment").strip_prefix(FENCE_COMMENT).and_then(|n| n.trim().parse().ok())))
+        Ok(rows.first().map(|r| text(r, "comment")))
     }
 
     /// Whether every row of `built` (a table whose merges are stopped) in

@@ -305,15 +305,7 @@ impl ClickhouseTarget {
     /// The carry table's record, once its rows were checked (None: no
     /// carry table, or one whose filling did not finish).
     async fn carry_record(&self, carry: &str) -> Result<Option<CarryRecord>> {
-        let rows = self
-            .client
-            .query_rows(&format!(
-                "SELECT comment FROM system.tables WHERE database = {} AND name = {}",
-                quote_str(self.owned_db(carry)),
-                quote_str(carry)
-            ))
-            .await?;
-        Ok(rows.first().and_then(|r| text(r, "comment").strip_prefix(CARRY_COMMENT).and_then(|j| serde_json::from_str(j).ok())))
+        Ok(self.owned_comment(carry).await?.and_then(|c| c.strip_prefix(CARRY_COMMENT).and_then(|j| serde_json::from_str(j).ok())))
     }
 
     /// Writes the rows to carry into a new carry table and checks them.

@@ -343,6 +343,24 @@ fn the_disk_estimate_counts_the_new_window_from_the_source() {
         staged / 2 <= window && window <= staged * 5,
         "the estimate ({window} bytes) is within a few times of the staged window ({staged} bytes on disk): {g}"
     );
+    // A full refresh stages the source's whole table: estimated by the
+    // source too, against the target's whole size.
+    let yaml = std::fs::read_to_string(&fx.manifest).expect("the manifest");
+    let start = yaml.find("    mode: replace").expect("a replace strategy");
+    let end = yaml[start..].find("runtime:").expect("runtime") + start;
+    let yaml = format!("{}    mode: full_refresh\n{}", &yaml[..start], &yaml[end..]);
+    let yaml = yaml.lines().filter(|l| !l.contains("execution:") && !l.contains("chunking:")).collect::<Vec<_>>().join("\n");
+    std::fs::write(&fx.manifest, yaml).expect("write the manifest");
+    let m = fx.manifest.display().to_string();
+    let full = fx.dpone(&["plan", &m, "--format", "json"]);
+    assert_eq!(full.code, Some(0), "{}", full.describe());
+    let g = full.json()["generation"].clone();
+    assert!(g["reason"].as_str().is_some_and(|r| r.starts_with("a full refresh")), "{g}");
+    let rows = g["window_source_estimate"]["rows"].as_u64().unwrap_or_else(|| panic!("a source estimate of the whole table: {g}"));
+    assert!((ROWS / 2..=ROWS * 2).contains(&rows), "the planner's rows {rows} are of the order of {ROWS}: {g}");
+    let (current, window) = (g["window_bytes_current"].as_u64().expect("current"), g["window_bytes_estimate"].as_u64().expect("window"));
+    assert!(current >= staged, "a full refresh replaces the whole target ({current} bytes): {g}");
+    assert_eq!(window, current.max(g["window_source_estimate"]["bytes"].as_u64().expect("source bytes")), "{g}");
     fx.finish();
 }
 

@@ -282,6 +282,14 @@ impl Source for AnySource {
         redacted!(self, AnySource, |s| s.access_path(window_column).await)
     }
 
+    async fn estimate_read(
+        &self,
+        columns: &[Column],
+        window: Option<(&str, dpone_core::time::Timestamp, dpone_core::time::Timestamp)>,
+    ) -> Result<Option<dpone_core::ports::SourceEstimate>> {
+        redacted!(self, AnySource, |s| s.estimate_read(columns, window).await)
+    }
+
     async fn read_group(&self, request: ReadRequest, chunks: Vec<dpone_core::window::Chunk>, outs: Vec<FrameTx>) -> Result<Vec<ReadStats>> {
         redacted!(self, AnySource, |s| s.read_group(request, chunks, outs).await)
     }

@@ -262,7 +262,13 @@ fn print_generation(g: &dpone_core::ports::GenerationEstimate) {
             Some(free) => format!("{} free after a reserve of {}", bytes(free), bytes(g.disk_reserve_bytes)),
             None => "free space unknown".into(),
         };
-        println!("            writes at most {} to the target's disk ({disk})", bytes(g.bytes_to_write));
+        println!(
+            "            writes at most {} to the target's disk ({disk}): {} copied, {} for the staged window",
+            bytes(g.bytes_to_write),
+            bytes(g.bytes_copied),
+            bytes(g.window_bytes_estimate)
+        );
+        println!("            staged window estimated from {}", g.window_estimate_text());
     }
 }
 

@@ -295,6 +295,75 @@ fn a_generation_that_would_not_fit_the_disk_is_refused_before_any_write() {
     fx.finish();
 }
 
+/// A window that grew in the source (here: an empty target window, 50,000
+/// new source rows) is estimated from the source's statistics, not from the
+/// target's current window (which would be zero bytes); the estimate is of
+/// the order of what the run really stages.
+#[test]
+fn the_disk_estimate_counts_the_new_window_from_the_source() {
+    let fx = fixture("pgch_part_estimate", Some("toYYYYMMDD(ts)"), false);
+    let (outside, _) = history();
+    let outside: Vec<Row> = outside.into_iter().filter(|r| !in_range(&r[TS], micros(BOUNDS[0]), micros(BOUNDS[3]))).collect();
+    fx.insert_target(&outside);
+    const ROWS: u64 = 50_000;
+    // Every 5 s from the window's start: 250,000 s, inside its 3 days.
+    fx.pg_exec(&format!(
+        "INSERT INTO {s}.{TABLE} SELECT g, '{start}'::timestamptz + g * interval '5 seconds', md5(g::text) \
+         FROM generate_series(0, {last}) AS g; ANALYZE {s}.{TABLE}",
+        s = fx.schema,
+        start = BOUNDS[0],
+        last = ROWS - 1
+    ));
+    let plan = fx.plan();
+    assert_eq!(plan.code, Some(0), "{}", plan.describe());
+    let g = plan.json()["generation"].clone();
+    assert_eq!(g["window_bytes_current"], 0, "the target's window is empty: {g}");
+    assert_eq!(g["window_estimate_from"], "source_statistics", "{g}");
+    let rows = g["window_source_estimate"]["rows"].as_u64().unwrap_or_else(|| panic!("a source estimate: {g}"));
+    assert!((ROWS / 2..=ROWS * 2).contains(&rows), "the planner's rows {rows} are of the order of {ROWS}: {g}");
+    let window = g["window_bytes_estimate"].as_u64().expect("window bytes");
+    assert_eq!(g["bytes_to_write"].as_u64(), Some(g["bytes_copied"].as_u64().expect("copied bytes") + window), "{g}");
+    let text = fx.dpone(&["plan", &fx.manifest.display().to_string(), "--interval-end", INTERVAL_END]);
+    assert!(
+        text.stdout.contains("staged window estimated from the source's statistics: about"),
+        "the plan says where the estimate came from:\n{}",
+        text.stdout
+    );
+    let run = fx.run();
+    assert_eq!(run.code, Some(0), "{}", run.describe());
+    let staged: u64 = fx
+        .ch_scalar(&format!(
+            "SELECT sum(bytes_on_disk) FROM system.parts WHERE database = '{}' AND table = '{TABLE}' AND active \
+             AND partition_id >= '20260906' AND partition_id < '20260909'",
+            fx.db
+        ))
+        .parse()
+        .expect("a byte count");
+    assert!(
+        staged / 2 <= window && window <= staged * 5,
+        "the estimate ({window} bytes) is within a few times of the staged window ({staged} bytes on disk): {g}"
+    );
+    // A full refresh stages the source's whole table: estimated by the
+    // source too, against the target's whole size.
+    let yaml = std::fs::read_to_string(&fx.manifest).expect("the manifest");
+    let start = yaml.find("    mode: replace").expect("a replace strategy");
+    let end = yaml[start..].find("runtime:").expect("runtime") + start;
+    let yaml = format!("{}    mode: full_refresh\n{}", &yaml[..start], &yaml[end..]);
+    let yaml = yaml.lines().filter(|l| !l.contains("execution:") && !l.contains("chunking:")).collect::<Vec<_>>().join("\n");
+    std::fs::write(&fx.manifest, yaml).expect("write the manifest");
+    let m = fx.manifest.display().to_string();
+    let full = fx.dpone(&["plan", &m, "--format", "json"]);
+    assert_eq!(full.code, Some(0), "{}", full.describe());
+    let g = full.json()["generation"].clone();
+    assert!(g["reason"].as_str().is_some_and(|r| r.starts_with("a full refresh")), "{g}");
+    let rows = g["window_source_estimate"]["rows"].as_u64().unwrap_or_else(|| panic!("a source estimate of the whole table: {g}"));
+    assert!((ROWS / 2..=ROWS * 2).contains(&rows), "the planner's rows {rows} are of the order of {ROWS}: {g}");
+    let (current, window) = (g["window_bytes_current"].as_u64().expect("current"), g["window_bytes_estimate"].as_u64().expect("window"));
+    assert!(current >= staged, "a full refresh replaces the whole target ({current} bytes): {g}");
+    assert_eq!(window, current.max(g["window_source_estimate"]["bytes"].as_u64().expect("source bytes")), "{g}");
+    fx.finish();
+}
+
 /// Changes the value of row `id` in partition `partition` of `table` at
 /// once, keeping the row count: the partition is rebuilt aside and swapped
 /// in (`REPLACE PARTITION`, a metadata operation). A mutation would do the

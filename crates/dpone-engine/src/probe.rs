@@ -4,7 +4,9 @@ use dpone_core::Diagnostic;
 use dpone_core::incremental::{CursorKind, CursorValue, Lookback};
 use dpone_core::manifest::Manifest;
 use dpone_core::plan::{Plan, null_checks, read_columns, schema_refusals};
-use dpone_core::ports::{AccessPath, AdapterError, EligibilityRequest, ErrorClass, GenerationEstimate, RowFilter, Source, Target};
+use dpone_core::ports::{
+    AccessPath, AdapterError, EligibilityRequest, ErrorClass, GenerationEstimate, GenerationMethod, RowFilter, Source, Target,
+};
 use dpone_core::rowbinary::DateTime64Range;
 use dpone_core::types::{Column, DType};
 
@@ -243,7 +245,17 @@ async fn probe_inner<S: Source, T: Target>(
                     Err(e) => return Err(e),
                 }
             }
-            let estimate = target.estimate_generation(keep.as_ref()).await?;
+            let mut estimate = target.estimate_generation(keep.as_ref()).await?;
+            if estimate.method != GenerationMethod::InPlace && plan.incremental.is_none() {
+                // The staged rows are the source's new window, not the
+                // target's current one: ask the source what it holds.
+                let window = plan.window.as_ref().map(|w| (w.column.as_str(), w.start, w.end));
+                match source.estimate_read(&p.read_columns, window).await {
+                    Ok(from_source) => estimate = estimate.with_source(from_source),
+                    Err(e) if e.class == ErrorClass::Permanent => p.refusals.push(refusal("source.table", e)),
+                    Err(e) => return Err(e),
+                }
+            }
             p.refusals.extend(disk_refusal(&estimate));
             p.generation = Some(estimate);
         }
@@ -329,8 +341,13 @@ fn disk_refusal(e: &GenerationEstimate) -> Option<Diagnostic> {
             "insufficient_disk_space",
             "sink.table",
             format!(
-                "the run would write up to {} bytes to the target's disk, which has {free} bytes free after a reserve of {} bytes",
-                e.bytes_to_write, e.disk_reserve_bytes
+                "the run would write up to {} bytes to the target's disk ({} copied, {} for the staged window, estimated from {}), \
+                 which has {free} bytes free after a reserve of {} bytes",
+                e.bytes_to_write,
+                e.bytes_copied,
+                e.window_bytes_estimate,
+                e.window_estimate_text(),
+                e.disk_reserve_bytes
             ),
         )
         .hint("free disk space on the target, lower sink.options.clickhouse.disk_reserve_bytes, or move a smaller window")

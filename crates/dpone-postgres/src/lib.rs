@@ -15,6 +15,7 @@ pub mod config;
 mod cursor;
 pub mod encode;
 mod error;
+mod estimate;
 pub mod sink;
 pub mod source;
 pub mod state_store;

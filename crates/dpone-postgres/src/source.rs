@@ -29,7 +29,9 @@ use bytes::Bytes;
 use dpone_core::frames::{self, ByteInput, FrameLimits, Need};
 use dpone_core::incremental::{CursorKind, CursorValue};
 use dpone_core::manifest::TableRef;
-use dpone_core::ports::{AccessPath, AdapterError, FrameTx, ReadRequest, ReadStats, Result, Source, SourceVersion, select_columns};
+use dpone_core::ports::{
+    AccessPath, AdapterError, FrameTx, ReadRequest, ReadStats, Result, Source, SourceEstimate, SourceVersion, select_columns,
+};
 use dpone_core::time::Timestamp;
 use dpone_core::types::{Column, ColumnType};
 use dpone_core::window::Chunk;
@@ -90,7 +92,7 @@ pub fn quote_literal(s: &str) -> String {
 
 /// `'2026-09-02 00:00:00.000000+00'::timestamptz`: generated from a typed
 /// instant, never from user text.
-fn timestamptz_literal(t: Timestamp) -> String {
+pub(crate) fn timestamptz_literal(t: Timestamp) -> String {
     format!("'{}+00'::timestamptz", t.to_canonical())
 }
 
@@ -263,6 +265,21 @@ impl Source for PostgresSource {
             index: r.get(0),
             partitioned: r.get(1),
             frame_bytes: FLUSH_BYTES as u64,
+        }))
+    }
+
+    /// The planner's estimate of the read (see `estimate.rs`).
+    async fn estimate_read(&self, columns: &[Column], window: Option<(&str, Timestamp, Timestamp)>) -> Result<Option<SourceEstimate>> {
+        let names: Vec<String> = columns.iter().map(|c| c.name.clone()).collect();
+        let client = self.connect("estimate").await?;
+        let rows = client
+            .query(&crate::estimate::explain_sql(&self.table_sql(), &names, window), &[])
+            .await
+            .map_err(|e| classify("estimating the window's size (EXPLAIN)", e))?;
+        Ok(rows.first().and_then(|r| crate::estimate::top_rows_width(&r.get::<_, String>(0))).map(|(rows, width)| SourceEstimate {
+            rows,
+            bytes: rows.saturating_mul(width),
+            basis: format!("PostgreSQL planner statistics: EXPLAIN, {width} bytes a row"),
         }))
     }
 

@@ -175,10 +175,10 @@ impl ClickhouseTarget {
             return Ok(GenerationEstimate {
                 method: GenerationMethod::FullCopy,
                 reason: format!("a full refresh: the generation holds only the new rows ({rows} rows are replaced), nothing is copied"),
-                // The new rows, estimated as the table's current size.
-                bytes_to_write: bytes,
                 ..base
-            });
+            }
+            // The new rows: the table's current size until the source tells more.
+            .with_target_sizes(0, bytes));
         };
         if !self.partitioned_by(&k.column).await? {
             let (rows, bytes) = self.table_size().await?;
@@ -190,9 +190,11 @@ impl ClickhouseTarget {
                     k.column, k.column
                 ),
                 rows_copied: rows,
-                bytes_to_write: bytes,
                 ..base
-            });
+            }
+            // Every row outside the window is copied: at most the table's
+            // size, which holds the current window too (not told apart).
+            .with_target_sizes(bytes, 0));
         }
         let f = Fates::of(self.partitions(&k.column).await?, k);
         Ok(GenerationEstimate {
@@ -206,11 +208,11 @@ impl ClickhouseTarget {
             partitions_replaced: f.replace.len() as u64,
             rows_linked: sum(&f.link, |p| p.rows),
             rows_copied: sum(&f.copy, |p| p.rows),
-            // The staged window (estimated as the window's current size)
-            // and the copied rows: at most the straddling and window partitions.
-            bytes_to_write: sum(&f.copy, |p| p.bytes) + sum(&f.replace, |p| p.bytes),
             ..base
-        })
+        }
+        // The copied rows: at most the straddling partitions; the window's
+        // current size: the partitions it replaces.
+        .with_target_sizes(sum(&f.copy, |p| p.bytes), sum(&f.replace, |p| p.bytes)))
     }
 
     /// Rows and bytes on disk of the target (metadata only).

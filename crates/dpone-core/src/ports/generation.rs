@@ -149,13 +149,100 @@ pub struct GenerationEstimate {
     /// Kept rows the generation will copy (an upper bound when only whole
     /// partitions' counts are known).
     pub rows_copied: u64,
-    /// Bytes the run will add to the target's disk: the staged chunks
-    /// (estimated as the window's current size) and the copied rows (their
-    /// partitions' size on disk), an upper bound.
+    /// Bytes of the copied rows (their partitions' size on disk, an upper
+    /// bound; a full copy: the whole table's).
+    pub bytes_copied: u64,
+    /// Bytes on disk of the rows the window replaces today (the target's
+    /// current window: a full refresh, the whole table), as the target
+    /// reports them; 0 when the target does not tell them apart (a full
+    /// copy of a table not partitioned by the window column counts the
+    /// whole table in `bytes_copied`).
+    pub window_bytes_current: u64,
+    /// The source's own estimate of the rows the run will stage (read
+    /// from its statistics, see [`super::Source::estimate_read`]), when
+    /// it gives one.
+    pub window_source_estimate: Option<SourceEstimate>,
+    /// The staged window's bytes the disk check counts (see
+    /// [`GenerationEstimate::with_source`]), and where they came from.
+    pub window_bytes_estimate: u64,
+    pub window_estimate_from: WindowEstimateFrom,
+    /// Bytes the run will add to the target's disk: the copied rows and
+    /// the staged window, an upper bound.
     pub bytes_to_write: u64,
     /// Free bytes of the target's disk minus the reserve, when known.
     pub disk_free_bytes: Option<u64>,
     pub disk_reserve_bytes: u64,
+}
+
+/// Where the estimate of the staged window's bytes came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WindowEstimateFrom {
+    /// The target's current window (the rows the run replaces): no
+    /// source estimate, or a larger one than the source's.
+    #[default]
+    TargetCurrent,
+    /// The source's statistics of the new window (larger than the
+    /// target's current window, e.g. a window that grew or a backfill into
+    /// an empty one).
+    SourceStatistics,
+}
+
+/// A source's estimate, from its own statistics and without reading the
+/// rows, of the rows a read will return and their size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceEstimate {
+    pub rows: u64,
+    /// The rows' size as the source computes it (uncompressed: what a
+    /// compressing target stores is usually smaller, so an upper bound).
+    pub bytes: u64,
+    /// How the source estimated, in words (e.g. "PostgreSQL planner
+    /// statistics: EXPLAIN, 49 bytes a row").
+    pub basis: String,
+}
+
+impl GenerationEstimate {
+    /// Sets the copied rows' bytes and the target's current window bytes,
+    /// and the total as if no source estimate were known.
+    pub fn with_target_sizes(self, bytes_copied: u64, window_bytes_current: u64) -> Self {
+        GenerationEstimate { bytes_copied, window_bytes_current, ..self }.with_source(None)
+    }
+
+    /// Combines the target's sizes with the source's estimate of the new
+    /// window: the staged window counts as the larger of the target's
+    /// current window and the source's estimate. The disk check needs an
+    /// upper bound: a window that grew in the source (or a backfill into an
+    /// empty target window) is counted by the source's estimate, one that
+    /// shrank by what the target holds today (statistics can be stale, and
+    /// the replaced rows stay on disk until the publication anyway).
+    pub fn with_source(self, source: Option<SourceEstimate>) -> Self {
+        let from_source = source.as_ref().map_or(0, |s| s.bytes);
+        let (window, from) = if from_source > self.window_bytes_current {
+            (from_source, WindowEstimateFrom::SourceStatistics)
+        } else {
+            (self.window_bytes_current, WindowEstimateFrom::TargetCurrent)
+        };
+        GenerationEstimate {
+            window_source_estimate: source,
+            window_bytes_estimate: window,
+            window_estimate_from: from,
+            bytes_to_write: self.bytes_copied.saturating_add(window),
+            ..self
+        }
+    }
+
+    /// Where the staged window's estimate came from, in words.
+    pub fn window_estimate_text(&self) -> String {
+        match (self.window_estimate_from, &self.window_source_estimate) {
+            (WindowEstimateFrom::SourceStatistics, Some(s)) => {
+                format!("the source's statistics: about {} rows, {} bytes ({})", s.rows, s.bytes, s.basis)
+            }
+            (_, Some(s)) => {
+                format!("the target's current window (the source estimates less: about {} rows, {} bytes, {})", s.rows, s.bytes, s.basis)
+            }
+            (_, None) => "the target's current window (the source gives no estimate)".into(),
+        }
+    }
 }
 
 /// Outcome of an atomic publication, judged from the target's state.
@@ -172,7 +259,37 @@ pub enum PublicationOutcome {
 
 #[cfg(test)]
 mod tests {
-    use super::{PartIdentity, contains_parts};
+    use super::{GenerationEstimate, PartIdentity, SourceEstimate, WindowEstimateFrom, contains_parts};
+
+    fn source(bytes: u64) -> SourceEstimate {
+        SourceEstimate { rows: bytes / 10, bytes, basis: "test".into() }
+    }
+
+    #[test]
+    fn the_staged_window_counts_the_larger_of_target_and_source() {
+        let e = GenerationEstimate::default().with_target_sizes(1_000, 50);
+        assert_eq!((e.window_bytes_estimate, e.bytes_to_write, e.window_estimate_from), (50, 1_050, WindowEstimateFrom::TargetCurrent));
+        // An empty target window, a source window of 5 MB: the source counts.
+        let grown = GenerationEstimate::default().with_target_sizes(1_000, 0).with_source(Some(source(5_000_000)));
+        assert_eq!(grown.window_bytes_estimate, 5_000_000);
+        assert_eq!(grown.bytes_to_write, 5_001_000);
+        assert_eq!(grown.window_estimate_from, WindowEstimateFrom::SourceStatistics);
+        assert_eq!(grown.window_source_estimate, Some(source(5_000_000)));
+        // A window that shrank (or stale statistics): the target's current size counts.
+        let shrank = GenerationEstimate::default().with_target_sizes(10, 700).with_source(Some(source(300)));
+        assert_eq!((shrank.window_bytes_estimate, shrank.bytes_to_write), (700, 710));
+        assert_eq!(shrank.window_estimate_from, WindowEstimateFrom::TargetCurrent);
+        // Equal: the target's (no claim the source decided).
+        let equal = GenerationEstimate::default().with_target_sizes(0, 300).with_source(Some(source(300)));
+        assert_eq!(equal.window_estimate_from, WindowEstimateFrom::TargetCurrent);
+        // No estimate from the source; a later combination replaces an earlier one.
+        let none = grown.clone().with_source(None);
+        assert_eq!(
+            (none.bytes_to_write, none.window_estimate_from, none.window_source_estimate),
+            (1_000, WindowEstimateFrom::TargetCurrent, None)
+        );
+        assert_eq!(GenerationEstimate::default().with_target_sizes(u64::MAX, 1).bytes_to_write, u64::MAX, "saturates");
+    }
 
     fn p(partition: &str, rows: u64, hash: &str) -> PartIdentity {
         PartIdentity { partition: partition.into(), rows, hash: hash.into() }

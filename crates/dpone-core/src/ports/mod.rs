@@ -46,7 +46,7 @@ pub use direct::{DirectDriver, DirectFeed, DirectLoaded, DirectStep, PendingChun
 pub use error::{AdapterError, ErrorClass, ErrorKind, Result};
 pub use generation::{
     GenerationBuild, GenerationEstimate, GenerationMethod, LinkReport, PartIdentity, PublicationOutcome, ReconcileScope, Reconciliation,
-    contains_parts,
+    SourceEstimate, WindowEstimateFrom, contains_parts,
 };
 
 use crate::digest::{DigestAlgorithm, RowDigest};
@@ -217,6 +217,19 @@ pub trait Source: Send + Sync + 'static {
     /// source does not tell (every chunk is read on its own).
     fn access_path(&self, window_column: &str) -> impl Future<Output = Result<Option<AccessPath>>> + Send {
         let _ = window_column;
+        async { Ok(None) }
+    }
+
+    /// The source's own estimate (from its statistics, read-only, without
+    /// reading the rows) of what reading `columns` of the rows whose
+    /// `window` column lies in `[start, end)` (None: every row) returns,
+    /// for the plan's disk estimate. None: the source does not tell.
+    fn estimate_read(
+        &self,
+        columns: &[Column],
+        window: Option<(&str, Timestamp, Timestamp)>,
+    ) -> impl Future<Output = Result<Option<SourceEstimate>>> + Send {
+        let _ = (columns, window);
         async { Ok(None) }
     }
 

@@ -18,13 +18,16 @@
 //!   copied by `INSERT ... SELECT`; the verified chunks attached by
 //!   `ATTACH PARTITION ... FROM` (hard links).
 //! - Publication: exactly one `EXCHANGE TABLES target AND gen`; the outcome
-//!   is read from the tables' UUIDs, never assumed from the response. The
-//!   previous generation is kept as `_dpone_bak_<run>` (one per target).
+//!   is read from the tables' UUIDs, never assumed from the response
+//!   (`sink/replace.rs`). The previous generation is kept as
+//!   `_dpone_bak_<run>` (one per target), once the writes other writers
+//!   made into it meanwhile were carried over (`sink/reconcile.rs`).
 //!
 //! The eligibility checks run before any write live in `sink/eligibility.rs`;
 //! `incremental_append` (the mark keyed by the table's UUID, a publication
 //! that links every partition, attaches the batch and exchanges) in
-//! `sink/marks.rs`.
+//! `sink/marks.rs`, `incremental_merge` in `sink/merge.rs`; block-number
+//! fences in `sink/blocks.rs`; the target's claim in `sink/claim.rs`.
 
 /// Bytes of the target's disk a run leaves free by default (1 GiB).
 pub const DEFAULT_DISK_RESERVE_BYTES: u64 = 1 << 30;
@@ -33,8 +36,8 @@ use crate::client::{ChClient, Idempotence, quote_ident, quote_str};
 use dpone_core::Diagnostic;
 use dpone_core::digest::{DigestAlgorithm, RowDigest};
 use dpone_core::ports::{
-    AdapterError, Contents, EligibilityRequest, ErrorClass, FrameRx, GenerationBuild, GenerationEstimate, PartIdentity, PublicationOutcome,
-    Result, RowFilter, TableRole, Target, WindowStats,
+    AdapterError, Contents, EligibilityRequest, FrameRx, GenerationBuild, GenerationEstimate, PartIdentity, PublicationOutcome, Result,
+    RowFilter, TableRole, Target, WindowStats,
 };
 use dpone_core::time::Timestamp;
 use dpone_core::types::{Column, parse_clickhouse_type};
@@ -49,6 +52,7 @@ mod generation;
 mod marks;
 mod merge;
 mod reconcile;
+mod replace;
 
 use generation::NO_MERGES;
 
@@ -408,65 +412,7 @@ impl Target for ClickhouseTarget {
     }
 
     async fn publish(&self, generation: &str, keep: Option<&RowFilter>, _backup: &str) -> Result<PublicationOutcome> {
-        let before = self.table_uuid(&self.database, &self.table).await?;
-        let gen_uuid = self.table_uuid(&self.database, generation).await?;
-        let (Some(before), Some(gen_uuid)) = (before, gen_uuid) else {
-            return Err(AdapterError::permanent("publication_failed", "the target or the generation disappeared before publication"));
-        };
-        // No merge in the generation from here until the reconciliation
-        // after the publication ends (the stop follows the table object
-        // into the target's name): its parts stay apart from those other
-        // writers add to the published target, so the reconciliation
-        // tells them apart by block number (`sink/reconcile.rs`). A full
-        // refresh replaces everything: nothing to reconcile.
-        if keep.is_some() {
-            self.ddl(&format!("SYSTEM STOP MERGES {}", self.owned_sql(generation))).await?;
-        }
-        self.pausable_failpoint("replace.before_exchange").await?;
-        let fence = self
-            .client
-            .scalar(&format!(
-                "SELECT max(max_block_number) FROM system.parts WHERE database = {} AND table = {} AND active",
-                quote_str(&self.database),
-                quote_str(generation)
-            ))
-            .await?
-            .parse::<u64>()
-            .map_err(|_| AdapterError::permanent("clickhouse_protocol", "expected a block number"))?;
-        *self.exchanged_fence.lock().expect("fence lock") = Some((generation.to_string(), fence));
-        let exchange = self
-            .client
-            .execute(&format!("EXCHANGE TABLES {} AND {}", self.target_sql(), self.owned_sql(generation)), Idempotence::Unsafe)
-            .await;
-        // Judge by the target's identity, whatever the response said.
-        let observed = match self.observe_target_uuid().await {
-            Ok(u) => u,
-            Err(e) => {
-                return Err(AdapterError::indeterminate(
-                    "outcome_unknown",
-                    format!("the EXCHANGE {} and the target's UUID could not be read afterwards: {}", describe(&exchange), e.message),
-                )
-                .hint("read system.tables: if the target's UUID equals the run's generation UUID the publication happened"));
-            }
-        };
-        let outcome = match observed {
-            Some(u) if u == gen_uuid => PublicationOutcome::Published,
-            Some(u) if u == before => PublicationOutcome::Absent,
-            _ => PublicationOutcome::Unknown,
-        };
-        match (outcome, exchange) {
-            (PublicationOutcome::Absent, Err(e)) => {
-                return Err(AdapterError::new(
-                    if e.class == ErrorClass::Indeterminate { ErrorClass::Permanent } else { e.class },
-                    "publication_failed",
-                    format!("EXCHANGE TABLES did not take effect: {}", e.message),
-                ));
-            }
-            (PublicationOutcome::Unknown, _) => return Ok(PublicationOutcome::Unknown),
-            (PublicationOutcome::Absent, Ok(())) => return Ok(PublicationOutcome::Unknown),
-            (PublicationOutcome::Published, _) => {}
-        }
-        Ok(PublicationOutcome::Published)
+        self.publish_replace_now(generation, keep.is_some()).await
     }
 
     fn scope(&self) -> String {
@@ -618,12 +564,5 @@ impl Target for ClickhouseTarget {
             self.ddl(&format!("DROP TABLE IF EXISTS {} SYNC", self.owned_sql(n))).await?;
         }
         Ok(())
-    }
-}
-
-fn describe(r: &Result<()>) -> String {
-    match r {
-        Ok(()) => "was acknowledged".into(),
-        Err(e) => format!("failed ({})", e.message),
     }
 }

@@ -39,6 +39,7 @@ mod operator;
 mod parts;
 mod probe;
 mod publish;
+mod recheck;
 mod report;
 mod stage;
 

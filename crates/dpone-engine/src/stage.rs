@@ -19,14 +19,14 @@
 //! is retried on its own, with per-chunk range reads.
 
 use crate::context::{AbortOnDrop, Ctx};
-use crate::failure::{Phase, RunFailure, Step};
+use crate::failure::Step;
 use crate::journal::Journal;
 use dpone_core::identity::{self, OWNED_PREFIX};
 use dpone_core::ports::{
     AccessPlan, AdapterError, ErrorClass, ErrorKind, Frame, FrameGuard, ReadRequest, ReadStats, RowFilter, Source, TableRole, Target,
     guarded_frame_channel,
 };
-use dpone_core::state::{CHUNK_BACKOFF_MS, ChunkRecord, ChunkState, MAX_CHUNK_ATTEMPTS, RunJournal, RunState};
+use dpone_core::state::{CHUNK_BACKOFF_MS, ChunkRecord, ChunkState, MAX_CHUNK_ATTEMPTS, RunState};
 use dpone_core::time::Timestamp;
 use dpone_core::types::ColumnType;
 use dpone_core::window::Chunk;
@@ -566,40 +566,4 @@ async fn verify_attempt<S: Source, T: Target>(
         load_seconds,
         verify_seconds,
     })
-}
-
-/// Re-inspects the staging table of every chunk the journal records as
-/// verified: it must still hold exactly the recorded rows (a missing or
-/// changed table is terminal: dpone never publishes unverified data).
-/// Returns how many chunks were re-verified.
-pub(crate) async fn recheck_verified_chunks<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal) -> Result<usize, RunFailure> {
-    let failed = |code: &str, message: String, hint: &str| {
-        RunFailure::at(Phase::BeforePublication, AdapterError::verification(code, message).hint(hint), Some(&j.run_id))
-    };
-    let vendor = |e: AdapterError| RunFailure::at(Phase::BeforePublication, e, Some(&j.run_id));
-    let mut reused = 0;
-    for c in j.chunks.values().filter(|c| c.state == ChunkState::Verified) {
-        let recorded = c.digest().ok_or_else(|| vendor(AdapterError::internal("unreadable chunk digest in the journal")))?;
-        if ctx.target.identity(TableRole::Owned(&c.staging_table)).await.map_err(vendor)?.is_none() {
-            return Err(failed(
-                "staging_lost",
-                format!("chunk {} is recorded as verified in `{}`, but that table no longer exists", c.index, c.staging_table),
-                "someone removed dpone's staging table; see docs/recovery.md (abandon the run and rerun)",
-            ));
-        }
-        let now = ctx.target.inspect(TableRole::Owned(&c.staging_table), None).await.map_err(vendor)?;
-        if now.rows != recorded.rows || now.digest != recorded {
-            return Err(failed(
-                "staging_changed",
-                format!(
-                    "chunk {} staging `{}` no longer holds the recorded rows ({} vs {})",
-                    c.index, c.staging_table, now.digest, recorded
-                ),
-                "someone modified dpone's staging table, or a PostgreSQL server's crash recovery emptied it (its staging tables are UNLOGGED); \
-                 see docs/recovery.md (abandon the run and rerun)",
-            ));
-        }
-        reused += 1;
-    }
-    Ok(reused)
 }

@@ -162,16 +162,29 @@ impl ClickhouseTarget {
         let record = match self.carry_record(carry).await? {
             Some(r) => r,
             None => {
-                let fence = match &kept.fence {
-                    Fence::GenerationRows(rows) => self.generation_fence(previous, *rows).await?,
-                    Fence::RecordedIn(batch) => self.batch_fence(batch).await?,
+                let (fence, count_changed) = match &kept.fence {
+                    Fence::GenerationRows(rows) => (self.generation_fence(previous, *rows).await?, true),
+                    Fence::RecordedIn(batch) => match self.batch_fence(batch).await? {
+                        Some(fence) => (fence, true),
+                        // Published by a dpone that recorded no fence (before
+                        // appends and merges reconciled): every part of the
+                        // published target counts as the build's, so rows
+                        // written into it since cannot tell a changed kept row.
+                        None => {
+                            tracing::warn!(
+                                "the batch table `{batch}` records no fence: the rows other writers added are found by comparing the whole \
+                                 previous table with the whole published target"
+                            );
+                            (u64::MAX, false)
+                        }
+                    },
                 };
                 // The previous table's parts stay as they are from here
                 // (it only becomes the backup): the parts it holds beyond
                 // the build's are read by name.
                 self.ddl(&format!("SYSTEM STOP MERGES {}", self.owned_sql(previous))).await?;
                 self.wait_for_inserts(previous).await?;
-                self.fill_carry(previous, carry, &kept.keep_sql, fence).await?
+                self.fill_carry(previous, carry, &kept.keep_sql, fence, count_changed).await?
             }
         };
         self.pausable_failpoint("reconcile.before_move").await?;
@@ -188,15 +201,10 @@ impl ClickhouseTarget {
     }
 
     /// The fence an append or merge recorded in its batch table right
-    /// before its exchange; no published part may straddle it.
-    async fn batch_fence(&self, batch: &str) -> Result<u64> {
-        let fence = self.recorded_fence(batch).await?.ok_or_else(|| {
-            AdapterError::permanent(
-                "reconciliation_failed",
-                format!("the batch table `{batch}` records no fence: the published target's own parts cannot be told from other writers'"),
-            )
-            .hint("someone changed dpone's batch table; the previous target is kept under the run's backup name: see docs/recovery.md (\"Concurrent writes\")")
-        })?;
+    /// before its exchange (None: none recorded); no published part may
+    /// straddle it.
+    async fn batch_fence(&self, batch: &str) -> Result<Option<u64>> {
+        let Some(fence) = self.recorded_fence(batch).await? else { return Ok(None) };
         let parts = self.block_parts().await?;
         if parts.iter().any(|p| p.min_block <= fence && p.max_block > fence) {
             return Err(AdapterError::verification(
@@ -205,7 +213,7 @@ impl ClickhouseTarget {
             )
             .hint("the previous target is kept under the run's backup name; see docs/recovery.md (\"Concurrent writes\")"));
         }
-        Ok(fence)
+        Ok(Some(fence))
     }
 
     /// The target's active parts, in block order.
@@ -313,8 +321,11 @@ impl ClickhouseTarget {
         Ok(self.owned_comment(carry).await?.and_then(|c| c.strip_prefix(CARRY_COMMENT).and_then(|j| serde_json::from_str(j).ok())))
     }
 
-    /// Writes the rows to carry into a new carry table and checks them.
-    async fn fill_carry(&self, previous: &str, carry: &str, keep_sql: &str, fence: u64) -> Result<CarryRecord> {
+    /// Writes the rows to carry into a new carry table and checks them
+    /// (`count_changed`: whether rows the build's parts hold more often than
+    /// the previous table are kept rows changed, reported, or may be rows
+    /// written into the published target since, not counted).
+    async fn fill_carry(&self, previous: &str, carry: &str, keep_sql: &str, fence: u64, count_changed: bool) -> Result<CarryRecord> {
         let previous_sql = self.owned_sql(previous);
         let carry_sql = self.owned_sql(carry);
         let target = self.target_sql();
@@ -383,7 +394,7 @@ impl ClickhouseTarget {
             }
             record = CarryRecord {
                 rows: got.rows,
-                changed,
+                changed: if count_changed { changed } else { 0 },
                 digest_sum: got.digest.sum_hex(),
                 parts: self.active_parts(self.owned_db(carry), carry).await?,
             };

@@ -226,80 +226,114 @@ impl Fault {
     }
 
     fn error(&self) -> AdapterError {
-        let what = match self.kind {
-            FaultKind::AckLost => "the call took effect but its acknowledgement was lost",
-            FaultKind::Timeout => "the call timed out before it was sent",
-            FaultKind::Transient => "the call failed before it was sent (transient)",
-            FaultKind::Permanent => "the call was refused before it was sent (permanent)",
-        };
-        AdapterError::new(self.kind.class(), self.kind.code(), format!("{} call {}: {what} (injected fault `{self}`)", self.op, self.nth))
+        injected_error(self.kind, self.op.name(), self.nth, self)
     }
 }
 
-#[derive(Debug, Default)]
-struct FaultState {
-    pending: Vec<Fault>,
-    calls: BTreeMap<TargetOp, u32>,
-    fired: Vec<Fault>,
+/// The error an injected fault of `kind` returns at call `nth` of `op`.
+pub(crate) fn injected_error(kind: FaultKind, op: &str, nth: u32, spec: &dyn fmt::Display) -> AdapterError {
+    let what = match kind {
+        FaultKind::AckLost => "the call took effect but its acknowledgement was lost",
+        FaultKind::Timeout => "the call timed out before it was sent",
+        FaultKind::Transient => "the call failed before it was sent (transient)",
+        FaultKind::Permanent => "the call was refused before it was sent (permanent)",
+    };
+    AdapterError::new(kind.class(), kind.code(), format!("{op} call {nth}: {what} (injected fault `{spec}`)"))
 }
 
-/// A target that fails where its faults say. Clones share the counters.
-#[derive(Debug, Clone)]
-pub struct FaultyTarget<T> {
-    inner: T,
-    state: Arc<Mutex<FaultState>>,
+/// A fault a wrapper schedules: which call of which operation, how it fails.
+pub(crate) trait Scheduled: Copy + fmt::Display + fmt::Debug {
+    type Op: Copy + Ord + fmt::Debug;
+    fn op(&self) -> Self::Op;
+    fn nth(&self) -> u32;
+    /// Whether the wrapped call runs before the error is returned.
+    fn performs(&self) -> bool;
+    fn error(&self) -> AdapterError;
+}
+
+impl Scheduled for Fault {
+    type Op = TargetOp;
+    fn op(&self) -> TargetOp {
+        self.op
+    }
+    fn nth(&self) -> u32 {
+        self.nth
+    }
+    fn performs(&self) -> bool {
+        self.kind.performs()
+    }
+    fn error(&self) -> AdapterError {
+        Fault::error(self)
+    }
+}
+
+#[derive(Debug)]
+struct FaultState<F: Scheduled> {
+    pending: Vec<F>,
+    calls: BTreeMap<F::Op, u32>,
+    log: Vec<F::Op>,
+    fired: Vec<F>,
+}
+
+/// The faults of one wrapper, the calls it counted and the faults that
+/// fired; clones share them. `FaultyTarget` and `FaultySource` run every
+/// call of the wrapped port through [`Schedule::run`].
+#[derive(Debug)]
+pub(crate) struct Schedule<F: Scheduled> {
+    state: Arc<Mutex<FaultState<F>>>,
     /// Say on stderr when a fault fires (a binary's test build does, so a
     /// test reading its output knows the fault was injected).
     announce: bool,
 }
 
-impl<T: Target> FaultyTarget<T> {
-    pub fn new(inner: T, faults: Vec<Fault>) -> Self {
-        FaultyTarget { inner, state: Arc::new(Mutex::new(FaultState { pending: faults, ..FaultState::default() })), announce: false }
+impl<F: Scheduled> Clone for Schedule<F> {
+    fn clone(&self) -> Self {
+        Schedule { state: self.state.clone(), announce: self.announce }
+    }
+}
+
+impl<F: Scheduled> Schedule<F> {
+    pub(crate) fn new(faults: Vec<F>) -> Self {
+        let state = FaultState { pending: faults, calls: BTreeMap::new(), log: Vec::new(), fired: Vec::new() };
+        Schedule { state: Arc::new(Mutex::new(state)), announce: false }
     }
 
-    /// Prints `dpone: injected fault <op:kind:n> fired` to stderr whenever a fault fires.
-    #[must_use]
-    pub fn announcing(mut self) -> Self {
+    pub(crate) fn announcing(&mut self) {
         self.announce = true;
-        self
     }
 
-    pub fn inner(&self) -> &T {
-        &self.inner
-    }
-
-    fn lock(&self) -> MutexGuard<'_, FaultState> {
+    fn lock(&self) -> MutexGuard<'_, FaultState<F>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Arms another fault (its call number counts from the first call ever).
-    pub fn add(&self, fault: Fault) {
+    pub(crate) fn add(&self, fault: F) {
         self.lock().pending.push(fault);
     }
 
-    /// Faults that fired, in order.
-    pub fn fired(&self) -> Vec<Fault> {
+    pub(crate) fn fired(&self) -> Vec<F> {
         self.lock().fired.clone()
     }
 
-    /// Faults armed but not fired yet.
-    pub fn pending(&self) -> Vec<Fault> {
+    pub(crate) fn pending(&self) -> Vec<F> {
         self.lock().pending.clone()
     }
 
-    /// Calls of `op` so far.
-    pub fn calls(&self, op: TargetOp) -> u32 {
+    pub(crate) fn calls(&self, op: F::Op) -> u32 {
         self.lock().calls.get(&op).copied().unwrap_or(0)
     }
 
+    pub(crate) fn log(&self) -> Vec<F::Op> {
+        self.lock().log.clone()
+    }
+
     /// Counts a call of `op`; the fault due at this call, if any.
-    fn due(&self, op: TargetOp) -> Option<Fault> {
+    fn due(&self, op: F::Op) -> Option<F> {
         let mut s = self.lock();
+        s.log.push(op);
         let n = s.calls.entry(op).or_insert(0);
         *n += 1;
         let n = *n;
-        let i = s.pending.iter().position(|f| f.op == op && f.nth == n)?;
+        let i = s.pending.iter().position(|f| f.op() == op && f.nth() == n)?;
         let f = s.pending.remove(i);
         s.fired.push(f);
         if self.announce {
@@ -308,16 +342,64 @@ impl<T: Target> FaultyTarget<T> {
         Some(f)
     }
 
-    async fn run<R>(&self, op: TargetOp, call: impl Future<Output = Result<R>>) -> Result<R> {
+    pub(crate) async fn run<R>(&self, op: F::Op, call: impl Future<Output = Result<R>>) -> Result<R> {
         match self.due(op) {
             None => call.await,
-            Some(f) if f.kind.performs() => {
+            Some(f) if f.performs() => {
                 // The outcome of the real call is lost with its acknowledgement.
                 let _ = call.await;
                 Err(f.error())
             }
             Some(f) => Err(f.error()),
         }
+    }
+}
+
+/// A target that fails where its faults say. Clones share the counters.
+#[derive(Debug, Clone)]
+pub struct FaultyTarget<T> {
+    inner: T,
+    faults: Schedule<Fault>,
+}
+
+impl<T: Target> FaultyTarget<T> {
+    pub fn new(inner: T, faults: Vec<Fault>) -> Self {
+        FaultyTarget { inner, faults: Schedule::new(faults) }
+    }
+
+    /// Prints `dpone: injected fault <op:kind:n> fired` to stderr whenever a fault fires.
+    #[must_use]
+    pub fn announcing(mut self) -> Self {
+        self.faults.announcing();
+        self
+    }
+
+    pub fn inner(&self) -> &T {
+        &self.inner
+    }
+
+    /// Arms another fault (its call number counts from the first call ever).
+    pub fn add(&self, fault: Fault) {
+        self.faults.add(fault);
+    }
+
+    /// Faults that fired, in order.
+    pub fn fired(&self) -> Vec<Fault> {
+        self.faults.fired()
+    }
+
+    /// Faults armed but not fired yet.
+    pub fn pending(&self) -> Vec<Fault> {
+        self.faults.pending()
+    }
+
+    /// Calls of `op` so far.
+    pub fn calls(&self, op: TargetOp) -> u32 {
+        self.faults.calls(op)
+    }
+
+    async fn run<R>(&self, op: TargetOp, call: impl Future<Output = Result<R>>) -> Result<R> {
+        self.faults.run(op, call).await
     }
 }
 

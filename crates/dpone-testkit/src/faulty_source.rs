@@ -12,7 +12,8 @@
 //! version). Other calls pass through; every call is counted and logged
 //! ([`FaultySource::calls`], [`FaultySource::log`]). A fault fires once.
 
-use crate::faulty::{FaultKind, Schedule, Scheduled, injected_error};
+use crate::faulty::FaultKind;
+use crate::schedule::{Schedule, Scheduled, injected_error};
 use dpone_core::Diagnostic;
 use dpone_core::incremental::{CursorKind, CursorValue};
 use dpone_core::ports::{AccessPath, AdapterError, FrameTx, ReadRequest, ReadStats, Result, Source, SourceEstimate, SourceVersion};

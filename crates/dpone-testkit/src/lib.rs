@@ -118,6 +118,7 @@ pub mod mem_source;
 pub mod mem_state;
 pub mod mem_target;
 pub mod rows;
+mod schedule;
 pub mod target_conformance;
 
 pub use faulty::{Fault, FaultKind, FaultyTarget, TargetOp};

@@ -17,15 +17,14 @@
 //! fires once. `Fault::parse_list` reads the `op:kind:n` list form used in
 //! an environment variable by the CLI's test build (see [`FAULTS_ENV`]).
 
+use crate::schedule::{Schedule, Scheduled, injected_error};
 use dpone_core::Diagnostic;
 use dpone_core::ports::{
     AdapterError, Contents, EligibilityRequest, ErrorClass, FrameRx, GenerationBuild, PublicationOutcome, Result, RowFilter, TableRole,
     Target, WindowStats,
 };
-use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The environment variable a test build may read with [`Fault::from_env`].
 pub const FAULTS_ENV: &str = "DPONE_TARGET_FAULTS";
@@ -226,42 +225,42 @@ impl Fault {
     }
 
     fn error(&self) -> AdapterError {
-        let what = match self.kind {
-            FaultKind::AckLost => "the call took effect but its acknowledgement was lost",
-            FaultKind::Timeout => "the call timed out before it was sent",
-            FaultKind::Transient => "the call failed before it was sent (transient)",
-            FaultKind::Permanent => "the call was refused before it was sent (permanent)",
-        };
-        AdapterError::new(self.kind.class(), self.kind.code(), format!("{} call {}: {what} (injected fault `{self}`)", self.op, self.nth))
+        injected_error(self.kind, self.op.name(), self.nth, self)
     }
 }
 
-#[derive(Debug, Default)]
-struct FaultState {
-    pending: Vec<Fault>,
-    calls: BTreeMap<TargetOp, u32>,
-    fired: Vec<Fault>,
+impl Scheduled for Fault {
+    type Op = TargetOp;
+    fn op(&self) -> TargetOp {
+        self.op
+    }
+    fn nth(&self) -> u32 {
+        self.nth
+    }
+    fn performs(&self) -> bool {
+        self.kind.performs()
+    }
+    fn error(&self) -> AdapterError {
+        Fault::error(self)
+    }
 }
 
 /// A target that fails where its faults say. Clones share the counters.
 #[derive(Debug, Clone)]
 pub struct FaultyTarget<T> {
     inner: T,
-    state: Arc<Mutex<FaultState>>,
-    /// Say on stderr when a fault fires (a binary's test build does, so a
-    /// test reading its output knows the fault was injected).
-    announce: bool,
+    faults: Schedule<Fault>,
 }
 
 impl<T: Target> FaultyTarget<T> {
     pub fn new(inner: T, faults: Vec<Fault>) -> Self {
-        FaultyTarget { inner, state: Arc::new(Mutex::new(FaultState { pending: faults, ..FaultState::default() })), announce: false }
+        FaultyTarget { inner, faults: Schedule::new(faults) }
     }
 
     /// Prints `dpone: injected fault <op:kind:n> fired` to stderr whenever a fault fires.
     #[must_use]
     pub fn announcing(mut self) -> Self {
-        self.announce = true;
+        self.faults.announcing();
         self
     }
 
@@ -269,55 +268,28 @@ impl<T: Target> FaultyTarget<T> {
         &self.inner
     }
 
-    fn lock(&self) -> MutexGuard<'_, FaultState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Arms another fault (its call number counts from the first call ever).
     pub fn add(&self, fault: Fault) {
-        self.lock().pending.push(fault);
+        self.faults.add(fault);
     }
 
     /// Faults that fired, in order.
     pub fn fired(&self) -> Vec<Fault> {
-        self.lock().fired.clone()
+        self.faults.fired()
     }
 
     /// Faults armed but not fired yet.
     pub fn pending(&self) -> Vec<Fault> {
-        self.lock().pending.clone()
+        self.faults.pending()
     }
 
     /// Calls of `op` so far.
     pub fn calls(&self, op: TargetOp) -> u32 {
-        self.lock().calls.get(&op).copied().unwrap_or(0)
-    }
-
-    /// Counts a call of `op`; the fault due at this call, if any.
-    fn due(&self, op: TargetOp) -> Option<Fault> {
-        let mut s = self.lock();
-        let n = s.calls.entry(op).or_insert(0);
-        *n += 1;
-        let n = *n;
-        let i = s.pending.iter().position(|f| f.op == op && f.nth == n)?;
-        let f = s.pending.remove(i);
-        s.fired.push(f);
-        if self.announce {
-            eprintln!("dpone: injected fault {f} fired");
-        }
-        Some(f)
+        self.faults.calls(op)
     }
 
     async fn run<R>(&self, op: TargetOp, call: impl Future<Output = Result<R>>) -> Result<R> {
-        match self.due(op) {
-            None => call.await,
-            Some(f) if f.kind.performs() => {
-                // The outcome of the real call is lost with its acknowledgement.
-                let _ = call.await;
-                Err(f.error())
-            }
-            Some(f) => Err(f.error()),
-        }
+        self.faults.run(op, call).await
     }
 }
 

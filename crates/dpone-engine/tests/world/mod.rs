@@ -1,5 +1,6 @@
-//! A whole run on in-memory fakes: a `MemSource`, a `MemTarget` of one
-//! publication model (behind a `FaultyTarget`), a `MemStateStore` and a
+//! A whole run on in-memory fakes: a `MemSource` (behind a
+//! `FaultySource`), a `MemTarget` of one publication model (behind a
+//! `FaultyTarget`), a `MemStateStore` and a
 //! `MemoryHost`. Runs take milliseconds, so every failpoint and every
 //! failure kind is exercised on every model.
 #![allow(dead_code)]
@@ -12,9 +13,9 @@ use dpone_core::state::{RunJournal, RunState, StateStore};
 use dpone_engine::{MemoryHost, RunFailure, RunOptions, RunReport};
 use dpone_testkit::rows::{Row, multiset};
 use dpone_testkit::target_conformance::{DAY0, new_window_rows, row, standard_columns, target_rows, window};
-use dpone_testkit::{Fault, FaultyTarget, MemSource, MemStateStore, MemTarget, Publication};
-use std::sync::Arc;
+use dpone_testkit::{Fault, FaultySource, FaultyTarget, MemSource, MemStateStore, MemTarget, Publication, SourceFault};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 pub const DAY: i64 = 86_400_000_000;
 
@@ -50,8 +51,11 @@ pub struct World {
     pub manifest: Manifest,
     pub plan: Plan,
     pub faults: Vec<Fault>,
+    /// Armed afresh for every run, as `faults` are.
+    pub source_faults: Vec<SourceFault>,
     pub lease_ttl_ms: u64,
     runs: AtomicU32,
+    last_source: Mutex<Option<FaultySource<MemSource>>>,
 }
 
 /// Source rows: the new window rows, plus rows outside the window that a
@@ -86,8 +90,10 @@ impl World {
             manifest,
             plan,
             faults: Vec::new(),
+            source_faults: Vec::new(),
             lease_ttl_ms: 60_000,
             runs: AtomicU32::new(0),
+            last_source: Mutex::new(None),
         }
     }
 
@@ -116,13 +122,20 @@ impl World {
         let store = self.store.clone();
         let opener = move |_create: bool| Ok(Some(Arc::new(store.handle()) as Arc<dyn StateStore>));
         let target = Arc::new(FaultyTarget::new(self.target.handle(), self.faults.clone()));
-        let source = Arc::new(self.source.clone());
+        let source = FaultySource::new(self.source.clone(), self.source_faults.clone());
+        *self.last_source.lock().unwrap() = Some(source.clone());
+        let source = Arc::new(source);
         let result = dpone_engine::execute(&self.manifest, &self.plan, source, target, &opener, &options).await;
         // A crashed invocation's process is gone: the next one may take its lease over.
         if matches!(&result, Err(f) if f.code == "crashed") {
             self.host.dead_holders.lock().unwrap().insert(options.holder.clone());
         }
         result
+    }
+
+    /// The source wrapper of the last run: its calls and the faults that fired.
+    pub fn last_source(&self) -> FaultySource<MemSource> {
+        self.last_source.lock().unwrap().clone().expect("a run happened")
     }
 
     pub async fn run(&self) -> Result<RunReport, RunFailure> {

@@ -1,0 +1,275 @@
+//! `FaultySource`: wraps any [`Source`] and injects faults at chosen calls,
+//! as [`crate::FaultyTarget`] does for targets.
+//!
+//! A [`SourceFault`] names a source method ([`SourceOp`]), the call of it
+//! that fails (1-based, counted per method) and how ([`FaultKind`]):
+//! `ack_lost` performs the call (a read streams every frame) then returns
+//! an indeterminate error; `timeout` / `transient` / `permanent` do not
+//! perform it (a read's stream is closed without a frame). A fault built
+//! with [`SourceFault::snapshot_lost`] fails a read as a source whose
+//! frozen snapshot ended does (the PostgreSQL source's `snapshot_lost`: a
+//! permanent error; rows read under another snapshot would not be one
+//! version). Other calls pass through; every call is counted and logged
+//! ([`FaultySource::calls`], [`FaultySource::log`]). A fault fires once.
+
+use crate::faulty::FaultKind;
+use crate::schedule::{Schedule, Scheduled, injected_error};
+use dpone_core::Diagnostic;
+use dpone_core::incremental::{CursorKind, CursorValue};
+use dpone_core::ports::{AccessPath, AdapterError, FrameTx, ReadRequest, ReadStats, Result, Source, SourceEstimate, SourceVersion};
+use dpone_core::time::Timestamp;
+use dpone_core::types::{Column, ColumnType};
+use dpone_core::window::Chunk;
+use std::fmt;
+
+/// A [`Source`] method that does I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SourceOp {
+    Describe,
+    Preflight,
+    OpenSnapshot,
+    Read,
+    ReadGroup,
+    AccessPath,
+    EstimateRead,
+    CloseSnapshot,
+    CursorMax,
+}
+
+impl SourceOp {
+    /// The method's name (`open_snapshot`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SourceOp::Describe => "describe",
+            SourceOp::Preflight => "preflight",
+            SourceOp::OpenSnapshot => "open_snapshot",
+            SourceOp::Read => "read",
+            SourceOp::ReadGroup => "read_group",
+            SourceOp::AccessPath => "access_path",
+            SourceOp::EstimateRead => "estimate_read",
+            SourceOp::CloseSnapshot => "close_snapshot",
+            SourceOp::CursorMax => "cursor_max",
+        }
+    }
+}
+
+impl fmt::Display for SourceOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One injected fault: the `nth` call (1-based) of `op` fails as `kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceFault {
+    pub op: SourceOp,
+    pub nth: u32,
+    pub kind: FaultKind,
+    /// The error is the lost snapshot's (`snapshot_lost`), not `injected_<kind>`.
+    pub snapshot_lost: bool,
+}
+
+impl SourceFault {
+    pub fn new(op: SourceOp, kind: FaultKind, nth: u32) -> Self {
+        SourceFault { op, nth, kind, snapshot_lost: false }
+    }
+
+    /// The `nth` read fails because the run's snapshot is gone: a
+    /// permanent `snapshot_lost` error, nothing streamed.
+    pub fn snapshot_lost(nth: u32) -> Self {
+        SourceFault { snapshot_lost: true, ..SourceFault::new(SourceOp::Read, FaultKind::Permanent, nth) }
+    }
+}
+
+impl fmt::Display for SourceFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = if self.snapshot_lost { "snapshot_lost" } else { self.kind.name() };
+        write!(f, "{}:{kind}:{}", self.op, self.nth)
+    }
+}
+
+impl Scheduled for SourceFault {
+    type Op = SourceOp;
+    fn op(&self) -> SourceOp {
+        self.op
+    }
+    fn nth(&self) -> u32 {
+        self.nth
+    }
+    fn performs(&self) -> bool {
+        self.kind.performs()
+    }
+    fn error(&self) -> AdapterError {
+        if self.snapshot_lost {
+            return AdapterError::permanent(
+                "snapshot_lost",
+                format!("{} call {}: the run's source snapshot is gone (injected fault `{self}`)", self.op, self.nth),
+            )
+            .hint("the snapshot keeper ended; the run must re-extract the window under a new snapshot");
+        }
+        injected_error(self.kind, self.op.name(), self.nth, self)
+    }
+}
+
+/// A source that fails where its faults say. Clones share the counters.
+#[derive(Debug, Clone)]
+pub struct FaultySource<S> {
+    inner: S,
+    faults: Schedule<SourceFault>,
+}
+
+impl<S: Source> FaultySource<S> {
+    pub fn new(inner: S, faults: Vec<SourceFault>) -> Self {
+        FaultySource { inner, faults: Schedule::new(faults) }
+    }
+
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// Arms another fault (its call number counts from the first call ever).
+    pub fn add(&self, fault: SourceFault) {
+        self.faults.add(fault);
+    }
+
+    /// Faults that fired, in order.
+    pub fn fired(&self) -> Vec<SourceFault> {
+        self.faults.fired()
+    }
+
+    /// Faults armed but not fired yet.
+    pub fn pending(&self) -> Vec<SourceFault> {
+        self.faults.pending()
+    }
+
+    /// Calls of `op` so far.
+    pub fn calls(&self, op: SourceOp) -> u32 {
+        self.faults.calls(op)
+    }
+
+    /// Every call so far, in order (a group read's own reads of the inner
+    /// source are not calls of this wrapper).
+    pub fn log(&self) -> Vec<SourceOp> {
+        self.faults.log()
+    }
+}
+
+impl<S: Source> Source for FaultySource<S> {
+    async fn describe(&self, columns: Option<&[String]>) -> Result<Vec<Column>> {
+        self.faults.run(SourceOp::Describe, self.inner.describe(columns)).await
+    }
+
+    async fn preflight(&self, window_column: Option<&str>) -> Result<Vec<Diagnostic>> {
+        self.faults.run(SourceOp::Preflight, self.inner.preflight(window_column)).await
+    }
+
+    fn conversion_refusals(&self, columns: &[Column], target_types: &[ColumnType]) -> Vec<Diagnostic> {
+        self.inner.conversion_refusals(columns, target_types)
+    }
+
+    async fn open_snapshot(&self) -> Result<SourceVersion> {
+        self.faults.run(SourceOp::OpenSnapshot, self.inner.open_snapshot()).await
+    }
+
+    async fn read(&self, request: ReadRequest, out: FrameTx) -> Result<ReadStats> {
+        // A call that is not performed drops `out`: the loader sees the
+        // stream end without a frame, as when the connection broke.
+        self.faults.run(SourceOp::Read, self.inner.read(request, out)).await
+    }
+
+    async fn access_path(&self, window_column: &str) -> Result<Option<AccessPath>> {
+        self.faults.run(SourceOp::AccessPath, self.inner.access_path(window_column)).await
+    }
+
+    async fn estimate_read(&self, columns: &[Column], window: Option<(&str, Timestamp, Timestamp)>) -> Result<Option<SourceEstimate>> {
+        self.faults.run(SourceOp::EstimateRead, self.inner.estimate_read(columns, window)).await
+    }
+
+    async fn read_group(&self, request: ReadRequest, chunks: Vec<Chunk>, outs: Vec<FrameTx>) -> Result<Vec<ReadStats>> {
+        self.faults.run(SourceOp::ReadGroup, self.inner.read_group(request, chunks, outs)).await
+    }
+
+    async fn close_snapshot(&self) -> Result<()> {
+        self.faults.run(SourceOp::CloseSnapshot, self.inner.close_snapshot()).await
+    }
+
+    async fn cursor_max(&self, column: &str, kind: CursorKind) -> Result<Option<CursorValue>> {
+        self.faults.run(SourceOp::CursorMax, self.inner.cursor_max(column, kind)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemSource;
+    use crate::mem_source::SourceCall;
+    use crate::rows::types_of;
+    use crate::target_conformance::{standard_columns, target_rows};
+    use dpone_core::ports::{ErrorClass, frame_channel};
+
+    fn request() -> ReadRequest {
+        ReadRequest {
+            target_types: types_of(&standard_columns()),
+            columns: standard_columns(),
+            bounds: None,
+            block_rows: 2,
+            block_bytes: 1 << 20,
+            max_row_bytes: 1 << 16,
+            cursor: None,
+            digest: Default::default(),
+            datetime64_range: None,
+        }
+    }
+
+    /// Reads the whole table; the read's result and the rows that arrived.
+    async fn read_all(source: &FaultySource<MemSource>) -> (Result<ReadStats>, u64) {
+        let (tx, mut rx) = frame_channel(4);
+        let drain = async move {
+            let mut rows = 0;
+            while let Some(frame) = rx.recv().await {
+                rows += frame.rows;
+            }
+            rows
+        };
+        tokio::join!(source.read(request(), tx), drain)
+    }
+
+    #[tokio::test]
+    async fn faults_fire_once_at_their_call_and_other_calls_pass_through() {
+        let mem = MemSource::new(standard_columns(), target_rows());
+        let faults = vec![
+            SourceFault::new(SourceOp::Describe, FaultKind::Timeout, 2),
+            SourceFault::new(SourceOp::OpenSnapshot, FaultKind::Transient, 1),
+            SourceFault::new(SourceOp::Read, FaultKind::AckLost, 1),
+            SourceFault::snapshot_lost(2),
+        ];
+        let source = FaultySource::new(mem.clone(), faults.clone());
+        assert_eq!(source.describe(None).await.unwrap(), standard_columns());
+        let e = source.describe(None).await.unwrap_err();
+        assert_eq!((e.class, e.code.as_str()), (ErrorClass::Indeterminate, "injected_timeout"));
+        assert!(e.message.contains("describe call 2") && e.message.contains("`describe:timeout:2`"), "{e:?}");
+        assert_eq!(source.open_snapshot().await.unwrap_err().class, ErrorClass::Transient);
+        source.open_snapshot().await.unwrap();
+
+        // `ack_lost`: every row streamed, then the acknowledgement is lost.
+        let (read, rows) = read_all(&source).await;
+        assert_eq!((read.unwrap_err().class, rows), (ErrorClass::Indeterminate, target_rows().len() as u64));
+        // `snapshot_lost`: nothing streamed, a permanent error saying what to do.
+        let (read, rows) = read_all(&source).await;
+        let e = read.unwrap_err();
+        assert_eq!((e.class, e.code.as_str(), rows), (ErrorClass::Permanent, "snapshot_lost", 0));
+        assert!(e.hint.as_deref().is_some_and(|h| h.contains("new snapshot")), "{e:?}");
+        let (read, rows) = read_all(&source).await;
+        assert_eq!(read.unwrap().rows, rows);
+
+        assert_eq!(source.fired(), faults);
+        assert!(source.pending().is_empty());
+        assert_eq!((source.calls(SourceOp::Read), source.calls(SourceOp::CloseSnapshot)), (3, 0));
+        use SourceOp::*;
+        assert_eq!(source.log(), vec![Describe, Describe, OpenSnapshot, OpenSnapshot, Read, Read, Read]);
+        // The inner source saw only the calls that were performed.
+        let performed = mem.calls().into_iter().filter(|c| matches!(c, SourceCall::Read { .. })).count();
+        assert_eq!(performed, 2, "the ack_lost read and the last one");
+        assert_eq!(SourceFault::snapshot_lost(2).to_string(), "read:snapshot_lost:2");
+    }
+}

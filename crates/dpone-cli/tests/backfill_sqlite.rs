@@ -1,7 +1,8 @@
 //! `dpone backfill` on the SQLite route (no server): a batch manifest of two
 //! processes over two weekly windows with `--jobs 2`, text and JSON output,
 //! `status`, and the refusals found before anything runs (a range that is
-//! not whole windows, a process without a window), each writing nothing.
+//! not whole windows, a process without a window, processes whose windows
+//! differ in length), each writing nothing.
 
 mod common;
 
@@ -120,6 +121,19 @@ fn a_backfill_that_cannot_run_is_refused_before_anything_is_written() {
     let run = dpone(dir, &["backfill", "plan", full.to_str().unwrap(), "--from", FROM, "--to", TO], &[]);
     assert_eq!(run.code, Some(2), "{}", run.describe());
     assert!(run.stderr.contains("error[backfill_requires_window]"), "{}", run.describe());
+    // Processes with windows of different lengths.
+    let mixed = dir.join("mixed.yaml");
+    std::fs::write(
+        &mixed,
+        MANIFEST
+            .replace("lookback: P7D}", "lookback: \"{{ days }}\"}")
+            .replace("  target_db: target\n", "  target_db: target\n  days: P7D\n")
+            .replace("vars: {target_db: target_b}", "vars: {target_db: target_b, days: P1D}"),
+    )
+    .unwrap();
+    let run = dpone(dir, &["backfill", "plan", mixed.to_str().unwrap(), "--from", FROM, "--to", TO], &[]);
+    assert_eq!(run.code, Some(2), "{}", run.describe());
+    assert!(run.stderr.contains("error[backfill_windows_differ]"), "{}", run.describe());
     // A bad instant.
     let run = dpone(dir, &["backfill", "run", &m, "--from", "yesterday", "--to", TO], &[]);
     assert_eq!(run.code, Some(2), "{}", run.describe());

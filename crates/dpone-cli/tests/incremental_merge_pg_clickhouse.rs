@@ -418,18 +418,25 @@ fn a_crash_at_any_failpoint_then_resume_merges_the_batch_exactly_once() {
 // Guards (each made to fire)
 // ---------------------------------------------------------------------------
 
-/// A writer adds a target row of a batch key after the check and the
-/// intent: the merge replaces it with the batch's row, as the strategy
-/// says, and counts it (`concurrent_window_rows_replaced`), never silently.
-#[test]
-fn a_row_of_a_batch_key_written_during_the_run_is_replaced_and_counted() {
-    let fx = fixture("mrg_pgch_keys", &["id"], None);
+/// Key 1 merged by a first run, then updated in the source; a second run
+/// paused right before its publication, its intent recorded.
+fn paused_second_run(prefix: &'static str) -> (Fixture, Source, harness::Background) {
+    let fx = fixture(prefix, &["id"], None);
     let mut source = Source::default();
     source.insert(&fx, &[row(1, 1, 1, "a")]);
     check(&fx, &run(&fx), &source.batch(None, 1), 1, "first run");
     source.update(&fx, 1, 2, 2, "a2");
     let child = spawn_paused(&fx, "publish.before_exchange:4000");
     harness::wait_until(Duration::from_secs(60), "the run records its intent", || state_of(&status(&fx)) == "publishing");
+    (fx, source, child)
+}
+
+/// A writer adds a target row of a batch key after the check and the
+/// intent: the merge replaces it with the batch's row, as the strategy
+/// says, and counts it (`concurrent_window_rows_replaced`), never silently.
+#[test]
+fn a_row_of_a_batch_key_written_during_the_run_is_replaced_and_counted() {
+    let (fx, source, child) = paused_second_run("mrg_pgch_keys");
     fx.insert_target(&[row(1, 9, 3, "intruder")]);
     let doc = check(&fx, &child.wait(), &source.batch(None, 2), 2, "a batch key written during the run");
     assert_eq!(doc["concurrent_window_rows_replaced"], 1, "the intruder is counted as replaced: {doc:#}");
@@ -445,13 +452,7 @@ fn a_row_of_a_batch_key_written_during_the_run_is_replaced_and_counted() {
 /// published, the mark left as found.
 #[test]
 fn a_mark_moved_during_the_run_is_refused() {
-    let fx = fixture("mrg_pgch_moved", &["id"], None);
-    let mut source = Source::default();
-    source.insert(&fx, &[row(1, 1, 1, "a")]);
-    check(&fx, &run(&fx), &source.batch(None, 1), 1, "first run");
-    source.update(&fx, 1, 2, 2, "a2");
-    let child = spawn_paused(&fx, "publish.before_exchange:4000");
-    harness::wait_until(Duration::from_secs(60), "the run records its intent", || state_of(&status(&fx)) == "publishing");
+    let (fx, _, child) = paused_second_run("mrg_pgch_moved");
     let uuid = fx.ch_scalar(&format!("SELECT toString(uuid) FROM system.tables WHERE database = '{}' AND name = 't'", fx.db));
     fx.ch_exec(&format!(
         "INSERT INTO {}._dpone_marks (table_uuid, target, cursor_column, kind, mark, run_id, seq, cleared) \

@@ -76,8 +76,7 @@ pub const FRAME_RETRIES: u32 = 2;
 /// statement costs round trips). The pieces are kept until the server
 /// confirms the statement's rows, so this bounds that memory per importer:
 /// 512 KiB kept peak RSS about 1 MiB lower than 1 MiB statements, at 3-4%
-/// more wall time on a 5M-row window
-/// (docs/bench-results/dev-ch_to_postgres-20261202-memory.summary.json).
+/// more wall time on a 5M-row window (docs/bench-results/dev-ch_to_postgres-20261202-memory.summary.json).
 pub const COPY_BATCH_BYTES: usize = 512 << 10;
 /// Bytes parsed at once when a table is read back to be digested.
 const READ_BACK_FRAME_BYTES: usize = 128 << 10;

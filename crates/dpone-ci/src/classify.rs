@@ -22,6 +22,8 @@ use crate::catalog;
 use crate::git::RawChange;
 use crate::normalize::{self, DocKind, Normalized, Rejected, ScheduleEntry};
 use dpone_core::Diagnostic;
+use dpone_core::manifest::convention::preset_references;
+use dpone_core::manifest::{PresetFile, Presets};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -179,7 +181,26 @@ fn change_kind(c: &RawChange) -> ChangeKind {
 const REGULAR_FILE_MODES: [&str; 2] = ["100644", "100755"];
 
 /// Classifies one entry of the tree diff; `read` returns a blob's content.
-pub fn classify_change(c: &RawChange, mut read: impl FnMut(&str) -> Result<Content, Diagnostic>) -> Result<FileRecord, Diagnostic> {
+pub fn classify_change(c: &RawChange, read: impl FnMut(&str) -> Result<Content, Diagnostic>) -> Result<FileRecord, Diagnostic> {
+    classify_change_with(c, read, |_, _| Ok(None))
+}
+
+/// Which version of a change a file is read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Base,
+    Head,
+}
+
+/// [`classify_change`], where `file_at` reads a file of the repository at
+/// the base or head version by its path (None: no regular file there), so
+/// that a manifest's convention preset files are read from the same
+/// version as the manifest.
+pub fn classify_change_with(
+    c: &RawChange,
+    mut read: impl FnMut(&str) -> Result<Content, Diagnostic>,
+    mut file_at: impl FnMut(Side, &str) -> Result<Option<Content>, Diagnostic>,
+) -> Result<FileRecord, Diagnostic> {
     let change = change_kind(c);
     let yaml = is_yaml(&c.path);
     let default_kind = if yaml { FileKind::Yaml } else { FileKind::Other };
@@ -189,7 +210,12 @@ pub fn classify_change(c: &RawChange, mut read: impl FnMut(&str) -> Result<Conte
             "not_a_regular_file",
             format!("`{}` is not a regular file (mode {}): a symlink or submodule is not a schedule", c.path, c.new_mode),
         ),
-        ChangeKind::Modified if yaml => classify_modified(&read(&c.old_blob)?, &read(&c.new_blob)?),
+        ChangeKind::Modified if yaml => {
+            let (base, head) = (read(&c.old_blob)?, read(&c.new_blob)?);
+            let base_presets = presets_of(&c.path, &base, |p| file_at(Side::Base, p))?;
+            let head_presets = presets_of(&c.path, &head, |p| file_at(Side::Head, p))?;
+            classify_texts(&base, &head, &base_presets, &head_presets).unwrap_or_else(|v| v)
+        }
         ChangeKind::Modified => {
             let (code, what) = describe_path(&c.path);
             Verdict::broad(
@@ -260,8 +286,53 @@ fn side_text<'a>(side: &str, c: &'a Content) -> Result<&'a str, Verdict> {
     }
 }
 
-fn normalized(side: &str, text: &str) -> Result<Normalized, Verdict> {
-    normalize::normalize(text).map_err(|r| match r {
+/// `name` (a preset a manifest at `manifest_path` names) as a path from the
+/// repository's root; None when it is absolute or leaves the repository.
+fn repo_path(manifest_path: &str, name: &str) -> Option<String> {
+    if name.starts_with('/') {
+        return None;
+    }
+    let mut parts: Vec<&str> = manifest_path.split('/').collect();
+    parts.pop();
+    for part in name.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            p => parts.push(p),
+        }
+    }
+    Some(parts.join("/"))
+}
+
+/// The preset files the manifest `content` (at `manifest_path`) names, as
+/// `read` finds them in the same version. A name with no file there is left
+/// out: normalizing reports it as `unknown_convention` (a broad change).
+fn presets_of(
+    manifest_path: &str,
+    content: &Content,
+    mut read: impl FnMut(&str) -> Result<Option<Content>, Diagnostic>,
+) -> Result<Presets, Diagnostic> {
+    let Content::Text(text) = content else { return Ok(Presets::new()) };
+    let mut presets = Presets::new();
+    for name in preset_references(text) {
+        let Some(path) = repo_path(manifest_path, &name) else { continue };
+        let file = match read(&path)? {
+            None => continue,
+            Some(Content::Text(text)) => PresetFile::Text { path, text },
+            Some(Content::TooLarge(n)) => {
+                PresetFile::Unreadable { path, reason: format!("it is {n} bytes; files over {MAX_FILE_BYTES} bytes are not read") }
+            }
+            Some(Content::NotUtf8) => PresetFile::Unreadable { path, reason: "it is not UTF-8 text".into() },
+        };
+        presets.insert(name, file);
+    }
+    Ok(presets)
+}
+
+fn normalized(side: &str, text: &str, presets: &Presets) -> Result<Normalized, Verdict> {
+    normalize::normalize_with(text, presets).map_err(|r| match r {
         Rejected::Parse(d) => Verdict::broad(
             FileKind::Yaml,
             &format!("parse_error:{}", d.first_code()),
@@ -288,14 +359,14 @@ fn file_kind(k: DocKind) -> FileKind {
 
 /// Classifies a YAML file modified in place from its two versions.
 pub fn classify_modified(base: &Content, head: &Content) -> Verdict {
-    match classify_texts(base, head) {
+    match classify_texts(base, head, &Presets::new(), &Presets::new()) {
         Ok(v) | Err(v) => v,
     }
 }
 
-fn classify_texts(base: &Content, head: &Content) -> Result<Verdict, Verdict> {
+fn classify_texts(base: &Content, head: &Content, base_presets: &Presets, head_presets: &Presets) -> Result<Verdict, Verdict> {
     let (base_text, head_text) = (side_text("base", base)?, side_text("head", head)?);
-    let (b, h) = (normalized("base", base_text)?, normalized("head", head_text)?);
+    let (b, h) = (normalized("base", base_text, base_presets)?, normalized("head", head_text, head_presets)?);
     let kind = file_kind(h.kind);
     if b.kind != h.kind {
         return Err(Verdict::broad(kind, "kind_changed", "the document's kind changed".into()));

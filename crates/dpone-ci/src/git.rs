@@ -140,6 +140,27 @@ impl Repo {
     }
 }
 
+impl Repo {
+    /// The regular file at `path` (from the repository's root) in `commit`:
+    /// its size and, when at most `limit` bytes, its bytes. None when the
+    /// commit has no regular file there (nothing, a folder, a symlink or a
+    /// submodule).
+    pub fn file_at(&self, commit: &str, path: &str, limit: u64) -> Result<Option<Blob>, Diagnostic> {
+        let out = self.git(&["ls-tree", "-z", "--full-tree", commit, "--", path])?;
+        if !out.status.success() {
+            return Err(Diagnostic::new("git_failed", "", format!("git ls-tree {commit} {path} failed: {}", stderr_line(&out))));
+        }
+        // `<mode> SP <type> SP <id> TAB <path> NUL`
+        let listing = String::from_utf8_lossy(&out.stdout);
+        let Some((meta, listed)) = listing.split('\0').next().and_then(|e| e.split_once('\t')) else { return Ok(None) };
+        let fields: Vec<&str> = meta.split(' ').collect();
+        match fields.as_slice() {
+            [mode, "blob", id] if listed == path && matches!(*mode, "100644" | "100755") => self.blob(id, limit).map(Some),
+            _ => Ok(None),
+        }
+    }
+}
+
 /// Parses `git diff-tree -r -z --raw` output:
 /// `:<old mode> <new mode> <old id> <new id> <status>[score]\0<path>\0[<new path>\0]`.
 pub fn parse_raw(bytes: &[u8]) -> Result<Vec<RawChange>, String> {

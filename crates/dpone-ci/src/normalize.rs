@@ -70,12 +70,18 @@ pub fn kind_of(root: &Node) -> DocKind {
 
 /// Parses, validates and normalizes a dpone document.
 pub fn normalize(text: &str) -> Result<Normalized, Rejected> {
+    normalize_with(text, &manifest::Presets::new())
+}
+
+/// [`normalize`], with the convention preset files a manifest names as
+/// read from the same revision ([`manifest::convention::preset_references`]).
+pub fn normalize_with(text: &str, presets: &manifest::Presets) -> Result<Normalized, Rejected> {
     let root = yaml::parse(text).map_err(Rejected::Parse)?;
     match kind_of(&root) {
         DocKind::Manifest => {
             // A batch manifest is many processes; they share the file's schedule.
-            let loaded =
-                manifest::load_processes(text, &manifest::ExpandInput::default()).map_err(|d| Rejected::Invalid(DocKind::Manifest, d))?;
+            let loaded = manifest::load_processes_with(text, &manifest::ExpandInput::default(), presets)
+                .map_err(|d| Rejected::Invalid(DocKind::Manifest, d))?;
             let m = &loaded.processes[0].manifest;
             let mut content = root.to_json();
             let raw = content.as_object_mut().and_then(|o| o.remove("schedule"));

@@ -13,7 +13,7 @@
 use crate::commands::{EXIT_CONFIG, EXIT_FAILED, EXIT_OK};
 use crate::output;
 use clap::Subcommand;
-use dpone_ci::classify::{self, Content, FileRecord};
+use dpone_ci::classify::{self, Content, FileRecord, Side};
 use dpone_ci::git::Repo;
 use dpone_ci::report::{self, Plan};
 use dpone_ci::verify::{self, ArtifactInput, PlanRef};
@@ -89,10 +89,16 @@ fn make_plan(repo: &Repo, base: &str, head: &str) -> Result<Plan, Diagnostic> {
     let head_sha = repo.resolve(head, "--head")?;
     let mut files: Vec<FileRecord> = Vec::new();
     for change in repo.changes(&base_sha, &head_sha)? {
-        files.push(classify::classify_change(&change, |blob| {
+        let read = |blob: &str| {
             let b = repo.blob(blob, classify::MAX_FILE_BYTES)?;
             Ok(Content::from_blob(b.size, b.bytes))
-        })?);
+        };
+        // A manifest's convention presets are read from the same commit.
+        let file_at = |side: Side, path: &str| {
+            let commit = if side == Side::Base { &base_sha } else { &head_sha };
+            Ok(repo.file_at(commit, path, classify::MAX_FILE_BYTES)?.map(|b| Content::from_blob(b.size, b.bytes)))
+        };
+        files.push(classify::classify_change_with(&change, read, file_at)?);
     }
     Ok(report::build(&base_sha, &head_sha, files))
 }

@@ -370,3 +370,45 @@ fn the_schedules_schema_is_published_in_docs() {
     assert_eq!(printed, published, "regenerate with: dpone ci schema > docs/schemas/dpone.schedules.v1.json");
     assert_eq!(printed["title"], "dpone.schedules.v1");
 }
+
+/// A batch manifest whose names come from a convention preset file next to
+/// it, and a schedule.
+const TEAM: &str = include_str!("data/conventions/team_preset.batch.yaml");
+const TEAM_PRESET: &str = include_str!("data/conventions/presets/landing_team.yaml");
+const TM: &str = "teams/growth/shop.yaml";
+const TP: &str = "teams/growth/presets/landing_team.yaml";
+
+fn team_repo() -> (Repo, String) {
+    Repo::with(&[(TM, &format!("{TEAM}schedule: {{cron: '0 3 * * *', timezone: UTC}}\n")), (TP, TEAM_PRESET)])
+}
+
+#[test]
+fn a_manifest_with_a_preset_file_is_read_with_the_preset_of_the_same_commit() {
+    // The schedule changes: the manifest validates with its preset (read from
+    // git, relative to the manifest), so the change narrows to the schedule.
+    let (r, base) = team_repo();
+    r.edit(TM, |t| t.replace("0 3 * * *", "30 4 * * *"));
+    let head = r.commit("schedule");
+    // The working tree's preset is not what is read: break it after the commit.
+    r.write(TP, "- not a mapping\n");
+    let f = single(&plan(&r, &base, &head), "schedule_only", "schedule_changed");
+    assert_eq!(f["file_kind"], "manifest");
+
+    // The preset changes too: it is a change of its own, never schedule-only.
+    let (r, base) = team_repo();
+    r.edit(TM, |t| t.replace("0 3 * * *", "30 4 * * *"));
+    r.edit(TP, |t| t.replace("team: growth", "team: retention"));
+    let p = plan(&r, &base, &r.commit("schedule and preset"));
+    assert_eq!(p["classification"], "broad", "{p:#}");
+    assert_eq!(file(&p, TM)["class"], "schedule_only");
+    assert_eq!(file(&p, TP)["class"], "broad");
+
+    // A preset missing at head: the manifest does not validate there (broad,
+    // naming the unknown convention).
+    let (r, base) = team_repo();
+    r.edit(TM, |t| t.replace("0 3 * * *", "30 4 * * *"));
+    std::fs::remove_file(r.path().join(TP)).unwrap();
+    let p = plan(&r, &base, &r.commit("preset removed"));
+    let f = file(&p, TM);
+    assert_eq!((f["class"].as_str(), f["reason_code"].as_str()), (Some("broad"), Some("invalid:unknown_convention")), "{p:#}");
+}

@@ -197,3 +197,20 @@ fn only_in_place_modifications_are_read() {
     assert_eq!(reads, vec!["a", "b"]);
     assert_eq!(r.reason_code, "invalid:missing_key");
 }
+
+#[test]
+fn preset_paths_are_taken_from_the_manifests_folder_and_never_leave_the_repository() {
+    assert_eq!(repo_path("m/x.yaml", "presets/a.yaml").as_deref(), Some("m/presets/a.yaml"));
+    assert_eq!(repo_path("m/x.yaml", "./../p/a.yaml").as_deref(), Some("p/a.yaml"));
+    assert_eq!(repo_path("x.yaml", "a.yaml").as_deref(), Some("a.yaml"));
+    assert_eq!(repo_path("m/x.yaml", "../../a.yaml"), None);
+    assert_eq!(repo_path("m/x.yaml", "/etc/a.yaml"), None);
+    // An unreadable preset is handed on as such (loading refuses it).
+    let manifest = text("kind: dpone.batch.v1\nconvention: p.yaml\ndefaults: {}\n");
+    let p = presets_of("m/x.yaml", &manifest, |path| {
+        assert_eq!(path, "m/p.yaml");
+        Ok(Some(Content::NotUtf8))
+    })
+    .unwrap();
+    assert!(matches!(&p["p.yaml"], PresetFile::Unreadable { path, .. } if path == "m/p.yaml"));
+}

@@ -73,24 +73,7 @@ fn a_run_killed_inside_its_publishing_transaction_is_judged_by_the_mark() {
     let (route, source, target) = standard("inc_chpg_kill");
     let child = route.spawn_paused("publish.before_exchange:2000");
     route.wait_for_state("publishing", "the run records its intent");
-    // The lock is held by a session of its own: the fixture's session polls
-    // pg_stat_activity, whose contents a transaction would freeze.
-    let pg = dpone_testkit::postgres_url();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-    let (locker, connection) = rt.block_on(tokio_postgres::connect(&pg, tokio_postgres::NoTls)).expect("connect");
-    rt.spawn(connection);
-    rt.block_on(locker.batch_execute(&format!("BEGIN; LOCK TABLE {} IN ACCESS EXCLUSIVE MODE", route.fx.target_sql()))).expect("lock");
-    harness::wait_until(std::time::Duration::from_secs(60), "the publishing transaction waits for the target's lock", || {
-        route
-            .fx
-            .pg_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dpone publish' AND wait_event_type = 'Lock'")
-            .as_deref()
-            == Some("1")
-    });
-    child.signal("KILL");
-    let killed = child.wait();
-    assert_eq!(killed.code, None, "killed by a signal:\n{}", killed.describe());
-    rt.block_on(locker.batch_execute("COMMIT")).expect("unlock");
+    route.kill_while_publishing_waits_for_the_lock(child);
     route.assert_target(&target, "after the kill: nothing appended");
     assert!(route.mark().is_none(), "after the kill: no mark stored");
     let doc = check_append(&route, &route.run(), &target, &source, "5", "the run after the kill");

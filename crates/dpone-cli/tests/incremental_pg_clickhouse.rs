@@ -18,39 +18,18 @@ mod pg_clickhouse_common;
 
 use harness::state_of;
 use incremental_common::pgch::PostgresToClickhouse;
-use incremental_common::{IncrementalRoute, Row, check_append, id_of, plus, row};
+use incremental_common::{IncrementalRoute, Row, check_append, id_of, plus, row, standard};
 use std::time::Duration;
-
-/// Source ids 1..=5 on days 1..=5, target two older rows.
-fn standard(prefix: &'static str, partitioned: bool) -> (PostgresToClickhouse, Vec<Row>, Vec<Row>) {
-    let route = PostgresToClickhouse::set_up(prefix, partitioned);
-    let source: Vec<Row> = (1..=5).map(|i| row(i, i as u32, 1)).collect();
-    let target = vec![row(-2, 1, 0), row(-1, 2, 0)];
-    route.insert_source(&source);
-    route.insert_target(&target);
-    (route, source, target)
-}
-
-/// Per partition, the `(rows, hash_of_all_files)` of its parts.
-fn parts(route: &PostgresToClickhouse, table: &str) -> Vec<String> {
-    let mut p = route.fx.ch_strings(&format!(
-        "SELECT concat(partition_id, ':', toString(rows), ':', hash_of_all_files) FROM system.parts \
-         WHERE database = '{}' AND table = '{table}' AND active",
-        route.fx.db
-    ));
-    p.sort();
-    p
-}
 
 /// A partitioned target: the batch lands in several partitions, the
 /// history's parts are linked (same files), not rewritten.
 #[test]
 fn a_partitioned_target_keeps_its_history_parts() {
-    let (route, source, target) = standard("inc_pgch_part", true);
-    let history = parts(&route, "t");
+    let (route, source, target) = standard::<PostgresToClickhouse>("inc_pgch_part", true);
+    let history = route.parts("t");
     assert_eq!(history.len(), 2, "two history partitions: {history:?}");
     check_append(&route, &route.run(), &target, &source, "5", "first run");
-    let now = parts(&route, "t");
+    let now = route.parts("t");
     for p in &history {
         assert!(now.contains(p), "the history part {p} is linked unchanged: {now:?}");
     }
@@ -76,7 +55,8 @@ fn a_partitioned_target_keeps_its_history_parts() {
 #[test]
 fn rows_added_between_link_and_exchange_are_carried() {
     for partitioned in [true, false] {
-        let (route, source, target) = standard(if partitioned { "inc_pgch_race" } else { "inc_pgch_race1" }, partitioned);
+        let (route, source, target) =
+            standard::<PostgresToClickhouse>(if partitioned { "inc_pgch_race" } else { "inc_pgch_race1" }, partitioned);
         let child = route.spawn_paused("append.before_exchange:4000");
         route.wait_for_the_mark_row();
         let intruder = vec![row(100, 3, 5), row(101, 9, 5)];
@@ -94,7 +74,7 @@ fn rows_added_between_link_and_exchange_are_carried() {
 /// published, the mark stays; the next run appends.
 #[test]
 fn a_kept_row_deleted_between_link_and_exchange_is_refused() {
-    let (route, source, target) = standard("inc_pgch_del", true);
+    let (route, source, target) = standard::<PostgresToClickhouse>("inc_pgch_del", true);
     let child = route.spawn_paused("append.before_exchange:4000");
     route.wait_for_the_mark_row();
     route.fx.ch_exec(&format!("ALTER TABLE {}.t DELETE WHERE id = -2 SETTINGS mutations_sync = 2", route.fx.db));
@@ -113,7 +93,7 @@ fn a_kept_row_deleted_between_link_and_exchange_is_refused() {
 /// resumed run re-verifies it and refuses to publish.
 #[test]
 fn a_tampered_generation_is_not_published() {
-    let (route, _, target) = standard("inc_pgch_gen", false);
+    let (route, _, target) = standard::<PostgresToClickhouse>("inc_pgch_gen", false);
     route.run_with(&[("DPONE_FAILPOINT", "publish.before_exchange")]).assert_aborted_at("publish.before_exchange");
     let generation = route.status()["journal"]["intent"]["generation_table"].as_str().expect("a generation").to_string();
     route.fx.ch_exec(&format!("INSERT INTO {}.{generation} VALUES (42, '2026-09-01 00:00:00', 'smuggled')", route.fx.db));
@@ -127,7 +107,7 @@ fn a_tampered_generation_is_not_published() {
 /// verification before the intent refuses it.
 #[test]
 fn a_generation_changed_before_its_verification_is_refused() {
-    let (route, _, target) = standard("inc_pgch_gen2", true);
+    let (route, _, target) = standard::<PostgresToClickhouse>("inc_pgch_gen2", true);
     let child = route.spawn_paused("generation.after_build:4000");
     let mut generation = String::new();
     harness::wait_until(Duration::from_secs(60), "the generation is built", || {

@@ -1,8 +1,9 @@
 //! ClickHouse -> PostgreSQL (`ch_postgres_common`): the marks in the
 //! target schema's `_dpone_marks`.
 
-use super::{Cell, Endpoints, IncrementalRoute, Row, q};
+use super::{Cell, Endpoints, IncrementalRoute, Row, server_endpoints};
 use crate::ch_postgres_common::{self as common, Col, Fixture, ROUTE, V, col, date, int, text, ts};
+use crate::harness::Background;
 use std::path::Path;
 
 pub struct ClickhouseToPostgres {
@@ -40,6 +41,29 @@ pub fn merge_columns() -> Vec<Col> {
 }
 
 impl ClickhouseToPostgres {
+    /// Kills (SIGKILL) the run `child`, paused before its publication with
+    /// its intent recorded, while its publishing transaction waits for a
+    /// lock of the target; the lock is then released.
+    pub fn kill_while_publishing_waits_for_the_lock(&self, child: Background) {
+        // The lock is held by a session of its own: the fixture's session polls
+        // pg_stat_activity, whose contents a transaction would freeze.
+        let pg = dpone_testkit::postgres_url();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        let (locker, connection) = rt.block_on(tokio_postgres::connect(&pg, tokio_postgres::NoTls)).expect("connect");
+        rt.spawn(connection);
+        rt.block_on(locker.batch_execute(&format!("BEGIN; LOCK TABLE {} IN ACCESS EXCLUSIVE MODE", self.fx.target_sql()))).expect("lock");
+        crate::harness::wait_until(std::time::Duration::from_secs(60), "the publishing transaction waits for the target's lock", || {
+            self.fx
+                .pg_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dpone publish' AND wait_event_type = 'Lock'")
+                .as_deref()
+                == Some("1")
+        });
+        child.signal("KILL");
+        let killed = child.wait();
+        assert_eq!(killed.code, None, "killed by a signal:\n{}", killed.describe());
+        rt.block_on(locker.batch_execute("COMMIT")).expect("unlock");
+    }
+
     /// A route over the fixture's tables, with the manifest of an append by `id`.
     pub fn on(fx: Fixture) -> Self {
         let route = ClickhouseToPostgres { fx };
@@ -74,17 +98,7 @@ impl IncrementalRoute for ClickhouseToPostgres {
     }
 
     fn endpoints(&self) -> Endpoints {
-        let endpoint = |kind: &str, id: &str, schema: &str| {
-            format!(
-                "  type: {kind}\n  connection: {{connection_type: env, connection_id: {id}}}\n  table: {{schema: {}, name: t}}\n",
-                q(schema)
-            )
-        };
-        Endpoints {
-            source: endpoint("clickhouse", "CH", &self.fx.db),
-            sink: endpoint("postgres", "PG", &self.fx.schema),
-            work_dir: q(&self.fx.work_dir().display().to_string()),
-        }
+        server_endpoints(("clickhouse", "CH", &self.fx.db), ("postgres", "PG", &self.fx.schema), &self.fx.work_dir())
     }
 
     fn connections(&self) -> Vec<(&'static str, String)> {

@@ -59,6 +59,18 @@ pub fn id_of(r: &Row) -> Option<i64> {
     }
 }
 
+/// Source ids 1..=5 on days 1..=5, target two older rows: a fresh
+/// `R::set_up(prefix, partitioned)` holding them, the source rows and the
+/// target rows.
+pub fn standard<R: IncrementalRoute>(prefix: &'static str, partitioned: bool) -> (R, Vec<Row>, Vec<Row>) {
+    let fx = R::set_up(prefix, partitioned);
+    let source: Vec<Row> = (1..=5).map(|i| row(i, i as u32, 1)).collect();
+    let target = vec![row(-2, 1, 0), row(-1, 2, 0)];
+    fx.insert_source(&source);
+    fx.insert_target(&target);
+    (fx, source, target)
+}
+
 /// The rows with `after < id <= upto`.
 pub fn between(rows: &[Row], after: i64, upto: i64) -> Vec<Row> {
     rows.iter().filter(|r| id_of(r).is_some_and(|i| i > after && i <= upto)).cloned().collect()
@@ -131,6 +143,18 @@ source:
 /// A JSON string (YAML reads it as a string, never as a number or boolean).
 pub fn q(s: &str) -> String {
     serde_json::to_string(s).expect("a JSON string")
+}
+
+/// The endpoints of a route between two servers: `type`, the connection
+/// `DPONE_CONN_<id>` and the table `t` of `schema` on each side.
+pub fn server_endpoints(source: (&str, &str, &str), sink: (&str, &str, &str), work_dir: &Path) -> Endpoints {
+    let endpoint = |(kind, id, schema): (&str, &str, &str)| {
+        format!(
+            "  type: {kind}\n  connection: {{connection_type: env, connection_id: {id}}}\n  table: {{schema: {}, name: t}}\n",
+            q(schema)
+        )
+    };
+    Endpoints { source: endpoint(source), sink: endpoint(sink), work_dir: q(&work_dir.display().to_string()) }
 }
 
 /// One route's source and target, owned by one test, and how the
@@ -299,6 +323,33 @@ pub fn assert_reset_refused(run: &Run, code: &str, what: &str) {
     assert!(run.stderr.contains(code) || run.stdout.contains(code), "{what}: expected `{code}`:\n{}", run.describe());
 }
 
+/// One test per scenario and route: `on_routes! { [<scenario>, ...] mod
+/// <route>: <fixture> => [<scenario of this route only>, ...]; ... }`
+/// defines `<route>::<scenario>` running `<scenario>::<fixture>()` for
+/// every scenario of the first list and of the route's own.
+#[allow(unused_macros)]
+macro_rules! on_routes {
+    ($scenarios:tt $(mod $route:ident: $fixture:ty => $own:tt;)*) => {
+        $( on_routes!(@route $route, $fixture, $scenarios, $own); )*
+    };
+    (@route $route:ident, $fixture:ty, [$($scenario:ident),* $(,)?], [$($own:ident),* $(,)?]) => {
+        mod $route {
+            $(
+                #[test]
+                fn $scenario() {
+                    super::$scenario::<$fixture>();
+                }
+            )*
+            $(
+                #[test]
+                fn $own() {
+                    super::$own::<$fixture>();
+                }
+            )*
+        }
+    };
+}
+
 /// A small deterministic generator (the seed is printed on failure).
 pub struct Lcg(pub u64);
 
@@ -306,5 +357,42 @@ impl Lcg {
     pub fn next(&mut self, n: u64) -> u64 {
         self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         (self.0 >> 33) % n
+    }
+}
+
+/// Where a randomized test stands after its runs.
+#[derive(Default)]
+pub struct RandomRuns {
+    /// The last run the model applied: `(run_id, execution)`.
+    applied: Option<(String, u64)>,
+    /// The last run left its run unfinished.
+    pub unfinished: bool,
+    /// The last run aborted at its failpoint.
+    pub crashed: bool,
+}
+
+impl RandomRuns {
+    /// Runs once, aborting at a random one of `points` half the time;
+    /// true when a run completed that the model has not applied yet (the
+    /// caller applies its batch and compares).
+    pub fn run<R: IncrementalRoute>(&mut self, fx: &R, rng: &mut Lcg, points: &[&str], what: &str) -> bool {
+        let point = (rng.next(2) == 1).then(|| points[rng.next(points.len() as u64) as usize]);
+        let run = match point {
+            Some(p) => fx.run_with(&[("DPONE_FAILPOINT", p)]),
+            None => fx.run(),
+        };
+        run.assert_no_panic();
+        if point.is_none() {
+            assert_eq!(run.code, Some(0), "{what}: a run without a failpoint succeeds:\n{}", run.describe());
+        }
+        let status = fx.status();
+        self.unfinished = harness::state_of(&status) != "succeeded";
+        self.crashed = point.is_some() && run.code != Some(0);
+        let this = (status["run_id"].as_str().unwrap_or_default().to_string(), status["execution"].as_u64().unwrap_or(0));
+        if self.unfinished || self.applied.as_ref() == Some(&this) {
+            return false;
+        }
+        self.applied = Some(this);
+        true
     }
 }

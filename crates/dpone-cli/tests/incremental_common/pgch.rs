@@ -2,7 +2,7 @@
 //! target database's `_dpone_marks`, keyed by the UUID of the table they
 //! were published with.
 
-use super::{Cell, Endpoints, IncrementalRoute, Row, q, rfc3339};
+use super::{Cell, Endpoints, IncrementalRoute, Row, rfc3339, server_endpoints};
 use crate::pg_clickhouse_common::{self as common, Fixture, ROUTE, Setup, at, col, date, int, text};
 use dpone_core::value::Value;
 use std::path::Path;
@@ -31,6 +31,17 @@ impl PostgresToClickhouse {
 
     fn has_marks_table(&self) -> bool {
         self.fx.ch_scalar(&format!("SELECT count() FROM system.tables WHERE database = '{}' AND name = '_dpone_marks'", self.fx.db)) != "0"
+    }
+
+    /// Per partition of `table`, the `(rows, hash_of_all_files)` of its parts.
+    pub fn parts(&self, table: &str) -> Vec<String> {
+        let mut p = self.fx.ch_strings(&format!(
+            "SELECT concat(partition_id, ':', toString(rows), ':', hash_of_all_files) FROM system.parts \
+             WHERE database = '{}' AND table = '{table}' AND active",
+            self.fx.db
+        ));
+        p.sort();
+        p
     }
 
     /// How many rows `_dpone_marks` holds (every table's).
@@ -103,17 +114,7 @@ impl IncrementalRoute for PostgresToClickhouse {
     }
 
     fn endpoints(&self) -> Endpoints {
-        let endpoint = |kind: &str, id: &str, schema: &str| {
-            format!(
-                "  type: {kind}\n  connection: {{connection_type: env, connection_id: {id}}}\n  table: {{schema: {}, name: t}}\n",
-                q(schema)
-            )
-        };
-        Endpoints {
-            source: endpoint("postgres", "PG", &self.fx.schema),
-            sink: endpoint("clickhouse", "CH", &self.fx.db),
-            work_dir: q(&self.fx.work_dir().display().to_string()),
-        }
+        server_endpoints(("postgres", "PG", &self.fx.schema), ("clickhouse", "CH", &self.fx.db), &self.fx.work_dir())
     }
 
     fn connections(&self) -> Vec<(&'static str, String)> {

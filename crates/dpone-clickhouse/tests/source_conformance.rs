@@ -22,6 +22,10 @@ struct Fixture {
 impl SourceHarness for Harness {
     type Fixture = Fixture;
 
+    fn unsupported_type(&self) -> Option<String> {
+        Some("Array(Int32)".into())
+    }
+
     fn consistency(&self) -> Consistency {
         Consistency::CheckedPerRead
     }

@@ -47,6 +47,10 @@ impl Fixture {
 impl SourceHarness for Harness {
     type Fixture = Fixture;
 
+    fn unsupported_type(&self) -> Option<String> {
+        Some("jsonb".into())
+    }
+
     fn consistency(&self) -> Consistency {
         Consistency::Snapshot
     }

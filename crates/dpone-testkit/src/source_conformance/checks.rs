@@ -130,6 +130,32 @@ pub async fn describe_reports_the_columns<H: SourceHarness>(h: &H) {
     f.cleanup().await;
 }
 
+pub async fn describe_refuses_the_unsupported_types_it_reads<H: SourceHarness>(h: &H) {
+    const C: &str = "describe_refuses_the_unsupported_types_it_reads";
+    let Some(native_type) = h.unsupported_type() else { return };
+    let mut columns = standard_table(h);
+    // The canonical type is never looked at: the table is declared by `native_type`.
+    columns.push(Column { name: "odd".into(), native_type, ty: standard_columns()[2].ty.clone() });
+    let f = h.fresh(&columns).await;
+    let e = f.source().describe(None).await.expect_err("an unsupported type is refused");
+    assert_eq!((e.code.as_str(), e.class), ("unsupported_type", ErrorClass::Permanent), "[{C}] {}", e.message);
+    assert!(e.message.contains("`odd`"), "[{C}] the refusal names the column: {}", e.message);
+    let wanted = ["id".to_string(), WINDOW_COLUMN.to_string()];
+    let some = f.source().describe(Some(&wanted)).await;
+    if h.caps().excluded_columns_may_have_any_type {
+        let got = ok(C, "describe (the supported columns)", some);
+        assert_eq!(named_types(&got), named_types(&standard_columns()[..2]), "[{C}] a column not read may have any type");
+    } else {
+        let e = some.expect_err("documented gap: every column's type is checked");
+        assert_eq!(
+            e.code, "unsupported_type",
+            "[{C}] documented gap (SourceCaps::excluded_columns_may_have_any_type): describe refuses a column it was not asked for; \
+             if it no longer does, set the flag"
+        );
+    }
+    f.cleanup().await;
+}
+
 /// Adjacent chunks around the standard window: before it, its two days, after it.
 fn standard_chunks() -> Vec<Chunk> {
     let (d, day) = (DAY0.0, MICROS_PER_DAY);

@@ -21,6 +21,10 @@ impl SourceHarness for MemSourceHarness {
         Consistency::Snapshot
     }
 
+    fn unsupported_type(&self) -> Option<String> {
+        None
+    }
+
     /// Every canonical type `MemSource` encodes: all of them, nullable or not.
     fn type_matrix(&self) -> Vec<(String, ColumnType)> {
         let utc = || Some("UTC".to_string());

@@ -43,12 +43,38 @@ pub enum Consistency {
     CheckedPerRead,
 }
 
+/// Known gaps of a source, each gating the check that would fail: the
+/// gated check then asserts the gap as documented, so fixing the gap fails
+/// the suite until the flag is flipped (as `target_conformance::Caps`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceCaps {
+    /// `describe(Some(columns))` refuses only the unsupported types of the
+    /// columns it is asked for: a column left out with
+    /// `source.options.columns` may have any type (PostgreSQL and
+    /// ClickHouse; their refusal's hint says so).
+    pub excluded_columns_may_have_any_type: bool,
+}
+
+impl SourceCaps {
+    /// No known gap.
+    pub const FULL: SourceCaps = SourceCaps { excluded_columns_may_have_any_type: true };
+}
+
 /// Makes fresh fixtures of one source implementation.
 pub trait SourceHarness {
     type Fixture: SourceFixture;
 
     /// What the source promises about later commits.
     fn consistency(&self) -> Consistency;
+
+    /// The source's documented gaps.
+    fn caps(&self) -> SourceCaps {
+        SourceCaps::FULL
+    }
+
+    /// A column declaration the source does not read (None: every type
+    /// its tables can hold is read, as `MemSource`'s).
+    fn unsupported_type(&self) -> Option<String>;
 
     /// Every type the source reads: the vendor's column declaration and
     /// the canonical type `describe` reports for it. It holds the types of
@@ -79,6 +105,7 @@ pub trait SourceFixture {
 /// Runs every check against fresh fixtures of `harness`.
 pub async fn run_all<H: SourceHarness>(harness: &H) {
     describe_reports_the_columns(harness).await;
+    describe_refuses_the_unsupported_types_it_reads(harness).await;
     chunk_bounds_are_half_open(harness).await;
     null_window_values_are_in_no_chunk(harness).await;
     reads_keep_the_promised_consistency(harness).await;

@@ -25,4 +25,4 @@ pub use config::{SqliteConfig, resolve_path};
 pub use sink::{MARKS_TABLE, SqliteTarget};
 pub use source::SqliteSource;
 pub use state_store::SqliteStateStore;
-pub use types::{map_declared_type, quote_ident};
+pub use types::{map_declared_type, quote_ident, to_sql};

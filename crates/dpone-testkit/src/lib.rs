@@ -14,7 +14,8 @@
 //!   source snapshot) at a chosen call of a chosen method of any target
 //!   or source, and pass every other call through.
 //! - Conformance suites every implementation passes, the fakes included:
-//!   [`conformance`] for state stores, [`target_conformance`] for targets.
+//!   [`conformance`] for state stores, [`target_conformance`] for targets,
+//!   [`source_conformance`] for sources.
 //! - [`rows`]: typed rows, RowBinary frames, digests and sorted multisets.
 //!
 //! A test drives the fakes through the ports, then looks at them through
@@ -119,6 +120,7 @@ pub mod mem_state;
 pub mod mem_target;
 pub mod rows;
 mod schedule;
+pub mod source_conformance;
 pub mod target_conformance;
 
 pub use faulty::{Fault, FaultKind, FaultyTarget, TargetOp};

@@ -17,18 +17,7 @@ fn chunk(start: i64, end: i64) -> Chunk {
 }
 
 fn request(bounds: Option<Chunk>, block_rows: u64) -> ReadRequest {
-    let columns = standard_columns();
-    ReadRequest {
-        target_types: types_of(&columns),
-        columns,
-        bounds: bounds.map(|c| ("ts".to_string(), c)),
-        block_rows,
-        block_bytes: 1 << 20,
-        max_row_bytes: 1 << 20,
-        cursor: None,
-        digest: Default::default(),
-        datetime64_range: None,
-    }
+    dpone_testkit::source_conformance::request(&standard_columns(), bounds, block_rows)
 }
 
 /// Runs a read; returns its result and the rows of every frame, decoded.

@@ -18,7 +18,7 @@ use dpone_core::time::{MICROS_PER_DAY, Timestamp};
 use dpone_core::types::ColumnType;
 use std::collections::BTreeMap;
 
-pub(super) fn ok<T>(check: &str, what: &str, r: Result<T>) -> T {
+pub(crate) fn ok<T>(check: &str, what: &str, r: Result<T>) -> T {
     r.unwrap_or_else(|e| panic!("[{check}] {what} failed: {} ({}, {:?})", e.message, e.code, e.class))
 }
 
@@ -40,7 +40,7 @@ async fn load<T: Target>(target: &T, table: &str, types: &[ColumnType], batches:
 
 /// A staging table loaded with `rows` in one frame and verified (inspected),
 /// as the engine verifies every staging table before a generation uses it.
-async fn staged<F: TargetFixture>(check: &str, f: &F, types: &[ColumnType], name: &str, rows: Vec<Row>) {
+pub(super) async fn staged<F: TargetFixture>(check: &str, f: &F, types: &[ColumnType], name: &str, rows: Vec<Row>) {
     ok(check, "create_staging", f.target().create_staging(name).await);
     let n = ok(check, "load", load(f.target(), name, types, std::slice::from_ref(&rows)).await);
     assert_eq!(n, rows.len() as u64, "[{check}] load reports the rows written");
@@ -57,7 +57,7 @@ fn sorted(mut v: Vec<String>) -> Vec<String> {
     v
 }
 
-pub(super) fn union(a: &[Row], b: &[Row]) -> Vec<Row> {
+pub(crate) fn union(a: &[Row], b: &[Row]) -> Vec<Row> {
     multiset(a.iter().chain(b).cloned())
 }
 

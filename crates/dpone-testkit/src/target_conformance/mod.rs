@@ -11,14 +11,16 @@
 //! flag per known gap: a gated check then asserts the gap as documented,
 //! so fixing the gap fails the suite until the flag is flipped.
 
-mod checks;
+pub(crate) mod checks;
 mod claims;
 mod direct;
+mod marks;
 mod mem;
 
 pub use checks::*;
 pub use claims::*;
 pub use direct::*;
+pub use marks::*;
 pub use mem::{MemDirectHarness, MemFixture, MemHarness};
 
 use crate::rows::Row;
@@ -126,6 +128,7 @@ pub async fn run_all<H: TargetHarness>(harness: &H) {
     kept_rows_compare_whatever_the_column_names(harness).await;
     missing_tables_are_permanent_errors(harness).await;
     claims_exclude_each_other(harness).await;
+    run_incremental(harness).await;
 }
 
 /// Name of the window column of the standard schema.

@@ -12,7 +12,7 @@ use crate::types::{map_declared_type, quote_ident, read_value};
 use dpone_core::digest::RowDigest;
 use dpone_core::frames::{FrameLimits, RowFrames};
 use dpone_core::incremental::{CursorKind, CursorValue, Lower};
-use dpone_core::ports::{AdapterError, FrameTx, ReadRequest, ReadStats, Result, Source, SourceVersion, select_columns};
+use dpone_core::ports::{AdapterError, FrameTx, ReadRequest, ReadStats, Result, Source, SourceVersion, select_named};
 use dpone_core::rowbinary::encode_value;
 use dpone_core::time::Timestamp;
 use dpone_core::types::{Column, ColumnType};
@@ -69,6 +69,36 @@ impl SqliteSource {
 
 /// Columns of `schema.table` as declared, mapped to canonical types.
 pub(crate) fn describe_table(conn: &Connection, schema: &str, table: &str, side: &str) -> Result<Option<Vec<Column>>> {
+    declared_columns(conn, schema, table)?.map(|rows| rows.into_iter().map(|d| d.column(side)).collect()).transpose()
+}
+
+/// A column as the table declares it, before its type is mapped.
+#[derive(Clone)]
+pub(crate) struct Declared {
+    name: String,
+    decl: String,
+    notnull: bool,
+}
+
+impl Declared {
+    /// The column with its canonical type; an unsupported declaration is
+    /// refused naming the column.
+    fn column(self, side: &str) -> Result<Column> {
+        let Declared { name, decl, notnull } = self;
+        let dtype = map_declared_type(&decl).map_err(|reason| {
+            AdapterError::permanent("unsupported_type", format!("{side} column `{name}` ({decl}): {reason}"))
+                .hint(if side == "source" {
+                    "see `dpone schema type-matrix` for the SQLite types dpone moves exactly; exclude the column with source.options.columns or cast it in a view"
+                } else {
+                    "see `dpone schema type-matrix` for the SQLite types dpone moves exactly"
+                })
+        })?;
+        Ok(Column { name, ty: ColumnType::new(dtype, !notnull), native_type: decl })
+    }
+}
+
+/// The table's columns as declared, in order; None when it does not exist.
+fn declared_columns(conn: &Connection, schema: &str, table: &str) -> Result<Option<Vec<Declared>>> {
     let mut stmt = conn
         .prepare("SELECT name, type, \"notnull\" FROM pragma_table_info(?1, ?2) ORDER BY cid")
         .map_err(|e| classify("reading the table definition", e))?;
@@ -76,19 +106,7 @@ pub(crate) fn describe_table(conn: &Connection, schema: &str, table: &str, side:
         .query_map([table, schema], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .and_then(|rows| rows.collect())
         .map_err(|e| classify("reading the table definition", e))?;
-    if rows.is_empty() {
-        return Ok(None);
-    }
-    rows.into_iter()
-        .map(|(name, decl, notnull)| {
-            let dtype = map_declared_type(&decl).map_err(|reason| {
-                AdapterError::permanent("unsupported_type", format!("{side} column `{name}` ({decl}): {reason}"))
-                    .hint("see `dpone schema type-matrix` for the SQLite types dpone moves exactly")
-            })?;
-            Ok(Column { name, ty: ColumnType::new(dtype, !notnull), native_type: decl })
-        })
-        .collect::<Result<Vec<_>>>()
-        .map(Some)
+    Ok((!rows.is_empty()).then(|| rows.into_iter().map(|(name, decl, notnull)| Declared { name, decl, notnull }).collect()))
 }
 
 /// Reads one row's values as `source` types and appends them encoded as
@@ -239,11 +257,12 @@ fn file_version(path: &std::path::Path) -> std::io::Result<String> {
 impl Source for SqliteSource {
     async fn describe(&self, columns: Option<&[String]>) -> Result<Vec<Column>> {
         let conn = self.open()?;
-        let all = describe_table(&conn, self.schema(), &self.config.table.name, "source")?.ok_or_else(|| {
+        let all = declared_columns(&conn, self.schema(), &self.config.table.name)?.ok_or_else(|| {
             AdapterError::permanent("source_table_missing", format!("source table {} does not exist", self.config.table))
                 .hint("check source.table")
         })?;
-        select_columns(all, columns)
+        // Only the columns read are mapped: one left out may have any type.
+        select_named(all, |d| &d.name, columns)?.into_iter().map(|d| d.column("source")).collect()
     }
 
     async fn preflight(&self, window_column: Option<&str>) -> Result<Vec<dpone_core::Diagnostic>> {

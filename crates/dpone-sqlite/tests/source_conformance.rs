@@ -8,7 +8,7 @@ use dpone_core::manifest::TableRef;
 use dpone_core::types::{Column, ColumnType, DType};
 use dpone_sqlite::{SqliteConfig, SqliteSource, quote_ident, to_sql};
 use dpone_testkit::rows::Row;
-use dpone_testkit::source_conformance::{self, Consistency, SourceCaps, SourceFixture, SourceHarness};
+use dpone_testkit::source_conformance::{self, Consistency, SourceFixture, SourceHarness};
 use dpone_testkit::target_conformance::WINDOW_COLUMN;
 use rusqlite::Connection;
 use std::path::PathBuf;
@@ -27,14 +27,6 @@ impl SourceHarness for Harness {
 
     fn unsupported_type(&self) -> Option<String> {
         Some("BLOB".into())
-    }
-
-    /// Gap: `SqliteSource::describe` maps every column of the table before
-    /// it selects the ones asked for, so a BLOB column left out with
-    /// `source.options.columns` still refuses the run (PostgreSQL and
-    /// ClickHouse refuse only the columns they read).
-    fn caps(&self) -> SourceCaps {
-        SourceCaps { excluded_columns_may_have_any_type: false }
     }
 
     fn consistency(&self) -> Consistency {

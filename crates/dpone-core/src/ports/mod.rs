@@ -165,12 +165,19 @@ pub struct WindowStats {
 /// when `wanted` is None: what [`Source::describe`] returns. An unknown
 /// name is an error suggesting the closest existing one.
 pub fn select_columns(all: Vec<Column>, wanted: Option<&[String]>) -> Result<Vec<Column>> {
+    select_named(all, |c| &c.name, wanted)
+}
+
+/// [`select_columns`] over anything with a column name, e.g. a source's
+/// declarations before their types are mapped, so that a column left out
+/// is never looked at.
+pub fn select_named<T: Clone>(all: Vec<T>, name_of: impl Fn(&T) -> &str, wanted: Option<&[String]>) -> Result<Vec<T>> {
     let Some(wanted) = wanted else { return Ok(all) };
     wanted
         .iter()
         .map(|name| {
-            all.iter().find(|c| &c.name == name).cloned().ok_or_else(|| {
-                let hint = match crate::error::did_you_mean(name, all.iter().map(|c| c.name.as_str())) {
+            all.iter().find(|c| name_of(c) == name).cloned().ok_or_else(|| {
+                let hint = match crate::error::did_you_mean(name, all.iter().map(&name_of)) {
                     Some(s) => format!("did you mean `{s}`?"),
                     None => "check source.options.columns".into(),
                 };

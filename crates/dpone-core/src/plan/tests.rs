@@ -98,7 +98,7 @@ mod incremental {
     use crate::adapter::fixture::REGISTRY;
     use crate::manifest;
 
-    const APPEND: &str = r#"
+    pub(super) const APPEND: &str = r#"
 kind: dpone.batch.v1
 source:
   type: sqlite
@@ -149,4 +149,35 @@ sink:
         // The real description: the command line's registry tests.
         assert_eq!(p.publication.method, "exchange_tables_append");
     }
+}
+
+/// The route lists of the hints are the registry's: a target without an
+/// append refuses the mode, naming the routes that have one.
+#[test]
+fn a_target_without_an_incremental_publication_refuses_the_mode() {
+    use crate::adapter::{PublicationText, Registry, SourceDescriptor, TargetDescriptor};
+    use crate::manifest::System::{Clickhouse, Postgres, Sqlite};
+    const PUBLICATION: PublicationText = PublicationText { method: "transaction", description: "" };
+    static REGISTRY_WITHOUT_APPEND: Registry = Registry {
+        sources: &[&SourceDescriptor::new(Sqlite, "rows"), &SourceDescriptor::new(Postgres, "copy")],
+        targets: &[
+            &TargetDescriptor::new(Sqlite, &[Sqlite], "staging", PUBLICATION),
+            &TargetDescriptor { append: Some(""), ..TargetDescriptor::new(Clickhouse, &[Postgres, Sqlite], "staging", PUBLICATION) },
+        ],
+    };
+    let registry = &REGISTRY_WITHOUT_APPEND;
+    assert_eq!(registry.supported_routes_hint(), "supported routes: sqlite->sqlite, sqlite->clickhouse, postgres->clickhouse");
+    let m = manifest::load(incremental::APPEND).unwrap();
+    let p = Plan::build(&m, &Interval::default(), registry).unwrap();
+    let refused: Vec<_> = p.refusals.iter().map(|d| (d.code.as_str(), d.hint.as_deref().unwrap_or_default())).collect();
+    let hint = "incremental_append runs on sqlite->clickhouse and postgres->clickhouse; use `replace` with a window on this route";
+    assert_eq!(refused, vec![("unsupported_strategy_route", hint)]);
+    assert_eq!(p.route.transport, "rows -> staging");
+    let to_mssql = registry.route_refusal(Sqlite, crate::manifest::System::Mssql).unwrap();
+    assert_eq!(
+        to_mssql.hint.as_deref(),
+        Some(
+            "SQL Server is not implemented in this runtime yet; supported routes: sqlite->sqlite, sqlite->clickhouse, postgres->clickhouse"
+        )
+    );
 }

@@ -10,55 +10,39 @@
 
 /// `$d` is a literal `$`, for the `dispatch!` macro this one defines.
 macro_rules! registry {
-    ($d:tt sources { $($sv:ident: $st:ty),* $(,)? } targets { $($tv:ident: $tt:ty),* $(,)? }) => {
+    // The enum of one side's adapters and its builder from the manifest.
+    (@side $kind:ident, $adapter:ident, $side:ident, $what:literal, $($v:ident: $t:ty),*) => {
         // Built once per run and shared through an Arc: the variants' sizes do not matter.
         #[allow(clippy::large_enum_variant)]
-        pub enum SourceKind {
-            $($sv($st)),*
+        pub enum $kind {
+            $($v($t)),*
         }
 
-        #[allow(clippy::large_enum_variant)]
-        pub enum TargetKind {
-            $($tv($tt)),*
+        impl $kind {
+            #[doc = concat!("The adapter of `manifest.", stringify!($side), "` (None: no adapter ", $what, " its system).")]
+            pub fn build(
+                manifest: &dpone_core::manifest::Manifest,
+                wiring: &dpone_core::ports::Wiring,
+            ) -> Option<Result<Self, dpone_core::Diagnostic>> {
+                use dpone_core::adapter::$adapter;
+                $(
+                    if manifest.$side.system == <$t as $adapter>::DESCRIPTOR.system {
+                        return Some(<$t as $adapter>::build(manifest, wiring).map($kind::$v));
+                    }
+                )*
+                None
+            }
         }
+    };
+    ($d:tt sources { $($sv:ident: $st:ty),* $(,)? } targets { $($tv:ident: $tt:ty),* $(,)? }) => {
+        registry!(@side SourceKind, SourceAdapter, source, "reads", $($sv: $st),*);
+        registry!(@side TargetKind, TargetAdapter, sink, "writes", $($tv: $tt),*);
 
         /// The descriptors of the adapters, in the order of the lines.
         pub static REGISTRY: dpone_core::adapter::Registry = dpone_core::adapter::Registry {
             sources: &[$(<$st as dpone_core::adapter::SourceAdapter>::DESCRIPTOR),*],
             targets: &[$(<$tt as dpone_core::adapter::TargetAdapter>::DESCRIPTOR),*],
         };
-
-        impl SourceKind {
-            /// The adapter of `manifest.source` (None: no adapter reads its system).
-            pub fn build(
-                manifest: &dpone_core::manifest::Manifest,
-                wiring: &dpone_core::ports::Wiring,
-            ) -> Option<Result<Self, dpone_core::Diagnostic>> {
-                use dpone_core::adapter::SourceAdapter;
-                $(
-                    if manifest.source.system == <$st as SourceAdapter>::DESCRIPTOR.system {
-                        return Some(<$st as SourceAdapter>::build(manifest, wiring).map(SourceKind::$sv));
-                    }
-                )*
-                None
-            }
-        }
-
-        impl TargetKind {
-            /// The adapter of `manifest.sink` (None: no adapter writes its system).
-            pub fn build(
-                manifest: &dpone_core::manifest::Manifest,
-                wiring: &dpone_core::ports::Wiring,
-            ) -> Option<Result<Self, dpone_core::Diagnostic>> {
-                use dpone_core::adapter::TargetAdapter;
-                $(
-                    if manifest.sink.system == <$tt as TargetAdapter>::DESCRIPTOR.system {
-                        return Some(<$tt as TargetAdapter>::build(manifest, wiring).map(TargetKind::$tv));
-                    }
-                )*
-                None
-            }
-        }
 
         /// `$body` with `$a` bound to the chosen adapter of `$any`.
         #[allow(unused_macros)]

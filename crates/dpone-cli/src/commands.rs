@@ -26,6 +26,7 @@ fn env_code() -> String {
 pub fn load(path: &Path) -> Result<Loaded, Diagnostics> {
     let text = read_manifest(path).map_err(Diagnostics::one)?;
     let presets = crate::conventions::read_presets(path, &text);
+    crate::registry::install();
     manifest::load_processes_with(&text, &ExpandInput { manifest_path: path.display().to_string(), env_code: env_code() }, &presets)
 }
 
@@ -201,10 +202,10 @@ pub fn prepare(path: &Path, manifest: &Manifest, args: &IntervalArgs) -> Result<
         manifest.locate(&mut d);
         Diagnostics::one(d)
     };
-    let mut plan = Plan::build(manifest, &interval(args)).map_err(located)?;
+    let mut plan = Plan::build(manifest, &interval(args), &crate::registry::REGISTRY).map_err(located)?;
     let adapters = adapters::build(manifest, &base_dir(path)).map_err(located)?;
     // Paths name files: two spellings of one file are one database.
-    plan.refusals.extend(adapters::same_sqlite_table(manifest, &base_dir(path)));
+    plan.refusals.extend(adapters::same_table(manifest, &base_dir(path)));
     plan.refusals.iter_mut().for_each(|d| manifest.locate(d));
     Ok((plan, adapters))
 }
@@ -233,13 +234,13 @@ fn plan_offline(path: &Path, manifest: &Manifest, args: &IntervalArgs) -> Result
         manifest.locate(&mut d);
         Diagnostics::one(d)
     };
-    let mut plan = Plan::build(manifest, &interval(args)).map_err(located)?;
+    let mut plan = Plan::build(manifest, &interval(args), &crate::registry::REGISTRY).map_err(located)?;
     let base = base_dir(path);
     let built = [adapters::AnySource::build(manifest, &base).err(), adapters::build_target(manifest, &base).err()];
     if let Some(d) = built.into_iter().flatten().find(|d| d.code != "missing_connection_env") {
         return Err(located(d));
     }
-    plan.refusals.extend(adapters::same_sqlite_table(manifest, &base));
+    plan.refusals.extend(adapters::same_table(manifest, &base));
     plan.refusals.iter_mut().for_each(|d| manifest.locate(d));
     Ok(plan)
 }

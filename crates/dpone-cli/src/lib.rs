@@ -19,6 +19,7 @@ mod mark;
 mod output;
 mod progress;
 mod redact;
+pub mod registry;
 mod run;
 mod state;
 mod status;
@@ -296,6 +297,7 @@ fn quiet_on_closed_stdout() {
 }
 
 pub fn main() -> ExitCode {
+    registry::install();
     quiet_on_closed_stdout();
     // Only panics are hidden from users by the default hook; errors are values.
     let cli = match Cli::try_parse() {

@@ -325,8 +325,8 @@ fn every_abort_point_has_a_crash_test_on_every_route() {
 
 #[test]
 fn every_supported_route_has_a_crash_fixture() {
-    let hint = dpone_core::plan::SUPPORTED_ROUTES_HINT;
-    let list = hint.strip_prefix("supported routes: ").unwrap_or_else(|| panic!("unexpected SUPPORTED_ROUTES_HINT `{hint}`"));
+    let hint = dpone_cli::registry::REGISTRY.supported_routes_hint();
+    let list = hint.strip_prefix("supported routes: ").unwrap_or_else(|| panic!("unexpected supported routes hint `{hint}`"));
     let mut supported: Vec<&str> = list.split(", ").collect();
     supported.sort();
     let mut covered = ROUTES.to_vec();

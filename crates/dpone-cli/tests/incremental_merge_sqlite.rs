@@ -32,8 +32,9 @@ fn lookback_must_fit_the_cursor_and_keys_must_exist() {
 }
 
 /// Every supported route publishes a merge now (sqlite->sqlite,
-/// clickhouse->postgres, postgres->clickhouse: `MERGE_ROUTES`); a merge on
-/// a route that does not exist is refused by the plan, before any I/O.
+/// clickhouse->postgres, postgres->clickhouse: every target descriptor has a
+/// `merge`); a merge on a route that does not exist is refused by the plan,
+/// before any I/O.
 #[test]
 fn a_merge_on_an_unsupported_route_is_refused_before_any_io() {
     let fx = SqliteToSqlite::set_up_merge("");

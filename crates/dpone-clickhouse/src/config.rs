@@ -1,6 +1,7 @@
 //! Connection settings, resolved from a manifest's connection spec.
 
 use dpone_core::Diagnostic;
+use dpone_core::adapter::{SourceAdapter, SourceDescriptor, TargetAdapter, TargetDescriptor};
 use dpone_core::manifest::{ConnectionSpec, Manifest, TableRef};
 use dpone_core::ports::Wiring;
 use reqwest::Url;
@@ -192,18 +193,22 @@ fn client_for(spec: &ConnectionSpec, table: &TableRef, path: &str, wiring: &Wiri
     Ok((client, database))
 }
 
-impl crate::ClickhouseSource {
+impl SourceAdapter for crate::ClickhouseSource {
+    const DESCRIPTOR: &'static SourceDescriptor = &crate::descriptor::SOURCE;
+
     /// The source of `manifest.source`.
-    pub fn build(manifest: &Manifest, wiring: &Wiring) -> Result<Self, Diagnostic> {
+    fn build(manifest: &Manifest, wiring: &Wiring) -> Result<Self, Diagnostic> {
         let (client, database) = client_for(&manifest.source.connection, &manifest.source.table, "source.connection", wiring)?;
         Ok(crate::ClickhouseSource::new(client, database, manifest.source.table.name.clone()).with_digest(manifest.source.digest))
     }
 }
 
-impl crate::ClickhouseTarget {
+impl TargetAdapter for crate::ClickhouseTarget {
+    const DESCRIPTOR: &'static TargetDescriptor = &crate::descriptor::TARGET;
+
     /// The target of `manifest.sink`; one INSERT request carries at most
     /// [`MAX_REQUEST_FRAMES`] frames of the source's `wire.block_bytes`.
-    pub fn build(manifest: &Manifest, wiring: &Wiring) -> Result<Self, Diagnostic> {
+    fn build(manifest: &Manifest, wiring: &Wiring) -> Result<Self, Diagnostic> {
         let (client, database) = client_for(&manifest.sink.connection, &manifest.sink.table, "sink.connection", wiring)?;
         Ok(crate::ClickhouseTarget::new(
             client,
@@ -214,7 +219,7 @@ impl crate::ClickhouseTarget {
         )
         .with_failpoints(wiring.failpoints.clone())
         .with_digest(manifest.source.digest)
-        .with_disk_reserve(manifest.sink.clickhouse_disk_reserve_bytes.unwrap_or(crate::sink::DEFAULT_DISK_RESERVE_BYTES)))
+        .with_disk_reserve(crate::descriptor::disk_reserve_bytes(&manifest.sink).unwrap_or(crate::sink::DEFAULT_DISK_RESERVE_BYTES)))
     }
 }
 

@@ -1,12 +1,17 @@
 //! ClickHouse adapter.
 //!
 //! - `config`: connection settings (credentials kept out of URLs and logs);
+//!   how the adapters build themselves from a manifest;
+//! - `descriptor`: [`SOURCE`] and [`TARGET`], what they are for the plan and
+//!   the command line's registry, the URL of component variables, and the
+//!   `sink.options.clickhouse_bulk` / `clickhouse` subtrees;
 //! - `client`: a small HTTP client with classified errors;
 //! - `error`: server error codes -> transient / permanent / indeterminate;
 //! - `sink`: [`ClickhouseTarget`], staging, verification, EXCHANGE publication.
 
 pub mod client;
 pub mod config;
+mod descriptor;
 pub mod error;
 pub mod sink;
 pub mod source;
@@ -14,6 +19,7 @@ pub mod transcode;
 
 pub use client::{ChClient, Idempotence, WriteSummary, quote_ident, quote_str};
 pub use config::ClickhouseConfig;
+pub use descriptor::{SOURCE, TARGET};
 pub use sink::ClickhouseTarget;
 pub use source::ClickhouseSource;
 

@@ -6,12 +6,15 @@
 //! - [`time`], [`window`]: fixed durations and rolling-window chunking.
 //! - [`digest`]: the order-independent multiset digest of rows.
 //! - [`plan`]: the pure plan a run executes; [`evidence`]: what a run proves.
+//! - [`adapter`]: what each adapter is (descriptors) and the registry the
+//!   plan combines them from.
 //! - [`ports`]: the traits adapters implement; [`frames`]: the one frame
 //!   assembly every source uses.
 //!
 //! Architecture invariant: this crate depends on no driver, runtime or file
 //! system API. Adapters own vendor I/O; the CLI composes them.
 
+pub mod adapter;
 pub mod budget;
 pub mod cron;
 pub mod digest;

@@ -2,11 +2,13 @@
 //!
 //! [`Plan::build`] is pure: from a validated manifest and the invocation's
 //! interval it resolves the window and its chunks, picks the route's
-//! transport, staging scope and publication method, and lists every
-//! refusal it can know without a connection. Adapters' read-only probes
+//! transport, staging scope and publication method (from the source's and
+//! the target's descriptors, [`crate::adapter`]), and lists every refusal
+//! it can know without a connection. Adapters' read-only probes
 //! then add the source columns and the target's eligibility refusals
 //! ([`Plan::add_probe`]). A run starts only from a plan without refusals.
 
+use crate::adapter::{PublicationText, Registry};
 use crate::error::Diagnostic;
 use crate::manifest::{Manifest, Strategy, System, TransportMode};
 use crate::time::{FixedDuration, Timestamp};
@@ -17,30 +19,6 @@ use serde::Serialize;
 pub const PLAN_VERSION: &str = "dpone.plan.v1";
 /// Version of the execution contract (identity, staging layout, digest).
 pub const CONTRACT_VERSION: &str = "dpone.window.v1";
-/// What to tell a user whose route is not supported.
-pub const SUPPORTED_ROUTES_HINT: &str = "supported routes: sqlite->sqlite, postgres->clickhouse, clickhouse->postgres";
-/// The routes this runtime moves rows on.
-pub const ROUTES: &[(System, System)] =
-    &[(System::Sqlite, System::Sqlite), (System::Postgres, System::Clickhouse), (System::Clickhouse, System::Postgres)];
-
-/// `unsupported_route` (at `sink.type`) when `source -> sink` is not one of
-/// [`ROUTES`]. The manifest loader reports it before any other problem of
-/// the manifest: nothing else matters for a route that does not exist.
-pub fn route_refusal(source: System, sink: System) -> Option<Diagnostic> {
-    if ROUTES.contains(&(source, sink)) {
-        return None;
-    }
-    let hint = if source == System::Mssql || sink == System::Mssql {
-        format!("SQL Server is not implemented in this runtime yet; {SUPPORTED_ROUTES_HINT}")
-    } else {
-        SUPPORTED_ROUTES_HINT.to_string()
-    };
-    Some(
-        Diagnostic::new("unsupported_route", "sink.type", format!("the route {source} -> {sink} is not available in this runtime"))
-            .hint(hint),
-    )
-}
-
 /// The invocation's interval, from flags or the environment.
 #[derive(Debug, Clone, Default)]
 pub struct Interval {
@@ -90,13 +68,6 @@ pub struct IncrementalPlan {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reads: Option<String>,
 }
-
-/// Routes whose target publishes an incremental append.
-pub const INCREMENTAL_ROUTES: &[(System, System)] =
-    &[(System::Sqlite, System::Sqlite), (System::Clickhouse, System::Postgres), (System::Postgres, System::Clickhouse)];
-/// Routes whose target publishes an incremental merge.
-pub const MERGE_ROUTES: &[(System, System)] =
-    &[(System::Sqlite, System::Sqlite), (System::Clickhouse, System::Postgres), (System::Postgres, System::Clickhouse)];
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Route {
@@ -192,10 +163,11 @@ impl Plan {
         self.window.as_ref().map(|w| ResolvedWindow { start: w.start, end: w.end, chunks: w.chunks.clone() })
     }
 
-    /// Builds the plan; errors are configuration errors (exit 2): a missing
-    /// or invalid interval. Route refusals are returned inside the plan so
-    /// that `dpone plan` can show them all.
-    pub fn build(manifest: &Manifest, interval: &Interval) -> Result<Plan, Diagnostic> {
+    /// Builds the plan of `manifest` on the adapters of `registry`; errors
+    /// are configuration errors (exit 2): a missing or invalid interval.
+    /// Route refusals are returned inside the plan so that `dpone plan` can
+    /// show them all.
+    pub fn build(manifest: &Manifest, interval: &Interval, registry: &Registry) -> Result<Plan, Diagnostic> {
         // Validated when the manifest was loaded.
         let limits = crate::limits::resolve(manifest).map_err(|mut errors| errors.remove(0))?;
         let window = match manifest.window() {
@@ -250,34 +222,13 @@ impl Plan {
         let src = &manifest.source;
         let snk = &manifest.sink;
         let route_name = format!("{}->{}", src.system, snk.system);
-        let (transport, publication) = match (src.system, snk.system) {
-            (System::Sqlite, System::Sqlite) => (
-                "SQLite rows -> typed RowBinary frames in process -> SQLite staging tables",
-                PublicationPlan {
-                    method: "sqlite_transaction".into(),
-                    atomic: true,
-                    description: "one SQLite transaction replaces the target's rows with the verified generation".into(),
-                },
-            ),
-            (System::Postgres, System::Clickhouse) => (
-                "PostgreSQL binary COPY (shared snapshot) -> RowBinary over HTTP",
-                PublicationPlan {
-                    method: "exchange_tables".into(),
-                    atomic: true,
-                    description: "one EXCHANGE TABLES target AND generation; the previous generation is kept as backup".into(),
-                },
-            ),
-            (System::Clickhouse, System::Postgres) => (
-                "ClickHouse RowBinary over HTTP (re-read checked after EOF) -> PostgreSQL binary COPY into staging",
-                PublicationPlan {
-                    method: "serializable_transaction".into(),
-                    atomic: true,
-                    description: "one SERIALIZABLE transaction: TRUNCATE (full refresh) or DELETE of the frozen window, INSERT from the verified generation, and a receipt row".into(),
-                },
-            ),
-            (s, t) => {
-                refusals.extend(route_refusal(s, t));
-                ("none", PublicationPlan { method: "none".into(), atomic: false, description: "unsupported route".into() })
+        let (source, target) = (registry.source(src.system), registry.target(snk.system));
+        let route = source.zip(target).filter(|_| registry.feeds(src.system, snk.system));
+        let (transport, publication) = match route {
+            Some((s, t)) => (format!("{} -> {}", s.transport, t.transport), publication_plan(t.publication)),
+            None => {
+                refusals.extend(registry.route_refusal(src.system, snk.system));
+                ("none".to_string(), PublicationPlan { method: "none".into(), atomic: false, description: "unsupported route".into() })
             }
         };
         if !matches!(src.wire.mode.as_str(), "auto" | "typed_binary") {
@@ -300,7 +251,7 @@ impl Plan {
                 .hint("use `rowbinary`"),
             );
         }
-        if src.wire.source_native_format != "auto" && src.system != System::Mssql {
+        if src.wire.source_native_format != "auto" && !source.is_some_and(|s| s.native_format) {
             refusals.push(
                 Diagnostic::new(
                     "unsupported_route_option:wire.source_native_format",
@@ -320,36 +271,6 @@ impl Plan {
                 .hint("use `auto` or `stream`"),
             );
         }
-        if snk.system == System::Clickhouse && snk.bulk_mode != "http" {
-            refusals.push(
-                Diagnostic::new(
-                    "unsupported_route_option:clickhouse_bulk.mode",
-                    "sink.options.clickhouse_bulk.mode",
-                    format!("ClickHouse ingestion mode `{}` is not implemented", snk.bulk_mode),
-                )
-                .hint("use `http`"),
-            );
-        }
-        if snk.system != System::Clickhouse && (snk.bulk_mode != "http" || snk.ingest_contract != "auto") {
-            refusals.push(
-                Diagnostic::new(
-                    "unsupported_route_option:clickhouse_bulk",
-                    "sink.options.clickhouse_bulk",
-                    "clickhouse_bulk options apply to ClickHouse sinks only",
-                )
-                .hint("remove them"),
-            );
-        }
-        if snk.system == System::Clickhouse && snk.ingest_contract == "untyped_staging" {
-            refusals.push(
-                Diagnostic::new(
-                    "unsupported_route_option:clickhouse_bulk.ingest_contract",
-                    "sink.options.clickhouse_bulk.ingest_contract",
-                    "untyped staging cannot be verified with typed digests",
-                )
-                .hint("use `auto`, `typed_staging` or `typed_binary_staging`"),
-            );
-        }
         if src.system == snk.system && src.connection == snk.connection && src.table == snk.table {
             refusals.push(
                 Diagnostic::new("source_is_target", "sink.table", "the sink table is the source table")
@@ -364,7 +285,7 @@ impl Plan {
         // have no table exchange, and a silently ignored option is refused.
         if let Strategy::FullRefresh { overwrite_type } = &snk.strategy
             && overwrite_type == "exchange"
-            && snk.system != System::Clickhouse
+            && !target.is_some_and(|t| t.exchanges_tables)
         {
             refusals.push(
                 Diagnostic::new(
@@ -378,61 +299,14 @@ impl Plan {
                 .hint("remove overwrite_type (or use truncate_insert): the transaction is already atomic"),
             );
         }
-        let publication = if snk.postgres_publication == "partition_swap" {
-            if snk.system != System::Postgres {
-                refusals.push(
-                    Diagnostic::new(
-                        "unsupported_route_option:postgres.publication",
-                        "sink.options.postgres.publication",
-                        "partition_swap applies to PostgreSQL targets only",
-                    )
-                    .hint("remove sink.options.postgres"),
-                );
-            }
-            if !matches!(snk.strategy, Strategy::Replace { .. }) {
-                refusals.push(
-                    Diagnostic::new(
-                        "partition_swap_unsupported_layout",
-                        "sink.options.postgres.publication",
-                        "partition_swap replaces one window: it needs `mode: replace` with a window",
-                    )
-                    .hint("use delete_insert for full refreshes"),
-                );
-            }
-            PublicationPlan {
-                method: "partition_swap".into(),
-                atomic: true,
-                description: "one SERIALIZABLE transaction: DETACH the window's partition (kept as backup), ATTACH the verified generation in its place, and a receipt row".into(),
-            }
-        } else if snk.postgres_publication == "direct" {
-            if snk.system != System::Postgres {
-                refusals.push(
-                    Diagnostic::new(
-                        "unsupported_route_option:postgres.publication",
-                        "sink.options.postgres.publication",
-                        "direct applies to PostgreSQL targets only",
-                    )
-                    .hint("remove sink.options.postgres"),
-                );
-            }
-            if !matches!(snk.strategy, Strategy::Replace { .. } | Strategy::FullRefresh { .. }) {
-                refusals.push(
-                    Diagnostic::new(
-                        "unsupported_route_option:postgres.publication",
-                        "sink.options.postgres.publication",
-                        "a direct publication replaces a window or the whole table; incremental strategies publish a verified batch",
-                    )
-                    .hint("use delete_insert (the default) with incremental_append or incremental_merge"),
-                );
-            }
-            PublicationPlan {
-                method: "direct".into(),
-                atomic: true,
-                description: "one SERIALIZABLE transaction locks the target against other writers, DELETEs the frozen window (every row, for a full refresh), COPYs each chunk into the target under a savepoint of its own and reads the chunk's range back there (count and digest), then writes a receipt row and commits: every row is written once; a run interrupted before the commit published nothing and reads the source again".into(),
-            }
-        } else {
-            publication
-        };
+        // Each target checks its own `sink.options.<vendor>` subtree, and
+        // refuses it when it was written for another target; one may choose
+        // the publication.
+        let mut chosen = None;
+        for t in registry.targets {
+            chosen = (t.check_options)(snk, t.system == snk.system, &mut refusals).or(chosen);
+        }
+        let publication = chosen.map(publication_plan).unwrap_or(publication);
         let direct = publication.method == "direct";
         let strategy = match snk.strategy {
             Strategy::FullRefresh { .. } => "full_refresh",
@@ -451,46 +325,34 @@ impl Plan {
             batch: None,
             reads: None,
         });
-        let routes = if merge.is_some() { MERGE_ROUTES } else { INCREMENTAL_ROUTES };
-        let publication = match &incremental {
-            Some(_) if merge.is_some() && snk.system == System::Clickhouse && routes.contains(&(src.system, snk.system)) => PublicationPlan {
-                method: format!("{}_merge", publication.method),
-                atomic: true,
-                description: "the generation holds only the verified batch; a new table links the target's partitions that hold no key of the batch (hard links, no row copied), copies the partitions that hold batch keys without the rows of those keys, and inserts the batch's version of each unique_key (the greatest cursor); it is checked (counts, each batch key exactly once, the resolved rows' digest), gets the new mark in _dpone_marks keyed by its table UUID, then one EXCHANGE TABLES makes rows and mark visible together; the previous table is kept as the backup".into(),
-            },
-            Some(_) if merge.is_some() && routes.contains(&(src.system, snk.system)) => PublicationPlan {
-                method: format!("{}_merge", publication.method),
-                atomic: true,
-                description: "one transaction deletes the target rows whose unique_key is in the verified batch, inserts the batch's version of each key (the greatest cursor), checks that every batch key appears exactly once, and moves the high-water mark (in _dpone_marks) from the recorded old mark to the new one".into(),
-            },
-            Some(_) if snk.system == System::Clickhouse && routes.contains(&(src.system, snk.system)) => PublicationPlan {
-                method: format!("{}_append", publication.method),
-                atomic: true,
-                description: "a new table links every partition of the target (hard links, no row copied) and attaches the verified batch, is checked by part identity (or count and digest), gets the new mark in _dpone_marks keyed by its table UUID, then one EXCHANGE TABLES makes rows and mark visible together; the previous table is kept as the backup".into(),
-            },
-            Some(_) if routes.contains(&(src.system, snk.system)) => PublicationPlan {
-                method: format!("{}_append", publication.method),
-                atomic: true,
-                description: "one transaction inserts the verified batch and moves the high-water mark (stored beside the target, in _dpone_marks) from the recorded old mark to the new one".into(),
-            },
-            Some(_) => {
+        // The target's append or merge, when its source reads cursor batches.
+        let incremental_publication = route
+            .filter(|(s, _)| s.reads_cursor)
+            .and_then(|(_, t)| if merge.is_some() { t.merge.map(|d| ("merge", d)) } else { t.append.map(|d| ("append", d)) });
+        let publication = match (&incremental, incremental_publication) {
+            (Some(_), Some((kind, description))) => {
+                PublicationPlan { method: format!("{}_{kind}", publication.method), atomic: true, description: description.into() }
+            }
+            (Some(_), None) => {
                 if refusals.iter().all(|d: &Diagnostic| d.code != "unsupported_route") {
+                    let runs_on: Vec<String> =
+                        registry.incremental_routes(merge.is_some()).iter().map(|(s, t)| format!("{s}->{t}")).collect();
+                    let runs_on = match runs_on.split_last() {
+                        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+                        _ => runs_on.join(""),
+                    };
                     refusals.push(
                         Diagnostic::new(
                             "unsupported_strategy_route",
                             "sink.strategy.mode",
                             format!("`{strategy}` is not implemented on the route {route_name} yet"),
                         )
-                        .hint(if merge.is_some() {
-                            "incremental_merge runs on sqlite->sqlite, clickhouse->postgres and postgres->clickhouse; use `replace` with a window on this route"
-                        } else {
-                            "incremental_append runs on sqlite->sqlite, clickhouse->postgres and postgres->clickhouse; use `replace` with a window on this route"
-                        }),
+                        .hint(format!("{strategy} runs on {runs_on}; use `replace` with a window on this route")),
                     );
                 }
                 publication
             }
-            None => publication,
+            (None, _) => publication,
         };
         let staging_location = match (&snk.staging_schema, &snk.table.schema) {
             (Some(s), _) => s.clone(),
@@ -507,10 +369,9 @@ impl Plan {
                 sink: snk.system,
                 source_table: src.table.to_string(),
                 target_table: snk.table.to_string(),
-                transport: if direct {
-                    "ClickHouse RowBinary over HTTP (re-read checked after EOF) -> PostgreSQL binary COPY into the target, inside the publishing transaction".into()
-                } else {
-                    transport.into()
+                transport: match route.and_then(|(s, t)| Some((s, t.direct_transport?))) {
+                    Some((s, direct_transport)) if direct => format!("{} -> {direct_transport}", s.transport),
+                    _ => transport,
                 },
                 wire_mode: "typed_binary".into(),
                 binary_format: src.wire.binary_format.clone(),
@@ -562,6 +423,10 @@ impl Plan {
         }
         self.refusals.extend(refusals);
     }
+}
+
+fn publication_plan(p: PublicationText) -> PublicationPlan {
+    PublicationPlan { method: p.method.into(), atomic: true, description: p.description.into() }
 }
 
 mod schema;

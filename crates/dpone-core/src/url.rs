@@ -1,6 +1,7 @@
 //! Percent-decoding of URL parts (userinfo, query values), shared by the
 //! PostgreSQL connection parser and the CLI's credential redaction so that
-//! both read a URL the same way.
+//! both read a URL the same way; percent-encoding of the parts adapters
+//! assemble a URL from (a connection's component variables).
 
 /// Decodes `%XX` escapes; a `%` not followed by two hex digits is kept as
 /// written, and bytes that do not form UTF-8 are replaced (U+FFFD).
@@ -22,6 +23,25 @@ pub fn percent_decode(s: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Encodes every byte but ASCII letters, digits and `-._~` as `%XX`.
+pub fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+        .collect()
+}
+
+/// The `user:password@` of a URL made of a connection's component
+/// variables (`part("USERNAME")`, `part("PASSWORD")`; a password alone
+/// is the `default` user's), percent-encoded; empty without either.
+pub fn component_userinfo(part: &dyn Fn(&str) -> Option<String>) -> String {
+    match (part("USERNAME"), part("PASSWORD")) {
+        (Some(u), Some(p)) => format!("{}:{}@", percent_encode(&u), percent_encode(&p)),
+        (Some(u), None) => format!("{}@", percent_encode(&u)),
+        (None, Some(p)) => format!("default:{}@", percent_encode(&p)),
+        (None, None) => String::new(),
+    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 
 use crate::tls::{PgTls, RootCert, SslMode};
 use dpone_core::Diagnostic;
+use dpone_core::adapter::{SourceAdapter, SourceDescriptor, TargetAdapter, TargetDescriptor};
 use dpone_core::manifest::{ConnectionSpec, Manifest, TableRef};
 use dpone_core::ports::Wiring;
 use dpone_core::url::percent_decode;
@@ -193,9 +194,11 @@ fn table_names<'a>(t: &'a TableRef, path: &str) -> Vec<(String, &'a str)> {
     v
 }
 
-impl crate::PostgresSource {
+impl SourceAdapter for crate::PostgresSource {
+    const DESCRIPTOR: &'static SourceDescriptor = &crate::descriptor::SOURCE;
+
     /// The source of `manifest.source`.
-    pub fn build(manifest: &Manifest, wiring: &Wiring) -> Result<Self, Diagnostic> {
+    fn build(manifest: &Manifest, wiring: &Wiring) -> Result<Self, Diagnostic> {
         let src = &manifest.source;
         let mut names = table_names(&src.table, "source.table");
         for (i, c) in src.columns.iter().flatten().enumerate() {
@@ -210,10 +213,12 @@ impl crate::PostgresSource {
     }
 }
 
-impl crate::PostgresTarget {
+impl TargetAdapter for crate::PostgresTarget {
+    const DESCRIPTOR: &'static TargetDescriptor = &crate::descriptor::TARGET;
+
     /// The target of `manifest.sink`; `sink.options.postgres.publication`
     /// chooses DELETE + INSERT (default) or a partition swap.
-    pub fn build(manifest: &Manifest, wiring: &Wiring) -> Result<Self, Diagnostic> {
+    fn build(manifest: &Manifest, wiring: &Wiring) -> Result<Self, Diagnostic> {
         let sink = &manifest.sink;
         let mut names = table_names(&sink.table, "sink.table");
         names.extend(sink.staging_schema.as_deref().map(|s| ("sink.staging.schema".to_string(), s)));
@@ -224,10 +229,10 @@ impl crate::PostgresTarget {
             config,
             sink.table.clone(),
             sink.staging_schema.clone(),
-            sink.postgres_publication == "partition_swap",
+            crate::descriptor::publication(sink) == "partition_swap",
         );
         target.tls = tls;
-        target.direct = sink.postgres_publication == "direct";
+        target.direct = crate::descriptor::publication(sink) == "direct";
         target.digest = manifest.source.digest;
         Ok(target)
     }

@@ -1,6 +1,9 @@
 //! PostgreSQL adapter.
 //!
-//! - `config`: connection spec -> `tokio_postgres::Config` (credentials never printed);
+//! - `config`: connection spec -> `tokio_postgres::Config` (credentials
+//!   never printed); how the adapters build themselves from a manifest;
+//! - `descriptor`: [`SOURCE`] and [`TARGET`], what they are for the plan and
+//!   the command line's registry, and the `sink.options.postgres` subtree;
 //! - `catalog`: column introspection and the PostgreSQL -> canonical type map;
 //! - `transcode`: binary COPY -> RowBinary, exact, no allocation per value;
 //! - `source`: [`PostgresSource`], snapshot-consistent chunk reads;
@@ -13,6 +16,7 @@
 pub mod catalog;
 pub mod config;
 mod cursor;
+mod descriptor;
 pub mod encode;
 mod error;
 mod estimate;
@@ -22,6 +26,7 @@ pub mod state_store;
 pub mod tls;
 pub mod transcode;
 
+pub use descriptor::{SOURCE, TARGET};
 pub use sink::PostgresTarget;
 pub use source::PostgresSource;
 pub use state_store::PostgresStateStore;

@@ -1,6 +1,7 @@
 //! Where the database file is.
 
 use dpone_core::Diagnostic;
+use dpone_core::adapter::{SourceAdapter, SourceDescriptor, TargetAdapter, TargetDescriptor};
 use dpone_core::manifest::{ConnectionSpec, Manifest, TableRef};
 use dpone_core::ports::Wiring;
 use std::path::{Path, PathBuf};
@@ -57,9 +58,11 @@ pub fn resolve_path(
     Ok(if p.is_absolute() { p.to_path_buf() } else { base.join(p) })
 }
 
-impl crate::SqliteSource {
+impl SourceAdapter for crate::SqliteSource {
+    const DESCRIPTOR: &'static SourceDescriptor = &crate::descriptor::SOURCE;
+
     /// The source of `manifest.source` (a file next to the manifest unless absolute).
-    pub fn build(manifest: &Manifest, wiring: &Wiring) -> Result<Self, Diagnostic> {
+    fn build(manifest: &Manifest, wiring: &Wiring) -> Result<Self, Diagnostic> {
         let path = resolve_path(&manifest.source.connection, wiring.base_dir, "source.connection", wiring.env)?;
         let window_column = manifest.window().map(|w| w.column.clone());
         let source = crate::SqliteSource::new(SqliteConfig { path, table: manifest.source.table.clone() }, window_column);
@@ -67,9 +70,11 @@ impl crate::SqliteSource {
     }
 }
 
-impl crate::SqliteTarget {
+impl TargetAdapter for crate::SqliteTarget {
+    const DESCRIPTOR: &'static TargetDescriptor = &crate::descriptor::TARGET;
+
     /// The target of `manifest.sink`.
-    pub fn build(manifest: &Manifest, wiring: &Wiring) -> Result<Self, Diagnostic> {
+    fn build(manifest: &Manifest, wiring: &Wiring) -> Result<Self, Diagnostic> {
         let path = resolve_path(&manifest.sink.connection, wiring.base_dir, "sink.connection", wiring.env)?;
         Ok(crate::SqliteTarget::new(SqliteConfig { path, table: manifest.sink.table.clone() }).with_digest(manifest.source.digest))
     }

@@ -6,7 +6,10 @@
 //! a replacement generation, one atomic publication in a single
 //! transaction).
 //!
-//! - `config`: connection spec -> database path.
+//! - `config`: connection spec -> database path; how the adapters build
+//!   themselves from a manifest.
+//! - `descriptor`: [`SOURCE`] and [`TARGET`], what they are for the plan and
+//!   the command line's registry (and the same-file check of a route).
 //! - `types`: declared column types <-> canonical types, strict value conversion.
 //! - `source`: [`SqliteSource`], one read transaction shared by every chunk.
 //! - `sink`: [`SqliteTarget`].
@@ -15,6 +18,7 @@
 
 mod config;
 pub mod demo;
+mod descriptor;
 mod error;
 mod sink;
 mod source;
@@ -22,6 +26,7 @@ mod state_store;
 mod types;
 
 pub use config::{SqliteConfig, resolve_path};
+pub use descriptor::{SOURCE, TARGET};
 pub use sink::{MARKS_TABLE, SqliteTarget};
 pub use source::SqliteSource;
 pub use state_store::SqliteStateStore;

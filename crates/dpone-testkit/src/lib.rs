@@ -129,3 +129,10 @@ pub use mem_source::{MemSource, ReadFault, SourceCall};
 pub use mem_state::MemStateStore;
 pub use mem_target::{MemTarget, Publication, Receipt, TargetCall};
 pub use rows::Row;
+
+/// The fakes as adapters ([`MemSource`] and [`MemTarget`] standing for the
+/// SQLite route), for plans of tests that run on them.
+pub static REGISTRY: dpone_core::adapter::Registry = dpone_core::adapter::Registry {
+    sources: &[&mem_source::DESCRIPTOR],
+    targets: &[<MemTarget as dpone_core::adapter::TargetAdapter>::DESCRIPTOR],
+};

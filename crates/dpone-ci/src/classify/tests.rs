@@ -9,7 +9,25 @@ fn text(s: &str) -> Content {
 }
 
 fn verdict(base: &str, head: &str) -> Verdict {
+    install_routes();
     classify_modified(&text(base), &text(head))
+}
+
+/// The runtime's routes for the manifest loader: the command line installs
+/// its adapter registry before classifying; this crate sees no adapter.
+fn install_routes() {
+    use dpone_core::adapter::{PublicationText, Registry, SourceDescriptor, TargetDescriptor};
+    use dpone_core::manifest::System::{Clickhouse, Postgres, Sqlite};
+    const PUBLICATION: PublicationText = PublicationText { method: "", description: "" };
+    static REGISTRY: Registry = Registry {
+        sources: &[&SourceDescriptor::new(Sqlite, ""), &SourceDescriptor::new(Postgres, ""), &SourceDescriptor::new(Clickhouse, "")],
+        targets: &[
+            &TargetDescriptor::new(Sqlite, &[Sqlite], "", PUBLICATION),
+            &TargetDescriptor::new(Postgres, &[Clickhouse], "", PUBLICATION),
+            &TargetDescriptor::new(Clickhouse, &[Postgres], "", PUBLICATION),
+        ],
+    };
+    dpone_core::adapter::install(&REGISTRY);
 }
 
 fn raw(status: char, old_mode: &str, new_mode: &str, path: &str) -> RawChange {

@@ -412,11 +412,13 @@ fn collect_positions(node: &Node, path: &str, out: &mut BTreeMap<String, (u64, u
 }
 
 /// `unsupported_route` of the `source.type` and `sink.type` written under
-/// `endpoints` (known names, no templates), at `<prefix>sink.type`.
+/// `endpoints` (known names, no templates), at `<prefix>sink.type`, by the
+/// installed adapter registry ([`crate::adapter::install`]).
 fn route_refusal(endpoints: Option<&Node>, prefix: &str) -> Option<Diagnostic> {
     let side = |name: &str| endpoints?.get(name)?.get("type");
     let (source, sink) = (side("source")?, side("sink")?);
-    let d = crate::plan::route_refusal(System::parse(source.as_str()?)?, System::parse(sink.as_str()?)?)?;
+    let registry = crate::adapter::installed()?;
+    let d = registry.route_refusal(System::parse(source.as_str()?)?, System::parse(sink.as_str()?)?)?;
     Some(Diagnostic { path: format!("{prefix}{}", d.path), ..d }.at(sink.line, sink.column))
 }
 

@@ -42,6 +42,16 @@ impl System {
             System::Mssql => "mssql",
         }
     }
+
+    /// The product's name, for messages.
+    pub fn display_name(self) -> &'static str {
+        match self {
+            System::Sqlite => "SQLite",
+            System::Postgres => "PostgreSQL",
+            System::Clickhouse => "ClickHouse",
+            System::Mssql => "SQL Server",
+        }
+    }
 }
 
 impl fmt::Display for System {
@@ -221,16 +231,26 @@ pub struct SinkSpec {
     pub table: TableRef,
     pub staging_schema: Option<String>,
     pub strategy: Strategy,
-    pub bulk_mode: String,
-    pub ingest_contract: String,
-    /// PostgreSQL publication: `delete_insert` or `partition_swap`.
-    pub postgres_publication: String,
-    /// ClickHouse: bytes of the target's disk a run leaves free (None: the adapter's default).
-    pub clickhouse_disk_reserve_bytes: Option<u64>,
+    /// The `sink.options.<vendor>` subtrees as written (`clickhouse_bulk`,
+    /// `postgres`, ...): each target adapter reads and checks its own
+    /// (`crate::adapter::TargetDescriptor::check_options`).
+    pub vendor: BTreeMap<String, serde_json::Value>,
     /// `sink.options.nullable_into_not_null: refuse`: a nullable source
     /// column into a NOT NULL target column is refused at plan time
     /// instead of checked row by row.
     pub refuse_nullable_into_not_null: bool,
+}
+
+impl SinkSpec {
+    /// `sink.options.<subtree>.<key>` when it is a string.
+    pub fn option_str(&self, subtree: &str, key: &str) -> Option<&str> {
+        self.vendor.get(subtree)?.get(key)?.as_str()
+    }
+
+    /// `sink.options.<subtree>.<key>` when it is a non-negative integer.
+    pub fn option_u64(&self, subtree: &str, key: &str) -> Option<u64> {
+        self.vendor.get(subtree)?.get(key)?.as_u64()
+    }
 }
 
 /// `state:`: where leases and run journals live.

@@ -87,7 +87,7 @@ fn duplicate_policy_fail_is_the_originals() {
     assert!(matches!(one(&with("fail")).sink.strategy, Strategy::IncrementalMerge { fail_on_duplicates: true, .. }));
     let latest = one(&original("postgres", "clickhouse", "      unique_key: id\n", ""));
     assert!(matches!(latest.sink.strategy, Strategy::IncrementalMerge { fail_on_duplicates: false, .. }));
-    let plan = crate::plan::Plan::build(&one(&with("fail")), &Default::default()).unwrap();
+    let plan = crate::plan::Plan::build(&one(&with("fail")), &Default::default(), &crate::adapter::fixture::REGISTRY).unwrap();
     assert!(plan.incremental.unwrap().fail_on_duplicates);
     assert_eq!(codes(&with("latest")), vec![("invalid_value".into(), "defaults.sink.strategy.duplicate_policy".into())]);
 }

@@ -1,6 +1,7 @@
 //! Unit tests of the plan.
 
 use super::*;
+use crate::adapter::fixture::REGISTRY;
 use crate::manifest;
 use crate::types::DType;
 
@@ -11,7 +12,7 @@ fn interval(end: &str) -> Interval {
 #[test]
 fn plan_resolves_window_and_route() {
     let m = manifest::load(crate::manifest::tests::VALID).unwrap();
-    let p = Plan::build(&m, &interval("2026-09-09T00:00:00Z")).unwrap();
+    let p = Plan::build(&m, &interval("2026-09-09T00:00:00Z"), &REGISTRY).unwrap();
     let w = p.window.as_ref().unwrap();
     assert_eq!(w.start.to_string(), "2026-09-02T00:00:00Z");
     assert_eq!(w.chunk_count, 7);
@@ -36,7 +37,7 @@ fn overwrite_type_exchange_is_refused_without_exchange() {
         // A ClickHouse target is fed by PostgreSQL (the route that exists).
         let text = if sink == "clickhouse" { text.replacen("source:\n  type: sqlite", "source:\n  type: postgres", 1) } else { text };
         let m = manifest::load(&text).unwrap_or_else(|e| panic!("{e:?}"));
-        let p = Plan::build(&m, &Interval::default()).unwrap();
+        let p = Plan::build(&m, &Interval::default(), &REGISTRY).unwrap();
         p.refusals.iter().map(|d| (d.code.clone(), d.path.clone())).collect::<Vec<_>>()
     };
     let refused = ("unsupported_route_option:overwrite_type".to_string(), "sink.strategy.overwrite_type".to_string());
@@ -49,7 +50,7 @@ fn overwrite_type_exchange_is_refused_without_exchange() {
 fn access_plan_follows_the_probed_path() {
     use crate::ports::{AccessPath, WindowRead};
     let m = manifest::load(crate::manifest::tests::VALID).unwrap();
-    let mut p = Plan::build(&m, &interval("2026-09-09T00:00:00Z")).unwrap();
+    let mut p = Plan::build(&m, &interval("2026-09-09T00:00:00Z"), &REGISTRY).unwrap();
     let ts = Column { name: "ts".into(), ty: crate::types::ColumnType::new(DType::Int64, false), native_type: "timestamptz".into() };
     let path = |index: Option<&str>, partitioned| AccessPath {
         column: "ts".into(),
@@ -81,22 +82,23 @@ fn access_plan_follows_the_probed_path() {
 #[test]
 fn interval_errors() {
     let m = manifest::load(crate::manifest::tests::VALID).unwrap();
-    assert_eq!(Plan::build(&m, &Interval::default()).unwrap_err().code, "missing_interval_end");
-    assert_eq!(Plan::build(&m, &interval("2026-09-09")).unwrap_err().code, "invalid_interval");
+    assert_eq!(Plan::build(&m, &Interval::default(), &REGISTRY).unwrap_err().code, "missing_interval_end");
+    assert_eq!(Plan::build(&m, &interval("2026-09-09"), &REGISTRY).unwrap_err().code, "invalid_interval");
     let mut i = interval("2026-09-09T00:00:00Z");
     i.start = Some(("2026-09-01T00:00:00Z".into(), "--interval-start"));
-    assert_eq!(Plan::build(&m, &i).unwrap_err().code, "interval_mismatch");
+    assert_eq!(Plan::build(&m, &i, &REGISTRY).unwrap_err().code, "interval_mismatch");
     i.start = Some(("2026-09-10T00:00:00Z".into(), "--interval-start"));
-    assert_eq!(Plan::build(&m, &i).unwrap_err().code, "invalid_interval");
+    assert_eq!(Plan::build(&m, &i, &REGISTRY).unwrap_err().code, "invalid_interval");
     i.start = Some(("2026-09-02T00:00:00Z".into(), "--interval-start"));
-    assert!(Plan::build(&m, &i).is_ok());
+    assert!(Plan::build(&m, &i, &REGISTRY).is_ok());
 }
 
 mod incremental {
     use super::super::*;
+    use crate::adapter::fixture::REGISTRY;
     use crate::manifest;
 
-    const APPEND: &str = r#"
+    pub(super) const APPEND: &str = r#"
 kind: dpone.batch.v1
 source:
   type: sqlite
@@ -113,7 +115,7 @@ sink:
     #[test]
     fn an_append_needs_no_interval_and_plans_one_chunk() {
         let m = manifest::load(APPEND).unwrap();
-        let p = Plan::build(&m, &Interval::default()).unwrap();
+        let p = Plan::build(&m, &Interval::default(), &REGISTRY).unwrap();
         assert!(p.refusals.is_empty(), "{:?}", p.refusals);
         assert_eq!(p.strategy, "incremental_append");
         assert!(p.window.is_none() && p.chunks().is_empty());
@@ -129,7 +131,7 @@ sink:
             .replacen("{connection_type: params, params: {path: source.db}}", "{connection_type: env, connection_id: CH}", 1)
             .replacen("type: sqlite", "type: postgres", 1)
             .replacen("{connection_type: params, params: {path: target.db}}", "{connection_type: env, connection_id: PG}", 1);
-        let p = Plan::build(&manifest::load(&text).unwrap(), &Interval::default()).unwrap();
+        let p = Plan::build(&manifest::load(&text).unwrap(), &Interval::default(), &REGISTRY).unwrap();
         assert!(p.refusals.is_empty(), "{:?}", p.refusals);
         assert_eq!(p.publication.method, "serializable_transaction_append");
     }
@@ -142,11 +144,40 @@ sink:
             .replacen("{connection_type: params, params: {path: source.db}}", pg, 1)
             .replacen("type: sqlite", "type: clickhouse", 1)
             .replacen("{connection_type: params, params: {path: target.db}}", "{connection_type: env, connection_id: CH}", 1);
-        let p = Plan::build(&manifest::load(&text).unwrap(), &Interval::default()).unwrap();
+        let p = Plan::build(&manifest::load(&text).unwrap(), &Interval::default(), &REGISTRY).unwrap();
         assert!(p.refusals.is_empty(), "{:?}", p.refusals);
-        assert!(p.publication.method.ends_with("_append"), "{}", p.publication.method);
-        for what in ["links every partition", "EXCHANGE TABLES", "table UUID"] {
-            assert!(p.publication.description.contains(what), "{what}: {}", p.publication.description);
-        }
+        // The real description: the command line's registry tests.
+        assert_eq!(p.publication.method, "exchange_tables_append");
     }
+}
+
+/// The route lists of the hints are the registry's: a target without an
+/// append refuses the mode, naming the routes that have one.
+#[test]
+fn a_target_without_an_incremental_publication_refuses_the_mode() {
+    use crate::adapter::{PublicationText, Registry, SourceDescriptor, TargetDescriptor};
+    use crate::manifest::System::{Clickhouse, Postgres, Sqlite};
+    const PUBLICATION: PublicationText = PublicationText { method: "transaction", description: "" };
+    static REGISTRY_WITHOUT_APPEND: Registry = Registry {
+        sources: &[&SourceDescriptor::new(Sqlite, "rows"), &SourceDescriptor::new(Postgres, "copy")],
+        targets: &[
+            &TargetDescriptor::new(Sqlite, &[Sqlite], "staging", PUBLICATION),
+            &TargetDescriptor { append: Some(""), ..TargetDescriptor::new(Clickhouse, &[Postgres, Sqlite], "staging", PUBLICATION) },
+        ],
+    };
+    let registry = &REGISTRY_WITHOUT_APPEND;
+    assert_eq!(registry.supported_routes_hint(), "supported routes: sqlite->sqlite, sqlite->clickhouse, postgres->clickhouse");
+    let m = manifest::load(incremental::APPEND).unwrap();
+    let p = Plan::build(&m, &Interval::default(), registry).unwrap();
+    let refused: Vec<_> = p.refusals.iter().map(|d| (d.code.as_str(), d.hint.as_deref().unwrap_or_default())).collect();
+    let hint = "incremental_append runs on sqlite->clickhouse and postgres->clickhouse; use `replace` with a window on this route";
+    assert_eq!(refused, vec![("unsupported_strategy_route", hint)]);
+    assert_eq!(p.route.transport, "rows -> staging");
+    let to_mssql = registry.route_refusal(Sqlite, crate::manifest::System::Mssql).unwrap();
+    assert_eq!(
+        to_mssql.hint.as_deref(),
+        Some(
+            "SQL Server is not implemented in this runtime yet; supported routes: sqlite->sqlite, sqlite->clickhouse, postgres->clickhouse"
+        )
+    );
 }

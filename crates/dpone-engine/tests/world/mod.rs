@@ -77,7 +77,7 @@ impl World {
     /// A world running `manifest_text` (same source, target and rows).
     pub fn with_manifest(model: Publication, manifest_text: &str, interval: Interval) -> World {
         let manifest = manifest::load(manifest_text).expect("the test manifest is valid");
-        let plan = Plan::build(&manifest, &interval).expect("a plan");
+        let plan = Plan::build(&manifest, &interval, &dpone_testkit::REGISTRY).expect("a plan");
         assert!(plan.refusals.is_empty(), "{:?}", plan.refusals);
         let target = MemTarget::new(model, "events", standard_columns());
         target.insert_rows("events", &target_rows());

@@ -14,6 +14,7 @@
 //! (rows of any table, tampering, foreign tables, the call log) never show
 //! up in the call log.
 
+pub mod descriptor;
 mod direct;
 mod merge;
 mod port;

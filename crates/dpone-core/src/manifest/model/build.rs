@@ -443,10 +443,7 @@ pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: Strin
             table: table(child(snk, "table")),
             staging_schema: str_at(child(snk, "staging"), "schema").map(str::to_string),
             strategy,
-            bulk_mode: str_at(child(child(snk, "options"), "clickhouse_bulk"), "mode").unwrap_or("http").to_string(),
-            ingest_contract: str_at(child(child(snk, "options"), "clickhouse_bulk"), "ingest_contract").unwrap_or("auto").to_string(),
-            postgres_publication: str_at(child(child(snk, "options"), "postgres"), "publication").unwrap_or("delete_insert").to_string(),
-            clickhouse_disk_reserve_bytes: int_at(child(child(snk, "options"), "clickhouse"), "disk_reserve_bytes"),
+            vendor: vendor_options(child(snk, "options")),
             refuse_nullable_into_not_null: str_at(child(snk, "options"), "nullable_into_not_null") == Some("refuse"),
         },
         work_dir: str_at(child(root.get("runtime"), "storage"), "work_dir").map(str::to_string),
@@ -469,6 +466,17 @@ pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: Strin
         r.error("invalid_cron", "schedule.cron", Some(cron), e, "write five fields: minute hour day-of-month month day-of-week");
     }
     Some(manifest)
+}
+
+/// The mapping entries of `sink.options`: vendor subtrees, which the
+/// target adapters read.
+fn vendor_options(options: Option<&Node>) -> BTreeMap<String, serde_json::Value> {
+    match options.map(|n| &n.value) {
+        Some(Value::Map(entries)) => {
+            entries.iter().filter(|(_, v)| matches!(v.value, Value::Map(_))).map(|(k, v)| (k.name.clone(), v.to_json())).collect()
+        }
+        _ => BTreeMap::new(),
+    }
 }
 
 /// `state:`: sqlite takes nothing else; postgres takes exactly one of

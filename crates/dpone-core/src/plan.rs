@@ -9,6 +9,7 @@
 
 use crate::error::Diagnostic;
 use crate::manifest::{Manifest, Strategy, System, TransportMode};
+use crate::publication::Publication;
 use crate::time::{FixedDuration, Timestamp};
 use crate::types::Column;
 use crate::window::{self, Chunk, ResolvedWindow};
@@ -74,6 +75,8 @@ pub struct IncrementalPlan {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unique_key: Option<Vec<String>>,
     /// `incremental_merge`: the re-read margin below the mark, as written.
+    /// This and the key and duplicate policy above and below are what
+    /// `plan` shows; a run reads them from [`Plan::publishes`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lookback: Option<String>,
     /// `incremental_merge` with `duplicate_policy: fail`: a key with more
@@ -154,6 +157,10 @@ pub struct Plan {
     pub limits: crate::limits::Resolved,
     pub limits_stored: serde_json::Value,
     pub publication: PublicationPlan,
+    /// How the run's rows become visible (the engine's one choice of
+    /// publication); `publication` above describes it for a reader.
+    #[serde(skip)]
+    pub publishes: Publication,
     /// Source columns and their canonical types (after probing).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub columns: Option<Vec<Column>>,
@@ -440,40 +447,50 @@ impl Plan {
             Strategy::IncrementalAppend { .. } => "incremental_append",
             Strategy::IncrementalMerge { .. } => "incremental_merge",
         };
-        let merge = manifest.merge();
+        let publishes = match &snk.strategy {
+            Strategy::IncrementalAppend { .. } => Publication::Append,
+            Strategy::IncrementalMerge { unique_key, lookback, fail_on_duplicates, .. } => {
+                Publication::Merge { key: unique_key.clone(), lookback: lookback.clone(), fail_on_duplicates: *fail_on_duplicates }
+            }
+            Strategy::FullRefresh { .. } | Strategy::Replace { .. } if direct => Publication::Direct,
+            Strategy::FullRefresh { .. } | Strategy::Replace { .. } => Publication::Replace,
+        };
         let incremental = manifest.incremental().map(|(column, initial)| IncrementalPlan {
             column: column.to_string(),
             initial_value: initial.map(str::to_string),
-            unique_key: merge.map(|(key, _)| key.to_vec()),
-            lookback: merge.and_then(|(_, l)| l.map(str::to_string)),
-            fail_on_duplicates: matches!(snk.strategy, Strategy::IncrementalMerge { fail_on_duplicates: true, .. }),
+            unique_key: publishes.merge_key().map(<[String]>::to_vec),
+            lookback: match &publishes {
+                Publication::Merge { lookback, .. } => lookback.as_ref().map(ToString::to_string),
+                _ => None,
+            },
+            fail_on_duplicates: matches!(publishes, Publication::Merge { fail_on_duplicates: true, .. }),
             stored_mark: None,
             batch: None,
             reads: None,
         });
-        let routes = if merge.is_some() { MERGE_ROUTES } else { INCREMENTAL_ROUTES };
-        let publication = match &incremental {
-            Some(_) if merge.is_some() && snk.system == System::Clickhouse && routes.contains(&(src.system, snk.system)) => PublicationPlan {
+        let on_route = |routes: &[(System, System)]| routes.contains(&(src.system, snk.system));
+        let publication = match &publishes {
+            Publication::Merge { .. } if snk.system == System::Clickhouse && on_route(MERGE_ROUTES) => PublicationPlan {
                 method: format!("{}_merge", publication.method),
                 atomic: true,
                 description: "the generation holds only the verified batch; a new table links the target's partitions that hold no key of the batch (hard links, no row copied), copies the partitions that hold batch keys without the rows of those keys, and inserts the batch's version of each unique_key (the greatest cursor); it is checked (counts, each batch key exactly once, the resolved rows' digest), gets the new mark in _dpone_marks keyed by its table UUID, then one EXCHANGE TABLES makes rows and mark visible together; the previous table is kept as the backup".into(),
             },
-            Some(_) if merge.is_some() && routes.contains(&(src.system, snk.system)) => PublicationPlan {
+            Publication::Merge { .. } if on_route(MERGE_ROUTES) => PublicationPlan {
                 method: format!("{}_merge", publication.method),
                 atomic: true,
                 description: "one transaction deletes the target rows whose unique_key is in the verified batch, inserts the batch's version of each key (the greatest cursor), checks that every batch key appears exactly once, and moves the high-water mark (in _dpone_marks) from the recorded old mark to the new one".into(),
             },
-            Some(_) if snk.system == System::Clickhouse && routes.contains(&(src.system, snk.system)) => PublicationPlan {
+            Publication::Append if snk.system == System::Clickhouse && on_route(INCREMENTAL_ROUTES) => PublicationPlan {
                 method: format!("{}_append", publication.method),
                 atomic: true,
                 description: "a new table links every partition of the target (hard links, no row copied) and attaches the verified batch, is checked by part identity (or count and digest), gets the new mark in _dpone_marks keyed by its table UUID, then one EXCHANGE TABLES makes rows and mark visible together; the previous table is kept as the backup".into(),
             },
-            Some(_) if routes.contains(&(src.system, snk.system)) => PublicationPlan {
+            Publication::Append if on_route(INCREMENTAL_ROUTES) => PublicationPlan {
                 method: format!("{}_append", publication.method),
                 atomic: true,
                 description: "one transaction inserts the verified batch and moves the high-water mark (stored beside the target, in _dpone_marks) from the recorded old mark to the new one".into(),
             },
-            Some(_) => {
+            Publication::Append | Publication::Merge { .. } => {
                 if refusals.iter().all(|d: &Diagnostic| d.code != "unsupported_route") {
                     refusals.push(
                         Diagnostic::new(
@@ -481,7 +498,7 @@ impl Plan {
                             "sink.strategy.mode",
                             format!("`{strategy}` is not implemented on the route {route_name} yet"),
                         )
-                        .hint(if merge.is_some() {
+                        .hint(if publishes.merge_key().is_some() {
                             "incremental_merge runs on sqlite->sqlite, clickhouse->postgres and postgres->clickhouse; use `replace` with a window on this route"
                         } else {
                             "incremental_append runs on sqlite->sqlite, clickhouse->postgres and postgres->clickhouse; use `replace` with a window on this route"
@@ -490,7 +507,7 @@ impl Plan {
                 }
                 publication
             }
-            None => publication,
+            Publication::Replace | Publication::Direct => publication,
         };
         let staging_location = match (&snk.staging_schema, &snk.table.schema) {
             (Some(s), _) => s.clone(),
@@ -532,6 +549,7 @@ impl Plan {
             limits: limits.resolved().clone(),
             limits_stored: limits.stored(),
             publication,
+            publishes,
             columns: None,
             generation: None,
             access: None,

@@ -75,7 +75,7 @@ pub async fn execute<S: Source, T: Target>(
     // the source, so its `publishing` needs the source.
     let source_needed = !matches!(&peeked, Some((_, j))
         if matches!(j.state, RunState::Verified | RunState::Publishing | RunState::Published | RunState::EvidenceComplete)
-            && !(j.state == RunState::Publishing && j.intent.as_ref().is_some_and(|i| i.direct)));
+            && !(j.state == RunState::Publishing && j.intent.as_ref().is_some_and(|i| i.is_direct())));
     // Generations of other runs are refused under the lease and the claim (`admit`).
     let probed = probe(manifest, plan, source_needed.then_some(source.as_ref()), target.as_ref(), None).await.map_err(admission)?;
     let mut refusals = plan.refusals.clone();
@@ -255,7 +255,7 @@ async fn resume<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> Res
             ctx.failpoint("plan.after_persist").await.map_err(|e| RunFailure::at(Phase::BeforePublication, e, Some(&run_id)))?;
             Ok(())
         }
-        RunState::Publishing if j.intent.as_ref().is_some_and(|i| i.direct) => {
+        RunState::Publishing if j.intent.as_ref().is_some_and(|i| i.is_direct()) => {
             // A direct publication keeps nothing it did not commit: judged
             // absent, the run starts over from the source (a new version,
             // new names); published or unknown, the publishing step judges
@@ -302,7 +302,7 @@ async fn incremental_batch<S: Source, T: Target>(ctx: &Ctx<S, T>) -> Result<Opti
         return Err(AdapterError::permanent(d.code, d.message).hint(d.hint.unwrap_or_default()));
     }
     let max = ctx.source.cursor_max(&inc.column, kind).await?;
-    Ok(Some(CursorBatch::new(&inc.column, kind, previous, ctx.probe.initial_value, max).with_lookback(ctx.probe.lookback)))
+    Ok(Some(ctx.probe.batch(&inc.column, kind, previous, max)))
 }
 
 /// The journal of a new run (state `planned`) under source `version`.

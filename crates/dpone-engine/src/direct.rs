@@ -142,7 +142,7 @@ pub(crate) async fn load_and_publish<S: Source, T: Target>(ctx: &Ctx<S, T>, jour
         backup_table: identity::backup_table(&j.stem(), j.execution),
         target_before,
         generation: expected,
-        direct: true,
+        publication: Some(ctx.publication.clone()),
     };
     journal
         .update(|j| {

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! planned | staging  -> stage::stage_all            -> verified
-//!   (direct target)  -> direct::load_and_publish    -> publishing -> published | failed | outcome-unknown
+//!   (direct)         -> direct::load_and_publish    -> publishing -> published | failed | outcome-unknown
 //! verified           -> generation::prepare         -> publishing (intent recorded)
 //! publishing         -> publish::publish_or_reconcile -> published | failed | outcome-unknown
 //! published          -> finish::write_evidence      -> evidence-complete
@@ -22,6 +22,7 @@ use crate::journal::Journal;
 use crate::report::{RunReport, report};
 use crate::{direct, finish, generation, publish, stage};
 use dpone_core::ports::{AdapterError, Source, Target};
+use dpone_core::publication::Publication;
 use dpone_core::state::RunState;
 
 pub(crate) async fn drive<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> Result<RunReport, RunFailure> {
@@ -35,7 +36,7 @@ pub(crate) async fn drive<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journ
             return Err(failure::stop(ctx, journal, Phase::of(state), AdapterError::interrupted().into()).await);
         }
         let step = match state {
-            RunState::Planned | RunState::Staging if ctx.target.publishes_direct() => direct::load_and_publish(ctx, journal).await,
+            RunState::Planned | RunState::Staging if ctx.publication == Publication::Direct => direct::load_and_publish(ctx, journal).await,
             RunState::Planned | RunState::Staging => stage::stage_all(ctx, journal).await,
             RunState::Verified => generation::prepare(ctx, journal).await,
             RunState::Publishing => publish::publish_or_reconcile(ctx, journal).await,

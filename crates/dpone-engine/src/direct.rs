@@ -19,7 +19,7 @@
 //! Nothing is journaled per chunk: a crash before the commit leaves
 //! nothing in the target (the transaction rolls back with its session), so
 //! the journal stays at `staging` and the next invocation reads the source
-//! again (`admit::resume`). The intent, the verified chunks and the
+//! again (`resume::reopen_source`). The intent, the verified chunks and the
 //! generation record are journaled in one compare-and-swap right before
 //! the `COMMIT`; from there the outcome is judged from the target's
 //! receipt, never assumed, and a direct publication judged absent starts

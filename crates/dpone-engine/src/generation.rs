@@ -161,7 +161,7 @@ pub(crate) async fn reverify<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jo
         }
         GenerationCheck::CountsViewOfVerifiedChunks => {
             // The view's rows are the staging tables' rows: re-verify them.
-            crate::recheck::recheck_verified_chunks(ctx, &j)
+            crate::resume::recheck_verified_chunks(ctx, &j)
                 .await
                 .map_err(|f| AdapterError::verification(f.code, f.message).hint(f.hint.unwrap_or_default()))?;
             let total = ctx.target.count(table, None).await?;

@@ -37,8 +37,8 @@ pub(crate) async fn publish_or_reconcile<S: Source, T: Target>(ctx: &Ctx<S, T>, 
                 journal.set_state(RunState::OutcomeUnknown).await?;
                 return Err(Stop::Ended(unknown_failure(&j.run_id, &intent)));
             }
-            // Resuming, `admit::resume` starts a direct publication judged
-            // absent over from the source: it has no generation.
+            // Resuming, `resume::restart_uncommitted` starts a direct
+            // publication judged absent over from the source: it has no generation.
             PublicationOutcome::Absent if ctx.publication == Publication::Direct => {
                 return Err(AdapterError::internal("a direct publication judged absent was not started over").into());
             }

@@ -245,7 +245,7 @@ pub fn digest_from(rows: u64, sum_hex: &str, null_counts: &[u64]) -> Option<RowD
 
 /// The durable intent written before the one publishing step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "IntentRecord")]
+#[serde(from = "IntentRecord", into = "IntentRecord")]
 pub struct PublicationIntent {
     pub generation_table: String,
     pub backup_table: String,
@@ -257,7 +257,6 @@ pub struct PublicationIntent {
     /// says `direct: true` for a direct publication (read as
     /// [`Publication::Direct`]) and nothing for the others (None: the
     /// plan's, which the manifest fingerprint of a resumed run fixes).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publication: Option<Publication>,
 }
 
@@ -270,18 +269,33 @@ impl PublicationIntent {
     }
 }
 
-/// A [`PublicationIntent`] as journals hold it, old or new.
-#[derive(Deserialize)]
+/// A [`PublicationIntent`] as journals hold it, old or new. `direct` is
+/// still written, so that a host of the previous version sharing the state
+/// store reads a direct intent as one.
+#[derive(Serialize, Deserialize)]
 struct IntentRecord {
     generation_table: String,
     backup_table: String,
     target_before: String,
     generation: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     publication: Option<Publication>,
-    /// Before `publication` was recorded: a direct publication.
-    #[serde(default)]
+    /// A direct publication (all that journals said before `publication`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     direct: bool,
+}
+
+impl From<PublicationIntent> for IntentRecord {
+    fn from(i: PublicationIntent) -> Self {
+        IntentRecord {
+            direct: i.is_direct(),
+            generation_table: i.generation_table,
+            backup_table: i.backup_table,
+            target_before: i.target_before,
+            generation: i.generation,
+            publication: i.publication,
+        }
+    }
 }
 
 impl From<IntentRecord> for PublicationIntent {
@@ -444,6 +458,11 @@ mod tests {
         let text = serde_json::to_string(&new).unwrap();
         assert!(text.ends_with(r#""publication":{"kind":"append"}}"#), "{text}");
         assert_eq!(serde_json::from_str::<PublicationIntent>(&text).unwrap(), new);
+        // A direct intent still says `direct` for hosts of the previous version.
+        let direct = PublicationIntent { publication: Some(Publication::Direct), ..new };
+        let text = serde_json::to_string(&direct).unwrap();
+        assert!(text.ends_with(r#""publication":{"kind":"direct"},"direct":true}"#), "{text}");
+        assert_eq!(serde_json::from_str::<PublicationIntent>(&text).unwrap(), direct);
     }
 
     /// The stream's digest is the source's own record: its NULL counts are

@@ -271,9 +271,7 @@ fn plan_one(path: &Path, manifest: &Manifest, args: &IntervalArgs, offline: bool
                     s.open_snapshot().await?;
                     let max = s.cursor_max(&inc.column, kind).await;
                     let _ = s.close_snapshot().await;
-                    Some(
-                        dpone_core::incremental::CursorBatch::new(&inc.column, kind, mark, p.initial_value, max?).with_lookback(p.lookback),
-                    )
+                    Some(p.batch(&inc.column, kind, mark, max?))
                 }
                 _ => None,
             };

@@ -152,7 +152,7 @@ pub fn document(head: &Head, plan: Option<&Plan>, body: &Body, duration_seconds:
     // A merge reports as the original does: the target rows its batch
     // replaced are `updated_rows`, and only the rest of its rows are
     // `inserted_rows` (a succeeded process reported again keeps both).
-    let merge = plan.and_then(|p| p.incremental.as_ref()).is_some_and(|i| i.unique_key.is_some());
+    let merge = plan.is_some_and(|p| p.publishes.merge_key().is_some());
     let (inserted, updated) = match report {
         Some(r) if merge => (json!(r.inserted_rows.saturating_sub(r.replaced_rows)), json!(r.replaced_rows)),
         Some(r) => (json!(r.inserted_rows), json!(0)),

@@ -5,7 +5,8 @@
 //!   row encoding.
 //! - [`time`], [`window`]: fixed durations and rolling-window chunking.
 //! - [`digest`]: the order-independent multiset digest of rows.
-//! - [`plan`]: the pure plan a run executes; [`evidence`]: what a run proves.
+//! - [`plan`]: the pure plan a run executes, [`publication`]: how its rows
+//!   become visible; [`evidence`]: what a run proves.
 //! - [`adapter`]: what each adapter is (descriptors) and the registry the
 //!   plan combines them from.
 //! - [`ports`]: the traits adapters implement; [`frames`]: the one frame
@@ -29,6 +30,7 @@ pub mod manifest;
 pub mod partition;
 pub mod plan;
 pub mod ports;
+pub mod publication;
 pub mod rowbinary;
 pub mod state;
 pub mod time;

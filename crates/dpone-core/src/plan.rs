@@ -11,6 +11,7 @@
 use crate::adapter::{PublicationText, Registry};
 use crate::error::Diagnostic;
 use crate::manifest::{Manifest, Strategy, System, TransportMode};
+use crate::publication::Publication;
 use crate::time::{FixedDuration, Timestamp};
 use crate::types::Column;
 use crate::window::{self, Chunk, ResolvedWindow};
@@ -52,6 +53,8 @@ pub struct IncrementalPlan {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unique_key: Option<Vec<String>>,
     /// `incremental_merge`: the re-read margin below the mark, as written.
+    /// This and the key and duplicate policy above and below are what
+    /// `plan` shows; a run reads them from [`Plan::publishes`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lookback: Option<String>,
     /// `incremental_merge` with `duplicate_policy: fail`: a key with more
@@ -125,6 +128,10 @@ pub struct Plan {
     pub limits: crate::limits::Resolved,
     pub limits_stored: serde_json::Value,
     pub publication: PublicationPlan,
+    /// How the run's rows become visible (the engine's one choice of
+    /// publication); `publication` above describes it for a reader.
+    #[serde(skip)]
+    pub publishes: Publication,
     /// Source columns and their canonical types (after probing).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub columns: Option<Vec<Column>>,
@@ -314,29 +321,40 @@ impl Plan {
             Strategy::IncrementalAppend { .. } => "incremental_append",
             Strategy::IncrementalMerge { .. } => "incremental_merge",
         };
-        let merge = manifest.merge();
+        let publishes = match &snk.strategy {
+            Strategy::IncrementalAppend { .. } => Publication::Append,
+            Strategy::IncrementalMerge { unique_key, lookback, fail_on_duplicates, .. } => {
+                Publication::Merge { key: unique_key.clone(), lookback: lookback.clone(), fail_on_duplicates: *fail_on_duplicates }
+            }
+            Strategy::FullRefresh { .. } | Strategy::Replace { .. } if direct => Publication::Direct,
+            Strategy::FullRefresh { .. } | Strategy::Replace { .. } => Publication::Replace,
+        };
         let incremental = manifest.incremental().map(|(column, initial)| IncrementalPlan {
             column: column.to_string(),
             initial_value: initial.map(str::to_string),
-            unique_key: merge.map(|(key, _)| key.to_vec()),
-            lookback: merge.and_then(|(_, l)| l.map(str::to_string)),
-            fail_on_duplicates: matches!(snk.strategy, Strategy::IncrementalMerge { fail_on_duplicates: true, .. }),
+            unique_key: publishes.merge_key().map(<[String]>::to_vec),
+            lookback: match &publishes {
+                Publication::Merge { lookback, .. } => lookback.as_ref().map(ToString::to_string),
+                _ => None,
+            },
+            fail_on_duplicates: matches!(publishes, Publication::Merge { fail_on_duplicates: true, .. }),
             stored_mark: None,
             batch: None,
             reads: None,
         });
         // The target's append or merge, when its source reads cursor batches.
+        let merges = publishes.merge_key().is_some();
         let incremental_publication = route
             .filter(|(s, _)| s.reads_cursor)
-            .and_then(|(_, t)| if merge.is_some() { t.merge.map(|d| ("merge", d)) } else { t.append.map(|d| ("append", d)) });
-        let publication = match (&incremental, incremental_publication) {
-            (Some(_), Some((kind, description))) => {
+            .and_then(|(_, t)| if merges { t.merge.map(|d| ("merge", d)) } else { t.append.map(|d| ("append", d)) });
+        let publication = match (&publishes, incremental_publication) {
+            (Publication::Append | Publication::Merge { .. }, Some((kind, description))) => {
                 PublicationPlan { method: format!("{}_{kind}", publication.method), atomic: true, description: description.into() }
             }
-            (Some(_), None) => {
+            (Publication::Append | Publication::Merge { .. }, None) => {
                 if refusals.iter().all(|d: &Diagnostic| d.code != "unsupported_route") {
                     let runs_on: Vec<String> =
-                        registry.incremental_routes(merge.is_some()).iter().map(|(s, t)| format!("{s}->{t}")).collect();
+                        registry.incremental_routes(merges).iter().map(|(s, t)| format!("{s}->{t}")).collect();
                     let runs_on = match runs_on.split_last() {
                         Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
                         _ => runs_on.join(""),
@@ -352,7 +370,7 @@ impl Plan {
                 }
                 publication
             }
-            (None, _) => publication,
+            (Publication::Replace | Publication::Direct, _) => publication,
         };
         let staging_location = match (&snk.staging_schema, &snk.table.schema) {
             (Some(s), _) => s.clone(),
@@ -393,6 +411,7 @@ impl Plan {
             limits: limits.resolved().clone(),
             limits_stored: limits.stored(),
             publication,
+            publishes,
             columns: None,
             generation: None,
             access: None,

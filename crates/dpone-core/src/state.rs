@@ -20,6 +20,7 @@
 
 use crate::digest::RowDigest;
 use crate::ports::{PublicationOutcome, SourceVersion};
+use crate::publication::Publication;
 use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -244,6 +245,7 @@ pub fn digest_from(rows: u64, sum_hex: &str, null_counts: &[u64]) -> Option<RowD
 
 /// The durable intent written before the one publishing step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "IntentRecord", into = "IntentRecord")]
 pub struct PublicationIntent {
     pub generation_table: String,
     pub backup_table: String,
@@ -251,11 +253,61 @@ pub struct PublicationIntent {
     pub target_before: String,
     /// The generation's identity (what the target becomes when published).
     pub generation: String,
+    /// How the run publishes. A journal written before it was recorded
+    /// says `direct: true` for a direct publication (read as
+    /// [`Publication::Direct`]) and nothing for the others (None: the
+    /// plan's, which the manifest fingerprint of a resumed run fixes).
+    pub publication: Option<Publication>,
+}
+
+impl PublicationIntent {
     /// A direct publication (`postgres.publication: direct`): the chunks
     /// were loaded inside the publishing transaction itself, so there is no
     /// generation to publish again if it did not commit.
+    pub fn is_direct(&self) -> bool {
+        self.publication == Some(Publication::Direct)
+    }
+}
+
+/// A [`PublicationIntent`] as journals hold it, old or new. `direct` is
+/// still written, so that a host of the previous version sharing the state
+/// store reads a direct intent as one.
+#[derive(Serialize, Deserialize)]
+struct IntentRecord {
+    generation_table: String,
+    backup_table: String,
+    target_before: String,
+    generation: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    publication: Option<Publication>,
+    /// A direct publication (all that journals said before `publication`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub direct: bool,
+    direct: bool,
+}
+
+impl From<PublicationIntent> for IntentRecord {
+    fn from(i: PublicationIntent) -> Self {
+        IntentRecord {
+            direct: i.is_direct(),
+            generation_table: i.generation_table,
+            backup_table: i.backup_table,
+            target_before: i.target_before,
+            generation: i.generation,
+            publication: i.publication,
+        }
+    }
+}
+
+impl From<IntentRecord> for PublicationIntent {
+    fn from(r: IntentRecord) -> Self {
+        PublicationIntent {
+            generation_table: r.generation_table,
+            backup_table: r.backup_table,
+            target_before: r.target_before,
+            generation: r.generation,
+            publication: r.publication.or(r.direct.then_some(Publication::Direct)),
+        }
+    }
 }
 
 /// The run journal: everything recovery needs, keyed by invocation.
@@ -391,6 +443,27 @@ impl RunJournal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A journal written before the intent recorded its publication still
+    /// resumes: `direct: true` is a direct publication, nothing is the plan's.
+    #[test]
+    fn intents_of_earlier_journals_are_read() {
+        let old = r#"{"generation_table":"g","backup_table":"b","target_before":"t0","generation":"t1","direct":true}"#;
+        let intent: PublicationIntent = serde_json::from_str(old).unwrap();
+        assert!(intent.is_direct());
+        let old = r#"{"generation_table":"g","backup_table":"b","target_before":"t0","generation":"t1"}"#;
+        let intent: PublicationIntent = serde_json::from_str(old).unwrap();
+        assert_eq!(intent.publication, None);
+        let new = PublicationIntent { publication: Some(Publication::Append), ..intent };
+        let text = serde_json::to_string(&new).unwrap();
+        assert!(text.ends_with(r#""publication":{"kind":"append"}}"#), "{text}");
+        assert_eq!(serde_json::from_str::<PublicationIntent>(&text).unwrap(), new);
+        // A direct intent still says `direct` for hosts of the previous version.
+        let direct = PublicationIntent { publication: Some(Publication::Direct), ..new };
+        let text = serde_json::to_string(&direct).unwrap();
+        assert!(text.ends_with(r#""publication":{"kind":"direct"},"direct":true}"#), "{text}");
+        assert_eq!(serde_json::from_str::<PublicationIntent>(&text).unwrap(), direct);
+    }
 
     /// The stream's digest is the source's own record: its NULL counts are
     /// not the staged ones, and a journal without them has no stream digest.

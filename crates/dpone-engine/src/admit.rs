@@ -4,9 +4,9 @@
 //! peek journal -> probe (read-only) -> lease -> re-read journal under the lease
 //!   outcome-unknown                    -> refuse until an operator resolves it
 //!   unfinished, different manifest     -> refuse (`unfinished_run_differs`)
-//!   unfinished (planned .. evidence-complete) -> resume: re-open the source if
-//!        staging is unfinished (same durable version: reuse re-verified chunks,
-//!        else re-extract under a new run id); re-verify chunks of a verified run
+//!   unfinished (planned .. evidence-complete) -> resume: no foreign generation,
+//!        then the driver enters the run through its state's resume step
+//!        (`resume.rs`: re-open the source, re-verify chunks, ...)
 //!   none / finished                    -> history, drop leftovers, snapshot, persist the plan
 //! ```
 //!
@@ -19,7 +19,6 @@ use crate::failure::{FailureKind, Phase, RunFailure};
 use crate::journal::{Journal, store_error};
 use crate::lease::{ClaimRefused, LeaseKeeper};
 use crate::probe::probe;
-use crate::recheck::recheck_verified_chunks;
 use crate::report::RunReport;
 use dpone_core::identity::{self, OWNED_PREFIX, RunIdentity};
 use dpone_core::incremental::{CursorBatch, mark_mismatch};
@@ -75,7 +74,7 @@ pub async fn execute<S: Source, T: Target>(
     // the source, so its `publishing` needs the source.
     let source_needed = !matches!(&peeked, Some((_, j))
         if matches!(j.state, RunState::Verified | RunState::Publishing | RunState::Published | RunState::EvidenceComplete)
-            && !(j.state == RunState::Publishing && j.intent.as_ref().is_some_and(|i| i.direct)));
+            && !(j.state == RunState::Publishing && j.intent.as_ref().is_some_and(|i| i.is_direct())));
     // Generations of other runs are refused under the lease and the claim (`admit`).
     let probed = probe(manifest, plan, source_needed.then_some(source.as_ref()), target.as_ref(), None).await.map_err(admission)?;
     let mut refusals = plan.refusals.clone();
@@ -123,7 +122,7 @@ pub async fn execute<S: Source, T: Target>(
     let result = async {
         let journal = admit(&ctx, store, &scope).await?;
         claim.set_run(&journal.snapshot().await.run_id);
-        driver::drive(&ctx, &journal).await
+        driver::drive(&ctx, &journal, &claim).await
     }
     .await;
     if !lease.is_halted() {
@@ -220,68 +219,13 @@ fn refuse_if_different<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal) ->
     Err(RunFailure::refused(vec![d]))
 }
 
-/// Prepares an unfinished run for the state machine.
+/// An unfinished run taken over: whatever it owned must still be its
+/// own. The driver enters it through its state's resume step (`resume.rs`).
 async fn resume<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> Result<(), RunFailure> {
     let j = journal.snapshot().await;
-    let fail = |e: AdapterError| RunFailure::at(Phase::of(j.state), e, Some(&j.run_id));
     tracing::info!(run_id = %j.run_id, state = j.state.as_str(), "resuming");
     ctx.resumption.resumed.store(true, Ordering::SeqCst);
-    refuse_foreign_generations(ctx, &j.owned).await?;
-    match j.state {
-        RunState::Planned | RunState::Staging => {
-            ctx.options.cancel.check().map_err(fail)?;
-            let version = ctx.source.open_snapshot().await.map_err(fail)?;
-            let same_source = version.durable
-                && version == j.source_version
-                && identity::schema_fingerprint(&ctx.probe.target_columns) == j.schema_fingerprint;
-            if same_source {
-                // Reuse verified chunks only if their staging still holds
-                // exactly what was recorded.
-                let reused = recheck_verified_chunks(ctx, &j).await?;
-                ctx.resumption.reused.store(reused, Ordering::SeqCst);
-                return Ok(());
-            }
-            // The snapshot did not survive (or the source changed):
-            // re-extract everything under the new version; never mix.
-            tracing::info!("the source version changed or cannot be reopened: re-extracting the whole window");
-            let stale: Vec<String> = j.owned.iter().cloned().collect();
-            ctx.may_write().map_err(fail)?;
-            ctx.target.drop_tables(&stale).await.map_err(fail)?;
-            // An append re-reads the same bounded batch (same old mark,
-            // same snapshot maximum) from the new version.
-            let fresh = new_journal(ctx, j.invocation.clone(), j.execution, &version, j.cursor.clone());
-            let run_id = fresh.run_id.clone();
-            journal.replace(fresh).await.map_err(|e| RunFailure::at(Phase::BeforePublication, e, Some(&run_id)))?;
-            ctx.failpoint("plan.after_persist").await.map_err(|e| RunFailure::at(Phase::BeforePublication, e, Some(&run_id)))?;
-            Ok(())
-        }
-        RunState::Publishing if j.intent.as_ref().is_some_and(|i| i.direct) => {
-            // A direct publication keeps nothing it did not commit: judged
-            // absent, the run starts over from the source (a new version,
-            // new names); published or unknown, the publishing step judges
-            // it again and finishes or stops.
-            let intent = j.intent.clone().expect("checked");
-            if crate::publish::reconcile(ctx, &intent).await.map_err(fail)? != PublicationOutcome::Absent {
-                return Ok(());
-            }
-            tracing::info!("the interrupted direct publication did not commit: reading the source again");
-            ctx.options.cancel.check().map_err(fail)?;
-            let version = ctx.source.open_snapshot().await.map_err(fail)?;
-            let fresh = new_journal(ctx, j.invocation.clone(), j.execution, &version, j.cursor.clone());
-            let run_id = fresh.run_id.clone();
-            journal.replace(fresh).await.map_err(|e| RunFailure::at(Phase::BeforePublication, e, Some(&run_id)))?;
-            ctx.failpoint("plan.after_persist").await.map_err(|e| RunFailure::at(Phase::BeforePublication, e, Some(&run_id)))?;
-            Ok(())
-        }
-        RunState::Verified => {
-            // Stage complete: the run finishes from the target alone (the
-            // source is not read, it may be gone), from re-verified chunks.
-            let reused = recheck_verified_chunks(ctx, &j).await?;
-            ctx.resumption.reused.store(reused, Ordering::SeqCst);
-            Ok(())
-        }
-        _ => Ok(()),
-    }
+    refuse_foreign_generations(ctx, &j.owned).await
 }
 
 /// A generation table of another run means a run is in progress elsewhere
@@ -302,11 +246,11 @@ async fn incremental_batch<S: Source, T: Target>(ctx: &Ctx<S, T>) -> Result<Opti
         return Err(AdapterError::permanent(d.code, d.message).hint(d.hint.unwrap_or_default()));
     }
     let max = ctx.source.cursor_max(&inc.column, kind).await?;
-    Ok(Some(CursorBatch::new(&inc.column, kind, previous, ctx.probe.initial_value, max).with_lookback(ctx.probe.lookback)))
+    Ok(Some(ctx.probe.batch(&inc.column, kind, previous, max)))
 }
 
 /// The journal of a new run (state `planned`) under source `version`.
-fn new_journal<S: Source, T: Target>(
+pub(crate) fn new_journal<S: Source, T: Target>(
     ctx: &Ctx<S, T>,
     invocation: String,
     execution: u32,

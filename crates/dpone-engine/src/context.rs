@@ -14,6 +14,7 @@ use dpone_core::evidence::PhaseTimers;
 use dpone_core::failpoint::{Action, Failpoints};
 use dpone_core::plan::Plan;
 use dpone_core::ports::{AdapterError, ErrorKind, RowFilter, Source, Target};
+use dpone_core::publication::Publication;
 use dpone_core::window::Chunk;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -166,6 +167,9 @@ pub(crate) struct Resumption {
 /// Everything a run needs, shared by its phases.
 pub(crate) struct Ctx<S, T> {
     pub plan: Plan,
+    /// How this run publishes ([`Ctx::publication_of`]): every step that
+    /// depends on it matches on this one value.
+    pub publication: Publication,
     pub probe: Probe,
     pub source: Arc<S>,
     pub target: Arc<T>,
@@ -188,6 +192,7 @@ impl<S: Source, T: Target> Ctx<S, T> {
     pub fn new(plan: &Plan, probe: Probe, source: Arc<S>, target: Arc<T>, options: &RunOptions, lease: Arc<LeaseKeeper>) -> Self {
         Ctx {
             plan: plan.clone(),
+            publication: Self::publication_of(plan, target.as_ref()),
             probe,
             source,
             target,
@@ -209,10 +214,21 @@ impl<S: Source, T: Target> Ctx<S, T> {
         self.options.cancel.check()
     }
 
+    /// The plan's publication; a replace on a target that loads the chunks
+    /// inside its publishing transaction ([`Target::publishes_direct`]) is
+    /// published directly.
+    fn publication_of(plan: &Plan, target: &T) -> Publication {
+        match &plan.publishes {
+            Publication::Replace if target.publishes_direct() => Publication::Direct,
+            p => p.clone(),
+        }
+    }
+
     /// `incremental_merge`: the key and the cursor that picks a key's version.
     pub fn merge_key(&self) -> Option<dpone_core::ports::MergeKey> {
+        let key = self.publication.merge_key()?;
         let inc = self.plan.incremental.as_ref()?;
-        Some(dpone_core::ports::MergeKey { unique_key: inc.unique_key.clone()?, cursor: inc.column.clone() })
+        Some(dpone_core::ports::MergeKey { unique_key: key.to_vec(), cursor: inc.column.clone() })
     }
 
     pub fn window_filter(&self, inside: bool) -> Option<RowFilter> {

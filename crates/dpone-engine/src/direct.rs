@@ -19,7 +19,7 @@
 //! Nothing is journaled per chunk: a crash before the commit leaves
 //! nothing in the target (the transaction rolls back with its session), so
 //! the journal stays at `staging` and the next invocation reads the source
-//! again (`admit::resume`). The intent, the verified chunks and the
+//! again (`resume::reopen_source`). The intent, the verified chunks and the
 //! generation record are journaled in one compare-and-swap right before
 //! the `COMMIT`; from there the outcome is judged from the target's
 //! receipt, never assumed, and a direct publication judged absent starts
@@ -142,7 +142,7 @@ pub(crate) async fn load_and_publish<S: Source, T: Target>(ctx: &Ctx<S, T>, jour
         backup_table: identity::backup_table(&j.stem(), j.execution),
         target_before,
         generation: expected,
-        direct: true,
+        publication: Some(ctx.publication.clone()),
     };
     journal
         .update(|j| {

@@ -237,7 +237,7 @@ pub(crate) async fn stop<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journa
     let mut failure = RunFailure::at(phase, if cancelled { AdapterError::interrupted() } else { e }, Some(&j.run_id));
     match phase {
         Phase::Admission => {}
-        Phase::BeforePublication if cancelled && ctx.target.publishes_direct() => {
+        Phase::BeforePublication if cancelled && ctx.publication == dpone_core::publication::Publication::Direct => {
             failure = failure.with_hint(
                 "the direct publication was rolled back: nothing was published or kept; run the same command again (it reads the source again)",
             );

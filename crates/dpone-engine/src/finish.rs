@@ -93,8 +93,8 @@ async fn reconcile_concurrent<S: Source, T: Target>(
     }
     let keep = ctx.window_filter(false);
     let merge = ctx.merge_key();
-    let (previous, scope) = match (&j.cursor, &keep) {
-        (Some(_), _) => {
+    let (previous, scope) = match (ctx.publication.moves_mark(), &keep) {
+        (true, _) => {
             let merge = match (&merge, generation.merged_rows) {
                 (Some(key), Some(inserted)) => Some((key, MergeCounts { inserted, replaced: generation.replaced_rows })),
                 (Some(_), None) => return Err(AdapterError::internal("a merge's generation record has no merged rows").into()),
@@ -102,12 +102,12 @@ async fn reconcile_concurrent<S: Source, T: Target>(
             };
             (&intent.backup_table, ReconcileScope::Batch { batch: &intent.generation_table, merge })
         }
-        (None, Some(keep)) => (
+        (false, Some(keep)) => (
             &intent.generation_table,
             ReconcileScope::Window { keep, generation_rows: generation.rows, replaced_rows: generation.replaced_rows },
         ),
         // A full refresh replaces everything: nothing to reconcile.
-        (None, None) => return Ok(()),
+        (false, None) => return Ok(()),
     };
     let started = Instant::now();
     let carry = dpone_core::identity::carry_table(&j.stem(), j.execution);

@@ -13,6 +13,7 @@ use dpone_core::evidence::{GenerationCheck, PublicationCheck};
 use dpone_core::identity;
 use dpone_core::incremental::{CursorBatch, StoredMark, receipt_identity};
 use dpone_core::ports::{AdapterError, Contents, GenerationBuild, GenerationMethod, LinkReport, PartIdentity, Source, TableRole, Target};
+use dpone_core::publication::Publication;
 use dpone_core::state::{GenerationRecord, PublicationIntent, RunState};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -35,7 +36,8 @@ pub(crate) async fn prepare<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jou
     ctx.may_write()?;
     ctx.failpoint("publish.before_intent").await?;
     ctx.may_write()?;
-    if let Some(batch) = &j.cursor {
+    if ctx.publication.moves_mark() {
+        let batch = j.cursor.as_ref().ok_or_else(|| AdapterError::internal("an incremental run's journal has no batch"))?;
         return append_intent(ctx, journal, &j, batch, generation).await;
     }
     // The durable intent names both identities, so that a crash after the
@@ -58,7 +60,7 @@ pub(crate) async fn prepare<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jou
         backup_table: identity::backup_table(&j.stem(), j.execution),
         target_before,
         generation: gen_identity,
-        direct: false,
+        publication: Some(ctx.publication.clone()),
     };
     journal
         .update(|j| {
@@ -87,7 +89,7 @@ async fn append_intent<S: Source, T: Target>(
         backup_table: identity::backup_table(&j.stem(), j.execution),
         target_before: receipt_identity(batch.previous.as_ref()),
         generation: receipt_identity(Some(&batch.receipt(&j.stem()))),
-        direct: false,
+        publication: Some(ctx.publication.clone()),
     };
     journal
         .update(|j| {
@@ -159,7 +161,7 @@ pub(crate) async fn reverify<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jo
         }
         GenerationCheck::CountsViewOfVerifiedChunks => {
             // The view's rows are the staging tables' rows: re-verify them.
-            crate::recheck::recheck_verified_chunks(ctx, &j)
+            crate::resume::recheck_verified_chunks(ctx, &j)
                 .await
                 .map_err(|f| AdapterError::verification(f.code, f.message).hint(f.hint.unwrap_or_default()))?;
             let total = ctx.target.count(table, None).await?;
@@ -214,7 +216,7 @@ async fn build<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, generat
     // The rows being replaced are hashed only when their count says they
     // might equal the new window (to report an unchanged target). An
     // append replaces nothing.
-    let (replaced_rows, unchanged) = if j.cursor.is_some() {
+    let (replaced_rows, unchanged) = if ctx.publication.moves_mark() {
         (0, window.rows == 0)
     } else {
         let replaced_rows = ctx.target.count(TableRole::Target, inside.as_ref()).await?;
@@ -232,15 +234,14 @@ async fn build<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, generat
     // NULL key refuses the run here, before any intent), and what its
     // publication will insert and replace, checked again by it.
     let merge = match ctx.merge_key() {
-        Some(key) if j.cursor.is_some() => Some(ctx.target.check_merge(generation, &key).await?),
-        _ => None,
+        Some(key) => Some(ctx.target.check_merge(generation, &key).await?),
+        None => None,
     };
     // `duplicate_policy: fail`: one row per key, or nothing is published.
-    if let (Some(m), Some(inc)) = (merge, ctx.plan.incremental.as_ref())
-        && inc.fail_on_duplicates
+    if let (Some(m), Publication::Merge { key, fail_on_duplicates: true, .. }) = (merge, &ctx.publication)
         && window.rows > m.inserted
     {
-        return Err(dpone_core::incremental::merge_key_duplicate(window.rows, m.inserted, inc.unique_key.as_deref().unwrap_or_default()));
+        return Err(dpone_core::incremental::merge_key_duplicate(window.rows, m.inserted, key));
     }
     let replaced_rows = merge.map_or(replaced_rows, |m| m.replaced);
     let record = GenerationRecord {

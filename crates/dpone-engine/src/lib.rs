@@ -39,8 +39,8 @@ mod operator;
 mod parts;
 mod probe;
 mod publish;
-mod recheck;
 mod report;
+mod resume;
 mod stage;
 
 pub use admit::{StoreOpener, execute, journal_key, read_journal};

@@ -1,12 +1,13 @@
 //! Read-only probes that turn an offline plan into a runnable one.
 
 use dpone_core::Diagnostic;
-use dpone_core::incremental::{CursorKind, CursorValue, Lookback};
+use dpone_core::incremental::{CursorBatch, CursorKind, CursorValue, Lookback, StoredMark};
 use dpone_core::manifest::Manifest;
 use dpone_core::plan::{Plan, null_checks, read_columns, schema_refusals};
 use dpone_core::ports::{
     AccessPath, AdapterError, EligibilityRequest, ErrorClass, GenerationEstimate, GenerationMethod, RowFilter, Source, Target,
 };
+use dpone_core::publication::{LOOKBACK_HINT, LookbackSpec, Publication};
 use dpone_core::rowbinary::DateTime64Range;
 use dpone_core::types::{Column, DType};
 
@@ -34,6 +35,17 @@ pub struct Probe {
     /// target has such columns and reported a range (None: the format's).
     pub datetime64_range: Option<DateTime64Range>,
     pub refusals: Vec<Diagnostic>,
+}
+
+impl Probe {
+    /// The batch a run started now reads on cursor `column` of `kind`:
+    /// after the target's stored `previous` mark (or from the typed
+    /// `initial_value` on a first run) up to the snapshot's maximum `max`,
+    /// re-reading a merge's lookback below the mark. The one computation of
+    /// a batch's bounds: `run` journals it, `plan` shows it.
+    pub fn batch(&self, column: &str, kind: CursorKind, previous: Option<StoredMark>, max: Option<CursorValue>) -> CursorBatch {
+        CursorBatch::new(column, kind, previous, self.initial_value, max).with_lookback(self.lookback)
+    }
 }
 
 /// A permanent adapter error as a refusal at `path` (`source.table` or
@@ -178,8 +190,8 @@ async fn probe_inner<S: Source, T: Target>(
         && !p.source_columns.is_empty()
     {
         cursor_refusals(&mut p, &inc.column, inc.initial_value.as_deref());
-        if let Some(key) = &inc.unique_key {
-            merge_refusals(&mut p, key, inc.lookback.as_deref());
+        if let Publication::Merge { key, lookback, .. } = &plan.publishes {
+            merge_refusals(&mut p, key, lookback.as_ref());
         }
     }
     if p.refusals.is_empty() {
@@ -208,7 +220,7 @@ async fn probe_inner<S: Source, T: Target>(
             Err(e) => return Err(e),
         }
         if !p.target_columns.is_empty() {
-            if let Some(key) = plan.incremental.as_ref().and_then(|i| i.unique_key.as_ref()) {
+            if let Some(key) = plan.publishes.merge_key() {
                 for k in key.iter().filter(|k| !p.target_columns.iter().any(|c| &c.name == *k)) {
                     p.refusals.push(
                         Diagnostic::new(
@@ -246,7 +258,7 @@ async fn probe_inner<S: Source, T: Target>(
                 }
             }
             let mut estimate = target.estimate_generation(keep.as_ref()).await?;
-            if estimate.method != GenerationMethod::InPlace && plan.incremental.is_none() {
+            if estimate.method != GenerationMethod::InPlace && !plan.publishes.moves_mark() {
                 // The staged rows are the source's new window, not the
                 // target's current one: ask the source what it holds.
                 let window = plan.window.as_ref().map(|w| (w.column.as_str(), w.start, w.end));
@@ -309,7 +321,7 @@ fn cursor_refusals(p: &mut Probe, column: &str, initial: Option<&str>) {
 /// `lookback` must be a margin of the cursor's kind (an integer for an
 /// integer cursor, an ISO-8601 duration for a timestamp, whole days for a
 /// date).
-fn merge_refusals(p: &mut Probe, key: &[String], lookback: Option<&str>) {
+fn merge_refusals(p: &mut Probe, key: &[String], lookback: Option<&LookbackSpec>) {
     for k in key {
         if !p.source_columns.iter().any(|c| &c.name == k) {
             let hint = match dpone_core::error::did_you_mean(k, p.source_columns.iter().map(|c| c.name.as_str())) {
@@ -322,13 +334,10 @@ fn merge_refusals(p: &mut Probe, key: &[String], lookback: Option<&str>) {
             );
         }
     }
-    if let (Some(kind), Some(text)) = (p.cursor_kind, lookback) {
-        match Lookback::parse(kind, text) {
+    if let (Some(kind), Some(spec)) = (p.cursor_kind, lookback) {
+        match spec.for_cursor(kind) {
             Ok(l) => p.lookback = Some(l),
-            Err(reason) => p.refusals.push(
-                Diagnostic::new("invalid_lookback", "sink.strategy.lookback", reason)
-                    .hint("an integer cursor takes an integer (e.g. 100), a timestamp cursor a duration (e.g. PT6H), a date cursor whole days (e.g. P3D)"),
-            ),
+            Err(reason) => p.refusals.push(Diagnostic::new("invalid_lookback", "sink.strategy.lookback", reason).hint(LOOKBACK_HINT)),
         }
     }
 }

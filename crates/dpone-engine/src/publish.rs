@@ -18,6 +18,7 @@ use crate::journal::Journal;
 use dpone_core::evidence::PublicationCheck;
 use dpone_core::incremental::receipt_identity;
 use dpone_core::ports::{AdapterError, ErrorKind, MergeCounts, PublicationOutcome, Source, TableRole, Target};
+use dpone_core::publication::Publication;
 use dpone_core::state::{JournalError, PublicationIntent, RunState};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -26,6 +27,9 @@ use std::time::Instant;
 pub(crate) async fn publish_or_reconcile<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> Step {
     let j = journal.snapshot().await;
     let intent = j.intent.clone().ok_or_else(|| AdapterError::internal("the journal is publishing without an intent"))?;
+    if intent.publication.as_ref().is_some_and(|p| *p != ctx.publication) {
+        return Err(AdapterError::internal("the journaled intent names another publication than the plan's").into());
+    }
     if !ctx.resumption.intent_recorded_here.load(Ordering::SeqCst) {
         match reconcile(ctx, &intent).await? {
             PublicationOutcome::Published => return record_published(journal).await,
@@ -33,9 +37,9 @@ pub(crate) async fn publish_or_reconcile<S: Source, T: Target>(ctx: &Ctx<S, T>, 
                 journal.set_state(RunState::OutcomeUnknown).await?;
                 return Err(Stop::Ended(unknown_failure(&j.run_id, &intent)));
             }
-            // Resuming, `admit::resume` starts a direct publication judged
-            // absent over from the source: it has no generation.
-            PublicationOutcome::Absent if intent.direct => {
+            // Resuming, `resume::restart_uncommitted` starts a direct
+            // publication judged absent over from the source: it has no generation.
+            PublicationOutcome::Absent if ctx.publication == Publication::Direct => {
                 return Err(AdapterError::internal("a direct publication judged absent was not started over").into());
             }
             PublicationOutcome::Absent => {
@@ -73,7 +77,7 @@ async fn publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, inten
     if let Some(p) = ctx.progress() {
         p.phase("publishing", ctx.chunks().len() as u64);
     }
-    let by_identity = j.cursor.is_none() && ctx.target.publication_check() == PublicationCheck::TableIdentity;
+    let by_identity = ctx.publication == Publication::Replace && ctx.target.publication_check() == PublicationCheck::TableIdentity;
     if by_identity {
         // The table about to be exchanged in is still the verified one: a
         // generation dropped or replaced under its name since the intent
@@ -110,29 +114,35 @@ async fn publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, inten
     }
     let started = Instant::now();
     let keep = ctx.window_filter(false);
-    let outcome = match &j.cursor {
+    // The one choice of the publishing call.
+    let generation = || j.generation.as_ref().ok_or_else(|| AdapterError::internal("publishing without a generation"));
+    let batch = || j.cursor.as_ref().ok_or_else(|| AdapterError::internal("an incremental run's journal has no batch"));
+    let outcome = match &ctx.publication {
+        // The window's (or the whole table's) rows replaced by the generation.
+        Publication::Replace => ctx.target.publish(&intent.generation_table, keep.as_ref(), &intent.backup_table).await,
         // An append: the verified batch and the new mark, in one transaction.
-        Some(batch) => {
-            let g = j.generation.as_ref().ok_or_else(|| AdapterError::internal("publishing without a generation"))?;
+        Publication::Append => {
+            let (batch, g) = (batch()?, generation()?);
+            ctx.target.publish_append(&intent.generation_table, batch.previous.as_ref(), &batch.receipt(&j.stem()), g.rows).await
+        }
+        // A merge: the batch's keys replaced, in one transaction.
+        Publication::Merge { .. } => {
+            let (batch, g) = (batch()?, generation()?);
             match (ctx.merge_key(), g.merged_rows) {
-                // A merge: the batch's keys replaced, in one transaction.
                 (Some(key), Some(inserted)) => {
                     let expected = MergeCounts { inserted, replaced: g.replaced_rows };
-                    ctx.target
-                        .publish_merge(&intent.generation_table, batch.previous.as_ref(), &batch.receipt(&j.stem()), &key, expected)
-                        .await
+                    let receipt = batch.receipt(&j.stem());
+                    ctx.target.publish_merge(&intent.generation_table, batch.previous.as_ref(), &receipt, &key, expected).await
                 }
-                (Some(_), None) => Err(AdapterError::internal("a merge's generation record has no merged rows")),
-                (None, _) => {
-                    ctx.target.publish_append(&intent.generation_table, batch.previous.as_ref(), &batch.receipt(&j.stem()), g.rows).await
-                }
+                _ => Err(AdapterError::internal("a merge's generation record has no merged rows")),
             }
         }
-        None => ctx.target.publish(&intent.generation_table, keep.as_ref(), &intent.backup_table).await,
+        // Published by the step that loaded its chunks (direct.rs).
+        Publication::Direct => Err(AdapterError::internal("a direct publication has no generation to publish")),
     };
     ctx.failpoint("publish.after_exchange").await?;
     match outcome {
-        Ok(PublicationOutcome::Published) if j.cursor.is_some() => {
+        Ok(PublicationOutcome::Published) if ctx.publication.moves_mark() => {
             // The receipt committed with the rows is read back.
             let now = receipt_identity(ctx.target.read_mark().await?.as_ref());
             if now != intent.generation {
@@ -232,7 +242,7 @@ pub(crate) async fn reconcile<S: Source, T: Target>(
     intent: &PublicationIntent,
 ) -> Result<PublicationOutcome, AdapterError> {
     // An append's identity is its mark's receipt, committed with the rows.
-    let observed = if ctx.plan.incremental.is_some() {
+    let observed = if ctx.publication.moves_mark() {
         Some(receipt_identity(ctx.target.read_mark().await?.as_ref()))
     } else {
         ctx.target.identity(TableRole::Target).await?

@@ -51,7 +51,7 @@ async fn a_direct_run_publishes_once_without_staging() {
     assert_eq!(w.target.receipts().len(), 1);
     let j = w.journal().unwrap();
     let intent = j.intent.unwrap();
-    assert!(intent.direct, "the intent says the publication was direct");
+    assert!(intent.is_direct(), "the intent says the publication was direct");
     assert_eq!(intent.generation, format!("receipt:{}", intent.generation_table));
     let g = j.generation.unwrap();
     let stats = g.target_stats.expect("the transaction's own counts, for evidence");

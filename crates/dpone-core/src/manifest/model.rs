@@ -213,9 +213,10 @@ pub enum Strategy {
         column: String,
         initial_value: Option<String>,
         unique_key: Vec<String>,
-        /// As written: an integer (integer cursor) or an ISO-8601 duration
-        /// (timestamp or date cursor); typed at probe time.
-        lookback: Option<String>,
+        /// An integer (integer cursor) or an ISO-8601 duration (timestamp
+        /// or date cursor), read at load time; fitted to the cursor's type
+        /// once the source is described.
+        lookback: Option<crate::publication::LookbackSpec>,
         /// `duplicate_policy: fail` (the original's): a key with more than
         /// one row in the batch fails the run instead of its greatest
         /// cursor winning.
@@ -338,7 +339,9 @@ impl Manifest {
     /// The `unique_key` and `lookback` (as written) of an `incremental_merge`.
     pub fn merge(&self) -> Option<(&[String], Option<&str>)> {
         match &self.sink.strategy {
-            Strategy::IncrementalMerge { unique_key, lookback, .. } => Some((unique_key.as_slice(), lookback.as_deref())),
+            Strategy::IncrementalMerge { unique_key, lookback, .. } => {
+                Some((unique_key.as_slice(), lookback.as_ref().map(crate::publication::LookbackSpec::as_str)))
+            }
             _ => None,
         }
     }

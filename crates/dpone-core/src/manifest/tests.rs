@@ -157,6 +157,12 @@ fn incremental_merge_loads_its_key_and_lookback() {
     let text =
         incremental("    columns: [id]\n", "    unique_key: [name]\n").replace("mode: incremental_append", "mode: incremental_merge");
     assert_eq!(codes(&text), vec![("merge_key_not_selected".into(), "source.options.columns".into())]);
+    // A lookback that fits no cursor is refused when the manifest is loaded.
+    for bad in ["-3", "P1M", "soon"] {
+        let text = incremental("", &format!("    unique_key: [id]\n    lookback: {bad}\n"))
+            .replace("mode: incremental_append", "mode: incremental_merge");
+        assert_eq!(codes(&text), vec![("invalid_lookback".into(), "sink.strategy.lookback".into())], "{bad}");
+    }
 }
 
 #[test]

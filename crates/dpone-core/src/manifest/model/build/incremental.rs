@@ -126,7 +126,14 @@ pub(super) fn incremental(
             );
         }
     }
-    let lookback = child(strat_n, "lookback").and_then(|n| scalar_text(&n.value));
+    let lookback_n = child(strat_n, "lookback");
+    let lookback = lookback_n.and_then(|n| scalar_text(&n.value)).and_then(|text| match crate::publication::LookbackSpec::parse(&text) {
+        Ok(l) => Some(l),
+        Err(reason) => {
+            r.error("invalid_lookback", "sink.strategy.lookback", lookback_n, reason, crate::publication::LOOKBACK_HINT);
+            None
+        }
+    });
     merge_policy(r, child(strat_n, "merge_policy"), sink);
     let fail_on_duplicates = str_at(strat_n, "duplicate_policy") == Some("fail");
     Some(Strategy::IncrementalMerge { column, initial_value, unique_key, lookback, fail_on_duplicates })

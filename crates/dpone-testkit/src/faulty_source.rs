@@ -14,13 +14,9 @@
 
 use crate::faulty::FaultKind;
 use crate::schedule::{Schedule, Scheduled, injected_error};
-use dpone_core::Diagnostic;
-use dpone_core::incremental::{CursorKind, CursorValue};
-use dpone_core::ports::{AccessPath, AdapterError, FrameTx, ReadRequest, ReadStats, Result, Source, SourceEstimate, SourceVersion};
-use dpone_core::time::Timestamp;
-use dpone_core::types::{Column, ColumnType};
-use dpone_core::window::Chunk;
+use dpone_core::ports::{AdapterError, Intercept, Result, Source};
 use std::fmt;
+use std::future::Future;
 
 /// A [`Source`] method that does I/O.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -37,6 +33,23 @@ pub enum SourceOp {
 }
 
 impl SourceOp {
+    pub const ALL: [SourceOp; 9] = [
+        SourceOp::Describe,
+        SourceOp::Preflight,
+        SourceOp::OpenSnapshot,
+        SourceOp::Read,
+        SourceOp::ReadGroup,
+        SourceOp::AccessPath,
+        SourceOp::EstimateRead,
+        SourceOp::CloseSnapshot,
+        SourceOp::CursorMax,
+    ];
+
+    /// The operation named `s` (a `Source` method's name).
+    pub fn parse(s: &str) -> Option<SourceOp> {
+        SourceOp::ALL.into_iter().find(|op| op.name() == s)
+    }
+
     /// The method's name (`open_snapshot`).
     pub fn name(self) -> &'static str {
         match self {
@@ -154,49 +167,20 @@ impl<S: Source> FaultySource<S> {
     }
 }
 
-impl<S: Source> Source for FaultySource<S> {
-    async fn describe(&self, columns: Option<&[String]>) -> Result<Vec<Column>> {
-        self.faults.run(SourceOp::Describe, self.inner.describe(columns)).await
-    }
-
-    async fn preflight(&self, window_column: Option<&str>) -> Result<Vec<Diagnostic>> {
-        self.faults.run(SourceOp::Preflight, self.inner.preflight(window_column)).await
-    }
-
-    fn conversion_refusals(&self, columns: &[Column], target_types: &[ColumnType]) -> Vec<Diagnostic> {
-        self.inner.conversion_refusals(columns, target_types)
-    }
-
-    async fn open_snapshot(&self) -> Result<SourceVersion> {
-        self.faults.run(SourceOp::OpenSnapshot, self.inner.open_snapshot()).await
-    }
-
-    async fn read(&self, request: ReadRequest, out: FrameTx) -> Result<ReadStats> {
-        // A call that is not performed drops `out`: the loader sees the
-        // stream end without a frame, as when the connection broke.
-        self.faults.run(SourceOp::Read, self.inner.read(request, out)).await
-    }
-
-    async fn access_path(&self, window_column: &str) -> Result<Option<AccessPath>> {
-        self.faults.run(SourceOp::AccessPath, self.inner.access_path(window_column)).await
-    }
-
-    async fn estimate_read(&self, columns: &[Column], window: Option<(&str, Timestamp, Timestamp)>) -> Result<Option<SourceEstimate>> {
-        self.faults.run(SourceOp::EstimateRead, self.inner.estimate_read(columns, window)).await
-    }
-
-    async fn read_group(&self, request: ReadRequest, chunks: Vec<Chunk>, outs: Vec<FrameTx>) -> Result<Vec<ReadStats>> {
-        self.faults.run(SourceOp::ReadGroup, self.inner.read_group(request, chunks, outs)).await
-    }
-
-    async fn close_snapshot(&self) -> Result<()> {
-        self.faults.run(SourceOp::CloseSnapshot, self.inner.close_snapshot()).await
-    }
-
-    async fn cursor_max(&self, column: &str, kind: CursorKind) -> Result<Option<CursorValue>> {
-        self.faults.run(SourceOp::CursorMax, self.inner.cursor_max(column, kind)).await
+/// Every `Source` method passes through (module `dpone_core::ports::forward`);
+/// a call that does I/O first meets its faults. A call that is not
+/// performed drops its arguments: a read's loader sees the stream end
+/// without a frame, as when the connection broke.
+impl<S: Source> Intercept for FaultySource<S> {
+    async fn intercept<R: Send>(&self, method: &'static str, call: impl Future<Output = Result<R>> + Send) -> Result<R> {
+        match SourceOp::parse(method) {
+            Some(op) => self.faults.run(op, call).await,
+            None => call.await,
+        }
     }
 }
+
+dpone_core::forward_source! { impl[S: Source] FaultySource<S> => wrap(inner) }
 
 #[cfg(test)]
 mod tests {
@@ -205,7 +189,7 @@ mod tests {
     use crate::mem_source::SourceCall;
     use crate::rows::types_of;
     use crate::target_conformance::{standard_columns, target_rows};
-    use dpone_core::ports::{ErrorClass, frame_channel};
+    use dpone_core::ports::{ErrorClass, ReadRequest, ReadStats, frame_channel};
 
     fn request() -> ReadRequest {
         ReadRequest {

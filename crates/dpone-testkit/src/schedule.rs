@@ -1,5 +1,5 @@
-//! The fault schedule [`crate::FaultyTarget`] and [`crate::FaultySource`]
-//! share: armed faults, per-operation call counts, an ordered call log,
+//! The fault schedule [`crate::FaultyTarget`], [`crate::FaultySource`] and
+//! [`crate::FaultyStateStore`] share: armed faults, per-operation call counts, an ordered call log,
 //! the faults that fired (each fires once).
 
 use crate::faulty::FaultKind;
@@ -39,8 +39,8 @@ struct FaultState<F: Scheduled> {
 }
 
 /// The faults of one wrapper, the calls it counted and the faults that
-/// fired; clones share them. `FaultyTarget` and `FaultySource` run every
-/// call of the wrapped port through [`Schedule::run`].
+/// fired; clones share them. Each wrapper runs every call of the port it
+/// wraps through [`Schedule::run`] (a blocking port: [`Schedule::run_blocking`]).
 #[derive(Debug)]
 pub(crate) struct Schedule<F: Scheduled> {
     state: Arc<Mutex<FaultState<F>>>,
@@ -105,15 +105,36 @@ impl<F: Scheduled> Schedule<F> {
         Some(f)
     }
 
+    /// Runs `call` unless a fault is due at this call of `op`: a fault
+    /// that performs the call runs it and drops its outcome (lost with its
+    /// acknowledgement); either way the fault's error is returned.
     pub(crate) async fn run<R>(&self, op: F::Op, call: impl Future<Output = Result<R>>) -> Result<R> {
         match self.due(op) {
             None => call.await,
-            Some(f) if f.performs() => {
-                // The outcome of the real call is lost with its acknowledgement.
-                let _ = call.await;
+            Some(f) => {
+                if f.performs() {
+                    let _ = call.await;
+                }
                 Err(f.error())
             }
-            Some(f) => Err(f.error()),
+        }
+    }
+
+    /// [`Schedule::run`] for a blocking call whose error type is `E`.
+    pub(crate) fn run_blocking<R, E>(
+        &self,
+        op: F::Op,
+        call: impl FnOnce() -> std::result::Result<R, E>,
+        error: impl FnOnce(AdapterError) -> E,
+    ) -> std::result::Result<R, E> {
+        match self.due(op) {
+            None => call(),
+            Some(f) => {
+                if f.performs() {
+                    let _ = call();
+                }
+                Err(error(f.error()))
+            }
         }
     }
 }

@@ -17,10 +17,9 @@
 //! fires once. `Fault::parse_list` reads the `op:kind:n` list form used in
 //! an environment variable by the CLI's test build (see [`FAULTS_ENV`]).
 
-use crate::schedule::{Schedule, Scheduled, injected_error};
-use dpone_core::ports::{AdapterError, ErrorClass, Intercept, Result, Target};
+use crate::schedule::{Faulty, PortFault, PortOp};
+use dpone_core::ports::{ErrorClass, Target};
 use std::fmt;
-use std::future::Future;
 
 /// The environment variable a test build may read with [`Fault::from_env`].
 pub const FAULTS_ENV: &str = "DPONE_TARGET_FAULTS";
@@ -112,17 +111,18 @@ impl TargetOp {
     pub fn parse(s: &str) -> Option<TargetOp> {
         TargetOp::ALL.into_iter().find(|op| op.name() == s)
     }
+}
 
-    /// The operation whose faults a call of the `Target` method `method`
-    /// meets: its own, or the one it stands for. The mark is the identity
-    /// of an incremental target (`read_mark`, `peek_mark`); an append, a
-    /// merge, a mark reset and a direct publication are publications (a
-    /// direct one's `timeout` / `transient` / `permanent` end it before its
-    /// transaction starts, `ack_lost` after its commit); the merge's check
-    /// reads the generation (`inspect`). None: the call passes through
-    /// (`part_identities`, `datetime64_range`, `reconcile_concurrent`, the
-    /// calls without I/O).
-    pub fn of_method(method: &str) -> Option<TargetOp> {
+/// The operation whose faults a call of a `Target` method meets: its own,
+/// or the one it stands for. The mark is the identity of an incremental
+/// target (`read_mark`, `peek_mark`); an append, a merge, a mark reset and
+/// a direct publication are publications (a direct one's `timeout` /
+/// `transient` / `permanent` end it before its transaction starts,
+/// `ack_lost` after its commit); the merge's check reads the generation
+/// (`inspect`). None: the call passes through (`part_identities`,
+/// `datetime64_range`, `reconcile_concurrent`, the calls without I/O).
+impl PortOp for TargetOp {
+    fn of_method(method: &str) -> Option<TargetOp> {
         match method {
             "read_mark" | "peek_mark" => Some(TargetOp::Identity),
             "publish_direct" | "publish_append" | "publish_merge" | "reset_mark" => Some(TargetOp::Publish),
@@ -187,24 +187,15 @@ impl FaultKind {
 }
 
 /// One injected fault: the `nth` call (1-based) of `op` fails as `kind`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fault {
-    pub op: TargetOp,
-    pub nth: u32,
-    pub kind: FaultKind,
-}
+pub type Fault = PortFault<TargetOp>;
 
-impl fmt::Display for Fault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}", self.op, self.kind.name(), self.nth)
-    }
-}
+/// A target that fails where its faults say (every `Target` method
+/// forwarded, module `dpone_core::ports::forward`). Clones share the counters.
+pub type FaultyTarget<T> = Faulty<T, Fault>;
+
+dpone_core::forward_target! { impl[T: Target] FaultyTarget<T> => wrap(inner) }
 
 impl Fault {
-    pub fn new(op: TargetOp, kind: FaultKind, nth: u32) -> Self {
-        Fault { op, nth, kind }
-    }
-
     /// Parses `op:kind[:n]` (`n` defaults to 1), e.g. `publish:ack_lost:1`.
     pub fn parse(spec: &str) -> std::result::Result<Fault, String> {
         let spec = spec.trim();
@@ -222,7 +213,7 @@ impl Fault {
             Ok(n) if n >= 1 => n,
             _ => return Err(format!("fault `{spec}`: call number `{nth}` is not a whole number from 1")),
         };
-        Ok(Fault { op, nth, kind })
+        Ok(Fault::new(op, kind, nth))
     }
 
     /// Parses a comma-separated list; blank entries are ignored.
@@ -237,90 +228,12 @@ impl Fault {
             Err(_) => Ok(Vec::new()),
         }
     }
-
-    fn error(&self) -> AdapterError {
-        injected_error(self.kind, self.op.name(), self.nth, self)
-    }
 }
-
-impl Scheduled for Fault {
-    type Op = TargetOp;
-    fn op(&self) -> TargetOp {
-        self.op
-    }
-    fn nth(&self) -> u32 {
-        self.nth
-    }
-    fn performs(&self) -> bool {
-        self.kind.performs()
-    }
-    fn error(&self) -> AdapterError {
-        Fault::error(self)
-    }
-}
-
-/// A target that fails where its faults say. Clones share the counters.
-#[derive(Debug, Clone)]
-pub struct FaultyTarget<T> {
-    inner: T,
-    faults: Schedule<Fault>,
-}
-
-impl<T: Target> FaultyTarget<T> {
-    pub fn new(inner: T, faults: Vec<Fault>) -> Self {
-        FaultyTarget { inner, faults: Schedule::new(faults) }
-    }
-
-    /// Prints `dpone: injected fault <op:kind:n> fired` to stderr whenever a fault fires.
-    #[must_use]
-    pub fn announcing(mut self) -> Self {
-        self.faults.announcing();
-        self
-    }
-
-    pub fn inner(&self) -> &T {
-        &self.inner
-    }
-
-    /// Arms another fault (its call number counts from the first call ever).
-    pub fn add(&self, fault: Fault) {
-        self.faults.add(fault);
-    }
-
-    /// Faults that fired, in order.
-    pub fn fired(&self) -> Vec<Fault> {
-        self.faults.fired()
-    }
-
-    /// Faults armed but not fired yet.
-    pub fn pending(&self) -> Vec<Fault> {
-        self.faults.pending()
-    }
-
-    /// Calls of `op` so far.
-    pub fn calls(&self, op: TargetOp) -> u32 {
-        self.faults.calls(op)
-    }
-}
-
-/// Every `Target` method passes through (module `dpone_core::ports::forward`);
-/// a call that does I/O first meets its faults ([`TargetOp::of_method`]).
-/// A call that is not performed drops its arguments: a `load`'s reader sees
-/// a closed channel, as when the connection broke before the load.
-impl<T: Target> Intercept for FaultyTarget<T> {
-    async fn intercept<R: Send>(&self, method: &'static str, call: impl Future<Output = Result<R>> + Send) -> Result<R> {
-        match TargetOp::of_method(method) {
-            Some(op) => self.faults.run(op, call).await,
-            None => call.await,
-        }
-    }
-}
-
-dpone_core::forward_target! { impl[T: Target] FaultyTarget<T> => wrap(inner) }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::schedule::Scheduled;
 
     #[test]
     fn parses_lists_and_names_the_bad_part() {

@@ -13,10 +13,9 @@
 //! ([`FaultySource::calls`], [`FaultySource::log`]). A fault fires once.
 
 use crate::faulty::FaultKind;
-use crate::schedule::{Schedule, Scheduled, injected_error};
-use dpone_core::ports::{AdapterError, Intercept, Result, Source};
+use crate::schedule::{Faulty, PortOp, Scheduled, injected_error};
+use dpone_core::ports::{AdapterError, Source};
 use std::fmt;
-use std::future::Future;
 
 /// A [`Source`] method that does I/O.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -63,6 +62,13 @@ impl SourceOp {
             SourceOp::CloseSnapshot => "close_snapshot",
             SourceOp::CursorMax => "cursor_max",
         }
+    }
+}
+
+/// Every `Source` method that does I/O meets the faults of its own name.
+impl PortOp for SourceOp {
+    fn of_method(method: &str) -> Option<SourceOp> {
+        SourceOp::parse(method)
     }
 }
 
@@ -124,61 +130,11 @@ impl Scheduled for SourceFault {
     }
 }
 
-/// A source that fails where its faults say. Clones share the counters.
-#[derive(Debug, Clone)]
-pub struct FaultySource<S> {
-    inner: S,
-    faults: Schedule<SourceFault>,
-}
-
-impl<S: Source> FaultySource<S> {
-    pub fn new(inner: S, faults: Vec<SourceFault>) -> Self {
-        FaultySource { inner, faults: Schedule::new(faults) }
-    }
-
-    pub fn inner(&self) -> &S {
-        &self.inner
-    }
-
-    /// Arms another fault (its call number counts from the first call ever).
-    pub fn add(&self, fault: SourceFault) {
-        self.faults.add(fault);
-    }
-
-    /// Faults that fired, in order.
-    pub fn fired(&self) -> Vec<SourceFault> {
-        self.faults.fired()
-    }
-
-    /// Faults armed but not fired yet.
-    pub fn pending(&self) -> Vec<SourceFault> {
-        self.faults.pending()
-    }
-
-    /// Calls of `op` so far.
-    pub fn calls(&self, op: SourceOp) -> u32 {
-        self.faults.calls(op)
-    }
-
-    /// Every call so far, in order (a group read's own reads of the inner
-    /// source are not calls of this wrapper).
-    pub fn log(&self) -> Vec<SourceOp> {
-        self.faults.log()
-    }
-}
-
-/// Every `Source` method passes through (module `dpone_core::ports::forward`);
-/// a call that does I/O first meets its faults. A call that is not
-/// performed drops its arguments: a read's loader sees the stream end
-/// without a frame, as when the connection broke.
-impl<S: Source> Intercept for FaultySource<S> {
-    async fn intercept<R: Send>(&self, method: &'static str, call: impl Future<Output = Result<R>> + Send) -> Result<R> {
-        match SourceOp::parse(method) {
-            Some(op) => self.faults.run(op, call).await,
-            None => call.await,
-        }
-    }
-}
+/// A source that fails where its faults say (every `Source` method
+/// forwarded, module `dpone_core::ports::forward`; a group read's own reads
+/// of the inner source are not calls of this wrapper). Clones share the
+/// counters.
+pub type FaultySource<S> = Faulty<S, SourceFault>;
 
 dpone_core::forward_source! { impl[S: Source] FaultySource<S> => wrap(inner) }
 
@@ -189,7 +145,7 @@ mod tests {
     use crate::mem_source::SourceCall;
     use crate::rows::types_of;
     use crate::target_conformance::{standard_columns, target_rows};
-    use dpone_core::ports::{ErrorClass, ReadRequest, ReadStats, frame_channel};
+    use dpone_core::ports::{ErrorClass, ReadRequest, ReadStats, Result, frame_channel};
 
     fn request() -> ReadRequest {
         ReadRequest {

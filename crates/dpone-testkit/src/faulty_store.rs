@@ -10,8 +10,7 @@
 //! message naming the call and the fault. A fault fires once; clones share
 //! the schedule.
 
-use crate::faulty::FaultKind;
-use crate::schedule::{Schedule, Scheduled, injected_error};
+use crate::schedule::{Faulty, PortFault};
 use dpone_core::ports::AdapterError;
 use dpone_core::state::{Lease, StateStore, StoreError, Versioned};
 use std::fmt;
@@ -58,40 +57,7 @@ impl fmt::Display for StoreOp {
 }
 
 /// One injected fault: the `nth` call (1-based) of `op` fails as `kind`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StoreFault {
-    pub op: StoreOp,
-    pub nth: u32,
-    pub kind: FaultKind,
-}
-
-impl StoreFault {
-    pub fn new(op: StoreOp, kind: FaultKind, nth: u32) -> Self {
-        StoreFault { op, nth, kind }
-    }
-}
-
-impl fmt::Display for StoreFault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}", self.op, self.kind.name(), self.nth)
-    }
-}
-
-impl Scheduled for StoreFault {
-    type Op = StoreOp;
-    fn op(&self) -> StoreOp {
-        self.op
-    }
-    fn nth(&self) -> u32 {
-        self.nth
-    }
-    fn performs(&self) -> bool {
-        self.kind.performs()
-    }
-    fn error(&self) -> AdapterError {
-        injected_error(self.kind, self.op.name(), self.nth, self)
-    }
-}
+pub type StoreFault = PortFault<StoreOp>;
 
 /// The store's error for an injected fault: an I/O failure saying which.
 fn io(e: AdapterError) -> StoreError {
@@ -99,46 +65,7 @@ fn io(e: AdapterError) -> StoreError {
 }
 
 /// A state store that fails where its faults say. Clones share the counters.
-#[derive(Debug, Clone)]
-pub struct FaultyStateStore<S> {
-    inner: S,
-    faults: Schedule<StoreFault>,
-}
-
-impl<S: StateStore> FaultyStateStore<S> {
-    pub fn new(inner: S, faults: Vec<StoreFault>) -> Self {
-        FaultyStateStore { inner, faults: Schedule::new(faults) }
-    }
-
-    pub fn inner(&self) -> &S {
-        &self.inner
-    }
-
-    /// Arms another fault (its call number counts from the first call ever).
-    pub fn add(&self, fault: StoreFault) {
-        self.faults.add(fault);
-    }
-
-    /// Faults that fired, in order.
-    pub fn fired(&self) -> Vec<StoreFault> {
-        self.faults.fired()
-    }
-
-    /// Faults armed but not fired yet.
-    pub fn pending(&self) -> Vec<StoreFault> {
-        self.faults.pending()
-    }
-
-    /// Calls of `op` so far.
-    pub fn calls(&self, op: StoreOp) -> u32 {
-        self.faults.calls(op)
-    }
-
-    /// Every call so far, in order.
-    pub fn log(&self) -> Vec<StoreOp> {
-        self.faults.log()
-    }
-}
+pub type FaultyStateStore<S> = Faulty<S, StoreFault>;
 
 impl<S: StateStore> StateStore for FaultyStateStore<S> {
     fn acquire(&self, scope: &str, holder: &str, ttl_ms: u64) -> Result<Lease, StoreError> {

@@ -131,3 +131,4 @@ pub use mem_source::{MemSource, ReadFault, SourceCall};
 pub use mem_state::MemStateStore;
 pub use mem_target::{MemTarget, Publication, Receipt, TargetCall};
 pub use rows::Row;
+pub use schedule::{Faulty, PortFault, PortOp, Scheduled};

@@ -9,16 +9,12 @@
 //! others before any I/O).
 
 use crate::redact::Secrets;
-use crate::registry::{REGISTRY, SourceKind, TargetKind, dispatch};
+use crate::registry::{REGISTRY, SourceKind, TargetKind};
 use dpone_core::Diagnostic;
 use dpone_core::adapter::ComponentUrl;
-use dpone_core::incremental::{CursorKind, CursorValue, StoredMark};
 use dpone_core::manifest::{Manifest, System};
-use dpone_core::ports::{
-    Contents, EligibilityRequest, FrameRx, FrameTx, GenerationBuild, GenerationEstimate, MergeCounts, MergeKey, PublicationOutcome,
-    ReadRequest, ReadStats, Result, RowFilter, Source, SourceVersion, TableRole, Target, WindowStats, Wiring,
-};
-use dpone_core::types::{Column, ColumnType};
+use dpone_core::ports::{DirectFeed, Intercept, Result, Wiring};
+use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -143,230 +139,28 @@ pub fn build(manifest: &Manifest, base: &Path) -> std::result::Result<Adapters, 
     Ok(Adapters { source: Arc::new(AnySource::build(manifest, base)?), target: Arc::new(build_target(manifest, base)?) })
 }
 
-/// `dispatch!` for a fallible call: its error leaves redacted.
-macro_rules! redacted {
-    ($any:expr, $kind:ident, |$a:ident| $body:expr) => {
-        dispatch!($any, $kind, |$a| $body).map_err(|e| $any.secrets.error(e))
-    };
-}
-
-impl Source for AnySource {
-    async fn describe(&self, columns: Option<&[String]>) -> Result<Vec<Column>> {
-        redacted!(self, AnySource, |s| s.describe(columns).await)
-    }
-
-    async fn preflight(&self, window_column: Option<&str>) -> Result<Vec<Diagnostic>> {
-        redacted!(self, AnySource, |s| s.preflight(window_column).await)
-    }
-
-    fn conversion_refusals(&self, columns: &[Column], target_types: &[ColumnType]) -> Vec<Diagnostic> {
-        dispatch!(self, AnySource, |s| s.conversion_refusals(columns, target_types))
-    }
-
-    async fn open_snapshot(&self) -> Result<SourceVersion> {
-        redacted!(self, AnySource, |s| s.open_snapshot().await)
-    }
-
-    async fn read(&self, request: ReadRequest, out: FrameTx) -> Result<ReadStats> {
-        // A source that cannot select a cursor range would read every row:
-        // only the SQLite, ClickHouse and PostgreSQL sources read incremental batches
-        // (the plan refuses other routes; this keeps a bug from appending
-        // twice).
-        if request.cursor.is_some() && !matches!(self.kind, SourceKind::Sqlite(_) | SourceKind::Clickhouse(_) | SourceKind::Postgres(_)) {
-            return Err(dpone_core::ports::AdapterError::permanent(
-                "unsupported_strategy_route",
-                "this source does not read incremental batches",
-            ));
-        }
-        redacted!(self, AnySource, |s| s.read(request, out).await)
-    }
-
-    async fn access_path(&self, window_column: &str) -> Result<Option<dpone_core::ports::AccessPath>> {
-        redacted!(self, AnySource, |s| s.access_path(window_column).await)
-    }
-
-    async fn estimate_read(
-        &self,
-        columns: &[Column],
-        window: Option<(&str, dpone_core::time::Timestamp, dpone_core::time::Timestamp)>,
-    ) -> Result<Option<dpone_core::ports::SourceEstimate>> {
-        redacted!(self, AnySource, |s| s.estimate_read(columns, window).await)
-    }
-
-    async fn read_group(&self, request: ReadRequest, chunks: Vec<dpone_core::window::Chunk>, outs: Vec<FrameTx>) -> Result<Vec<ReadStats>> {
-        redacted!(self, AnySource, |s| s.read_group(request, chunks, outs).await)
-    }
-
-    async fn cursor_max(&self, column: &str, kind: CursorKind) -> Result<Option<CursorValue>> {
-        redacted!(self, AnySource, |s| s.cursor_max(column, kind).await)
-    }
-
-    async fn close_snapshot(&self) -> Result<()> {
-        redacted!(self, AnySource, |s| s.close_snapshot().await)
+/// Every call passes to the chosen adapter (module `dpone_core::ports::forward`);
+/// its error leaves redacted.
+impl Intercept for AnySource {
+    async fn intercept<R: Send>(&self, _method: &'static str, call: impl Future<Output = Result<R>> + Send) -> Result<R> {
+        call.await.map_err(|e| self.secrets.error(e))
     }
 }
 
-impl Target for RealTarget {
-    async fn describe(&self) -> Result<Option<Vec<Column>>> {
-        redacted!(self, RealTarget, |t| t.describe().await)
+dpone_core::forward_source! { impl[] AnySource => wrap(kind) }
+
+/// As for [`AnySource`]; a chunk's load error in a direct publication
+/// reaches the engine through the feed, not through the call's result: it
+/// is redacted on that way too.
+impl Intercept for RealTarget {
+    async fn intercept<R: Send>(&self, _method: &'static str, call: impl Future<Output = Result<R>> + Send) -> Result<R> {
+        call.await.map_err(|e| self.secrets.error(e))
     }
 
-    async fn eligibility(&self, request: &EligibilityRequest) -> Result<Vec<Diagnostic>> {
-        redacted!(self, RealTarget, |t| t.eligibility(request).await)
-    }
-
-    async fn datetime64_range(&self) -> Result<Option<dpone_core::rowbinary::DateTime64Range>> {
-        redacted!(self, RealTarget, |t| t.datetime64_range().await)
-    }
-
-    async fn create_staging(&self, name: &str) -> Result<()> {
-        redacted!(self, RealTarget, |t| t.create_staging(name).await)
-    }
-
-    async fn load(&self, table: &str, frames: FrameRx) -> Result<u64> {
-        redacted!(self, RealTarget, |t| t.load(table, frames).await)
-    }
-
-    async fn inspect(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<Contents> {
-        redacted!(self, RealTarget, |t| t.inspect(table, filter).await)
-    }
-
-    async fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<u64> {
-        redacted!(self, RealTarget, |t| t.count(table, filter).await)
-    }
-
-    async fn part_identities(&self, table: TableRole<'_>) -> Result<Option<Vec<dpone_core::ports::PartIdentity>>> {
-        redacted!(self, RealTarget, |t| t.part_identities(table).await)
-    }
-
-    fn keeps_rows_in_place(&self) -> bool {
-        dispatch!(self, RealTarget, |t| t.keeps_rows_in_place())
-    }
-
-    fn publication_check(&self) -> dpone_core::evidence::PublicationCheck {
-        dispatch!(self, RealTarget, |t| t.publication_check())
-    }
-
-    fn publishes_direct(&self) -> bool {
-        dispatch!(self, RealTarget, |t| t.publishes_direct())
-    }
-
-    fn direct_identity(&self, generation: &str) -> String {
-        dispatch!(self, RealTarget, |t| t.direct_identity(generation))
-    }
-
-    async fn publish_direct(
-        &self,
-        generation: &str,
-        keep: Option<&RowFilter>,
-        feed: dpone_core::ports::DirectFeed,
-    ) -> Result<PublicationOutcome> {
-        // A chunk's load error reaches the engine through the feed, not
-        // through this call's result: it is redacted on that way too.
+    fn feed(&self, feed: DirectFeed) -> DirectFeed {
         let secrets = self.secrets.clone();
-        let feed = feed.map_errors(std::sync::Arc::new(move |e| secrets.error(e)));
-        redacted!(self, RealTarget, |t| t.publish_direct(generation, keep, feed).await)
-    }
-
-    async fn build_generation(&self, generation: &str, keep: Option<&RowFilter>, stagings: &[String]) -> Result<GenerationBuild> {
-        redacted!(self, RealTarget, |t| t.build_generation(generation, keep, stagings).await)
-    }
-
-    async fn estimate_generation(&self, keep: Option<&RowFilter>) -> Result<GenerationEstimate> {
-        redacted!(self, RealTarget, |t| t.estimate_generation(keep).await)
-    }
-
-    async fn compare_kept(&self, generation: &str, keep: &RowFilter) -> Result<u64> {
-        redacted!(self, RealTarget, |t| t.compare_kept(generation, keep).await)
-    }
-
-    async fn publish(&self, generation: &str, keep: Option<&RowFilter>, backup: &str) -> Result<PublicationOutcome> {
-        redacted!(self, RealTarget, |t| t.publish(generation, keep, backup).await)
-    }
-
-    fn scope(&self) -> String {
-        dispatch!(self, RealTarget, |t| t.scope())
-    }
-
-    async fn identity(&self, table: TableRole<'_>) -> Result<Option<String>> {
-        redacted!(self, RealTarget, |t| t.identity(table).await)
-    }
-
-    async fn owned_tables(&self) -> Result<Vec<String>> {
-        redacted!(self, RealTarget, |t| t.owned_tables().await)
-    }
-
-    async fn claim(&self, request: &dpone_core::ports::ClaimRequest) -> Result<dpone_core::ports::ClaimAttempt> {
-        redacted!(self, RealTarget, |t| t.claim(request).await)
-    }
-
-    async fn renew_claim(&self, claim: &dpone_core::ports::TargetClaim, ttl_ms: u64, run: &str) -> Result<()> {
-        redacted!(self, RealTarget, |t| t.renew_claim(claim, ttl_ms, run).await)
-    }
-
-    async fn release_claim(&self, claim: &dpone_core::ports::TargetClaim) -> Result<()> {
-        redacted!(self, RealTarget, |t| t.release_claim(claim).await)
-    }
-
-    async fn after_publication(&self, generation: &str, backup: &str) -> Result<()> {
-        redacted!(self, RealTarget, |t| t.after_publication(generation, backup).await)
-    }
-
-    fn reconciles_concurrent_writes(&self) -> bool {
-        dispatch!(self, RealTarget, |t| t.reconciles_concurrent_writes())
-    }
-
-    async fn reconcile_concurrent(
-        &self,
-        previous: &str,
-        carry: &str,
-        scope: dpone_core::ports::ReconcileScope<'_>,
-    ) -> Result<Option<dpone_core::ports::Reconciliation>> {
-        redacted!(self, RealTarget, |t| t.reconcile_concurrent(previous, carry, scope).await)
-    }
-
-    async fn window_stats(&self, filter: &RowFilter) -> Result<WindowStats> {
-        redacted!(self, RealTarget, |t| t.window_stats(filter).await)
-    }
-
-    async fn drop_tables(&self, names: &[String]) -> Result<()> {
-        redacted!(self, RealTarget, |t| t.drop_tables(names).await)
-    }
-
-    async fn read_mark(&self) -> Result<Option<StoredMark>> {
-        redacted!(self, RealTarget, |t| t.read_mark().await)
-    }
-
-    async fn publish_append(
-        &self,
-        generation: &str,
-        before: Option<&StoredMark>,
-        after: &StoredMark,
-        rows: u64,
-    ) -> Result<PublicationOutcome> {
-        redacted!(self, RealTarget, |t| t.publish_append(generation, before, after, rows).await)
-    }
-
-    async fn peek_mark(&self) -> Result<Option<StoredMark>> {
-        redacted!(self, RealTarget, |t| t.peek_mark().await)
-    }
-
-    async fn check_merge(&self, generation: &str, key: &MergeKey) -> Result<MergeCounts> {
-        redacted!(self, RealTarget, |t| t.check_merge(generation, key).await)
-    }
-
-    async fn publish_merge(
-        &self,
-        generation: &str,
-        before: Option<&StoredMark>,
-        after: &StoredMark,
-        key: &MergeKey,
-        expected: MergeCounts,
-    ) -> Result<PublicationOutcome> {
-        redacted!(self, RealTarget, |t| t.publish_merge(generation, before, after, key, expected).await)
-    }
-
-    async fn reset_mark(&self, before: Option<&StoredMark>, after: Option<&StoredMark>) -> Result<()> {
-        redacted!(self, RealTarget, |t| t.reset_mark(before, after).await)
+        feed.map_errors(Arc::new(move |e| secrets.error(e)))
     }
 }
+
+dpone_core::forward_target! { impl[] RealTarget => wrap(kind) }

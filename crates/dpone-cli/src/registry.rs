@@ -5,10 +5,10 @@
 //! and how it builds itself from a manifest). [`registry!`] makes of them
 //! the [`REGISTRY`] the plan and the manifest loader read routes from,
 //! the `SourceKind` / `TargetKind` enums `adapters.rs` wraps, their
-//! builders, and the `dispatch!` macro that calls the chosen adapter. No
+//! builders, and their forwarding of every port call to the chosen
+//! adapter (`dpone_core::forward_source!` / `forward_target!`). No
 //! vendor logic lives here: a new target is its crate plus one line.
 
-/// `$d` is a literal `$`, for the `dispatch!` macro this one defines.
 macro_rules! registry {
     // The enum of one side's adapters and its builder from the manifest.
     (@side $kind:ident, $adapter:ident, $side:ident, $what:literal, $($v:ident: $t:ty),*) => {
@@ -34,7 +34,7 @@ macro_rules! registry {
             }
         }
     };
-    ($d:tt sources { $($sv:ident: $st:ty),* $(,)? } targets { $($tv:ident: $tt:ty),* $(,)? }) => {
+    (sources { $($sv:ident: $st:ty),* $(,)? } targets { $($tv:ident: $tt:ty),* $(,)? }) => {
         registry!(@side SourceKind, SourceAdapter, source, "reads", $($sv: $st),*);
         registry!(@side TargetKind, TargetAdapter, sink, "writes", $($tv: $tt),*);
 
@@ -44,26 +44,13 @@ macro_rules! registry {
             targets: &[$(<$tt as dpone_core::adapter::TargetAdapter>::DESCRIPTOR),*],
         };
 
-        /// `$body` with `$a` bound to the chosen adapter of `$any`.
-        #[allow(unused_macros)]
-        macro_rules! dispatch {
-            ($d any:expr, AnySource, |$d a:ident| $d body:expr) => {
-                match &$d any.kind {
-                    $(SourceKind::$sv($d a) => $d body,)*
-                }
-            };
-            ($d any:expr, RealTarget, |$d a:ident| $d body:expr) => {
-                match &$d any.kind {
-                    $(TargetKind::$tv($d a) => $d body,)*
-                }
-            };
-        }
-        #[allow(unused_imports)]
-        pub(crate) use dispatch;
+        // Every port call is forwarded to the chosen variant's adapter.
+        dpone_core::forward_source! { enum SourceKind { $($sv),* } }
+        dpone_core::forward_target! { enum TargetKind { $($tv),* } }
     };
 }
 
-registry! { $
+registry! {
     sources {
         Sqlite: dpone_sqlite::SqliteSource,
         Postgres: dpone_postgres::PostgresSource,

@@ -6,11 +6,13 @@
 //! the races between processes (each test binary that calls it also calls
 //! [`child`], the side that runs in the spawned processes).
 
+use crate::{FaultKind, FaultyStateStore, StoreFault, StoreOp};
 use dpone_core::state::{StateStore, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Runs every check; panics with a description on the first violation.
+/// Runs every check (the last ones through a [`FaultyStateStore`] around
+/// the store); panics with a description on the first violation.
 pub fn run_all<S: StateStore + 'static>(make: impl Fn() -> S) {
     leases_exclude_and_fence(&make);
     expired_leases_are_taken_over_and_fence_out_the_old_holder(&make);
@@ -18,6 +20,7 @@ pub fn run_all<S: StateStore + 'static>(make: impl Fn() -> S) {
     release_frees_the_scope(&make);
     take_over_only_replaces_the_named_holder(&make);
     concurrent_writers_one_wins(&make);
+    faults_at_the_port(&make);
 }
 
 fn leases_exclude_and_fence<S: StateStore>(make: &impl Fn() -> S) {
@@ -99,6 +102,58 @@ fn take_over_only_replaces_the_named_holder<S: StateStore>(make: &impl Fn() -> S
     let l = b.take_over("scope/take", "proc-dead", "proc-b", 60_000).expect("the named stale holder is replaced");
     assert!(l.fence > dead.fence);
     assert!(matches!(a.compare_and_set(&dead, "k/take", None, "x"), Err(StoreError::LeaseLost(_))), "the replaced holder is fenced out");
+}
+
+/// The store behind a [`FaultyStateStore`]: a fault fails its call with
+/// [`StoreError::Io`] naming the fault; `ack_lost` performs the call (the
+/// write landed, as a lost acknowledgement leaves it), the other kinds do
+/// not; the calls after it go through.
+fn faults_at_the_port<S: StateStore>(make: &impl Fn() -> S) {
+    let plain = make();
+    let faulty = |fault: StoreFault| (FaultyStateStore::new(make(), vec![fault]), fault);
+    let lease = plain.acquire("faults/cas", "proc", 60_000).unwrap();
+    for (i, kind) in FaultKind::ALL.into_iter().enumerate() {
+        let key = format!("faults/rec/{i}");
+        let (store, fault) = faulty(StoreFault::new(StoreOp::CompareAndSet, kind, 1));
+        named(store.compare_and_set(&lease, &key, None, "v1"), fault);
+        let landed = plain.get(&key).unwrap().map(|v| v.revision);
+        if kind.performs() {
+            assert_eq!(landed, Some(1), "{fault}: the write whose acknowledgement was lost landed");
+            let again = store.compare_and_set(&lease, &key, None, "v1");
+            assert!(matches!(again, Err(StoreError::Conflict { found: Some(1), .. })), "{fault}: a blind retry conflicts: {again:?}");
+        } else {
+            assert_eq!(landed, None, "{fault}: a call not performed wrote nothing");
+            assert_eq!(store.compare_and_set(&lease, &key, None, "v1"), Ok(1), "{fault}: the next call goes through");
+        }
+        assert_eq!((store.fired(), store.calls(StoreOp::CompareAndSet)), (vec![fault], 2));
+    }
+
+    let (store, fault) = faulty(StoreFault::new(StoreOp::Acquire, FaultKind::Timeout, 1));
+    named(store.acquire("faults/acquire", "proc-a", 60_000), fault);
+    let l = plain.acquire("faults/acquire", "proc-b", 60_000).expect("an acquire not performed took nothing");
+    assert_eq!(l.fence, 1, "{fault}: the fence did not grow");
+    let (store, fault) = faulty(StoreFault::new(StoreOp::Acquire, FaultKind::AckLost, 1));
+    named(store.acquire("faults/granted", "proc-a", 60_000), fault);
+    match plain.acquire("faults/granted", "proc-b", 60_000) {
+        Err(StoreError::Held { holder, .. }) => assert_eq!(holder, "proc-a", "{fault}: the lease was granted"),
+        other => panic!("{fault}: the lease was granted, got {other:?}"),
+    }
+    assert_eq!(store.acquire("faults/granted", "proc-a", 60_000).map(|l| l.fence), Ok(2), "{fault}: the holder acquires again");
+
+    let (store, fault) = faulty(StoreFault::new(StoreOp::Get, FaultKind::Transient, 1));
+    named(store.get("faults/rec/0"), fault);
+    assert_eq!(store.get("faults/rec/0").unwrap().map(|v| v.revision), Some(1), "{fault}: the next read goes through");
+    let (store, fault) = faulty(StoreFault::new(StoreOp::Renew, FaultKind::Permanent, 1));
+    named(store.renew(&lease, 60_000), fault);
+    store.renew(&lease, 60_000).expect("the next renewal goes through");
+}
+
+/// Asserts that `r` is the I/O error of the injected `fault`.
+fn named<T: std::fmt::Debug>(r: Result<T, StoreError>, fault: StoreFault) {
+    match r {
+        Err(StoreError::Io(m)) => assert!(m.contains(&format!("`{fault}`")), "the error names the fault {fault}: {m}"),
+        other => panic!("{fault}: expected an I/O error, got {other:?}"),
+    }
 }
 
 /// Environment variable that makes a test binary act as one child of

@@ -17,14 +17,9 @@
 //! fires once. `Fault::parse_list` reads the `op:kind:n` list form used in
 //! an environment variable by the CLI's test build (see [`FAULTS_ENV`]).
 
-use crate::schedule::{Schedule, Scheduled, injected_error};
-use dpone_core::Diagnostic;
-use dpone_core::ports::{
-    AdapterError, Contents, EligibilityRequest, ErrorClass, FrameRx, GenerationBuild, PublicationOutcome, Result, RowFilter, TableRole,
-    Target, WindowStats,
-};
+use crate::schedule::{Faulty, PortFault, PortOp};
+use dpone_core::ports::{ErrorClass, Target};
 use std::fmt;
-use std::future::Future;
 
 /// The environment variable a test build may read with [`Fault::from_env`].
 pub const FAULTS_ENV: &str = "DPONE_TARGET_FAULTS";
@@ -118,6 +113,25 @@ impl TargetOp {
     }
 }
 
+/// The operation whose faults a call of a `Target` method meets: its own,
+/// or the one it stands for. The mark is the identity of an incremental
+/// target (`read_mark`, `peek_mark`); an append, a merge, a mark reset and
+/// a direct publication are publications (a direct one's `timeout` /
+/// `transient` / `permanent` end it before its transaction starts,
+/// `ack_lost` after its commit); the merge's check reads the generation
+/// (`inspect`). None: the call passes through (`part_identities`,
+/// `datetime64_range`, `reconcile_concurrent`, the calls without I/O).
+impl PortOp for TargetOp {
+    fn of_method(method: &str) -> Option<TargetOp> {
+        match method {
+            "read_mark" | "peek_mark" => Some(TargetOp::Identity),
+            "publish_direct" | "publish_append" | "publish_merge" | "reset_mark" => Some(TargetOp::Publish),
+            "check_merge" => Some(TargetOp::Inspect),
+            other => TargetOp::parse(other),
+        }
+    }
+}
+
 impl fmt::Display for TargetOp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -173,24 +187,15 @@ impl FaultKind {
 }
 
 /// One injected fault: the `nth` call (1-based) of `op` fails as `kind`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fault {
-    pub op: TargetOp,
-    pub nth: u32,
-    pub kind: FaultKind,
-}
+pub type Fault = PortFault<TargetOp>;
 
-impl fmt::Display for Fault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}", self.op, self.kind.name(), self.nth)
-    }
-}
+/// A target that fails where its faults say (every `Target` method
+/// forwarded, module `dpone_core::ports::forward`). Clones share the counters.
+pub type FaultyTarget<T> = Faulty<T, Fault>;
+
+dpone_core::forward_target! { impl[T: Target] FaultyTarget<T> => wrap(inner) }
 
 impl Fault {
-    pub fn new(op: TargetOp, kind: FaultKind, nth: u32) -> Self {
-        Fault { op, nth, kind }
-    }
-
     /// Parses `op:kind[:n]` (`n` defaults to 1), e.g. `publish:ack_lost:1`.
     pub fn parse(spec: &str) -> std::result::Result<Fault, String> {
         let spec = spec.trim();
@@ -208,7 +213,7 @@ impl Fault {
             Ok(n) if n >= 1 => n,
             _ => return Err(format!("fault `{spec}`: call number `{nth}` is not a whole number from 1")),
         };
-        Ok(Fault { op, nth, kind })
+        Ok(Fault::new(op, kind, nth))
     }
 
     /// Parses a comma-separated list; blank entries are ignored.
@@ -223,255 +228,12 @@ impl Fault {
             Err(_) => Ok(Vec::new()),
         }
     }
-
-    fn error(&self) -> AdapterError {
-        injected_error(self.kind, self.op.name(), self.nth, self)
-    }
-}
-
-impl Scheduled for Fault {
-    type Op = TargetOp;
-    fn op(&self) -> TargetOp {
-        self.op
-    }
-    fn nth(&self) -> u32 {
-        self.nth
-    }
-    fn performs(&self) -> bool {
-        self.kind.performs()
-    }
-    fn error(&self) -> AdapterError {
-        Fault::error(self)
-    }
-}
-
-/// A target that fails where its faults say. Clones share the counters.
-#[derive(Debug, Clone)]
-pub struct FaultyTarget<T> {
-    inner: T,
-    faults: Schedule<Fault>,
-}
-
-impl<T: Target> FaultyTarget<T> {
-    pub fn new(inner: T, faults: Vec<Fault>) -> Self {
-        FaultyTarget { inner, faults: Schedule::new(faults) }
-    }
-
-    /// Prints `dpone: injected fault <op:kind:n> fired` to stderr whenever a fault fires.
-    #[must_use]
-    pub fn announcing(mut self) -> Self {
-        self.faults.announcing();
-        self
-    }
-
-    pub fn inner(&self) -> &T {
-        &self.inner
-    }
-
-    /// Arms another fault (its call number counts from the first call ever).
-    pub fn add(&self, fault: Fault) {
-        self.faults.add(fault);
-    }
-
-    /// Faults that fired, in order.
-    pub fn fired(&self) -> Vec<Fault> {
-        self.faults.fired()
-    }
-
-    /// Faults armed but not fired yet.
-    pub fn pending(&self) -> Vec<Fault> {
-        self.faults.pending()
-    }
-
-    /// Calls of `op` so far.
-    pub fn calls(&self, op: TargetOp) -> u32 {
-        self.faults.calls(op)
-    }
-
-    async fn run<R>(&self, op: TargetOp, call: impl Future<Output = Result<R>>) -> Result<R> {
-        self.faults.run(op, call).await
-    }
-}
-
-impl<T: Target> Target for FaultyTarget<T> {
-    async fn describe(&self) -> Result<Option<Vec<dpone_core::types::Column>>> {
-        self.run(TargetOp::Describe, self.inner.describe()).await
-    }
-
-    async fn eligibility(&self, request: &EligibilityRequest) -> Result<Vec<Diagnostic>> {
-        self.run(TargetOp::Eligibility, self.inner.eligibility(request)).await
-    }
-
-    async fn create_staging(&self, name: &str) -> Result<()> {
-        self.run(TargetOp::CreateStaging, self.inner.create_staging(name)).await
-    }
-
-    async fn load(&self, table: &str, frames: FrameRx) -> Result<u64> {
-        // A call that is not performed drops the frames: the reader sees a
-        // closed channel, as when the connection broke before the load.
-        self.run(TargetOp::Load, self.inner.load(table, frames)).await
-    }
-
-    async fn inspect(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<Contents> {
-        self.run(TargetOp::Inspect, self.inner.inspect(table, filter)).await
-    }
-
-    async fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<u64> {
-        self.run(TargetOp::Count, self.inner.count(table, filter)).await
-    }
-
-    async fn part_identities(&self, table: TableRole<'_>) -> Result<Option<Vec<dpone_core::ports::PartIdentity>>> {
-        self.inner.part_identities(table).await
-    }
-
-    fn keeps_rows_in_place(&self) -> bool {
-        self.inner.keeps_rows_in_place()
-    }
-
-    fn publication_check(&self) -> dpone_core::evidence::PublicationCheck {
-        self.inner.publication_check()
-    }
-
-    async fn build_generation(&self, generation: &str, keep: Option<&RowFilter>, stagings: &[String]) -> Result<GenerationBuild> {
-        self.run(TargetOp::BuildGeneration, self.inner.build_generation(generation, keep, stagings)).await
-    }
-
-    async fn estimate_generation(&self, keep: Option<&RowFilter>) -> Result<dpone_core::ports::GenerationEstimate> {
-        self.run(TargetOp::EstimateGeneration, self.inner.estimate_generation(keep)).await
-    }
-
-    async fn compare_kept(&self, generation: &str, keep: &RowFilter) -> Result<u64> {
-        self.run(TargetOp::CompareKept, self.inner.compare_kept(generation, keep)).await
-    }
-
-    async fn publish(&self, generation: &str, keep: Option<&RowFilter>, backup: &str) -> Result<PublicationOutcome> {
-        self.run(TargetOp::Publish, self.inner.publish(generation, keep, backup)).await
-    }
-
-    fn publishes_direct(&self) -> bool {
-        self.inner.publishes_direct()
-    }
-
-    fn direct_identity(&self, generation: &str) -> String {
-        self.inner.direct_identity(generation)
-    }
-
-    /// A `publish` fault: `timeout` / `transient` / `permanent` end the
-    /// publication before its transaction starts, `ack_lost` after its
-    /// commit.
-    async fn publish_direct(
-        &self,
-        generation: &str,
-        keep: Option<&RowFilter>,
-        feed: dpone_core::ports::DirectFeed,
-    ) -> Result<PublicationOutcome> {
-        self.run(TargetOp::Publish, self.inner.publish_direct(generation, keep, feed)).await
-    }
-
-    fn scope(&self) -> String {
-        self.inner.scope()
-    }
-
-    async fn identity(&self, table: TableRole<'_>) -> Result<Option<String>> {
-        self.run(TargetOp::Identity, self.inner.identity(table)).await
-    }
-
-    async fn owned_tables(&self) -> Result<Vec<String>> {
-        self.run(TargetOp::OwnedTables, self.inner.owned_tables()).await
-    }
-
-    async fn claim(&self, request: &dpone_core::ports::ClaimRequest) -> Result<dpone_core::ports::ClaimAttempt> {
-        self.run(TargetOp::Claim, self.inner.claim(request)).await
-    }
-
-    async fn renew_claim(&self, claim: &dpone_core::ports::TargetClaim, ttl_ms: u64, run: &str) -> Result<()> {
-        self.run(TargetOp::RenewClaim, self.inner.renew_claim(claim, ttl_ms, run)).await
-    }
-
-    async fn release_claim(&self, claim: &dpone_core::ports::TargetClaim) -> Result<()> {
-        self.run(TargetOp::ReleaseClaim, self.inner.release_claim(claim)).await
-    }
-
-    async fn after_publication(&self, generation: &str, backup: &str) -> Result<()> {
-        self.run(TargetOp::AfterPublication, self.inner.after_publication(generation, backup)).await
-    }
-
-    fn reconciles_concurrent_writes(&self) -> bool {
-        self.inner.reconciles_concurrent_writes()
-    }
-
-    async fn reconcile_concurrent(
-        &self,
-        previous: &str,
-        carry: &str,
-        scope: dpone_core::ports::ReconcileScope<'_>,
-    ) -> Result<Option<dpone_core::ports::Reconciliation>> {
-        self.inner.reconcile_concurrent(previous, carry, scope).await
-    }
-
-    async fn window_stats(&self, filter: &RowFilter) -> Result<WindowStats> {
-        self.run(TargetOp::WindowStats, self.inner.window_stats(filter)).await
-    }
-
-    async fn drop_tables(&self, names: &[String]) -> Result<()> {
-        self.run(TargetOp::DropTables, self.inner.drop_tables(names)).await
-    }
-
-    async fn datetime64_range(&self) -> Result<Option<dpone_core::rowbinary::DateTime64Range>> {
-        self.inner.datetime64_range().await
-    }
-
-    /// Faults named `identity`: the mark is the identity of an incremental target.
-    async fn read_mark(&self) -> Result<Option<dpone_core::incremental::StoredMark>> {
-        self.run(TargetOp::Identity, self.inner.read_mark()).await
-    }
-
-    /// Faults named `identity`, as `read_mark`.
-    async fn peek_mark(&self) -> Result<Option<dpone_core::incremental::StoredMark>> {
-        self.run(TargetOp::Identity, self.inner.peek_mark()).await
-    }
-
-    /// Faults named `publish`: the append is the incremental publication.
-    async fn publish_append(
-        &self,
-        generation: &str,
-        before: Option<&dpone_core::incremental::StoredMark>,
-        after: &dpone_core::incremental::StoredMark,
-        rows: u64,
-    ) -> Result<PublicationOutcome> {
-        self.run(TargetOp::Publish, self.inner.publish_append(generation, before, after, rows)).await
-    }
-
-    /// Faults named `inspect`: the merge's check reads the generation.
-    async fn check_merge(&self, generation: &str, key: &dpone_core::ports::MergeKey) -> Result<dpone_core::ports::MergeCounts> {
-        self.run(TargetOp::Inspect, self.inner.check_merge(generation, key)).await
-    }
-
-    /// Faults named `publish`: the merge is the incremental publication.
-    async fn publish_merge(
-        &self,
-        generation: &str,
-        before: Option<&dpone_core::incremental::StoredMark>,
-        after: &dpone_core::incremental::StoredMark,
-        key: &dpone_core::ports::MergeKey,
-        expected: dpone_core::ports::MergeCounts,
-    ) -> Result<PublicationOutcome> {
-        self.run(TargetOp::Publish, self.inner.publish_merge(generation, before, after, key, expected)).await
-    }
-
-    /// Faults named `publish`: a reset writes the mark as a publication does.
-    async fn reset_mark(
-        &self,
-        before: Option<&dpone_core::incremental::StoredMark>,
-        after: Option<&dpone_core::incremental::StoredMark>,
-    ) -> Result<()> {
-        self.run(TargetOp::Publish, self.inner.reset_mark(before, after)).await
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::schedule::Scheduled;
 
     #[test]
     fn parses_lists_and_names_the_bad_part() {

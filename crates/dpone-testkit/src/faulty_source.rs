@@ -13,13 +13,8 @@
 //! ([`FaultySource::calls`], [`FaultySource::log`]). A fault fires once.
 
 use crate::faulty::FaultKind;
-use crate::schedule::{Schedule, Scheduled, injected_error};
-use dpone_core::Diagnostic;
-use dpone_core::incremental::{CursorKind, CursorValue};
-use dpone_core::ports::{AccessPath, AdapterError, FrameTx, ReadRequest, ReadStats, Result, Source, SourceEstimate, SourceVersion};
-use dpone_core::time::Timestamp;
-use dpone_core::types::{Column, ColumnType};
-use dpone_core::window::Chunk;
+use crate::schedule::{Faulty, PortOp, Scheduled, injected_error};
+use dpone_core::ports::{AdapterError, Source};
 use std::fmt;
 
 /// A [`Source`] method that does I/O.
@@ -37,6 +32,23 @@ pub enum SourceOp {
 }
 
 impl SourceOp {
+    pub const ALL: [SourceOp; 9] = [
+        SourceOp::Describe,
+        SourceOp::Preflight,
+        SourceOp::OpenSnapshot,
+        SourceOp::Read,
+        SourceOp::ReadGroup,
+        SourceOp::AccessPath,
+        SourceOp::EstimateRead,
+        SourceOp::CloseSnapshot,
+        SourceOp::CursorMax,
+    ];
+
+    /// The operation named `s` (a `Source` method's name).
+    pub fn parse(s: &str) -> Option<SourceOp> {
+        SourceOp::ALL.into_iter().find(|op| op.name() == s)
+    }
+
     /// The method's name (`open_snapshot`).
     pub fn name(self) -> &'static str {
         match self {
@@ -50,6 +62,13 @@ impl SourceOp {
             SourceOp::CloseSnapshot => "close_snapshot",
             SourceOp::CursorMax => "cursor_max",
         }
+    }
+}
+
+/// Every `Source` method that does I/O meets the faults of its own name.
+impl PortOp for SourceOp {
+    fn of_method(method: &str) -> Option<SourceOp> {
+        SourceOp::parse(method)
     }
 }
 
@@ -111,92 +130,13 @@ impl Scheduled for SourceFault {
     }
 }
 
-/// A source that fails where its faults say. Clones share the counters.
-#[derive(Debug, Clone)]
-pub struct FaultySource<S> {
-    inner: S,
-    faults: Schedule<SourceFault>,
-}
+/// A source that fails where its faults say (every `Source` method
+/// forwarded, module `dpone_core::ports::forward`; a group read's own reads
+/// of the inner source are not calls of this wrapper). Clones share the
+/// counters.
+pub type FaultySource<S> = Faulty<S, SourceFault>;
 
-impl<S: Source> FaultySource<S> {
-    pub fn new(inner: S, faults: Vec<SourceFault>) -> Self {
-        FaultySource { inner, faults: Schedule::new(faults) }
-    }
-
-    pub fn inner(&self) -> &S {
-        &self.inner
-    }
-
-    /// Arms another fault (its call number counts from the first call ever).
-    pub fn add(&self, fault: SourceFault) {
-        self.faults.add(fault);
-    }
-
-    /// Faults that fired, in order.
-    pub fn fired(&self) -> Vec<SourceFault> {
-        self.faults.fired()
-    }
-
-    /// Faults armed but not fired yet.
-    pub fn pending(&self) -> Vec<SourceFault> {
-        self.faults.pending()
-    }
-
-    /// Calls of `op` so far.
-    pub fn calls(&self, op: SourceOp) -> u32 {
-        self.faults.calls(op)
-    }
-
-    /// Every call so far, in order (a group read's own reads of the inner
-    /// source are not calls of this wrapper).
-    pub fn log(&self) -> Vec<SourceOp> {
-        self.faults.log()
-    }
-}
-
-impl<S: Source> Source for FaultySource<S> {
-    async fn describe(&self, columns: Option<&[String]>) -> Result<Vec<Column>> {
-        self.faults.run(SourceOp::Describe, self.inner.describe(columns)).await
-    }
-
-    async fn preflight(&self, window_column: Option<&str>) -> Result<Vec<Diagnostic>> {
-        self.faults.run(SourceOp::Preflight, self.inner.preflight(window_column)).await
-    }
-
-    fn conversion_refusals(&self, columns: &[Column], target_types: &[ColumnType]) -> Vec<Diagnostic> {
-        self.inner.conversion_refusals(columns, target_types)
-    }
-
-    async fn open_snapshot(&self) -> Result<SourceVersion> {
-        self.faults.run(SourceOp::OpenSnapshot, self.inner.open_snapshot()).await
-    }
-
-    async fn read(&self, request: ReadRequest, out: FrameTx) -> Result<ReadStats> {
-        // A call that is not performed drops `out`: the loader sees the
-        // stream end without a frame, as when the connection broke.
-        self.faults.run(SourceOp::Read, self.inner.read(request, out)).await
-    }
-
-    async fn access_path(&self, window_column: &str) -> Result<Option<AccessPath>> {
-        self.faults.run(SourceOp::AccessPath, self.inner.access_path(window_column)).await
-    }
-
-    async fn estimate_read(&self, columns: &[Column], window: Option<(&str, Timestamp, Timestamp)>) -> Result<Option<SourceEstimate>> {
-        self.faults.run(SourceOp::EstimateRead, self.inner.estimate_read(columns, window)).await
-    }
-
-    async fn read_group(&self, request: ReadRequest, chunks: Vec<Chunk>, outs: Vec<FrameTx>) -> Result<Vec<ReadStats>> {
-        self.faults.run(SourceOp::ReadGroup, self.inner.read_group(request, chunks, outs)).await
-    }
-
-    async fn close_snapshot(&self) -> Result<()> {
-        self.faults.run(SourceOp::CloseSnapshot, self.inner.close_snapshot()).await
-    }
-
-    async fn cursor_max(&self, column: &str, kind: CursorKind) -> Result<Option<CursorValue>> {
-        self.faults.run(SourceOp::CursorMax, self.inner.cursor_max(column, kind)).await
-    }
-}
+dpone_core::forward_source! { impl[S: Source] FaultySource<S> => wrap(inner) }
 
 #[cfg(test)]
 mod tests {
@@ -205,7 +145,7 @@ mod tests {
     use crate::mem_source::SourceCall;
     use crate::rows::types_of;
     use crate::target_conformance::{standard_columns, target_rows};
-    use dpone_core::ports::{ErrorClass, frame_channel};
+    use dpone_core::ports::{ErrorClass, ReadRequest, ReadStats, Result, frame_channel};
 
     fn request() -> ReadRequest {
         ReadRequest {

@@ -9,13 +9,14 @@
 //! - Fakes of the ports, modelled on Materialize persist's `MemConsensus`:
 //!   [`MemStateStore`], [`MemSource`] and [`MemTarget`] (three publication
 //!   models mirroring the ClickHouse, PostgreSQL and SQLite sinks), plus
-//!   [`FaultyTarget`] and [`FaultySource`], which inject faults (lost
-//!   acknowledgements, timeouts, transient or permanent errors, a lost
-//!   source snapshot) at a chosen call of a chosen method of any target
-//!   or source, and pass every other call through.
+//!   [`FaultyTarget`], [`FaultySource`] and [`FaultyStateStore`], which
+//!   inject faults (lost acknowledgements, timeouts, transient or
+//!   permanent errors, a lost source snapshot) at a chosen call of a
+//!   chosen method of any target, source or state store, and pass every
+//!   other call through.
 //! - Conformance suites every implementation passes, the fakes included:
-//!   [`conformance`] for state stores, [`target_conformance`] for targets,
-//!   [`source_conformance`] for sources.
+//!   [`conformance`] for state stores (through a [`FaultyStateStore`] too),
+//!   [`target_conformance`] for targets, [`source_conformance`] for sources.
 //! - [`rows`]: typed rows, RowBinary frames, digests and sorted multisets.
 //!
 //! A test drives the fakes through the ports, then looks at them through
@@ -115,6 +116,7 @@ pub fn unique_name(prefix: &str) -> String {
 pub mod conformance;
 pub mod faulty;
 pub mod faulty_source;
+pub mod faulty_store;
 pub mod mem_source;
 pub mod mem_state;
 pub mod mem_target;
@@ -125,10 +127,12 @@ pub mod target_conformance;
 
 pub use faulty::{Fault, FaultKind, FaultyTarget, TargetOp};
 pub use faulty_source::{FaultySource, SourceFault, SourceOp};
+pub use faulty_store::{FaultyStateStore, StoreFault, StoreOp};
 pub use mem_source::{MemSource, ReadFault, SourceCall};
 pub use mem_state::MemStateStore;
 pub use mem_target::{MemTarget, Publication, Receipt, TargetCall};
 pub use rows::Row;
+pub use schedule::{Faulty, PortFault, PortOp, Scheduled};
 
 /// The fakes as adapters ([`MemSource`] and [`MemTarget`] standing for the
 /// SQLite route), for plans of tests that run on them.

@@ -78,7 +78,7 @@ fn every_route_plans_its_adapters_transport_and_publications() {
 /// descriptor and `TargetAdapter` impl) and one line of a registry.
 #[allow(dead_code)]
 mod skeleton {
-    registry! { $
+    registry! {
         sources {
             Sqlite: dpone_sqlite::SqliteSource,
         }

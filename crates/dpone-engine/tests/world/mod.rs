@@ -1,6 +1,6 @@
 //! A whole run on in-memory fakes: a `MemSource` (behind a
 //! `FaultySource`), a `MemTarget` of one publication model (behind a
-//! `FaultyTarget`), a `MemStateStore` and a
+//! `FaultyTarget`), a `MemStateStore` (behind a `FaultyStateStore`) and a
 //! `MemoryHost`. Runs take milliseconds, so every failpoint and every
 //! failure kind is exercised on every model.
 #![allow(dead_code)]
@@ -13,7 +13,9 @@ use dpone_core::state::{RunJournal, RunState, StateStore};
 use dpone_engine::{MemoryHost, RunFailure, RunOptions, RunReport};
 use dpone_testkit::rows::{Row, multiset};
 use dpone_testkit::target_conformance::{DAY0, new_window_rows, row, standard_columns, target_rows, window};
-use dpone_testkit::{Fault, FaultySource, FaultyTarget, MemSource, MemStateStore, MemTarget, Publication, SourceFault};
+use dpone_testkit::{
+    Fault, FaultySource, FaultyStateStore, FaultyTarget, MemSource, MemStateStore, MemTarget, Publication, SourceFault, StoreFault,
+};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -53,9 +55,12 @@ pub struct World {
     pub faults: Vec<Fault>,
     /// Armed afresh for every run, as `faults` are.
     pub source_faults: Vec<SourceFault>,
+    /// Armed afresh for every run, as `faults` are.
+    pub store_faults: Vec<StoreFault>,
     pub lease_ttl_ms: u64,
     runs: AtomicU32,
     last_source: Mutex<Option<FaultySource<MemSource>>>,
+    last_store: Mutex<Option<FaultyStateStore<MemStateStore>>>,
 }
 
 /// Source rows: the new window rows, plus rows outside the window that a
@@ -91,9 +96,11 @@ impl World {
             plan,
             faults: Vec::new(),
             source_faults: Vec::new(),
+            store_faults: Vec::new(),
             lease_ttl_ms: 60_000,
             runs: AtomicU32::new(0),
             last_source: Mutex::new(None),
+            last_store: Mutex::new(None),
         }
     }
 
@@ -119,8 +126,9 @@ impl World {
     }
 
     pub async fn run_options(&self, options: RunOptions) -> Result<RunReport, RunFailure> {
-        let store = self.store.clone();
-        let opener = move |_create: bool| Ok(Some(Arc::new(store.handle()) as Arc<dyn StateStore>));
+        let store = FaultyStateStore::new(self.store.handle(), self.store_faults.clone());
+        *self.last_store.lock().unwrap() = Some(store.clone());
+        let opener = move |_create: bool| Ok(Some(Arc::new(store.clone()) as Arc<dyn StateStore>));
         let target = Arc::new(FaultyTarget::new(self.target.handle(), self.faults.clone()));
         let source = FaultySource::new(self.source.clone(), self.source_faults.clone());
         *self.last_source.lock().unwrap() = Some(source.clone());
@@ -136,6 +144,11 @@ impl World {
     /// The source wrapper of the last run: its calls and the faults that fired.
     pub fn last_source(&self) -> FaultySource<MemSource> {
         self.last_source.lock().unwrap().clone().expect("a run happened")
+    }
+
+    /// The state store wrapper of the last run: its calls and the faults that fired.
+    pub fn last_store(&self) -> FaultyStateStore<MemStateStore> {
+        self.last_store.lock().unwrap().clone().expect("a run happened")
     }
 
     pub async fn run(&self) -> Result<RunReport, RunFailure> {

@@ -9,7 +9,6 @@
 
 use crate::redact::Secrets;
 use dpone_clickhouse::{ClickhouseSource, ClickhouseTarget};
-use dpone_core::Diagnostic;
 use dpone_core::incremental::{CursorKind, CursorValue, StoredMark};
 use dpone_core::manifest::{Manifest, System};
 use dpone_core::ports::{
@@ -17,6 +16,7 @@ use dpone_core::ports::{
     ReadRequest, ReadStats, Result, RowFilter, Source, SourceVersion, TableRole, Target, WindowStats, Wiring,
 };
 use dpone_core::types::{Column, ColumnType};
+use dpone_core::{Diagnostic, DiagnosticKind};
 use dpone_postgres::{PostgresSource, PostgresTarget};
 use dpone_sqlite::{SqliteSource, SqliteTarget};
 use std::path::Path;
@@ -111,9 +111,7 @@ fn component_url(system: System, var: &str) -> Option<String> {
 
 /// `missing_connection_env` names the component variables too.
 fn with_components(mut d: Diagnostic) -> Diagnostic {
-    if d.code == "missing_connection_env"
-        && let Some(var) = d.message.split_whitespace().find(|w| w.starts_with("DPONE_CONN_"))
-    {
+    if let DiagnosticKind::MissingConnectionEnv { var } = &d.kind {
         let url = d.hint.take().unwrap_or_default();
         d.hint = Some(format!("{url}, or set {var}_HOST, {var}_PORT, {var}_DATABASE, {var}_USERNAME and {var}_PASSWORD"));
     }

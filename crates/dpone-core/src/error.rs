@@ -27,11 +27,45 @@ pub struct Diagnostic {
     /// 1-based column in the manifest file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub column: Option<u64>,
+    /// What the diagnostic means to the code handling it (never printed).
+    #[serde(skip)]
+    pub kind: DiagnosticKind,
+}
+
+/// What a diagnostic means for the decisions of its callers. Callers match
+/// on the kind, never on the code: the code is stable text for users, and
+/// the typed constructors ([`Diagnostic::missing_connection_env`], ...) set both.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DiagnosticKind {
+    /// Nothing its callers decide on.
+    #[default]
+    Other,
+    /// The environment variable `var` of a connection is not set
+    /// (`missing_connection_env`): not a problem of the manifest, the
+    /// run's environment provides it.
+    MissingConnectionEnv { var: String },
 }
 
 impl Diagnostic {
     pub fn new(code: impl Into<String>, path: impl Into<String>, message: impl Into<String>) -> Self {
-        Diagnostic { code: code.into(), path: path.into(), message: message.into(), hint: None, line: None, column: None }
+        Diagnostic {
+            code: code.into(),
+            path: path.into(),
+            message: message.into(),
+            hint: None,
+            line: None,
+            column: None,
+            kind: DiagnosticKind::Other,
+        }
+    }
+
+    /// `missing_connection_env` at `path`: the connection's variable `var` is not set.
+    pub fn missing_connection_env(path: impl Into<String>, var: &str) -> Self {
+        Diagnostic {
+            kind: DiagnosticKind::MissingConnectionEnv { var: var.to_string() },
+            ..Self::new("missing_connection_env", path, format!("environment variable {var} is not set"))
+        }
     }
 
     #[must_use]

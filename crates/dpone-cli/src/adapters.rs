@@ -130,7 +130,7 @@ fn test_failpoints() -> dpone_core::failpoint::Failpoints {
 fn not_implemented(path: &str, system: System) -> Diagnostic {
     let hint =
         if system == System::Mssql { "SQL Server is not implemented in this runtime yet" } else { dpone_core::plan::SUPPORTED_ROUTES_HINT };
-    Diagnostic::new("unsupported_route", path, format!("{system} is not supported here")).hint(hint)
+    Diagnostic::unsupported_route(path, format!("{system} is not supported here")).hint(hint)
 }
 
 impl AnySource {

@@ -34,13 +34,16 @@ pub struct Diagnostic {
 
 /// What a diagnostic means for the decisions of its callers. Callers match
 /// on the kind, never on the code: the code is stable text for users, and
-/// the typed constructors ([`Diagnostic::missing_connection_env`], ...) set both.
+/// the typed constructors ([`Diagnostic::unsupported_route`], ...) set both.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DiagnosticKind {
     /// Nothing its callers decide on.
     #[default]
     Other,
+    /// The route `source -> sink` does not exist (`unsupported_route`):
+    /// said first, whatever else is wrong.
+    UnsupportedRoute,
     /// The environment variable `var` of a connection is not set
     /// (`missing_connection_env`): not a problem of the manifest, the
     /// run's environment provides it.
@@ -58,6 +61,11 @@ impl Diagnostic {
             column: None,
             kind: DiagnosticKind::Other,
         }
+    }
+
+    /// `unsupported_route` at `path`.
+    pub fn unsupported_route(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Diagnostic { kind: DiagnosticKind::UnsupportedRoute, ..Self::new("unsupported_route", path, message) }
     }
 
     /// `missing_connection_env` at `path`: the connection's variable `var` is not set.

@@ -7,7 +7,7 @@
 //! then add the source columns and the target's eligibility refusals
 //! ([`Plan::add_probe`]). A run starts only from a plan without refusals.
 
-use crate::error::Diagnostic;
+use crate::error::{Diagnostic, DiagnosticKind};
 use crate::manifest::{Manifest, Strategy, System, TransportMode};
 use crate::time::{FixedDuration, Timestamp};
 use crate::types::Column;
@@ -35,10 +35,7 @@ pub fn route_refusal(source: System, sink: System) -> Option<Diagnostic> {
     } else {
         SUPPORTED_ROUTES_HINT.to_string()
     };
-    Some(
-        Diagnostic::new("unsupported_route", "sink.type", format!("the route {source} -> {sink} is not available in this runtime"))
-            .hint(hint),
-    )
+    Some(Diagnostic::unsupported_route("sink.type", format!("the route {source} -> {sink} is not available in this runtime")).hint(hint))
 }
 
 /// The invocation's interval, from flags or the environment.
@@ -474,7 +471,7 @@ impl Plan {
                 description: "one transaction inserts the verified batch and moves the high-water mark (stored beside the target, in _dpone_marks) from the recorded old mark to the new one".into(),
             },
             Some(_) => {
-                if refusals.iter().all(|d: &Diagnostic| d.code != "unsupported_route") {
+                if refusals.iter().all(|d: &Diagnostic| d.kind != DiagnosticKind::UnsupportedRoute) {
                     refusals.push(
                         Diagnostic::new(
                             "unsupported_strategy_route",

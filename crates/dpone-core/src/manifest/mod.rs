@@ -28,7 +28,7 @@ pub use model::{
 };
 pub use render::translate;
 
-use crate::error::{Diagnostic, Diagnostics};
+use crate::error::{Diagnostic, DiagnosticKind, Diagnostics};
 use crate::yaml::{self, Node, Value};
 use render::Origins;
 use sha2::{Digest, Sha256};
@@ -423,7 +423,7 @@ fn route_refusal(endpoints: Option<&Node>, prefix: &str) -> Option<Diagnostic> {
 /// Diagnostics in file order (line, then column; positionless last),
 /// without duplicates; a route that does not exist comes first.
 pub fn sorted(mut diags: Vec<Diagnostic>) -> Diagnostics {
-    diags.sort_by_key(|d| (d.code != "unsupported_route", d.line.unwrap_or(u64::MAX), d.column.unwrap_or(0)));
+    diags.sort_by_key(|d| (d.kind != DiagnosticKind::UnsupportedRoute, d.line.unwrap_or(u64::MAX), d.column.unwrap_or(0)));
     diags.dedup();
     Diagnostics(diags)
 }

@@ -48,6 +48,9 @@ pub enum DiagnosticKind {
     /// (`missing_connection_env`): not a problem of the manifest, the
     /// run's environment provides it.
     MissingConnectionEnv { var: String },
+    /// A key the shape does not know (`unknown_key`); `suggested` when
+    /// its hint names a close known key.
+    UnknownKey { suggested: bool },
 }
 
 impl Diagnostic {
@@ -79,6 +82,13 @@ impl Diagnostic {
     #[must_use]
     pub fn hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
+        self
+    }
+
+    /// The same diagnostic, of `kind`.
+    #[must_use]
+    pub fn kind(mut self, kind: DiagnosticKind) -> Self {
+        self.kind = kind;
         self
     }
 

@@ -8,6 +8,7 @@
 //! Diagnostics never carry secret values: validators only echo values of
 //! fields that are not credentials.
 
+use crate::manifest::template::TemplateCode;
 use serde::Serialize;
 use std::fmt;
 
@@ -51,6 +52,8 @@ pub enum DiagnosticKind {
     /// A key the shape does not know (`unknown_key`); `suggested` when
     /// its hint names a close known key.
     UnknownKey { suggested: bool },
+    /// A template that could not be rendered (its code is the template's).
+    Template(TemplateCode),
 }
 
 impl Diagnostic {

@@ -29,7 +29,7 @@
 
 use super::PostgresTarget;
 use super::fingerprint::{self, Fingerprint, SESSION, query, select_sql};
-use super::transaction::{LOCK_WAIT, commit_outcome, lock_text, rolled_back};
+use super::transaction::{LOCK_WAIT, Waited, commit_outcome, lock_text, rolled_back};
 use crate::error::classify;
 use crate::source::quote_ident;
 use dpone_core::incremental::{StoredMark, receipt_identity};
@@ -147,8 +147,8 @@ impl PostgresTarget {
     pub(super) async fn peek_final_mark(&self) -> Result<Option<StoredMark>> {
         let client = self.connect().await?;
         match self.wait_for_publishers_within(&client, PEEK_WAIT).await {
-            Ok(()) => self.read_mark_in(&client).await,
-            Err(e) if e.code == "postgres_error:55P03" => Err(AdapterError::transient(
+            Ok(Waited::Free) => self.read_mark_in(&client).await,
+            Ok(Waited::TimedOut(_)) => Err(AdapterError::transient(
                 "publication_in_progress",
                 format!("a publication of {} is in progress; its mark is not final yet", self.target_sql()),
             )

@@ -60,6 +60,7 @@ use super::{PostgresTarget, filter_sql, ts_literal};
 use crate::error::classify;
 use crate::source::{quote_ident, quote_literal};
 use dpone_core::ports::{AdapterError, PublicationOutcome, Result, RowFilter};
+use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, GenericClient, IsolationLevel, Transaction};
 
 /// How long a publication waits for a lock (the target's, or another
@@ -119,17 +120,28 @@ fn check_generation(generation: &str, inserted: Fingerprint, expected: Fingerpri
     Ok(())
 }
 
+/// How waiting for a target's running publications ended.
+pub(super) enum Waited {
+    /// None is running now.
+    Free,
+    /// One still ran when the wait ended (`lock_timeout`, SQLSTATE 55P03).
+    TimedOut(AdapterError),
+}
+
 impl PostgresTarget {
     /// Waits until no publishing session of this target is running (one
     /// whose client died included), so that a receipt read afterwards is
     /// final. `client` must not be inside a transaction.
     pub(super) async fn wait_for_publishers(&self, client: &Client) -> Result<()> {
-        self.wait_for_publishers_within(client, LOCK_WAIT).await
+        match self.wait_for_publishers_within(client, LOCK_WAIT).await? {
+            Waited::Free => Ok(()),
+            Waited::TimedOut(e) => Err(e),
+        }
     }
 
     /// [`Self::wait_for_publishers`], waiting at most `wait` (a PostgreSQL
-    /// interval such as `2s`); past it the lock wait fails.
-    pub(super) async fn wait_for_publishers_within(&self, client: &Client, wait: &str) -> Result<()> {
+    /// interval such as `2s`); past it the lock wait ends `TimedOut`.
+    pub(super) async fn wait_for_publishers_within(&self, client: &Client, wait: &str) -> Result<Waited> {
         let key = lock_text(&self.target_sql());
         let free: bool = client
             .query_one("SELECT pg_try_advisory_lock_shared(hashtextextended($1, 0))", &[&key])
@@ -142,17 +154,18 @@ impl PostgresTarget {
                 .batch_execute(&format!("SET lock_timeout = '{wait}'"))
                 .await
                 .map_err(|e| classify("waiting for a running publication", e))?;
-            client.query_one("SELECT pg_advisory_lock_shared(hashtextextended($1, 0))", &[&key]).await.map_err(|e| {
+            if let Err(e) = client.query_one("SELECT pg_advisory_lock_shared(hashtextextended($1, 0))", &[&key]).await {
+                let timed_out = e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE);
                 let mut err = classify("waiting for a running publication", e);
                 err.hint = Some("an earlier publishing session of this target is still running; run again once it ended".into());
-                err
-            })?;
+                return if timed_out { Ok(Waited::TimedOut(err)) } else { Err(err) };
+            }
         }
         client
             .query_one("SELECT pg_advisory_unlock_shared(hashtextextended($1, 0))", &[&key])
             .await
             .map_err(|e| classify("checking for a running publication", e))?;
-        Ok(())
+        Ok(Waited::Free)
     }
 
     /// The publishing transaction (see the module docs).

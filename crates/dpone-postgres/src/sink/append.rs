@@ -29,12 +29,12 @@
 
 use super::PostgresTarget;
 use super::fingerprint::{self, Fingerprint, SESSION, query, select_sql};
-use super::transaction::{LOCK_WAIT, Waited, commit_outcome, lock_text, rolled_back};
+use super::transaction::{LOCK_WAIT, Waited, check_generation, commit_outcome, lock_text, rolled_back, serializable};
 use crate::error::classify;
 use crate::source::quote_ident;
 use dpone_core::incremental::{StoredMark, receipt_identity};
 use dpone_core::ports::{AdapterError, PublicationOutcome, Result};
-use tokio_postgres::{GenericClient, IsolationLevel, Transaction};
+use tokio_postgres::{GenericClient, Transaction};
 
 /// How long a read-only command waits for a running publication.
 const PEEK_WAIT: &str = "2s";
@@ -110,12 +110,7 @@ impl PostgresTarget {
         before: Option<&StoredMark>,
         after: Option<&StoredMark>,
     ) -> Result<()> {
-        let tx = client
-            .build_transaction()
-            .isolation_level(IsolationLevel::Serializable)
-            .start()
-            .await
-            .map_err(|e| classify("starting the reset of the mark", e))?;
+        let tx = serializable(client, "starting the reset of the mark").await?;
         let marks = self.marks_sql();
         tx.batch_execute(&format!("LOCK TABLE {marks} IN SHARE ROW EXCLUSIVE MODE"))
             .await
@@ -232,12 +227,7 @@ impl PostgresTarget {
         rows: u64,
     ) -> Result<PublicationOutcome> {
         let (mut client, expected) = self.open_marked_publication(generation).await?;
-        let tx = client
-            .build_transaction()
-            .isolation_level(IsolationLevel::Serializable)
-            .start()
-            .await
-            .map_err(|e| classify("starting the publication", e))?;
+        let tx = serializable(&mut client, "starting the publication").await?;
         let statements = async {
             self.lock_and_check_mark(&tx, before).await?;
             let t = self.target_sql();
@@ -254,13 +244,7 @@ impl PostgresTarget {
                 select_sql(self.columns()?, "inserted", None)
             );
             let inserted = query(&tx, &insert, "inserting the batch").await?;
-            if inserted != expected {
-                return Err(AdapterError::verification(
-                    "generation_verification_failed",
-                    format!("the generation {generation} holds {inserted}, but its verified staging held {expected}"),
-                )
-                .hint("someone changed dpone's staging or generation tables; nothing was published; abandon the run and rerun"));
-            }
+            check_generation(generation, inserted, expected)?;
             let rows_after = count("counting the published target").await?;
             if inserted.rows != rows || rows_after != rows_before + rows {
                 return Err(AdapterError::verification(

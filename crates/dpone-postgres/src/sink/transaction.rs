@@ -108,8 +108,13 @@ pub(super) fn commit_outcome(result: std::result::Result<(), tokio_postgres::Err
     }
 }
 
+/// A SERIALIZABLE transaction on `client` (`what` names the step in errors).
+pub(super) async fn serializable<'c>(client: &'c mut Client, what: &str) -> Result<Transaction<'c>> {
+    client.build_transaction().isolation_level(IsolationLevel::Serializable).start().await.map_err(|e| classify(what, e))
+}
+
 /// The rows a publication inserts (`inserted`) must be the verified ones.
-fn check_generation(generation: &str, inserted: Fingerprint, expected: Fingerprint) -> Result<()> {
+pub(super) fn check_generation(generation: &str, inserted: Fingerprint, expected: Fingerprint) -> Result<()> {
     if inserted != expected {
         return Err(AdapterError::verification(
             "generation_verification_failed",
@@ -188,12 +193,7 @@ impl PostgresTarget {
             .await
             .map_err(|e| classify("waiting for another publication of this target", e))?;
         let swap = self.swap_partition(keep).await?.cloned();
-        let tx = client
-            .build_transaction()
-            .isolation_level(IsolationLevel::Serializable)
-            .start()
-            .await
-            .map_err(|e| classify("starting the publication", e))?;
+        let tx = serializable(&mut client, "starting the publication").await?;
         let statements = async {
             let mut locks = format!("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE;", self.target_sql());
             if swap.is_none() {

@@ -28,7 +28,7 @@
 //! final mark.
 
 use super::PostgresTarget;
-use super::fingerprint::{self, Fingerprint, SESSION, query, select_sql};
+use super::fingerprint::{Fingerprint, query, select_sql};
 use super::transaction::{LOCK_WAIT, Waited, check_generation, commit_outcome, lock_text, rolled_back, serializable};
 use crate::error::classify;
 use crate::source::quote_ident;
@@ -165,19 +165,7 @@ impl PostgresTarget {
     /// the generation's recorded fingerprint (what was verified) and the
     /// target's advisory publication lock (`sink/transaction.rs`).
     pub(super) async fn open_marked_publication(&self, generation: &str) -> Result<(tokio_postgres::Client, Fingerprint)> {
-        let client = self.connect().await?;
-        let setup = format!("SET application_name = 'dpone publish'; SET lock_timeout = '{LOCK_WAIT}'; {SESSION}");
-        client.batch_execute(&setup).await.map_err(|e| classify("preparing the publication", e))?;
-        client.batch_execute(&self.marks_ddl()).await.map_err(|e| classify("creating the marks table", e))?;
-        let recorded = fingerprint::recorded(&client, &self.owned_sql(generation)).await?.unwrap_or_default();
-        let expected = recorded.get("window").ok_or_else(|| {
-            AdapterError::verification("generation_verification_failed", format!("the generation {generation} carries no fingerprint"))
-                .hint("abandon the run and rerun: the generation was not built by this version of dpone")
-        })?;
-        client
-            .query_one("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&lock_text(&self.target_sql())])
-            .await
-            .map_err(|e| classify("waiting for another publication of this target", e))?;
+        let (client, expected, _) = self.open_publication(generation, Some(&self.marks_ddl())).await?;
         Ok((client, expected))
     }
 

@@ -55,7 +55,7 @@
 //! rollback and is returned as such; only a `COMMIT` whose answer was lost
 //! is `outcome_unknown`, judged by the receipt.
 
-use super::fingerprint::{self, Fingerprint, SESSION, query, select_sql};
+use super::fingerprint::{self, Fingerprint, Recorded, SESSION, query, select_sql};
 use super::{PostgresTarget, filter_sql, ts_literal};
 use crate::error::classify;
 use crate::source::{quote_ident, quote_literal};
@@ -173,16 +173,18 @@ impl PostgresTarget {
         Ok(Waited::Free)
     }
 
-    /// The publishing transaction (see the module docs).
-    pub(super) async fn publish_in_transaction(
-        &self,
-        generation: &str,
-        keep: Option<&RowFilter>,
-        backup: &str,
-    ) -> Result<PublicationOutcome> {
-        let mut client = self.connect().await?;
+    /// What precedes a publishing transaction: a session with the
+    /// fingerprint settings (and `marks_ddl`, an incremental one's marks
+    /// table), the generation's recorded fingerprints (its rows' as
+    /// verified, and the kept rows' if recorded) and the target's advisory
+    /// publication lock.
+    pub(super) async fn open_publication(&self, generation: &str, marks_ddl: Option<&str>) -> Result<(Client, Fingerprint, Recorded)> {
+        let client = self.connect().await?;
         let setup = format!("SET application_name = 'dpone publish'; SET lock_timeout = '{LOCK_WAIT}'; {SESSION}");
         client.batch_execute(&setup).await.map_err(|e| classify("preparing the publication", e))?;
+        if let Some(ddl) = marks_ddl {
+            client.batch_execute(ddl).await.map_err(|e| classify("creating the marks table", e))?;
+        }
         let recorded = fingerprint::recorded(&client, &self.owned_sql(generation)).await?.unwrap_or_default();
         let expected = recorded.get("window").ok_or_else(|| {
             AdapterError::verification("generation_verification_failed", format!("the generation {generation} carries no fingerprint"))
@@ -192,6 +194,17 @@ impl PostgresTarget {
             .query_one("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&lock_text(&self.target_sql())])
             .await
             .map_err(|e| classify("waiting for another publication of this target", e))?;
+        Ok((client, expected, recorded))
+    }
+
+    /// The publishing transaction (see the module docs).
+    pub(super) async fn publish_in_transaction(
+        &self,
+        generation: &str,
+        keep: Option<&RowFilter>,
+        backup: &str,
+    ) -> Result<PublicationOutcome> {
+        let (mut client, expected, recorded) = self.open_publication(generation, None).await?;
         let swap = self.swap_partition(keep).await?.cloned();
         let tx = serializable(&mut client, "starting the publication").await?;
         let statements = async {

@@ -10,7 +10,7 @@
 
 use crate::redact::Secrets;
 use crate::registry::{REGISTRY, SourceKind, TargetKind};
-use dpone_core::Diagnostic;
+use dpone_core::{Diagnostic, DiagnosticKind};
 use dpone_core::adapter::ComponentUrl;
 use dpone_core::manifest::{Manifest, System};
 use dpone_core::ports::{DirectFeed, Intercept, Result, Wiring};
@@ -66,9 +66,7 @@ fn component_url(system: System) -> ComponentUrl {
 
 /// `missing_connection_env` names the component variables too.
 fn with_components(mut d: Diagnostic) -> Diagnostic {
-    if d.code == "missing_connection_env"
-        && let Some(var) = d.message.split_whitespace().find(|w| w.starts_with("DPONE_CONN_"))
-    {
+    if let DiagnosticKind::MissingConnectionEnv { var } = &d.kind {
         let url = d.hint.take().unwrap_or_default();
         d.hint = Some(format!("{url}, or set {var}_HOST, {var}_PORT, {var}_DATABASE, {var}_USERNAME and {var}_PASSWORD"));
     }

@@ -11,7 +11,7 @@ use dpone_core::manifest::select::{self, Selection};
 use dpone_core::manifest::{self, ExpandInput, Loaded, Manifest, Process};
 use dpone_core::plan::{Interval, Plan};
 use dpone_core::ports::{Source, Target};
-use dpone_core::{Diagnostic, Diagnostics};
+use dpone_core::{Diagnostic, DiagnosticKind, Diagnostics};
 use dpone_engine::RunOptions;
 use std::path::{Path, PathBuf};
 
@@ -127,7 +127,7 @@ fn check_connections(path: &Path, loaded: &Loaded) -> Result<(), Diagnostics> {
         let m = &p.manifest;
         let checks = [adapters::AnySource::build(m, &base).err(), adapters::build_target(m, &base).err(), StoreChoice::of(m, path).err()];
         for mut d in checks.into_iter().flatten() {
-            if d.code != "missing_connection_env" {
+            if !matches!(d.kind, DiagnosticKind::MissingConnectionEnv { .. }) {
                 m.locate(&mut d);
                 found.push(d);
             }
@@ -237,7 +237,7 @@ fn plan_offline(path: &Path, manifest: &Manifest, args: &IntervalArgs) -> Result
     let mut plan = Plan::build(manifest, &interval(args), &crate::registry::REGISTRY).map_err(located)?;
     let base = base_dir(path);
     let built = [adapters::AnySource::build(manifest, &base).err(), adapters::build_target(manifest, &base).err()];
-    if let Some(d) = built.into_iter().flatten().find(|d| d.code != "missing_connection_env") {
+    if let Some(d) = built.into_iter().flatten().find(|d| !matches!(d.kind, DiagnosticKind::MissingConnectionEnv { .. })) {
         return Err(located(d));
     }
     plan.refusals.extend(adapters::same_table(manifest, &base));

@@ -189,6 +189,17 @@ pub fn quote_str(s: &str) -> String {
     format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
+/// `database = '<database>' AND table = '<table>'`: one table's rows of a
+/// `system` table keyed by `table` (`system.parts`, `system.columns`, ...).
+pub fn table_is(database: &str, table: &str) -> String {
+    format!("database = {} AND table = {}", quote_str(database), quote_str(table))
+}
+
+/// `database = '<database>' AND name = '<table>'`: one table's row of `system.tables`.
+pub fn named(database: &str, table: &str) -> String {
+    format!("database = {} AND name = {}", quote_str(database), quote_str(table))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -61,12 +61,8 @@ impl ClickhouseConfig {
             ConnectionSpec::Env { id } => {
                 let var = ConnectionSpec::env_var(id);
                 let raw = env(&var).ok_or_else(|| {
-                    Diagnostic::new(
-                        "missing_connection_env",
-                        format!("{manifest_path}.connection_id"),
-                        format!("environment variable {var} is not set"),
-                    )
-                    .hint(format!("export {var}=http://user:password@host:8123/?database=db"))
+                    Diagnostic::missing_connection_env(format!("{manifest_path}.connection_id"), &var)
+                        .hint(format!("export {var}=http://user:password@host:8123/?database=db"))
                 })?;
                 Self::from_url(&raw).map_err(|e| {
                     Diagnostic::new("invalid_connection", format!("{manifest_path}.connection_id"), format!("{var}: {e}"))

@@ -22,7 +22,8 @@ pub(crate) fn from_transport(e: reqwest::Error, what: &str, idem: Idempotence) -
     // A refused or failed connect sent nothing; anything later may have
     // reached the server.
     let class = if e.is_connect() || idem == Idempotence::Safe { ErrorClass::Transient } else { ErrorClass::Indeterminate };
-    let code = if e.is_connect() { "clickhouse_unreachable" } else { "clickhouse_transport" };
+    let unreachable = e.is_connect();
+    let code = if unreachable { "clickhouse_unreachable" } else { "clickhouse_transport" };
     let mut msg = format!("{what} failed: {e}");
     let mut source = std::error::Error::source(&e);
     while let Some(s) = source {
@@ -30,7 +31,7 @@ pub(crate) fn from_transport(e: reqwest::Error, what: &str, idem: Idempotence) -
         source = s.source();
     }
     let e = AdapterError::new(class, code, msg).hint("check that the ClickHouse server is reachable over HTTP");
-    if e.code == "clickhouse_unreachable" { e.at_connection() } else { e }
+    if unreachable { e.at_connection() } else { e }
 }
 
 /// The numeric error code in a ClickHouse error body.

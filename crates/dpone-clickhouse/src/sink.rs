@@ -32,7 +32,7 @@
 /// Bytes of the target's disk a run leaves free by default (1 GiB).
 pub const DEFAULT_DISK_RESERVE_BYTES: u64 = 1 << 30;
 
-use crate::client::{ChClient, Idempotence, quote_ident, quote_str};
+use crate::client::{ChClient, Idempotence, named, quote_ident, quote_str, table_is};
 use dpone_core::Diagnostic;
 use dpone_core::digest::{DigestAlgorithm, RowDigest};
 use dpone_core::ports::{
@@ -163,14 +163,8 @@ impl ClickhouseTarget {
     }
 
     async fn table_uuid(&self, database: &str, name: &str) -> Result<Option<String>> {
-        let rows = self
-            .client
-            .query_rows(&format!(
-                "SELECT toString(uuid) AS uuid FROM system.tables WHERE database = {} AND name = {}",
-                quote_str(database),
-                quote_str(name)
-            ))
-            .await?;
+        let rows =
+            self.client.query_rows(&format!("SELECT toString(uuid) AS uuid FROM system.tables WHERE {}", named(database, name))).await?;
         Ok(rows.first().map(|r| text(r, "uuid")))
     }
 
@@ -232,11 +226,7 @@ impl Target for ClickhouseTarget {
     async fn describe(&self) -> Result<Option<Vec<Column>>> {
         let rows = self
             .client
-            .query_rows(&format!(
-                "SELECT name, type FROM system.columns WHERE database = {} AND table = {}",
-                quote_str(&self.database),
-                quote_str(&self.table)
-            ))
+            .query_rows(&format!("SELECT name, type FROM system.columns WHERE {}", table_is(&self.database, &self.table)))
             .await?;
         if rows.is_empty() {
             return Ok(None);
@@ -370,11 +360,7 @@ impl Target for ClickhouseTarget {
         for s in stagings {
             let parts = self
                 .client
-                .query_rows(&format!(
-                    "SELECT DISTINCT partition_id FROM system.parts WHERE database = {} AND table = {} AND active",
-                    quote_str(self.owned_db(s)),
-                    quote_str(s)
-                ))
+                .query_rows(&format!("SELECT DISTINCT partition_id FROM system.parts WHERE {} AND active", table_is(self.owned_db(s), s)))
                 .await?;
             attach.extend(
                 parts.iter().map(|p| format!("ATTACH PARTITION ID {} FROM {}", quote_str(&text(p, "partition_id")), self.owned_sql(s))),

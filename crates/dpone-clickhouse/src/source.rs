@@ -17,7 +17,7 @@
 //! after EOF like any chunk (the check re-reads the same range). A resumed
 //! run re-extracts the journaled range, never a wider one.
 
-use crate::client::{ChClient, quote_ident, quote_str};
+use crate::client::{ChClient, quote_ident, quote_str, table_is};
 use crate::sink::filter_sql;
 use crate::transcode::{ColumnCodec, RowParser, codec_for};
 use bytes::Bytes;
@@ -140,11 +140,7 @@ impl Source for ClickhouseSource {
     async fn describe(&self, wanted: Option<&[String]>) -> Result<Vec<Column>> {
         let rows = self
             .client
-            .query_rows(&format!(
-                "SELECT name, type FROM system.columns WHERE database = {} AND table = {} ORDER BY position",
-                quote_str(&self.database),
-                quote_str(&self.table)
-            ))
+            .query_rows(&format!("SELECT name, type FROM system.columns WHERE {} ORDER BY position", table_is(&self.database, &self.table)))
             .await?;
         if rows.is_empty() {
             return Err(AdapterError::permanent("source_table_missing", format!("source table {} does not exist", self.table_sql()))

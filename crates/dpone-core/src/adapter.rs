@@ -192,7 +192,7 @@ impl Registry {
             None => self.supported_routes_hint(),
         };
         Some(
-            Diagnostic::new("unsupported_route", "sink.type", format!("the route {source} -> {sink} is not available in this runtime"))
+            Diagnostic::unsupported_route("sink.type", format!("the route {source} -> {sink} is not available in this runtime"))
                 .hint(hint),
         )
     }
@@ -204,7 +204,7 @@ impl Registry {
         } else {
             self.supported_routes_hint()
         };
-        Diagnostic::new("unsupported_route", path, format!("{system} is not supported here")).hint(hint)
+        Diagnostic::unsupported_route(path, format!("{system} is not supported here")).hint(hint)
     }
 
     /// `source_is_target` by file identity, when the target knows how.

@@ -8,6 +8,7 @@
 //! Diagnostics never carry secret values: validators only echo values of
 //! fields that are not credentials.
 
+use crate::manifest::template::TemplateCode;
 use serde::Serialize;
 use std::fmt;
 
@@ -27,16 +28,70 @@ pub struct Diagnostic {
     /// 1-based column in the manifest file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub column: Option<u64>,
+    /// What the diagnostic means to the code handling it (never printed).
+    #[serde(skip)]
+    pub kind: DiagnosticKind,
+}
+
+/// What a diagnostic means for the decisions of its callers. Callers match
+/// on the kind, never on the code: the code is stable text for users, and
+/// the typed constructors ([`Diagnostic::unsupported_route`], ...) set both.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DiagnosticKind {
+    /// Nothing its callers decide on.
+    #[default]
+    Other,
+    /// The route `source -> sink` does not exist (`unsupported_route`):
+    /// said first, whatever else is wrong.
+    UnsupportedRoute,
+    /// The environment variable `var` of a connection is not set
+    /// (`missing_connection_env`): not a problem of the manifest, the
+    /// run's environment provides it.
+    MissingConnectionEnv { var: String },
+    /// A key the shape does not know (`unknown_key`); `suggested` when
+    /// its hint names a close known key.
+    UnknownKey { suggested: bool },
+    /// A template that could not be rendered (its code is the template's).
+    Template(TemplateCode),
 }
 
 impl Diagnostic {
     pub fn new(code: impl Into<String>, path: impl Into<String>, message: impl Into<String>) -> Self {
-        Diagnostic { code: code.into(), path: path.into(), message: message.into(), hint: None, line: None, column: None }
+        Diagnostic {
+            code: code.into(),
+            path: path.into(),
+            message: message.into(),
+            hint: None,
+            line: None,
+            column: None,
+            kind: DiagnosticKind::Other,
+        }
+    }
+
+    /// `unsupported_route` at `path`.
+    pub fn unsupported_route(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Diagnostic { kind: DiagnosticKind::UnsupportedRoute, ..Self::new("unsupported_route", path, message) }
+    }
+
+    /// `missing_connection_env` at `path`: the connection's variable `var` is not set.
+    pub fn missing_connection_env(path: impl Into<String>, var: &str) -> Self {
+        Diagnostic {
+            kind: DiagnosticKind::MissingConnectionEnv { var: var.to_string() },
+            ..Self::new("missing_connection_env", path, format!("environment variable {var} is not set"))
+        }
     }
 
     #[must_use]
     pub fn hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
+        self
+    }
+
+    /// The same diagnostic, of `kind`.
+    #[must_use]
+    pub fn kind(mut self, kind: DiagnosticKind) -> Self {
+        self.kind = kind;
         self
     }
 

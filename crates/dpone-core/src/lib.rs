@@ -40,4 +40,4 @@ pub mod value;
 pub mod window;
 pub mod yaml;
 
-pub use error::{Diagnostic, Diagnostics};
+pub use error::{Diagnostic, DiagnosticKind, Diagnostics};

@@ -170,23 +170,21 @@ pub fn resolve(manifest: &Manifest) -> Result<Limits, Vec<Diagnostic>> {
             "make max_row_bytes <= max_bytes",
         ));
     }
-    if let Some(total) = r.max_total_encoded_bytes
-        && total < r.max_bytes
-    {
-        errors.push(invalid(
-            "max_total_encoded_bytes",
-            format!("max_total_encoded_bytes ({total}) is smaller than one frame (max_bytes {})", r.max_bytes),
-            "raise it to at least max_bytes",
-        ));
-    }
-    if let Some(threshold) = r.stage_allocated_bytes_stop_threshold
-        && threshold < r.max_bytes
-    {
-        errors.push(invalid(
-            "stage_allocated_bytes_stop_threshold",
-            format!("the threshold ({threshold}) is smaller than one frame (max_bytes {})", r.max_bytes),
-            "raise it to at least max_bytes",
-        ));
+    // Budgets that must hold at least one frame: (field, how the message names it, value).
+    let at_least_a_frame = [
+        ("max_total_encoded_bytes", "max_total_encoded_bytes", r.max_total_encoded_bytes),
+        ("stage_allocated_bytes_stop_threshold", "the threshold", r.stage_allocated_bytes_stop_threshold),
+    ];
+    for (field, named, value) in at_least_a_frame {
+        if let Some(v) = value
+            && v < r.max_bytes
+        {
+            errors.push(invalid(
+                field,
+                format!("{named} ({v}) is smaller than one frame (max_bytes {})", r.max_bytes),
+                "raise it to at least max_bytes",
+            ));
+        }
     }
     if let Some(p) = src.chunking_parallelism
         && f.contains_key("parallelism")

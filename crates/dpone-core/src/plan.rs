@@ -9,7 +9,7 @@
 //! ([`Plan::add_probe`]). A run starts only from a plan without refusals.
 
 use crate::adapter::{PublicationText, Registry};
-use crate::error::Diagnostic;
+use crate::error::{Diagnostic, DiagnosticKind};
 use crate::manifest::{Manifest, Strategy, System, TransportMode};
 use crate::publication::Publication;
 use crate::time::{FixedDuration, Timestamp};
@@ -352,7 +352,7 @@ impl Plan {
                 PublicationPlan { method: format!("{}_{kind}", publication.method), atomic: true, description: description.into() }
             }
             (Publication::Append | Publication::Merge { .. }, None) => {
-                if refusals.iter().all(|d: &Diagnostic| d.code != "unsupported_route") {
+                if refusals.iter().all(|d: &Diagnostic| d.kind != DiagnosticKind::UnsupportedRoute) {
                     let runs_on: Vec<String> =
                         registry.incremental_routes(merges).iter().map(|(s, t)| format!("{s}->{t}")).collect();
                     let runs_on = match runs_on.split_last() {

@@ -122,15 +122,21 @@ pub fn parse(text: &str) -> Result<Node, Diagnostics> {
         .into());
     }
     if let Some(r) = find_refused_features(text) {
-        let (message, hint) = if r.code == "yaml_tag_unsupported" {
-            ("YAML tags other than the core ones (!!str, !!int, ...) are not accepted in a manifest".to_string(), "remove the tag")
-        } else {
-            (
-                format!("{} was found; YAML anchors, aliases and merge keys are not accepted in a manifest", r.what),
-                "write each value out explicitly; use `vars` for repeated values",
+        let d = match r.feature {
+            Feature::Tag => Diagnostic::new(
+                "yaml_tag_unsupported",
+                "",
+                "YAML tags other than the core ones (!!str, !!int, ...) are not accepted in a manifest",
             )
+            .hint("remove the tag"),
+            Feature::Alias(what) => Diagnostic::new(
+                "yaml_alias_unsupported",
+                "",
+                format!("{what} was found; YAML anchors, aliases and merge keys are not accepted in a manifest"),
+            )
+            .hint("write each value out explicitly; use `vars` for repeated values"),
         };
-        return Err(Diagnostic::new(r.code, "", message).hint(hint).at(r.line, r.column).into());
+        return Err(d.at(r.line, r.column).into());
     }
     let mut options = serde_saphyr::Options::default();
     options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::Error;
@@ -169,10 +175,18 @@ fn error_position(e: &serde_saphyr::Error) -> (u64, u64) {
 /// A YAML feature a manifest does not accept, with its position.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refused {
-    pub code: &'static str,
-    pub what: String,
+    pub feature: Feature,
     pub line: u64,
     pub column: u64,
+}
+
+/// The kind of YAML feature a manifest does not accept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feature {
+    /// An anchor, an alias or a merge key (`yaml_alias_unsupported`), named.
+    Alias(&'static str),
+    /// A tag other than YAML's core ones (`yaml_tag_unsupported`).
+    Tag,
 }
 
 /// Scans the parser's events for anchors, aliases, merge keys and tags
@@ -183,22 +197,22 @@ pub fn find_refused_features(text: &str) -> Option<Refused> {
     for item in Parser::new_from_str(text) {
         let Ok((event, span)) = item else { return None };
         let (line, column) = (span.start.line() as u64, span.start.col() as u64 + 1);
-        let refused = |code, what: String| Some(Refused { code, what, line, column });
+        let refused = |feature| Some(Refused { feature, line, column });
         let tag_ok = |tag: &Option<std::borrow::Cow<'_, serde_saphyr::granit_parser::Tag>>| {
             tag.as_ref().is_none_or(|t| {
                 t.handle() == "tag:yaml.org,2002:" && ["str", "int", "bool", "float", "null", "map", "seq"].contains(&t.suffix())
             })
         };
         match &event {
-            Event::Alias(_) => return refused("yaml_alias_unsupported", "an alias".into()),
+            Event::Alias(_) => return refused(Feature::Alias("an alias")),
             Event::Scalar(_, _, anchor, _) | Event::SequenceStart(_, anchor, _) | Event::MappingStart(_, anchor, _) if *anchor != 0 => {
-                return refused("yaml_alias_unsupported", "an anchor".into());
+                return refused(Feature::Alias("an anchor"));
             }
             Event::Scalar(v, serde_saphyr::granit_parser::ScalarStyle::Plain, _, _) if v == "<<" => {
-                return refused("yaml_alias_unsupported", "a merge key".into());
+                return refused(Feature::Alias("a merge key"));
             }
             Event::Scalar(_, _, _, tag) | Event::SequenceStart(_, _, tag) | Event::MappingStart(_, _, tag) if !tag_ok(tag) => {
-                return refused("yaml_tag_unsupported", "a custom tag".into());
+                return refused(Feature::Tag);
             }
             _ => {}
         }

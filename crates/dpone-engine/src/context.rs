@@ -153,6 +153,17 @@ impl<T> AbortOnDrop<T> {
     }
 }
 
+impl<T: Send + 'static> AbortOnDrop<(T, f64)> {
+    /// Runs `work` in a task; it ends with the seconds `work` took.
+    pub(crate) fn timed(work: impl Future<Output = T> + Send + 'static) -> Self {
+        AbortOnDrop(tokio::spawn(async move {
+            let t = std::time::Instant::now();
+            let r = work.await;
+            (r, t.elapsed().as_secs_f64())
+        }))
+    }
+}
+
 /// Whether this invocation continues an interrupted run, for the report.
 #[derive(Debug, Default)]
 pub(crate) struct Resumption {

@@ -229,11 +229,7 @@ fn start_read<S: Source, T: Target>(ctx: &Ctx<S, T>, chunk: Option<Chunk>) -> Re
     let request = read_request(ctx, chunk, None);
     let (tx, frames) = guarded_frame_channel(ctx.plan.limits.max_pending.max(1) as usize, frame_guard(ctx), ctx.budget.clone());
     let source = ctx.source.clone();
-    let reader = AbortOnDrop(tokio::spawn(async move {
-        let t = Instant::now();
-        let r = source.read(request, tx).await;
-        (r, t.elapsed().as_secs_f64())
-    }));
+    let reader = AbortOnDrop::timed(async move { source.read(request, tx).await });
     Reading { reader, frames }
 }
 

@@ -366,27 +366,23 @@ async fn stage_attempt<S: Source, T: Target>(
     // serialize its reads, as the SQLite snapshot connection does).
     let import_slot = ctx.importers.clone().acquire_owned().await.expect("never closed");
     let encode_slot = ctx.encoders.clone().acquire_owned().await.expect("never closed");
-    let mut reader = AbortOnDrop(tokio::spawn({
+    let mut reader = AbortOnDrop::timed({
         let source = ctx.source.clone();
         async move {
             // The encoder slot is held for as long as this chunk is read.
             let _slot = encode_slot;
-            let t = Instant::now();
-            let r = source.read(request, tx).await;
-            (r, t.elapsed().as_secs_f64())
+            source.read(request, tx).await
         }
-    }));
-    let mut loader = AbortOnDrop(tokio::spawn({
+    });
+    let mut loader = AbortOnDrop::timed({
         let target = ctx.target.clone();
         let staging = staging.to_string();
         async move {
             // The importer slot is held for as long as this chunk loads.
             let _slot = import_slot;
-            let t = Instant::now();
-            let r = target.load(&staging, rx).await;
-            (r, t.elapsed().as_secs_f64())
+            target.load(&staging, rx).await
         }
-    }));
+    });
     let (read, extract_seconds) = reader.join().await?;
     let (load, load_seconds) = loader.join().await?;
     let streamed = Streamed { read, load, extract_seconds, load_seconds };
@@ -423,26 +419,20 @@ async fn stage_group_attempt<S: Source, T: Target>(
     for staging in stagings {
         let (tx, rx) = guarded_frame_channel(limits.max_pending.max(1) as usize, frame_guard(ctx), ctx.budget.clone());
         outs.push(tx);
-        loaders.push(AbortOnDrop(tokio::spawn({
+        loaders.push(AbortOnDrop::timed({
             let target = ctx.target.clone();
             let staging = staging.clone();
-            async move {
-                let t = Instant::now();
-                let r = target.load(&staging, rx).await;
-                (r, t.elapsed().as_secs_f64())
-            }
-        })));
+            async move { target.load(&staging, rx).await }
+        }));
     }
-    let mut reader = AbortOnDrop(tokio::spawn({
+    let mut reader = AbortOnDrop::timed({
         let source = ctx.source.clone();
         let chunks = group.to_vec();
         async move {
             let _slot = encode_slot;
-            let t = Instant::now();
-            let r = source.read_group(request, chunks, outs).await;
-            (r, t.elapsed().as_secs_f64())
+            source.read_group(request, chunks, outs).await
         }
-    }));
+    });
     let (read, extract_seconds) = reader.join().await?;
     let mut loads = Vec::with_capacity(loaders.len());
     for loader in &mut loaders {

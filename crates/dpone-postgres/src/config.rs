@@ -25,8 +25,7 @@ pub fn resolve(
             let var = ConnectionSpec::env_var(id);
             let at = format!("{manifest_path}.connection_id");
             let raw = env(&var).ok_or_else(|| {
-                Diagnostic::new("missing_connection_env", &at, format!("environment variable {var} is not set"))
-                    .hint(format!("export {var}=postgresql://user:password@host:5432/database"))
+                Diagnostic::missing_connection_env(&at, &var).hint(format!("export {var}=postgresql://user:password@host:5432/database"))
             })?;
             let (config, sslmode, rootcert) = parse_url(&var, &raw, &at)?;
             (config, sslmode, rootcert, (at.clone(), at))

@@ -26,9 +26,15 @@ pub(crate) fn classify(context: &str, e: tokio_postgres::Error) -> AdapterError 
     } else if let Some(src) = std::error::Error::source(&e) {
         msg.push_str(&format!(": {src}"));
     }
-    let connection_failed = e.code().is_none();
+    let at_connection = connection_failed(&e);
     let e = AdapterError::new(class, code, msg);
-    if connection_failed { e.at_connection() } else { e }
+    if at_connection { e.at_connection() } else { e }
+}
+
+/// The connection failed or closed (I/O, refused, reset): the server sent
+/// no SQLSTATE (`postgres_connection`).
+pub(crate) fn connection_failed(e: &tokio_postgres::Error) -> bool {
+    e.code().is_none()
 }
 
 /// SQLSTATE class 28: the server refused the role or its password.

@@ -16,7 +16,7 @@
 //! (the workspace's one crypto provider) and is built on the first
 //! connection: building an adapter does no I/O.
 
-use crate::error::classify;
+use crate::error::{classify, connection_failed};
 use dpone_core::ports::{AdapterError, Result};
 use std::future::Future;
 use std::path::PathBuf;
@@ -120,8 +120,9 @@ pub(crate) async fn connect(config: &tokio_postgres::Config, tls: &PgTls, contex
             .hint("the server's certificate is not trusted or not valid for its host: check sslmode, sslrootcert and the host name")
             .at_connection(),
         None => {
+            let unreachable = connection_failed(&e);
             let mut err = classify(context, e);
-            if err.code == "postgres_connection" {
+            if unreachable {
                 // Which server could not be reached: a refused connection
                 // says nothing else useful.
                 err.message = format!("{} (server {})", err.message, server_of(config));

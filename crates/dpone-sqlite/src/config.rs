@@ -40,12 +40,8 @@ pub fn resolve_path(
         ConnectionSpec::Env { id } => {
             let var = ConnectionSpec::env_var(id);
             env(&var).ok_or_else(|| {
-                Diagnostic::new(
-                    "missing_connection_env",
-                    format!("{manifest_path}.connection_id"),
-                    format!("environment variable {var} is not set"),
-                )
-                .hint(format!("export {var}=sqlite:///path/to/file.db"))
+                Diagnostic::missing_connection_env(format!("{manifest_path}.connection_id"), &var)
+                    .hint(format!("export {var}=sqlite:///path/to/file.db"))
             })?
         }
     };

@@ -90,6 +90,16 @@ fn filter_sql(filter: &RowFilter) -> (String, [String; 2]) {
     (sql, [filter.start.to_canonical(), filter.end.to_canonical()])
 }
 
+/// Appends ` WHERE <filter>` to `sql` (nothing without a filter); the
+/// parameters it binds.
+fn push_filter(sql: &mut String, filter: Option<&RowFilter>) -> Vec<String> {
+    let Some(f) = filter else { return Vec::new() };
+    let (w, p) = filter_sql(f);
+    sql.push_str(" WHERE ");
+    sql.push_str(&w);
+    p.into()
+}
+
 /// Digest of `SELECT cols FROM table [WHERE filter]`, read back row by row.
 fn inspect_table(
     conn: &Connection,
@@ -100,13 +110,7 @@ fn inspect_table(
 ) -> Result<Contents> {
     let types: Vec<ColumnType> = columns.iter().map(|c| c.ty.clone()).collect();
     let mut sql = format!("SELECT {} FROM {table_sql}", select_list(columns));
-    let mut params: Vec<String> = Vec::new();
-    if let Some(f) = filter {
-        let (w, p) = filter_sql(f);
-        sql.push_str(" WHERE ");
-        sql.push_str(&w);
-        params.extend(p);
-    }
+    let params = push_filter(&mut sql, filter);
     let mut stmt = conn.prepare(&sql).map_err(|e| classify("reading back rows", e))?;
     let mut rows = stmt.query(rusqlite::params_from_iter(params.iter())).map_err(|e| classify("reading back rows", e))?;
     let mut digest = RowDigest::with(algorithm, columns.len());
@@ -257,13 +261,7 @@ impl Target for SqliteTarget {
                 TableRole::Owned(name) => self.owned_sql(name),
             }
         );
-        let mut params: Vec<String> = Vec::new();
-        if let Some(f) = filter {
-            let (w, p) = filter_sql(f);
-            sql.push_str(" WHERE ");
-            sql.push_str(&w);
-            params.extend(p);
-        }
+        let params = push_filter(&mut sql, filter);
         self.with_conn(move |conn| {
             conn.query_row(&sql, rusqlite::params_from_iter(params.iter()), |r| r.get::<_, i64>(0))
                 .map(|n| n as u64)

@@ -156,23 +156,30 @@ pub(crate) const CANONICAL_TS_GLOB: &str =
 /// Refuses a window column holding anything but canonical UTC timestamp
 /// text: range predicates on text are only correct for that form.
 pub(crate) fn check_window_values(conn: &Connection, table_sql: &str, column: &str, side: &str) -> Result<()> {
+    match malformed_window_value(conn, table_sql, column)? {
+        Some(v) => Err(malformed_window_values(side, column, &v)),
+        None => Ok(()),
+    }
+}
+
+/// A value of the window column that is not canonical UTC timestamp text, if any.
+fn malformed_window_value(conn: &Connection, table_sql: &str, column: &str) -> Result<Option<String>> {
     let col = quote_ident(column);
     let sql = format!(
         "SELECT CAST({col} AS TEXT) FROM {table_sql} WHERE {col} IS NOT NULL AND (typeof({col}) <> 'text' OR {col} NOT GLOB '{CANONICAL_TS_GLOB}') LIMIT 1"
     );
-    let bad: Option<String> = conn
-        .query_row(&sql, [], |r| r.get(0))
+    conn.query_row(&sql, [], |r| r.get(0))
         .map(Some)
         .or_else(|e| if let rusqlite::Error::QueryReturnedNoRows = e { Ok(None) } else { Err(e) })
-        .map_err(|e| classify("checking window values", e))?;
-    match bad {
-        Some(v) => Err(AdapterError::permanent(
-            "malformed_window_values",
-            format!("{side} window column `{column}` holds `{v}`, which is not a UTC timestamp `YYYY-MM-DD HH:MM:SS.ffffff`"),
-        )
-        .hint("store window timestamps in the canonical text form so that range predicates select exactly")),
-        None => Ok(()),
-    }
+        .map_err(|e| classify("checking window values", e))
+}
+
+fn malformed_window_values(side: &str, column: &str, value: &str) -> AdapterError {
+    AdapterError::permanent(
+        "malformed_window_values",
+        format!("{side} window column `{column}` holds `{value}`, which is not a UTC timestamp `YYYY-MM-DD HH:MM:SS.ffffff`"),
+    )
+    .hint("store window timestamps in the canonical text form so that range predicates select exactly")
 }
 
 /// The SQL value a cursor value is stored as (see `types`): integers as
@@ -291,14 +298,14 @@ impl Source for SqliteSource {
         let Some(col) = window_column.map(str::to_string) else { return Ok(Vec::new()) };
         let conn = self.open()?;
         let table_sql = format!("{}.{}", quote_ident(self.schema()), quote_ident(&self.config.table.name));
-        tokio::task::spawn_blocking(move || match check_window_values(&conn, &table_sql, &col, "source") {
-            Ok(()) => Ok(Vec::new()),
-            Err(e) if e.code == "malformed_window_values" => {
+        tokio::task::spawn_blocking(move || match malformed_window_value(&conn, &table_sql, &col)? {
+            None => Ok(Vec::new()),
+            Some(v) => {
+                let e = malformed_window_values("source", &col, &v);
                 let mut d = dpone_core::Diagnostic::new(e.code, "sink.strategy.window.column", e.message);
                 d.hint = e.hint;
                 Ok(vec![d])
             }
-            Err(e) => Err(e),
         })
         .await
         .map_err(join_error)?

@@ -80,12 +80,12 @@ pub fn client_config(settings: &TlsSettings) -> Result<rustls::ClientConfig, Tls
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError { code: "tls_setup", message: format!("TLS setup failed: {e}") })?;
     let verifier: Arc<dyn ServerCertVerifier> = match settings.verify {
-        Verify::EncryptOnly => Arc::new(EncryptOnly(provider)),
+        Verify::EncryptOnly => Arc::new(Partial { chain: None, provider }),
         verify => {
-            let full = WebPkiServerVerifier::builder_with_provider(Arc::new(roots(settings)?), provider)
+            let full = WebPkiServerVerifier::builder_with_provider(Arc::new(roots(settings)?), provider.clone())
                 .build()
                 .map_err(|e| TlsError { code: "tls_setup", message: format!("TLS setup failed: {e}") })?;
-            if verify == Verify::Full { full } else { Arc::new(ChainOnly(full)) }
+            if verify == Verify::Full { full } else { Arc::new(Partial { chain: Some(full), provider }) }
         }
     };
     Ok(builder.dangerous().with_custom_certificate_verifier(verifier).with_no_client_auth())
@@ -144,12 +144,18 @@ pub fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<String> {
     None
 }
 
-/// libpq's `verify-ca`: the chain must lead to a trusted root; the name the
-/// certificate was issued for is not compared with the host.
+/// The checks short of [`Verify::Full`]: with `chain`, libpq's
+/// `verify-ca` (the chain must lead to a trusted root; the name the
+/// certificate was issued for is not compared with the host); without,
+/// libpq's `require` without a root certificate (any certificate). Either
+/// way the handshake must be signed by the certificate's key.
 #[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
+struct Partial {
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    provider: Arc<CryptoProvider>,
+}
 
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Partial {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -158,9 +164,10 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        let Some(chain) = &self.chain else { return Ok(ServerCertVerified::assertion()) };
         // webpki checks the chain first and the name last: a name error
         // means the chain was valid.
-        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             Err(rustls::Error::InvalidCertificate(CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. })) => {
                 Ok(ServerCertVerified::assertion())
             }
@@ -174,7 +181,7 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn verify_tls13_signature(
@@ -183,51 +190,11 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
-/// libpq's `require` without a root certificate: any certificate, but the
-/// handshake must be signed by its key.
-#[derive(Debug)]
-struct EncryptOnly(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for EncryptOnly {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        self.provider.signature_verification_algorithms.supported_schemes()
     }
 }
 

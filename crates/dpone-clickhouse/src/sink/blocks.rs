@@ -14,7 +14,7 @@
 //! the reconciliation after a crash reads it from there.
 
 use super::{ClickhouseTarget, num, text};
-use crate::client::quote_str;
+use crate::client::{named, quote_str, table_is};
 use dpone_core::ports::{AdapterError, PartIdentity, Result};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -77,10 +77,9 @@ impl ClickhouseTarget {
             .client
             .query_rows(&format!(
                 "SELECT name, partition_id AS id, rows AS n, hash_of_all_files AS h, toString(min_block_number) AS lo, \
-                 toString(max_block_number) AS hi FROM system.parts WHERE database = {} AND table = {} AND active \
+                 toString(max_block_number) AS hi FROM system.parts WHERE {} AND active \
                  ORDER BY max_block_number",
-                quote_str(database),
-                quote_str(table)
+                table_is(database, table)
             ))
             .await?;
         rows.iter()
@@ -114,14 +113,7 @@ impl ClickhouseTarget {
 
     /// The comment of the owned table `name` (None: no such table).
     pub(super) async fn owned_comment(&self, name: &str) -> Result<Option<String>> {
-        let rows = self
-            .client
-            .query_rows(&format!(
-                "SELECT comment FROM system.tables WHERE database = {} AND name = {}",
-                quote_str(self.owned_db(name)),
-                quote_str(name)
-            ))
-            .await?;
+        let rows = self.client.query_rows(&format!("SELECT comment FROM system.tables WHERE {}", named(self.owned_db(name), name))).await?;
         Ok(rows.first().map(|r| text(r, "comment")))
     }
 

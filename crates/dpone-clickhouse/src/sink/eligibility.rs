@@ -8,7 +8,7 @@
 //! missing database or table) end the list early.
 
 use super::{ClickhouseTarget, MIN_MAJOR_VERSION, text};
-use crate::client::quote_str;
+use crate::client::{named, quote_str, table_is};
 use dpone_core::Diagnostic;
 use dpone_core::ports::{EligibilityRequest, Result};
 use dpone_core::types::DType;
@@ -83,9 +83,8 @@ impl ClickhouseTarget {
         let tables = self
             .client
             .query_rows(&format!(
-                "SELECT engine, create_table_query, dependencies_database, dependencies_table FROM system.tables WHERE database = {} AND name = {}",
-                quote_str(&self.database),
-                quote_str(&self.table)
+                "SELECT engine, create_table_query, dependencies_database, dependencies_table FROM system.tables WHERE {}",
+                named(&self.database, &self.table)
             ))
             .await?;
         let Some(t) = tables.first() else {
@@ -144,9 +143,8 @@ impl ClickhouseTarget {
         let computed = self
             .client
             .query_rows(&format!(
-                "SELECT name, default_kind FROM system.columns WHERE database = {} AND table = {} AND default_kind != ''",
-                quote_str(&self.database),
-                quote_str(&self.table)
+                "SELECT name, default_kind FROM system.columns WHERE {} AND default_kind != ''",
+                table_is(&self.database, &self.table)
             ))
             .await?;
         for c in &computed {
@@ -157,37 +155,29 @@ impl ClickhouseTarget {
                 "DEFAULT, MATERIALIZED, ALIAS and EPHEMERAL columns are not admitted: every column must come from the source",
             ));
         }
-        let mutations = self
-            .client
-            .scalar(&format!(
-                "SELECT count() FROM system.mutations WHERE database = {} AND table = {} AND NOT is_done",
-                quote_str(&self.database),
-                quote_str(&self.table)
-            ))
-            .await?;
-        if mutations != "0" {
-            out.push(refuse(
+        // Work the server has not finished on the target, and rules that hide its rows.
+        let pending = [
+            (
+                "system.mutations",
+                " AND NOT is_done",
                 "target_mutations_pending",
-                "sink.table",
-                format!("{mutations} mutations of the target are not finished"),
+                "mutations of the target are not finished",
                 "wait for them (system.mutations) or kill them before running",
-            ));
-        }
-        let policies = self
-            .client
-            .scalar(&format!(
-                "SELECT count() FROM system.row_policies WHERE database = {} AND table = {}",
-                quote_str(&self.database),
-                quote_str(&self.table)
-            ))
-            .await?;
-        if policies != "0" {
-            out.push(refuse(
+            ),
+            (
+                "system.row_policies",
+                "",
                 "target_row_policies",
-                "sink.table",
-                format!("{policies} row policies apply to the target"),
+                "row policies apply to the target",
                 "row policies hide rows from verification; remove them or run as a user they do not restrict",
-            ));
+            ),
+        ];
+        for (from, more, code, what, hint) in pending {
+            let n =
+                self.client.scalar(&format!("SELECT count() FROM {from} WHERE {}{more}", table_is(&self.database, &self.table))).await?;
+            if n != "0" {
+                out.push(refuse(code, "sink.table", format!("{n} {what}"), hint));
+            }
         }
         if let Some(col) = &request.window_column
             && let Some(c) = self.columns()?.iter().find(|c| &c.name == col)

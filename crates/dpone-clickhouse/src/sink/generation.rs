@@ -24,7 +24,7 @@
 //! table.
 
 use super::{ClickhouseTarget, filter_sql, num, text};
-use crate::client::{Idempotence, quote_ident, quote_str};
+use crate::client::{Idempotence, named, quote_ident, quote_str, table_is};
 use dpone_core::digest::RowDigest;
 use dpone_core::failpoint::Action;
 use dpone_core::partition::{PartitionFate, PartitionRange, fate};
@@ -88,9 +88,8 @@ impl ClickhouseTarget {
         let v = self
             .client
             .scalar(&format!(
-                "SELECT max(is_in_partition_key) FROM system.columns WHERE database = {} AND table = {} AND name = {}",
-                quote_str(&self.database),
-                quote_str(&self.table),
+                "SELECT max(is_in_partition_key) FROM system.columns WHERE {} AND name = {}",
+                table_is(&self.database, &self.table),
                 quote_str(column)
             ))
             .await?;
@@ -111,9 +110,8 @@ impl ClickhouseTarget {
         let bytes: BTreeMap<String, u64> = self
             .client
             .query_rows(&format!(
-                "SELECT partition_id AS id, sum(bytes_on_disk) AS b FROM system.parts WHERE database = {} AND table = {} AND active GROUP BY id",
-                quote_str(&self.database),
-                quote_str(&self.table)
+                "SELECT partition_id AS id, sum(bytes_on_disk) AS b FROM system.parts WHERE {} AND active GROUP BY id",
+                table_is(&self.database, &self.table)
             ))
             .await?
             .iter()
@@ -155,9 +153,8 @@ impl ClickhouseTarget {
             .query_rows(&format!(
                 "SELECT toString(min(d.free_space - d.keep_free_space)) AS free FROM system.disks AS d WHERE has(\
                  (SELECT any(disks) FROM system.storage_policies WHERE policy_name = \
-                 (SELECT storage_policy FROM system.tables WHERE database = {} AND name = {})), d.name)",
-                quote_str(&self.database),
-                quote_str(&self.table)
+                 (SELECT storage_policy FROM system.tables WHERE {})), d.name)",
+                named(&self.database, &self.table)
             ))
             .await?;
         Ok(rows.first().and_then(|r| text(r, "free").parse::<i64>().ok()).map(|f| f.max(0) as u64))
@@ -220,9 +217,8 @@ impl ClickhouseTarget {
         let rows = self
             .client
             .query_rows(&format!(
-                "SELECT sum(rows) AS r, sum(bytes_on_disk) AS b FROM system.parts WHERE database = {} AND table = {} AND active",
-                quote_str(&self.database),
-                quote_str(&self.table)
+                "SELECT sum(rows) AS r, sum(bytes_on_disk) AS b FROM system.parts WHERE {} AND active",
+                table_is(&self.database, &self.table)
             ))
             .await?;
         let r = rows.first().ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "an aggregate returned no row"))?;
@@ -253,28 +249,7 @@ impl ClickhouseTarget {
         let mut bytes_copied = 0;
         if !f.copy.is_empty() {
             let only = format!("_partition_id IN ({}) AND {}", id_list(&f.copy), filter_sql(keep));
-            let list = self.column_list()?;
-            self.client
-                .execute(
-                    &format!("INSERT INTO {gen_sql} ({list}) SELECT {list} FROM {} WHERE {only}", self.target_sql()),
-                    Idempotence::Unsafe,
-                )
-                .await?;
-            self.pausable_failpoint("generation.after_copy").await?;
-            // The copy read one snapshot of the target's parts: every row
-            // it holds must still be the target's (rows other writers
-            // added since are carried after the publication).
-            let excess = self.excess_groups(&self.target_sql(), gen_sql, &only).await?;
-            if excess != 0 {
-                return Err(AdapterError::verification(
-                    "generation_verification_failed",
-                    format!(
-                        "the kept rows copied from {} straddling partitions hold {excess} row groups more often than the target does",
-                        f.copy.len()
-                    ),
-                )
-                .hint("the target's kept rows changed while the generation was built (an update, a delete or a mutation); run again"));
-            }
+            self.copy_checked(gen_sql, &only, &format!("the kept rows copied from {} straddling partitions", f.copy.len())).await?;
             bytes_copied = self.parts_bytes(generation, &f.copy).await?;
             copied = self.contents_where(gen_sql, &only).await?;
         }
@@ -296,16 +271,21 @@ impl ClickhouseTarget {
 
     /// Rows of `table`'s active parts in `partitions` (metadata).
     async fn parts_rows(&self, table: &str, partitions: &[Partition]) -> Result<u64> {
+        self.parts_sum(table, partitions, "rows", "rows").await
+    }
+
+    /// The sum of `column` over `table`'s active parts in `partitions` (a number of `unit`).
+    async fn parts_sum(&self, table: &str, partitions: &[Partition], column: &str, unit: &str) -> Result<u64> {
         let v = self
             .client
             .scalar(&format!(
-                "SELECT sum(rows) FROM system.parts WHERE database = {} AND table = {} AND active AND partition_id IN ({})",
-                quote_str(self.owned_db(table)),
-                quote_str(table),
+                "SELECT sum({}) FROM system.parts WHERE {} AND active AND partition_id IN ({})",
+                column,
+                table_is(self.owned_db(table), table),
                 id_list(partitions)
             ))
             .await?;
-        v.parse().map_err(|_| AdapterError::permanent("clickhouse_protocol", "expected a number of rows"))
+        v.parse().map_err(|_| AdapterError::permanent("clickhouse_protocol", format!("expected a number of {unit}")))
     }
 
     /// A target not partitioned by the window column: every kept row copied
@@ -315,20 +295,28 @@ impl ClickhouseTarget {
     /// after the snapshot are carried after the publication). The engine
     /// then digests the copied rows as the generation holds them.
     pub(super) async fn copy_kept(&self, gen_sql: &str, keep: &RowFilter) -> Result<()> {
+        self.copy_checked(gen_sql, &filter_sql(keep), "the copied kept rows").await
+    }
+
+    /// Copies the target's rows `WHERE selected` into `gen_sql` by one
+    /// `INSERT ... SELECT`. The copy read one snapshot of the target's
+    /// parts: every row it holds must still be the target's (rows other
+    /// writers added since are carried after the publication); `copied`
+    /// names the rows in the error.
+    async fn copy_checked(&self, gen_sql: &str, selected: &str, copied: &str) -> Result<()> {
         let list = self.column_list()?;
-        let outside = filter_sql(keep);
         self.client
             .execute(
-                &format!("INSERT INTO {gen_sql} ({list}) SELECT {list} FROM {} WHERE {outside}", self.target_sql()),
+                &format!("INSERT INTO {gen_sql} ({list}) SELECT {list} FROM {} WHERE {selected}", self.target_sql()),
                 Idempotence::Unsafe,
             )
             .await?;
         self.pausable_failpoint("generation.after_copy").await?;
-        let excess = self.excess_groups(&self.target_sql(), gen_sql, &outside).await?;
+        let excess = self.excess_groups(&self.target_sql(), gen_sql, selected).await?;
         if excess != 0 {
             return Err(AdapterError::verification(
                 "generation_verification_failed",
-                format!("the copied kept rows hold {excess} row groups more often than the target does"),
+                format!("{copied} hold {excess} row groups more often than the target does"),
             )
             .hint("the target's kept rows changed while the generation was built (an update, a delete or a mutation); run again"));
         }
@@ -337,16 +325,7 @@ impl ClickhouseTarget {
 
     /// Bytes on disk of `table`'s parts in `partitions`.
     async fn parts_bytes(&self, table: &str, partitions: &[Partition]) -> Result<u64> {
-        let v = self
-            .client
-            .scalar(&format!(
-                "SELECT sum(bytes_on_disk) FROM system.parts WHERE database = {} AND table = {} AND active AND partition_id IN ({})",
-                quote_str(self.owned_db(table)),
-                quote_str(table),
-                id_list(partitions)
-            ))
-            .await?;
-        v.parse().map_err(|_| AdapterError::permanent("clickhouse_protocol", "expected a number of bytes"))
+        self.parts_sum(table, partitions, "bytes_on_disk", "bytes").await
     }
 
     /// The active parts of a table by identity (see [`PartIdentity`]).
@@ -364,9 +343,8 @@ impl ClickhouseTarget {
             .client
             .query_rows(&format!(
                 "SELECT partition_id AS id, rows AS n, hash_of_all_files AS h FROM system.parts \
-                 WHERE database = {} AND table = {} AND active",
-                quote_str(database),
-                quote_str(name)
+                 WHERE {} AND active",
+                table_is(database, name)
             ))
             .await?;
         let mut parts = rows
@@ -391,9 +369,8 @@ impl ClickhouseTarget {
             .client
             .query_rows(&format!(
                 "SELECT partition_id AS id, rows AS n, hash_of_all_files AS h FROM system.parts \
-                 WHERE database = {} AND table = {} AND active{filter}",
-                quote_str(database),
-                quote_str(table)
+                 WHERE {} AND active{filter}",
+                table_is(database, table)
             ))
             .await?;
         let mut out: BTreeMap<String, Vec<(u64, String)>> = BTreeMap::new();

@@ -50,7 +50,7 @@
 //! rows are only ever added; a table's mark is its row of highest `seq`.
 
 use super::{ClickhouseTarget, num, text};
-use crate::client::{Idempotence, quote_ident, quote_str};
+use crate::client::{Idempotence, named, quote_ident, quote_str};
 use dpone_core::failpoint::Action;
 use dpone_core::identity::OWNED_PREFIX;
 use dpone_core::incremental::{StoredMark, receipt_identity};
@@ -134,14 +134,7 @@ impl ClickhouseTarget {
 
     /// The latest mark row of the table object `uuid` (None: none, or no marks table).
     pub(super) async fn mark_row(&self, uuid: &str) -> Result<Option<MarkRow>> {
-        let exists = self
-            .client
-            .scalar(&format!(
-                "SELECT count() FROM system.tables WHERE database = {} AND name = {}",
-                quote_str(&self.database),
-                quote_str(MARKS_TABLE)
-            ))
-            .await?;
+        let exists = self.client.scalar(&format!("SELECT count() FROM system.tables WHERE {}", named(&self.database, MARKS_TABLE))).await?;
         if exists == "0" {
             return Ok(None);
         }

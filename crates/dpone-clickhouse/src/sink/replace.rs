@@ -3,7 +3,7 @@
 //! read from the tables' UUIDs, never assumed from the response.
 
 use super::ClickhouseTarget;
-use crate::client::{Idempotence, quote_str};
+use crate::client::{Idempotence, table_is};
 use dpone_core::ports::{AdapterError, ErrorClass, PublicationOutcome, Result};
 
 impl ClickhouseTarget {
@@ -28,11 +28,7 @@ impl ClickhouseTarget {
         self.pausable_failpoint("replace.before_exchange").await?;
         let fence = self
             .client
-            .scalar(&format!(
-                "SELECT max(max_block_number) FROM system.parts WHERE database = {} AND table = {} AND active",
-                quote_str(&self.database),
-                quote_str(generation)
-            ))
+            .scalar(&format!("SELECT max(max_block_number) FROM system.parts WHERE {} AND active", table_is(&self.database, generation)))
             .await?
             .parse::<u64>()
             .map_err(|_| AdapterError::permanent("clickhouse_protocol", "expected a block number"))?;

@@ -16,7 +16,8 @@
 
 use super::render::{self, Origins};
 use super::schema::join;
-use crate::error::{Diagnostic, Diagnostics};
+use super::template::TemplateCode;
+use crate::error::{Diagnostic, DiagnosticKind, Diagnostics};
 use crate::yaml::{self, Key, Node, Value};
 use std::collections::BTreeMap;
 
@@ -259,7 +260,7 @@ impl Applied {
                         return d;
                     }
                     d.path = render::translate(&self.origins, &d.path);
-                    if d.code == "unknown_var" && self.builtin_paths.iter().any(|p| d.path.starts_with(p.as_str())) {
+                    if d.kind == DiagnosticKind::Template(TemplateCode::UnknownVar) && self.builtin_paths.iter().any(|p| d.path.starts_with(p.as_str())) {
                         let more = "landing_raw_v1 names the sink schema `landing__<src_system>__<src_database>` and the table `<schema>__<table>`: define `src_system` and `src_database` under `vars`";
                         d.hint = Some(match d.hint.take() {
                             Some(h) => format!("{more}; {h}"),

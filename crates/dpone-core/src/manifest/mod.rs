@@ -28,7 +28,7 @@ pub use model::{
 };
 pub use render::translate;
 
-use crate::error::{Diagnostic, Diagnostics};
+use crate::error::{Diagnostic, DiagnosticKind, Diagnostics};
 use crate::yaml::{self, Node, Value};
 use render::Origins;
 use sha2::{Digest, Sha256};
@@ -161,7 +161,9 @@ fn load_root(root: Node, input: &ExpandInput) -> Result<Loaded, Diagnostics> {
         let misplaced = diags.len();
         schema::check_deferred(&root, schema::batch_shape(), "", &mut diags);
         if misplaced > 0 {
-            diags.retain(|d| !(d.code == "unknown_key" && expand::MISPLACED_IN_BATCH.contains(&d.path.as_str())));
+            diags.retain(|d| {
+                !(matches!(d.kind, DiagnosticKind::UnknownKey { .. }) && expand::MISPLACED_IN_BATCH.contains(&d.path.as_str()))
+            });
         }
     } else {
         schema::check_deferred(&root, schema::manifest_shape(), "", &mut diags);
@@ -200,10 +202,7 @@ fn load_root(root: Node, input: &ExpandInput) -> Result<Loaded, Diagnostics> {
 /// suggest it rather than listing the single form's keys.
 fn suggest_batch_keys(diags: &mut [Diagnostic]) {
     const BATCH_ONLY: &[&str] = &["defaults", "schemas", "naming"];
-    for d in diags.iter_mut().filter(|d| d.code == "unknown_key" && !d.path.contains(['.', '['])) {
-        if d.hint.as_deref().is_some_and(|h| h.starts_with("did you mean")) {
-            continue;
-        }
+    for d in diags.iter_mut().filter(|d| d.kind == DiagnosticKind::UnknownKey { suggested: false } && !d.path.contains(['.', '['])) {
         if let Some(key) = crate::error::did_you_mean(&d.path, BATCH_ONLY.iter().copied()) {
             d.hint = Some(format!(
                 "did you mean `{key}`? (the batch form: `defaults` holds the settings of every table, `schemas` lists the tables)"
@@ -219,6 +218,7 @@ fn limit_codes(mut diags: Vec<Diagnostic>) -> Vec<Diagnostic> {
             && (i == 0 || d.path[..i].ends_with('.'))
         {
             d.code = format!("invalid_limit:{}", &d.path[i + NATIVE_CHUNKS_PATH.len()..]);
+            d.kind = DiagnosticKind::Other;
         }
     }
     diags
@@ -425,7 +425,7 @@ fn route_refusal(endpoints: Option<&Node>, prefix: &str) -> Option<Diagnostic> {
 /// Diagnostics in file order (line, then column; positionless last),
 /// without duplicates; a route that does not exist comes first.
 pub fn sorted(mut diags: Vec<Diagnostic>) -> Diagnostics {
-    diags.sort_by_key(|d| (d.code != "unsupported_route", d.line.unwrap_or(u64::MAX), d.column.unwrap_or(0)));
+    diags.sort_by_key(|d| (d.kind != DiagnosticKind::UnsupportedRoute, d.line.unwrap_or(u64::MAX), d.column.unwrap_or(0)));
     diags.dedup();
     Diagnostics(diags)
 }

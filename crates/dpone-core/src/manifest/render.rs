@@ -10,8 +10,8 @@
 //! file path directly.
 
 use super::schema::join;
-use super::template::{self, Scope, TemplateError};
-use crate::error::Diagnostic;
+use super::template::{self, Scope, TemplateCode, TemplateError};
+use crate::error::{Diagnostic, DiagnosticKind};
 use crate::yaml::{Key, Node, Value};
 use std::collections::BTreeMap;
 
@@ -91,7 +91,7 @@ impl<'a> ProcessScope<'a> {
             cycle.push(cycle[0].clone());
             let chain = cycle.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(" -> ");
             return Err(TemplateError::new(
-                "var_cycle",
+                TemplateCode::VarCycle,
                 format!("vars {chain} refer to each other"),
                 "break the cycle: one of these vars must be written out",
             ));
@@ -144,7 +144,7 @@ impl Scope for ProcessScope<'_> {
             let key = format!("config:{}", path.join("."));
             if self.stack.contains(&key) {
                 return Err(TemplateError::new(
-                    "var_cycle",
+                    TemplateCode::VarCycle,
                     format!("`{{{{ {} }}}}` refers to itself", path.join(".")),
                     "write the value out",
                 ));
@@ -157,8 +157,10 @@ impl Scope for ProcessScope<'_> {
             self.stack.pop();
             if !ok {
                 let Some(d) = failed else { return Err(TemplateError::reported()) };
-                let code =
-                    ["var_cycle", "invalid_template", "unsupported_template"].into_iter().find(|c| *c == d.code).unwrap_or("unknown_var");
+                let code = match d.kind {
+                    DiagnosticKind::Template(code) => code,
+                    _ => TemplateCode::UnknownVar,
+                };
                 return Err(TemplateError::new(code, d.message, d.hint.unwrap_or_default()));
             }
             return Ok(Some(node));
@@ -202,7 +204,10 @@ fn render_tree<F: FnMut(&mut ProcessScope, Diagnostic)>(node: &mut Node, path: &
             Ok(None) => true,
             Err(e) if e.reported => false,
             Err(e) => {
-                let d = Diagnostic::new(e.code, path, e.message).hint(e.hint).at(node.line, node.column);
+                let d = Diagnostic::new(e.code.as_str(), path, e.message)
+                    .hint(e.hint)
+                    .kind(DiagnosticKind::Template(e.code))
+                    .at(node.line, node.column);
                 report(scope, d);
                 false
             }

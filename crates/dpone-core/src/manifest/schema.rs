@@ -8,7 +8,7 @@
 //! for editors. Semantic rules (durations, policy combinations) live in
 //! `manifest::model`.
 
-use crate::error::{Diagnostic, did_you_mean};
+use crate::error::{Diagnostic, DiagnosticKind, did_you_mean};
 use crate::yaml::{Node, Value};
 use serde_json::{Map, Value as Json, json};
 
@@ -160,13 +160,15 @@ impl Checker<'_> {
                         self.check(value, extra, &child_path, &[]);
                     } else {
                         let names = fields.iter().map(|f| f.name);
-                        let hint = match did_you_mean(&key.name, names) {
+                        let suggestion = did_you_mean(&key.name, names);
+                        let hint = match suggestion {
                             Some(s) => format!("did you mean `{s}`?"),
                             None => format!("known keys here: {}", fields.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")),
                         };
                         self.out.push(
                             Diagnostic::new("unknown_key", &child_path, format!("unknown key `{}`", key.name))
                                 .hint(hint)
+                                .kind(DiagnosticKind::UnknownKey { suggested: suggestion.is_some() })
                                 .at(key.line, key.column),
                         );
                     }

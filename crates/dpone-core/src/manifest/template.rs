@@ -22,10 +22,34 @@
 
 use crate::yaml::{Node, Value};
 
+/// The stable code of a [`TemplateError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TemplateCode {
+    /// `unknown_var`: a name that resolves to nothing.
+    UnknownVar,
+    /// `var_cycle`: vars that refer to each other.
+    VarCycle,
+    /// `invalid_template`: template syntax that does not parse.
+    InvalidTemplate,
+    /// `unsupported_template`: Jinja this runtime does not implement.
+    UnsupportedTemplate,
+}
+
+impl TemplateCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TemplateCode::UnknownVar => "unknown_var",
+            TemplateCode::VarCycle => "var_cycle",
+            TemplateCode::InvalidTemplate => "invalid_template",
+            TemplateCode::UnsupportedTemplate => "unsupported_template",
+        }
+    }
+}
+
 /// Why a string could not be rendered (the caller adds path and position).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TemplateError {
-    pub code: &'static str,
+    pub code: TemplateCode,
     pub message: String,
     pub hint: String,
     /// Already reported where its cause is (e.g. a var that failed): the
@@ -34,12 +58,12 @@ pub struct TemplateError {
 }
 
 impl TemplateError {
-    pub fn new(code: &'static str, message: impl Into<String>, hint: impl Into<String>) -> Self {
+    pub fn new(code: TemplateCode, message: impl Into<String>, hint: impl Into<String>) -> Self {
         TemplateError { code, message: message.into(), hint: hint.into(), reported: false }
     }
 
     pub fn reported() -> Self {
-        TemplateError { code: "", message: String::new(), hint: String::new(), reported: true }
+        TemplateError { code: TemplateCode::UnknownVar, message: String::new(), hint: String::new(), reported: true }
     }
 }
 
@@ -94,14 +118,14 @@ const FILTERS: &[&str] = &["lower", "upper", "trim", "string", "dpone_snake", "d
 
 fn unsupported(what: &str) -> TemplateError {
     TemplateError::new(
-        "unsupported_template",
+        TemplateCode::UnsupportedTemplate,
         format!("{what} is not supported in manifests of this runtime"),
         "use `{{ name }}` with vars (filters: lower, upper, trim, string, dpone_snake, dpone_ident, default('x')), or write the value out",
     )
 }
 
 fn invalid(message: impl Into<String>) -> TemplateError {
-    TemplateError::new("invalid_template", message, "write `{{ name }}`; for a literal `{{` write `{{ '{{' }}`")
+    TemplateError::new(TemplateCode::InvalidTemplate, message, "write `{{ name }}`; for a literal `{{` write `{{ '{{' }}`")
 }
 
 fn parse(s: &str) -> Result<Vec<Part>, TemplateError> {
@@ -278,7 +302,7 @@ pub fn render(node: &Node, scope: &mut dyn Scope) -> Result<Option<Node>, Templa
 
 fn not_text(expr: &str, v: &Value) -> TemplateError {
     TemplateError::new(
-        "invalid_template",
+        TemplateCode::InvalidTemplate,
         format!("`{expr}` is a {} and cannot be part of a text", v.kind()),
         "use it as the whole value (`key: \"{{ name }}\"`) or refer to one of its scalar fields",
     )
@@ -293,7 +317,7 @@ fn undefined(expr: &str, name: &str, scope: &dyn Scope) -> TemplateError {
             "define `{first}` under `vars` (file, schema or table), or write the value out; for a literal `{{{{` write `{{{{ '{{{{' }}}}`"
         ),
     };
-    TemplateError::new("unknown_var", format!("`{expr}` refers to `{name}`, which is not defined"), hint)
+    TemplateError::new(TemplateCode::UnknownVar, format!("`{expr}` refers to `{name}`, which is not defined"), hint)
 }
 
 fn lookup(p: &Primary, scope: &mut dyn Scope) -> Result<Option<Node>, TemplateError> {
@@ -508,15 +532,15 @@ mod tests {
     #[test]
     fn refuses_unknown_names_and_unsupported_jinja() {
         let e = r("{{ dbb }}").unwrap_err();
-        assert_eq!(e.code, "unknown_var");
+        assert_eq!(e.code.as_str(), "unknown_var");
         assert!(e.hint.contains("did you mean `db`?"), "{}", e.hint);
-        assert_eq!(r("{{ sink.strategy.nope }}").unwrap_err().code, "unknown_var");
-        assert_eq!(r("${nope}").unwrap_err().code, "unknown_var");
-        assert_eq!(r("{% if x %}y{% endif %}").unwrap_err().code, "unsupported_template");
-        assert_eq!(r("{{ db | replace('a', 'b') }}").unwrap_err().code, "unsupported_template");
-        assert_eq!(r("{{ n + 1 }}").unwrap_err().code, "unsupported_template");
-        assert_eq!(r("{{ db").unwrap_err().code, "invalid_template");
-        assert_eq!(r("x {{ sink }}").unwrap_err().code, "invalid_template");
+        assert_eq!(r("{{ sink.strategy.nope }}").unwrap_err().code.as_str(), "unknown_var");
+        assert_eq!(r("${nope}").unwrap_err().code.as_str(), "unknown_var");
+        assert_eq!(r("{% if x %}y{% endif %}").unwrap_err().code.as_str(), "unsupported_template");
+        assert_eq!(r("{{ db | replace('a', 'b') }}").unwrap_err().code.as_str(), "unsupported_template");
+        assert_eq!(r("{{ n + 1 }}").unwrap_err().code.as_str(), "unsupported_template");
+        assert_eq!(r("{{ db").unwrap_err().code.as_str(), "invalid_template");
+        assert_eq!(r("x {{ sink }}").unwrap_err().code.as_str(), "invalid_template");
     }
 
     #[test]

@@ -28,13 +28,13 @@
 //! final mark.
 
 use super::PostgresTarget;
-use super::fingerprint::{self, Fingerprint, SESSION, query, select_sql};
-use super::transaction::{LOCK_WAIT, commit_outcome, lock_text, rolled_back};
+use super::fingerprint::{Fingerprint, query, select_sql};
+use super::transaction::{LOCK_WAIT, Waited, check_generation, commit_outcome, lock_text, rolled_back, serializable};
 use crate::error::classify;
 use crate::source::quote_ident;
 use dpone_core::incremental::{StoredMark, receipt_identity};
 use dpone_core::ports::{AdapterError, PublicationOutcome, Result};
-use tokio_postgres::{GenericClient, IsolationLevel, Transaction};
+use tokio_postgres::{GenericClient, Transaction};
 
 /// How long a read-only command waits for a running publication.
 const PEEK_WAIT: &str = "2s";
@@ -110,12 +110,7 @@ impl PostgresTarget {
         before: Option<&StoredMark>,
         after: Option<&StoredMark>,
     ) -> Result<()> {
-        let tx = client
-            .build_transaction()
-            .isolation_level(IsolationLevel::Serializable)
-            .start()
-            .await
-            .map_err(|e| classify("starting the reset of the mark", e))?;
+        let tx = serializable(client, "starting the reset of the mark").await?;
         let marks = self.marks_sql();
         tx.batch_execute(&format!("LOCK TABLE {marks} IN SHARE ROW EXCLUSIVE MODE"))
             .await
@@ -147,8 +142,8 @@ impl PostgresTarget {
     pub(super) async fn peek_final_mark(&self) -> Result<Option<StoredMark>> {
         let client = self.connect().await?;
         match self.wait_for_publishers_within(&client, PEEK_WAIT).await {
-            Ok(()) => self.read_mark_in(&client).await,
-            Err(e) if e.code == "postgres_error:55P03" => Err(AdapterError::transient(
+            Ok(Waited::Free) => self.read_mark_in(&client).await,
+            Ok(Waited::TimedOut(_)) => Err(AdapterError::transient(
                 "publication_in_progress",
                 format!("a publication of {} is in progress; its mark is not final yet", self.target_sql()),
             )
@@ -170,19 +165,7 @@ impl PostgresTarget {
     /// the generation's recorded fingerprint (what was verified) and the
     /// target's advisory publication lock (`sink/transaction.rs`).
     pub(super) async fn open_marked_publication(&self, generation: &str) -> Result<(tokio_postgres::Client, Fingerprint)> {
-        let client = self.connect().await?;
-        let setup = format!("SET application_name = 'dpone publish'; SET lock_timeout = '{LOCK_WAIT}'; {SESSION}");
-        client.batch_execute(&setup).await.map_err(|e| classify("preparing the publication", e))?;
-        client.batch_execute(&self.marks_ddl()).await.map_err(|e| classify("creating the marks table", e))?;
-        let recorded = fingerprint::recorded(&client, &self.owned_sql(generation)).await?.unwrap_or_default();
-        let expected = recorded.get("window").ok_or_else(|| {
-            AdapterError::verification("generation_verification_failed", format!("the generation {generation} carries no fingerprint"))
-                .hint("abandon the run and rerun: the generation was not built by this version of dpone")
-        })?;
-        client
-            .query_one("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&lock_text(&self.target_sql())])
-            .await
-            .map_err(|e| classify("waiting for another publication of this target", e))?;
+        let (client, expected, _) = self.open_publication(generation, Some(&self.marks_ddl())).await?;
         Ok((client, expected))
     }
 
@@ -232,12 +215,7 @@ impl PostgresTarget {
         rows: u64,
     ) -> Result<PublicationOutcome> {
         let (mut client, expected) = self.open_marked_publication(generation).await?;
-        let tx = client
-            .build_transaction()
-            .isolation_level(IsolationLevel::Serializable)
-            .start()
-            .await
-            .map_err(|e| classify("starting the publication", e))?;
+        let tx = serializable(&mut client, "starting the publication").await?;
         let statements = async {
             self.lock_and_check_mark(&tx, before).await?;
             let t = self.target_sql();
@@ -254,13 +232,7 @@ impl PostgresTarget {
                 select_sql(self.columns()?, "inserted", None)
             );
             let inserted = query(&tx, &insert, "inserting the batch").await?;
-            if inserted != expected {
-                return Err(AdapterError::verification(
-                    "generation_verification_failed",
-                    format!("the generation {generation} holds {inserted}, but its verified staging held {expected}"),
-                )
-                .hint("someone changed dpone's staging or generation tables; nothing was published; abandon the run and rerun"));
-            }
+            check_generation(generation, inserted, expected)?;
             let rows_after = count("counting the published target").await?;
             if inserted.rows != rows || rows_after != rows_before + rows {
                 return Err(AdapterError::verification(

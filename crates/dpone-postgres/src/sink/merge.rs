@@ -38,13 +38,13 @@
 
 use super::PostgresTarget;
 use super::fingerprint::{query, select_sql};
-use super::transaction::{commit_outcome, rolled_back};
+use super::transaction::{check_generation, commit_outcome, rolled_back, serializable};
 use crate::error::classify;
 use crate::source::{quote_ident, quote_literal};
 use dpone_core::incremental::StoredMark;
 use dpone_core::ports::{AdapterError, MergeCounts, MergeKey, PublicationOutcome, Result};
 use dpone_core::types::Column;
-use tokio_postgres::{GenericClient, IsolationLevel};
+use tokio_postgres::GenericClient;
 
 /// `incremental_merge`'s SQL over the generation and the target.
 struct MergeSql {
@@ -147,23 +147,12 @@ impl PostgresTarget {
     ) -> Result<PublicationOutcome> {
         let (mut client, verified) = self.open_marked_publication(generation).await?;
         let columns = self.columns()?;
-        let tx = client
-            .build_transaction()
-            .isolation_level(IsolationLevel::Serializable)
-            .start()
-            .await
-            .map_err(|e| classify("starting the publication", e))?;
+        let tx = serializable(&mut client, "starting the publication").await?;
         let statements = async {
             self.lock_and_check_mark(&tx, before).await?;
             let (t, gen_sql, list) = (self.target_sql(), self.owned_sql(generation), self.column_list()?);
             let now = query(&tx, &select_sql(self.columns()?, &gen_sql, None), "fingerprinting the generation").await?;
-            if now != verified {
-                return Err(AdapterError::verification(
-                    "generation_verification_failed",
-                    format!("the generation {generation} holds {now}, but its verified staging held {verified}"),
-                )
-                .hint("someone changed dpone's staging or generation tables; nothing was published; abandon the run and rerun"));
-            }
+            check_generation(generation, now, verified)?;
             let failed = |what: String| {
                 AdapterError::verification("publication_verification_failed", what)
                     .hint("another writer changed the target's rows of the batch's keys during the run (or a trigger did); nothing was published: run again")

@@ -55,11 +55,12 @@
 //! rollback and is returned as such; only a `COMMIT` whose answer was lost
 //! is `outcome_unknown`, judged by the receipt.
 
-use super::fingerprint::{self, Fingerprint, SESSION, query, select_sql};
+use super::fingerprint::{self, Fingerprint, Recorded, SESSION, query, select_sql};
 use super::{PostgresTarget, filter_sql, ts_literal};
 use crate::error::classify;
 use crate::source::{quote_ident, quote_literal};
 use dpone_core::ports::{AdapterError, PublicationOutcome, Result, RowFilter};
+use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, GenericClient, IsolationLevel, Transaction};
 
 /// How long a publication waits for a lock (the target's, or another
@@ -107,8 +108,13 @@ pub(super) fn commit_outcome(result: std::result::Result<(), tokio_postgres::Err
     }
 }
 
+/// A SERIALIZABLE transaction on `client` (`what` names the step in errors).
+pub(super) async fn serializable<'c>(client: &'c mut Client, what: &str) -> Result<Transaction<'c>> {
+    client.build_transaction().isolation_level(IsolationLevel::Serializable).start().await.map_err(|e| classify(what, e))
+}
+
 /// The rows a publication inserts (`inserted`) must be the verified ones.
-fn check_generation(generation: &str, inserted: Fingerprint, expected: Fingerprint) -> Result<()> {
+pub(super) fn check_generation(generation: &str, inserted: Fingerprint, expected: Fingerprint) -> Result<()> {
     if inserted != expected {
         return Err(AdapterError::verification(
             "generation_verification_failed",
@@ -119,17 +125,28 @@ fn check_generation(generation: &str, inserted: Fingerprint, expected: Fingerpri
     Ok(())
 }
 
+/// How waiting for a target's running publications ended.
+pub(super) enum Waited {
+    /// None is running now.
+    Free,
+    /// One still ran when the wait ended (`lock_timeout`, SQLSTATE 55P03).
+    TimedOut(AdapterError),
+}
+
 impl PostgresTarget {
     /// Waits until no publishing session of this target is running (one
     /// whose client died included), so that a receipt read afterwards is
     /// final. `client` must not be inside a transaction.
     pub(super) async fn wait_for_publishers(&self, client: &Client) -> Result<()> {
-        self.wait_for_publishers_within(client, LOCK_WAIT).await
+        match self.wait_for_publishers_within(client, LOCK_WAIT).await? {
+            Waited::Free => Ok(()),
+            Waited::TimedOut(e) => Err(e),
+        }
     }
 
     /// [`Self::wait_for_publishers`], waiting at most `wait` (a PostgreSQL
-    /// interval such as `2s`); past it the lock wait fails.
-    pub(super) async fn wait_for_publishers_within(&self, client: &Client, wait: &str) -> Result<()> {
+    /// interval such as `2s`); past it the lock wait ends `TimedOut`.
+    pub(super) async fn wait_for_publishers_within(&self, client: &Client, wait: &str) -> Result<Waited> {
         let key = lock_text(&self.target_sql());
         let free: bool = client
             .query_one("SELECT pg_try_advisory_lock_shared(hashtextextended($1, 0))", &[&key])
@@ -142,29 +159,32 @@ impl PostgresTarget {
                 .batch_execute(&format!("SET lock_timeout = '{wait}'"))
                 .await
                 .map_err(|e| classify("waiting for a running publication", e))?;
-            client.query_one("SELECT pg_advisory_lock_shared(hashtextextended($1, 0))", &[&key]).await.map_err(|e| {
+            if let Err(e) = client.query_one("SELECT pg_advisory_lock_shared(hashtextextended($1, 0))", &[&key]).await {
+                let timed_out = e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE);
                 let mut err = classify("waiting for a running publication", e);
                 err.hint = Some("an earlier publishing session of this target is still running; run again once it ended".into());
-                err
-            })?;
+                return if timed_out { Ok(Waited::TimedOut(err)) } else { Err(err) };
+            }
         }
         client
             .query_one("SELECT pg_advisory_unlock_shared(hashtextextended($1, 0))", &[&key])
             .await
             .map_err(|e| classify("checking for a running publication", e))?;
-        Ok(())
+        Ok(Waited::Free)
     }
 
-    /// The publishing transaction (see the module docs).
-    pub(super) async fn publish_in_transaction(
-        &self,
-        generation: &str,
-        keep: Option<&RowFilter>,
-        backup: &str,
-    ) -> Result<PublicationOutcome> {
-        let mut client = self.connect().await?;
+    /// What precedes a publishing transaction: a session with the
+    /// fingerprint settings (and `marks_ddl`, an incremental one's marks
+    /// table), the generation's recorded fingerprints (its rows' as
+    /// verified, and the kept rows' if recorded) and the target's advisory
+    /// publication lock.
+    pub(super) async fn open_publication(&self, generation: &str, marks_ddl: Option<&str>) -> Result<(Client, Fingerprint, Recorded)> {
+        let client = self.connect().await?;
         let setup = format!("SET application_name = 'dpone publish'; SET lock_timeout = '{LOCK_WAIT}'; {SESSION}");
         client.batch_execute(&setup).await.map_err(|e| classify("preparing the publication", e))?;
+        if let Some(ddl) = marks_ddl {
+            client.batch_execute(ddl).await.map_err(|e| classify("creating the marks table", e))?;
+        }
         let recorded = fingerprint::recorded(&client, &self.owned_sql(generation)).await?.unwrap_or_default();
         let expected = recorded.get("window").ok_or_else(|| {
             AdapterError::verification("generation_verification_failed", format!("the generation {generation} carries no fingerprint"))
@@ -174,13 +194,19 @@ impl PostgresTarget {
             .query_one("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&lock_text(&self.target_sql())])
             .await
             .map_err(|e| classify("waiting for another publication of this target", e))?;
+        Ok((client, expected, recorded))
+    }
+
+    /// The publishing transaction (see the module docs).
+    pub(super) async fn publish_in_transaction(
+        &self,
+        generation: &str,
+        keep: Option<&RowFilter>,
+        backup: &str,
+    ) -> Result<PublicationOutcome> {
+        let (mut client, expected, recorded) = self.open_publication(generation, None).await?;
         let swap = self.swap_partition(keep).await?.cloned();
-        let tx = client
-            .build_transaction()
-            .isolation_level(IsolationLevel::Serializable)
-            .start()
-            .await
-            .map_err(|e| classify("starting the publication", e))?;
+        let tx = serializable(&mut client, "starting the publication").await?;
         let statements = async {
             let mut locks = format!("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE;", self.target_sql());
             if swap.is_none() {

@@ -53,6 +53,56 @@ fn mark_moved(now: Option<&StoredMark>, expected: Option<&StoredMark>) -> Adapte
     .hint("the mark moved since it was read (a run, or another reset); nothing was changed: look at `dpone state show` and reset again")
 }
 
+/// A publication's `BEGIN IMMEDIATE` transaction (SQLite's write lock),
+/// in which the target's mark is still `before`, the one the batch was
+/// read after. Any early return drops it, which rolls back.
+fn begin_publication<'c>(
+    conn: &'c mut Connection,
+    marks_sql: &str,
+    schema: &str,
+    target: &str,
+    before: Option<&StoredMark>,
+) -> Result<rusqlite::Transaction<'c>> {
+    let tx =
+        conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(|e| classify("starting the publication", e))?;
+    let now = read_mark_in(&tx, marks_sql, schema, target)?;
+    if now.as_ref() != before {
+        return Err(AdapterError::verification(
+            "incremental_mark_moved",
+            format!("the target's mark is {} but the batch was read after {}", receipt_identity(now.as_ref()), receipt_identity(before)),
+        )
+        .hint("another writer moved the mark; nothing was published"));
+    }
+    Ok(tx)
+}
+
+/// Stores `after` as the mark of `target` (the marks table created if needed).
+fn store_mark(tx: &rusqlite::Transaction, marks_sql: &str, target: &str, after: &StoredMark, rows: u64) -> Result<()> {
+    tx.execute_batch(&marks_ddl(marks_sql)).map_err(|e| classify("creating the marks table", e))?;
+    tx.execute(
+        &format!(
+            "INSERT INTO {marks_sql} (target_table, cursor_column, mark_kind, mark, run, rows) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+             ON CONFLICT (target_table) DO UPDATE SET cursor_column = excluded.cursor_column, mark_kind = excluded.mark_kind, \
+             mark = excluded.mark, run = excluded.run, rows = excluded.rows"
+        ),
+        rusqlite::params![
+            target,
+            after.column,
+            after.value.map(|v| v.kind().as_str()),
+            after.value.map(|v| v.to_string()),
+            after.run_id,
+            rows as i64
+        ],
+    )
+    .map_err(|e| classify("storing the mark", e))?;
+    Ok(())
+}
+
+/// SQLite's commit is atomic: a failed COMMIT leaves rows and mark as they were.
+fn commit_publication(tx: rusqlite::Transaction) -> Result<PublicationOutcome> {
+    tx.commit().map(|()| PublicationOutcome::Published).map_err(|e| classify("committing the publication", e))
+}
+
 /// `incremental_merge`'s SQL over a verified batch table and the target.
 struct MergeSql {
     /// The key columns, quoted: `"a", "b"`.
@@ -143,23 +193,7 @@ impl SqliteTarget {
         let (before, after) = (before.cloned(), after.clone());
         self.with_conn(move |conn| {
             let cols = select_list(&columns);
-            let tx = conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                .map_err(|e| classify("starting the publication", e))?;
-            // Under the write lock: the mark is the one the batch was read
-            // after. Any early return drops `tx`, which rolls back.
-            let now = read_mark_in(&tx, &marks_sql, &schema, &target)?;
-            if now != before {
-                return Err(AdapterError::verification(
-                    "incremental_mark_moved",
-                    format!(
-                        "the target's mark is {} but the batch was read after {}",
-                        receipt_identity(now.as_ref()),
-                        receipt_identity(before.as_ref())
-                    ),
-                )
-                .hint("another writer moved the mark; nothing was published"));
-            }
+            let tx = begin_publication(conn, &marks_sql, &schema, &target, before.as_ref())?;
             let count = |tx: &rusqlite::Transaction| -> Result<u64> {
                 tx.query_row(&format!("SELECT count(*) FROM {target_sql}"), [], |r| r.get::<_, i64>(0))
                     .map(|n| n as u64)
@@ -176,23 +210,8 @@ impl SqliteTarget {
                     format!("the append inserted {inserted} rows and the target grew from {rows_before} to {rows_after}; the verified batch holds {rows}"),
                 ));
             }
-            tx.execute_batch(&marks_ddl(&marks_sql)).map_err(|e| classify("creating the marks table", e))?;
-            let mark_kind = after.value.map(|v| v.kind().as_str());
-            let mark = after.value.map(|v| v.to_string());
-            tx.execute(
-                &format!(
-                    "INSERT INTO {marks_sql} (target_table, cursor_column, mark_kind, mark, run, rows) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
-                     ON CONFLICT (target_table) DO UPDATE SET cursor_column = excluded.cursor_column, mark_kind = excluded.mark_kind, \
-                     mark = excluded.mark, run = excluded.run, rows = excluded.rows"
-                ),
-                rusqlite::params![target, after.column, mark_kind, mark, after.run_id, rows as i64],
-            )
-            .map_err(|e| classify("storing the mark", e))?;
-            match tx.commit() {
-                Ok(()) => Ok(PublicationOutcome::Published),
-                // SQLite's commit is atomic: a failed COMMIT leaves rows and mark as they were.
-                Err(e) => Err(classify("committing the publication", e)),
-            }
+            store_mark(&tx, &marks_sql, &target, &after, rows)?;
+            commit_publication(tx)
         })
         .await
     }
@@ -218,23 +237,7 @@ impl SqliteTarget {
         self.with_conn(move |conn| {
             let cols = select_list(&columns);
             let sql = MergeSql::new(&target_sql, &gen_sql, &cols, &key);
-            let tx = conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-                .map_err(|e| classify("starting the publication", e))?;
-            // Under the write lock: the mark is the one the batch was read
-            // after. Any early return drops `tx`, which rolls back.
-            let now = read_mark_in(&tx, &marks_sql, &schema, &target)?;
-            if now != before {
-                return Err(AdapterError::verification(
-                    "incremental_mark_moved",
-                    format!(
-                        "the target's mark is {} but the batch was read after {}",
-                        receipt_identity(now.as_ref()),
-                        receipt_identity(before.as_ref())
-                    ),
-                )
-                .hint("another writer moved the mark; nothing was published"));
-            }
+            let tx = begin_publication(conn, &marks_sql, &schema, &target, before.as_ref())?;
             let failed = |what: String| {
                 AdapterError::verification("publication_verification_failed", what)
                     .hint("another writer changed the target's rows of the batch's keys during the run (or a trigger did); nothing was published: run again")
@@ -270,28 +273,8 @@ impl SqliteTarget {
                     expected.replaced, expected.inserted
                 )));
             }
-            tx.execute_batch(&marks_ddl(&marks_sql)).map_err(|e| classify("creating the marks table", e))?;
-            tx.execute(
-                &format!(
-                    "INSERT INTO {marks_sql} (target_table, cursor_column, mark_kind, mark, run, rows) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
-                     ON CONFLICT (target_table) DO UPDATE SET cursor_column = excluded.cursor_column, mark_kind = excluded.mark_kind, \
-                     mark = excluded.mark, run = excluded.run, rows = excluded.rows"
-                ),
-                rusqlite::params![
-                    target,
-                    after.column,
-                    after.value.map(|v| v.kind().as_str()),
-                    after.value.map(|v| v.to_string()),
-                    after.run_id,
-                    inserted as i64
-                ],
-            )
-            .map_err(|e| classify("storing the mark", e))?;
-            match tx.commit() {
-                Ok(()) => Ok(PublicationOutcome::Published),
-                // SQLite's commit is atomic: a failed COMMIT leaves rows and mark as they were.
-                Err(e) => Err(classify("committing the publication", e)),
-            }
+            store_mark(&tx, &marks_sql, &target, &after, inserted)?;
+            commit_publication(tx)
         })
         .await
     }
@@ -317,18 +300,7 @@ impl SqliteTarget {
                 return Err(mark_moved(now.as_ref(), before.as_ref()));
             }
             match &after {
-                Some(after) => {
-                    tx.execute_batch(&marks_ddl(&marks_sql)).map_err(|e| classify("creating the marks table", e))?;
-                    tx.execute(
-                        &format!(
-                            "INSERT INTO {marks_sql} (target_table, cursor_column, mark_kind, mark, run, rows) VALUES (?1, ?2, ?3, ?4, ?5, 0) \
-                             ON CONFLICT (target_table) DO UPDATE SET cursor_column = excluded.cursor_column, mark_kind = excluded.mark_kind, \
-                             mark = excluded.mark, run = excluded.run, rows = excluded.rows"
-                        ),
-                        rusqlite::params![target, after.column, after.value.map(|v| v.kind().as_str()), after.value.map(|v| v.to_string()), after.run_id],
-                    )
-                    .map_err(|e| classify("storing the mark", e))?;
-                }
+                Some(after) => store_mark(&tx, &marks_sql, &target, after, 0)?,
                 None if now.is_some() => {
                     tx.execute(&format!("DELETE FROM {marks_sql} WHERE target_table = ?1"), [&target])
                         .map_err(|e| classify("clearing the mark", e))?;

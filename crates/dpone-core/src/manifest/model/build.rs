@@ -50,6 +50,21 @@ fn int_at(node: Option<&Node>, key: &str) -> Option<u64> {
     }
 }
 
+/// Refuses the keys of `sink.strategy` that do not apply to `mode`
+/// (`inapplicable`) and the policies this runtime does not run.
+fn refuse_strategy_keys(r: &mut Reader, strat_n: Option<&Node>, mode: &str, inapplicable: &[&str]) {
+    let unsupported = ["dedup", "pre_sql", "post_sql", "hooks"];
+    for (key, other_mode) in inapplicable.iter().map(|k| (*k, true)).chain(unsupported.map(|k| (k, false))) {
+        let Some(n) = child(strat_n, key) else { continue };
+        let (code, message, hint) = if other_mode {
+            ("invalid_strategy", format!("`{key}` does not apply to `mode: {mode}`"), "remove it")
+        } else {
+            ("unsupported_policy", format!("`{key}` is not supported by this runtime"), "remove it; run such SQL outside dpone")
+        };
+        r.error(code, &join("sink.strategy", key), Some(n), message, hint);
+    }
+}
+
 fn scalar_text(v: &Value) -> Option<String> {
     match v {
         Value::Str(s) => Some(s.clone()),
@@ -272,28 +287,12 @@ pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: Strin
                     "use `mode: replace` to replace a window, or remove `window`",
                 );
             }
-            for key in ["atomicity", "unique_key", "merge_policy", "duplicate_policy", "predicate", "partition"] {
-                if let Some(n) = child(strat_n, key) {
-                    r.error(
-                        "invalid_strategy",
-                        &join("sink.strategy", key),
-                        Some(n),
-                        format!("`{key}` does not apply to `mode: full_refresh`"),
-                        "remove it",
-                    );
-                }
-            }
-            for key in ["dedup", "pre_sql", "post_sql", "hooks"] {
-                if let Some(n) = child(strat_n, key) {
-                    r.error(
-                        "unsupported_policy",
-                        &join("sink.strategy", key),
-                        Some(n),
-                        format!("`{key}` is not supported by this runtime"),
-                        "remove it; run such SQL outside dpone",
-                    );
-                }
-            }
+            refuse_strategy_keys(
+                &mut r,
+                strat_n,
+                "full_refresh",
+                &["atomicity", "unique_key", "merge_policy", "duplicate_policy", "predicate", "partition"],
+            );
             Strategy::FullRefresh { overwrite_type: str_at(strat_n, "overwrite_type").unwrap_or("truncate_insert").to_string() }
         }
         "replace" => {

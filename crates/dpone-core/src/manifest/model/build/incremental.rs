@@ -39,28 +39,7 @@ pub(super) fn incremental(
     } else {
         &["atomicity", "overwrite_type", "unique_key", "merge_policy", "duplicate_policy", "predicate", "partition"]
     };
-    for key in refused {
-        if let Some(n) = child(strat_n, key) {
-            r.error(
-                "invalid_strategy",
-                &join("sink.strategy", key),
-                Some(n),
-                format!("`{key}` does not apply to `mode: {mode}`"),
-                "remove it",
-            );
-        }
-    }
-    for key in ["dedup", "pre_sql", "post_sql", "hooks"] {
-        if let Some(n) = child(strat_n, key) {
-            r.error(
-                "unsupported_policy",
-                &join("sink.strategy", key),
-                Some(n),
-                format!("`{key}` is not supported by this runtime"),
-                "remove it; run such SQL outside dpone",
-            );
-        }
-    }
+    refuse_strategy_keys(r, strat_n, mode, refused);
     let Some(column_n) = child(src_opts, "incremental_column") else {
         r.error(
             "missing_key",

@@ -10,10 +10,10 @@
 
 use crate::redact::Secrets;
 use crate::registry::{REGISTRY, SourceKind, TargetKind};
-use dpone_core::{Diagnostic, DiagnosticKind};
 use dpone_core::adapter::ComponentUrl;
 use dpone_core::manifest::{Manifest, System};
 use dpone_core::ports::{DirectFeed, Intercept, Result, Wiring};
+use dpone_core::{Diagnostic, DiagnosticKind};
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;

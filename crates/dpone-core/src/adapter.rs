@@ -192,8 +192,7 @@ impl Registry {
             None => self.supported_routes_hint(),
         };
         Some(
-            Diagnostic::unsupported_route("sink.type", format!("the route {source} -> {sink} is not available in this runtime"))
-                .hint(hint),
+            Diagnostic::unsupported_route("sink.type", format!("the route {source} -> {sink} is not available in this runtime")).hint(hint),
         )
     }
 

@@ -353,8 +353,7 @@ impl Plan {
             }
             (Publication::Append | Publication::Merge { .. }, None) => {
                 if refusals.iter().all(|d: &Diagnostic| d.kind != DiagnosticKind::UnsupportedRoute) {
-                    let runs_on: Vec<String> =
-                        registry.incremental_routes(merges).iter().map(|(s, t)| format!("{s}->{t}")).collect();
+                    let runs_on: Vec<String> = registry.incremental_routes(merges).iter().map(|(s, t)| format!("{s}->{t}")).collect();
                     let runs_on = match runs_on.split_last() {
                         Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
                         _ => runs_on.join(""),

@@ -1,5 +1,5 @@
-//! SQLite source and target files per test (copied and trimmed from
-//! `common` and `sqlite_window.rs`, plus environment-driven runs).
+//! SQLite source and target files per test, plus environment-driven runs;
+//! `sqlite_window.rs` uses its table, window and manifest.
 //!
 //! The window is `[2026-09-06, 2026-09-09)` in chunks of 16 hours (five
 //! chunks, the last one 8 hours), three at a time, frames of at most 2 rows.
@@ -33,7 +33,8 @@ pub const CHUNKS: usize = 5;
 pub const BOUNDS: [&str; CHUNKS + 1] =
     [START, "2026-09-06 16:00:00.000000", "2026-09-07 08:00:00.000000", "2026-09-08 00:00:00.000000", "2026-09-08 16:00:00.000000", END];
 
-const MANIFEST: &str = r#"kind: dpone.batch.v1
+/// The manifest: table `t` in `source.db` and `target.db`, the window above.
+pub const MANIFEST: &str = r#"kind: dpone.batch.v1
 source:
   type: sqlite
   connection: {connection_type: params, params: {path: source.db}}
@@ -61,7 +62,7 @@ runtime:
 /// A row as rendered values, in column order.
 pub type Row = Vec<String>;
 
-fn text(s: &str) -> Sql {
+pub fn text(s: &str) -> Sql {
     Sql::Text(s.to_string())
 }
 

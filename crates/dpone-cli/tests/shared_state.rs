@@ -146,6 +146,30 @@ fn wait_for_journal(host: &Host, a: &mut Background, what: &str, done: impl Fn(&
     });
 }
 
+/// Two hosts sharing `state`, beside the fixture's manifest.
+fn hosts(manifest: &Path, parent: &Path, state: &StateDb, clickhouse_url: &str) -> (Host, Host) {
+    (Host::new(manifest, parent, "host-a", state, clickhouse_url), Host::new(manifest, parent, "host-b", state, clickhouse_url))
+}
+
+/// Host A never renews its 6 s lease and stands still right before its
+/// publishing call, long after the lease expired; host B takes the lease
+/// over and resumes the run to its end; A, woken up, is fenced out
+/// (`lease_lost`). Returns B's report.
+fn take_over(a: &Host, b: &Host) -> serde_json::Value {
+    let mut run_a = a.spawn(&[
+        ("DPONE_TEST_LEASE_TTL_MS", "6000"),
+        ("DPONE_FAILPOINT", "lease.stop_renewal"),
+        ("DPONE_FAILPOINT_SLEEP", "publish.before_exchange:15000"),
+    ]);
+    wait_for_journal(a, &mut run_a, "A recorded its publication intent", |s| state_of(s) == "publishing");
+    std::thread::sleep(Duration::from_millis(6200));
+    let doc = b.run(&[]).assert_succeeded("host B, taking the expired lease over");
+    assert_eq!(doc["resumed"], true);
+    assert!(run_a.is_running(), "A is still standing before its publishing call");
+    run_a.wait().assert_failed("host A after the takeover", 1, "lease_lost");
+    doc
+}
+
 fn holder_pid(doc_or_stderr: &str, pid: u32) -> bool {
     doc_or_stderr.contains(&format!("pid {pid} "))
 }
@@ -182,10 +206,7 @@ mod pg_to_clickhouse {
     use recovery_common::pgch::{Fixture, assert_same_rows, expected_after_replace, standard_source};
 
     fn hosts(fx: &Fixture, state: &StateDb) -> (Host, Host) {
-        (
-            Host::new(&fx.manifest, fx.dir(), "host-a", state, &fx.clickhouse_url),
-            Host::new(&fx.manifest, fx.dir(), "host-b", state, &fx.clickhouse_url),
-        )
+        super::hosts(&fx.manifest, fx.dir(), state, &fx.clickhouse_url)
     }
 
     /// Two processes with different work dirs and one store, started
@@ -343,20 +364,7 @@ mod pg_to_clickhouse {
         let (a, b) = hosts(&fx, &state);
         let before = fx.target_rows();
         let expected = expected_after_replace(&before, &standard_source());
-        // A never renews its 6 s lease and stands still right before its
-        // publishing call, long after the lease expired.
-        let mut run_a = a.spawn(&[
-            ("DPONE_TEST_LEASE_TTL_MS", "6000"),
-            ("DPONE_FAILPOINT", "lease.stop_renewal"),
-            ("DPONE_FAILPOINT_SLEEP", "publish.before_exchange:15000"),
-        ]);
-        wait_for_journal(&a, &mut run_a, "A recorded its publication intent", |s| state_of(s) == "publishing");
-        std::thread::sleep(Duration::from_millis(6200));
-        let doc = b.run(&[]).assert_succeeded("host B, taking the expired lease over");
-        assert_eq!(doc["resumed"], true);
-        assert!(run_a.is_running(), "A is still standing before its publishing call");
-        let late = run_a.wait();
-        late.assert_failed("host A after the takeover", 1, "lease_lost");
+        let doc = take_over(&a, &b);
         assert_same_rows(&expected, &fx.target_rows(), "the target is B's one publication");
         let backup = fx.assert_clean_after_success("after A woke up").expect("a backup");
         assert_same_rows(&before, &fx.table_rows(&backup), "one EXCHANGE only");
@@ -378,22 +386,9 @@ mod clickhouse_to_postgres {
     fn a_run_that_lost_its_lease_to_a_takeover_cannot_publish() {
         let fx = standard_fixture("ss_fence_pg");
         let state = StateDb::new();
-        let a = Host::new(&fx.manifest, fx.dir(), "host-a", &state, &fx.clickhouse_url);
-        let b = Host::new(&fx.manifest, fx.dir(), "host-b", &state, &fx.clickhouse_url);
+        let (a, b) = hosts(&fx.manifest, fx.dir(), &state, &fx.clickhouse_url);
         let expected = expected_after_replace(&ch_postgres_common::standard_target(), &standard_source(), TS);
-        // A never renews its 6 s lease and stands still right before its
-        // publishing call, long after the lease expired.
-        let mut run_a = a.spawn(&[
-            ("DPONE_TEST_LEASE_TTL_MS", "6000"),
-            ("DPONE_FAILPOINT", "lease.stop_renewal"),
-            ("DPONE_FAILPOINT_SLEEP", "publish.before_exchange:15000"),
-        ]);
-        wait_for_journal(&a, &mut run_a, "A recorded its publication intent", |s| state_of(s) == "publishing");
-        std::thread::sleep(Duration::from_millis(6200));
-        let doc = b.run(&[]).assert_succeeded("host B, taking the expired lease over");
-        assert_eq!(doc["resumed"], true);
-        assert!(run_a.is_running(), "A is still standing before its publishing call");
-        run_a.wait().assert_failed("host A after the takeover", 1, "lease_lost");
+        take_over(&a, &b);
         fx.assert_target(&expected, "the target is B's one publication");
         assert_eq!(fx.receipts().len(), 1, "one publishing transaction: {:?}", fx.receipts());
         assert!(fx.leftovers().is_empty(), "{:?}", fx.leftovers());

@@ -34,7 +34,7 @@ use ch_postgres_common::{
     CHUNK_BOUNDS, Fixture, INTERVAL_END, NAME, Options, Row, Setup, TS, V, event_cols, row, standard_fixture, standard_fixture_on,
     standard_source, standard_target, text, ts, with,
 };
-use guards_common::{assert_refused, spawn, wait, wait_until};
+use guards_common::{assert_refused, spawn, tamper_while_paused, wait};
 use harness::state_of;
 use std::process::Output;
 use std::time::Duration;
@@ -63,16 +63,10 @@ fn spawn_run(fx: &Fixture, extra: &[(&str, &str)]) -> std::process::Child {
 
 /// A run paused at `point`: once `ready` finds what to tamper with, `tamper`
 /// changes it; the run's output.
-fn tampered_run<T>(fx: &Fixture, point: &str, mut ready: impl FnMut() -> Option<T>, tamper: impl FnOnce(T)) -> Output {
+fn tampered_run<T>(fx: &Fixture, point: &str, ready: impl FnMut() -> Option<T>, tamper: impl FnOnce(T)) -> Output {
     let pause = format!("{point}:{PAUSE_MS}");
     let child = spawn_run(fx, &[("DPONE_FAILPOINT_SLEEP", &pause)]);
-    let mut found = None;
-    wait_until(&format!("the run pauses at {point}"), LIMIT, || {
-        found = ready();
-        found.is_some()
-    });
-    tamper(found.expect("found"));
-    wait(child, LIMIT)
+    tamper_while_paused(child, point, LIMIT, ready, tamper)
 }
 
 fn count(fx: &Fixture, table: &str) -> usize {

@@ -20,66 +20,26 @@ mod recovery_common;
 use dpone_core::value::Value;
 use harness::{Background, Run, state_of, wait_until};
 use recovery_common::pgch::{
-    BOUNDS, Fixture, Row, TS, assert_same_rows, at, check_report, expected_after_replace, row, sparse, standard_source, standard_target,
-    with,
+    BOUNDS, Fixture, Row, Standard, TS, assert_same_rows, assert_target_untouched, at, check_published, expected_after_replace, row,
+    sparse, standard_source, standard_target, with,
 };
 use std::time::Duration;
 
-/// A test's fixture with the standard data set, and what a window replace
-/// of it must publish.
-struct Standard {
-    fx: Fixture,
-    source: Vec<Row>,
-    /// The target before any run.
-    before: Vec<Row>,
-    /// The target after a window replace of `source`.
-    expected: Vec<Row>,
-    /// The target table's UUID before any run (an EXCHANGE changes it).
-    uuid_before: String,
-}
-
-impl Standard {
-    fn new(prefix: &str) -> Standard {
-        let fx = Fixture::standard(prefix);
-        let source = standard_source();
-        let before = fx.target_rows();
-        let expected = expected_after_replace(&before, &source);
-        let uuid_before = fx.target_uuid();
-        Standard { fx, source, before, expected, uuid_before }
-    }
-
-    /// `run` succeeded and published `expected` (see [`check_success`]).
-    fn succeeded(&self, run: &Run, what: &str) -> (serde_json::Value, Option<String>) {
-        check_success(&self.fx, run, &self.source, &self.expected, what)
-    }
-
-    /// The target is still exactly what it was before any run (rows and table).
-    fn assert_untouched(&self, what: &str) {
-        assert_target_untouched(&self.fx, &self.before, &self.uuid_before, what);
-    }
-
-    fn finish(self) {
-        self.fx.finish();
-    }
-}
-
 /// After a success: target exact, report consistent, no leftovers, status
-/// `succeeded`. Returns the backup table's name, if any.
+/// `succeeded`. Returns the report and the backup table's name, if any.
 fn check_success(fx: &Fixture, run: &Run, source: &[Row], expected: &[Row], what: &str) -> (serde_json::Value, Option<String>) {
-    let doc = run.assert_succeeded(what);
-    assert_same_rows(expected, &fx.target_rows(), &format!("{what}: target (its rows outside the window + the source rows inside)"));
-    check_report(&doc, source, expected, what);
-    let backup = fx.assert_clean_after_success(what);
+    let (doc, backup) = check_published(fx, run, source, expected, what);
     let status = fx.status();
     assert_eq!(state_of(&status), "succeeded", "{what}: expected `dpone status` to say succeeded: {status:#}");
     assert_eq!(status["run_id"], doc["run_id"], "{what}: expected `dpone status` to show the run that succeeded");
     (doc, backup)
 }
 
-/// Asserts that the target is still exactly what it was (rows and table).
-fn assert_target_untouched(fx: &Fixture, before: &[Row], uuid_before: &str, what: &str) {
-    assert_same_rows(before, &fx.target_rows(), &format!("{what}: target (expected exactly the previous contents)"));
-    assert_eq!(fx.target_uuid(), uuid_before, "{what}: expected the target to be the same table (no EXCHANGE)");
+impl Standard {
+    /// [`check_success`] of the standard data set.
+    fn succeeded(&self, run: &Run, what: &str) -> (serde_json::Value, Option<String>) {
+        check_success(&self.fx, run, &self.source, &self.expected, what)
+    }
 }
 
 /// A run stopped by SIGINT: exit 130, no panic.

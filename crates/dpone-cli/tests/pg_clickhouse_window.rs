@@ -17,6 +17,9 @@
 
 mod harness;
 mod pg_clickhouse_common;
+/// Types: every value moved exactly, or the run fails naming the column.
+#[path = "pg_clickhouse_window/types.rs"]
+mod types;
 #[path = "pg_clickhouse_common/window.rs"]
 mod window;
 
@@ -24,9 +27,9 @@ use dpone_core::value::Value;
 use harness::codes;
 use pg_clickhouse_common::{
     BOUNDS, Fixture, ManifestOptions, Row, Setup, assert_same_rows, at, col, dec, expected_after_replace, expected_after_replace_in,
-    in_window, int, micros, rows_per_chunk, text,
+    id_ts_not_null, in_window, int, micros, rows_per_chunk, text,
 };
-use window::{TS, basic_cols, id_ts_not_null, replace_and_check, row, run_and_check, with};
+use window::{TS, basic_cols, replace_and_check, row, run_and_check, with};
 
 // ---------------------------------------------------------------------------
 // Which rows are replaced

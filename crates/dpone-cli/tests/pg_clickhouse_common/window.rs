@@ -1,5 +1,5 @@
 //! The table and the checks of the PostgreSQL -> ClickHouse window-replace
-//! tests (`pg_clickhouse_window.rs`, `pg_clickhouse_types.rs`): a run is
+//! tests (`pg_clickhouse_window.rs` and its `types` module): a run is
 //! checked by exact typed multiset equality against the expected target
 //! (the target's rows outside the window, NULL window values included, plus
 //! the source's rows inside it), by ClickHouse's own text of the values,
@@ -7,24 +7,9 @@
 #![allow(dead_code)] // each test binary uses its part
 
 use crate::pg_clickhouse_common::{
-    Col, Fixture, Row, assert_same_rows, col, dec, expected_after_replace, in_window, int, rows_per_chunk, text,
+    Col, Fixture, Row, assert_same_rows, col, dec, expected_after_replace, id_ts, in_window, int, rows_per_chunk, text,
 };
 use dpone_core::value::Value;
-
-/// `id bigint NOT NULL` and the window column `ts` (nullable on both
-/// sides), then `rest`.
-pub fn id_ts(rest: impl IntoIterator<Item = Col>) -> Vec<Col> {
-    let mut cols = vec![col("id", "bigint NOT NULL", "Int64"), col("ts", "timestamptz", "Nullable(DateTime64(6, 'UTC'))")];
-    cols.extend(rest);
-    cols
-}
-
-/// Like [`id_ts`] with the window column NOT NULL on both sides.
-pub fn id_ts_not_null(rest: impl IntoIterator<Item = Col>) -> Vec<Col> {
-    let mut cols = vec![col("id", "bigint NOT NULL", "Int64"), col("ts", "timestamptz NOT NULL", "DateTime64(6, 'UTC')")];
-    cols.extend(rest);
-    cols
-}
 
 // ---------------------------------------------------------------------------
 // A plain table: id, window column, a decimal and a string

@@ -1,19 +1,14 @@
-//! Types through the PostgreSQL -> ClickHouse window replace, through the
-//! real `dpone` binary: every value of every supported type moves exactly
-//! (checked by exact typed multiset equality and by ClickHouse's own text,
-//! see `pg_clickhouse_common/window.rs`), or the run fails naming the
-//! column and leaves the target unchanged.
-//!
-//! Window: `[2026-09-06, 2026-09-09)` in three chunks of one day.
+//! Types through the window replace (a module of `pg_clickhouse_window.rs`):
+//! every value of every supported type moves exactly (checked by exact
+//! typed multiset equality and by ClickHouse's own text, see
+//! `pg_clickhouse_common/window.rs`), or the run fails naming the column
+//! and leaves the target unchanged.
 
-mod harness;
-mod pg_clickhouse_common;
-#[path = "pg_clickhouse_common/window.rs"]
-mod window;
-
+use crate::pg_clickhouse_common::{
+    BOUNDS, Fixture, Row, assert_same_rows, at, col, date, dec, id_ts, id_ts_not_null, int, rendered, text, uuid,
+};
+use crate::window::{replace_and_check, run_and_check};
 use dpone_core::value::Value;
-use pg_clickhouse_common::{BOUNDS, Fixture, Row, assert_same_rows, at, col, date, dec, int, rendered, text, uuid};
-use window::{id_ts, id_ts_not_null, replace_and_check, run_and_check};
 
 // ---------------------------------------------------------------------------
 // Types: every value moved exactly, or the run fails naming the column

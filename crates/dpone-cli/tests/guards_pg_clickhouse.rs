@@ -53,7 +53,7 @@ mod harness;
 mod pg_clickhouse_common;
 
 use dpone_core::value::Value;
-use guards_common::{assert_refused, spawn, tamper_while_paused, wait, wait_until};
+use guards_common::{assert_first_error_says, assert_refused, spawn, tamper_while_paused, wait, wait_until};
 use pg_clickhouse_common::{BOUNDS, Col, Fixture, INTERVAL_END, Row, TABLE, assert_same_rows, at, col, dec, int, text};
 use std::process::{Child, Output};
 use std::time::Duration;
@@ -375,7 +375,7 @@ fn a_generation_dropped_or_replaced_before_the_exchange_is_refused_and_the_next_
         });
         let doc = assert_refused(&out, "generation_changed", &what);
         let expected_state = if how == "dropped" { "is gone" } else { "is table" };
-        assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains(expected_state), "{what}: {doc:#}");
+        assert_first_error_says(&doc, expected_state, &what);
         assert_unchanged(&fx, &target(), &uuid_before, &what);
         // The failed run's tables are dropped, the impostor with them.
         assert!(owned(&fx, "_dpone_gen_").is_none(), "{what}: no generation is left behind");
@@ -402,7 +402,7 @@ fn an_exchange_that_fails_leaves_the_target_and_is_publication_failed() {
     });
     let doc = assert_refused(&out, "publication_failed", what);
     assert_eq!(doc["publication"], "absent", "{what}: {doc:#}");
-    assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains("did not take effect"), "{what}: {doc:#}");
+    assert_first_error_says(&doc, "did not take effect", what);
     assert_unchanged(&fx, &target(), &uuid_before, what);
     assert!(owned(&fx, "_dpone_").is_none(), "{what}: the failed run's tables are dropped: {:?}", fx.owned_tables());
     assert_next_run_publishes(&fx, "the run after a failed exchange");
@@ -478,7 +478,7 @@ fn a_row_written_into_the_generation_before_the_exchange_is_refused_or_reported_
     let ready = || paused_owned(&fx, "_dpone_gen_");
     let out = tampered_run(&fx, "publish.before_exchange", ready, |generation| tamper(&fx, &generation, "insert"));
     let doc = assert_refused(&out, "generation_changed", what);
-    assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains(&format!("holds {} rows", 3 + WINDOW_ROWS + 1)), "{what}: {doc:#}");
+    assert_first_error_says(&doc, &format!("holds {} rows", 3 + WINDOW_ROWS + 1), what);
     assert_unchanged(&fx, &target(), &uuid_before, what);
 
     let what = "a generation row inserted at replace.before_exchange";

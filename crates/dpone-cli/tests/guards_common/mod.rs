@@ -76,6 +76,12 @@ pub fn tamper_while_paused<T>(
     wait(child, limit)
 }
 
+/// The first error of a run's report says `text`.
+pub fn assert_first_error_says(doc: &serde_json::Value, text: &str, what: &str) {
+    let message = doc["errors"][0]["message"].as_str().unwrap_or("");
+    assert!(message.contains(text), "{what}: expected the first error to say `{text}`: {doc:#}");
+}
+
 /// The single JSON document on a run's stdout.
 pub fn json(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("expected one JSON document on stdout ({e}):\n{}", describe(out)))

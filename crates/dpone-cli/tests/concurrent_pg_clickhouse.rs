@@ -39,18 +39,16 @@ mod pg_clickhouse_common;
 
 use dpone_core::value::Value;
 use guards_common::{describe, json, spawn, wait, wait_until};
-use pg_clickhouse_common::{BOUNDS, Col, Fixture, INTERVAL_END, Row, Setup, TABLE, assert_same_rows, at, col, int, micros, text};
+use pg_clickhouse_common::{
+    BOUNDS, Col, Fixture, INTERVAL_END, Row, Setup, TABLE, assert_same_rows, at, col, id_ts_not_null, int, micros, text,
+};
 use std::process::Output;
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(120);
 
 fn cols() -> Vec<Col> {
-    vec![
-        col("id", "bigint NOT NULL", "Int64"),
-        col("ts", "timestamptz NOT NULL", "DateTime64(6, 'UTC')"),
-        col("v", "text NOT NULL", "String"),
-    ]
+    id_ts_not_null([col("v", "text NOT NULL", "String")])
 }
 
 /// The two layouts every test runs on.

@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 
 const END: &str = "2026-09-09T00:00:00Z";
 
+/// The interval end of the runs after the quickstart's own (a day later).
+const NEXT: &str = "2026-09-10T00:00:00Z";
+
 fn quickstart() -> (tempfile::TempDir, PathBuf, String) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("qs");
@@ -31,6 +34,13 @@ fn json(run: &Run) -> serde_json::Value {
     run.single_json().unwrap_or_else(|e| panic!("{e}\n{}", run.describe()))
 }
 
+/// `dpone run <manifest> --interval-end <NEXT> --format json` with `env`: the run and its JSON report.
+fn run_next(dir: &Path, manifest: &str, env: &[(&str, &str)]) -> (Run, serde_json::Value) {
+    let run = dpone(dir, &["run", manifest, "--interval-end", NEXT, "--format", "json"], env);
+    let doc = json(&run);
+    (run, doc)
+}
+
 fn target(dir: &Path) -> Vec<common::Row> {
     common::dump(&dir.join("target.db"), "events")
 }
@@ -38,7 +48,7 @@ fn target(dir: &Path) -> Vec<common::Row> {
 /// `dpone run` in the background with test switches; stdout/stderr piped.
 fn spawn_run(dir: &Path, manifest: &str, env: &[(&str, &str)]) -> Child {
     let mut cmd = Command::new(DPONE);
-    cmd.args(["run", manifest, "--interval-end", "2026-09-10T00:00:00Z", "--format", "json"]).current_dir(dir);
+    cmd.args(["run", manifest, "--interval-end", NEXT, "--format", "json"]).current_dir(dir);
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("DPONE_")) {
         cmd.env_remove(k);
     }
@@ -81,12 +91,7 @@ fn success_exits_0() {
 fn a_run_that_wrote_and_failed_exits_1() {
     let (_tmp, dir, m) = quickstart();
     let before = target(&dir);
-    let run = dpone(
-        &dir,
-        &["run", &m, "--interval-end", "2026-09-10T00:00:00Z", "--format", "json"],
-        &[("DPONE_TARGET_FAULTS", "build_generation:permanent:1")],
-    );
-    let v = json(&run);
+    let (run, v) = run_next(&dir, &m, &[("DPONE_TARGET_FAULTS", "build_generation:permanent:1")]);
     assert_eq!(
         (run.code, v["status"].as_str(), v["publication"].as_str()),
         (Some(1), Some("failed"), Some("absent")),
@@ -117,8 +122,7 @@ fn an_unusable_state_store_exits_2() {
     std::fs::remove_dir_all(dir.join("work")).unwrap();
     std::fs::create_dir_all(dir.join("work/state.db/x")).unwrap();
     let before = target(&dir);
-    let run = dpone(&dir, &["run", &m, "--interval-end", "2026-09-10T00:00:00Z", "--format", "json"], &[]);
-    let v = json(&run);
+    let (run, v) = run_next(&dir, &m, &[]);
     assert_eq!(
         (run.code, v["status"].as_str(), v["error_code"].as_str()),
         (Some(2), Some("unavailable"), Some("state_store_unavailable")),
@@ -137,8 +141,7 @@ fn an_unwritable_work_dir_is_refused_before_any_write() {
     std::fs::remove_dir_all(dir.join("work")).unwrap();
     std::fs::write(dir.join("work"), "not a folder").unwrap();
     let before = target(&dir);
-    let run = dpone(&dir, &["run", &m, "--interval-end", "2026-09-10T00:00:00Z", "--format", "json"], &[]);
-    let v = json(&run);
+    let (run, v) = run_next(&dir, &m, &[]);
     assert_eq!(
         (run.code, v["status"].as_str(), v["error_code"].as_str(), v["errors"][0]["path"].as_str()),
         (Some(2), Some("refused"), Some("work_dir_not_writable"), Some("runtime.storage.work_dir")),
@@ -150,13 +153,9 @@ fn an_unwritable_work_dir_is_refused_before_any_write() {
     // The variable and the flag move it elsewhere (the flag first).
     let elsewhere = dir.join("elsewhere");
     let flag = dir.join("flag");
-    let run = dpone(
-        &dir,
-        &["run", &m, "--interval-end", "2026-09-10T00:00:00Z", "--format", "json"],
-        &[("DPONE_WORK_DIR", elsewhere.to_str().unwrap())],
-    );
+    let (run, v) = run_next(&dir, &m, &[("DPONE_WORK_DIR", elsewhere.to_str().unwrap())]);
     assert_eq!(run.code, Some(0), "{}", run.describe());
-    assert!(elsewhere.join("state.db").is_file() && json(&run)["evidence_path"].as_str().unwrap().starts_with(elsewhere.to_str().unwrap()));
+    assert!(elsewhere.join("state.db").is_file() && v["evidence_path"].as_str().unwrap().starts_with(elsewhere.to_str().unwrap()));
     let args = ["run", &m, "--interval-end", "2026-09-11T00:00:00Z", "--work-dir", flag.to_str().unwrap(), "--format", "json"];
     let run = dpone(&dir, &args, &[("DPONE_WORK_DIR", elsewhere.to_str().unwrap())]);
     assert_eq!(run.code, Some(0), "{}", run.describe());
@@ -171,8 +170,7 @@ fn a_held_lease_exits_2_and_an_interrupted_run_exits_130() {
     let (_tmp, dir, m) = quickstart();
     let first = spawn_run(&dir, &m, &[("DPONE_FAILPOINT_SLEEP", "checkpoint.after_write:400")]);
     wait_for_state(&dir, &m, &["staging", "planned"]);
-    let second = dpone(&dir, &["run", &m, "--interval-end", "2026-09-10T00:00:00Z", "--format", "json"], &[]);
-    let v = json(&second);
+    let (second, v) = run_next(&dir, &m, &[]);
     assert_eq!(
         (second.code, v["status"].as_str(), v["error_code"].as_str()),
         (Some(2), Some("unavailable"), Some("lease_held")),
@@ -182,8 +180,8 @@ fn a_held_lease_exits_2_and_an_interrupted_run_exits_130() {
     let (code, stdout) = interrupt(first);
     assert_eq!(code, Some(130), "{stdout}");
     assert_eq!(serde_json::from_str::<serde_json::Value>(&stdout).unwrap()["status"], "interrupted");
-    let resumed = dpone(&dir, &["run", &m, "--interval-end", "2026-09-10T00:00:00Z", "--format", "json"], &[]);
-    assert_eq!((resumed.code, json(&resumed)["resumed"].as_bool()), (Some(0), Some(true)), "{}", resumed.describe());
+    let (resumed, v) = run_next(&dir, &m, &[]);
+    assert_eq!((resumed.code, v["resumed"].as_bool()), (Some(0), Some(true)), "{}", resumed.describe());
 }
 
 /// Ctrl-C while publishing: the publication completes (it is one atomic
@@ -199,8 +197,8 @@ fn ctrl_c_while_publishing_exits_130_and_the_next_run_finishes() {
     assert_eq!((code, v["status"].as_str(), v["publication"].as_str()), (Some(130), Some("interrupted"), Some("published")), "{stdout}");
     let status = json(&dpone(&dir, &["status", &m, "--format", "json"], &[]));
     assert_eq!(status["state"], "published", "the journal says what is visible");
-    let next = dpone(&dir, &["run", &m, "--interval-end", "2026-09-10T00:00:00Z", "--format", "json"], &[]);
-    assert_eq!((next.code, json(&next)["status"].as_str()), (Some(0), Some("succeeded")), "{}", next.describe());
+    let (next, v) = run_next(&dir, &m, &[]);
+    assert_eq!((next.code, v["status"].as_str()), (Some(0), Some("succeeded")), "{}", next.describe());
 }
 
 /// Ctrl-C after the intent but before the publishing call: the publication
@@ -215,7 +213,7 @@ fn ctrl_c_before_the_publishing_call_publishes_nothing() {
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
     assert_eq!((code, v["publication"].as_str()), (Some(130), Some("absent")), "{stdout}");
     assert_eq!(target(&dir), before, "nothing was published");
-    let next = dpone(&dir, &["run", &m, "--interval-end", "2026-09-10T00:00:00Z", "--format", "json"], &[]);
+    let next = dpone(&dir, &["run", &m, "--interval-end", NEXT, "--format", "json"], &[]);
     assert_eq!(next.code, Some(0), "{}", next.describe());
     assert_ne!(target(&dir), before, "published by the next run");
 }

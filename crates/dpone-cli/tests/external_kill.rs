@@ -109,26 +109,11 @@ mod sqlite {
     use rusqlite::types::Value as Sql;
 
     pub const DDL: &str = "CREATE TABLE t (id INTEGER NOT NULL, ts TIMESTAMP, name TEXT)";
-    pub const MANIFEST: &str = r#"kind: dpone.batch.v1
-source:
-  type: sqlite
-  connection: {connection_type: params, params: {path: source.db}}
-  table: {name: t}
-  options:
-    native_transfer:
-      wire: {block_rows: 2}
-      execution:
-        chunking: {mode: bounded_window, parallelism: 2}
-sink:
-  type: sqlite
-  connection: {connection_type: params, params: {path: target.db}}
-  table: {name: t}
-  strategy:
-    mode: replace
-    window: {column: ts, anchor: data_interval_end, lookback: P3D, chunk_interval: P1D}
-runtime:
-  storage: {work_dir: work}
-"#;
+    /// Frames of two rows, chunks of a day two at a time.
+    pub fn manifest() -> String {
+        let window = "column: ts, anchor: data_interval_end, lookback: P3D, chunk_interval: P1D";
+        crate::common::sqlite_manifest("t", &crate::common::frames_of_two(Some(2)), window, true)
+    }
 
     pub fn row(id: i64, ts: Option<String>) -> Vec<Sql> {
         vec![Sql::Integer(id), ts.map(Sql::Text).unwrap_or(Sql::Null), Sql::Text(format!("name {id}"))]
@@ -162,7 +147,7 @@ fn sqlite_route_survives_kill_9_at_random_moments() {
         sqlite::insert(&tgt, &sqlite::row(id, ts));
     }
     drop(tgt);
-    std::fs::write(dir.join("manifest.yaml"), sqlite::MANIFEST).expect("manifest");
+    std::fs::write(dir.join("manifest.yaml"), sqlite::manifest()).expect("manifest");
     let kept_and_stale = dump(&target, "t");
     let args = ["run", "manifest.yaml", "--interval-end", INTERVAL_END, "--format", "json"];
     let (start, end) = ("2026-09-06 00:00:00.000000", "2026-09-09 00:00:00.000000");

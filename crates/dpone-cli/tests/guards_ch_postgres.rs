@@ -31,10 +31,10 @@ mod guards_common;
 mod harness;
 
 use ch_postgres_common::{
-    CHUNK_BOUNDS, Fixture, INTERVAL_END, NAME, Options, Row, Setup, TS, V, event_cols, row, standard_fixture, standard_fixture_on,
-    standard_source, standard_target, text, ts, with,
+    Fixture, INTERVAL_END, NAME, Options, Row, TS, V, row, standard_fixture, standard_fixture_on, standard_source, standard_target,
+    swap_setup, text, ts, with,
 };
-use guards_common::{assert_refused, spawn, wait, wait_until};
+use guards_common::{assert_first_error_says, assert_refused, spawn, tamper_while_paused, wait};
 use harness::state_of;
 use std::process::Output;
 use std::time::Duration;
@@ -63,16 +63,10 @@ fn spawn_run(fx: &Fixture, extra: &[(&str, &str)]) -> std::process::Child {
 
 /// A run paused at `point`: once `ready` finds what to tamper with, `tamper`
 /// changes it; the run's output.
-fn tampered_run<T>(fx: &Fixture, point: &str, mut ready: impl FnMut() -> Option<T>, tamper: impl FnOnce(T)) -> Output {
+fn tampered_run<T>(fx: &Fixture, point: &str, ready: impl FnMut() -> Option<T>, tamper: impl FnOnce(T)) -> Output {
     let pause = format!("{point}:{PAUSE_MS}");
     let child = spawn_run(fx, &[("DPONE_FAILPOINT_SLEEP", &pause)]);
-    let mut found = None;
-    wait_until(&format!("the run pauses at {point}"), LIMIT, || {
-        found = ready();
-        found.is_some()
-    });
-    tamper(found.expect("found"));
-    wait(child, LIMIT)
+    tamper_while_paused(child, point, LIMIT, ready, tamper)
 }
 
 fn count(fx: &Fixture, table: &str) -> usize {
@@ -160,7 +154,7 @@ fn a_generation_tampered_after_its_build_is_refused() {
         if how == "change" || how == "exchange" {
             // The view's row count is unchanged: only the publishing
             // transaction's fingerprint of what it inserts sees the change.
-            assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains("verified staging"), "{what}: {doc:#}");
+            assert_first_error_says(&doc, "verified staging", &what);
         }
         assert_unpublished(&fx, &standard_target(), &what);
     }
@@ -169,15 +163,7 @@ fn a_generation_tampered_after_its_build_is_refused() {
 
 #[test]
 fn a_partition_swap_generation_tampered_after_its_build_is_refused() {
-    let setup = Setup {
-        pg_table_suffix: "PARTITION BY RANGE (ts)".into(),
-        pg_partitions: vec![
-            ("t_window".into(), format!("FOR VALUES FROM ('{}+00') TO ('{}+00')", CHUNK_BOUNDS[0], CHUNK_BOUNDS[3])),
-            ("t_rest".into(), "DEFAULT".into()),
-        ],
-        ..Setup::new("guard_chpg_swap", event_cols())
-    };
-    let fx = standard_fixture_on(setup);
+    let fx = standard_fixture_on(swap_setup("guard_chpg_swap"));
     one_chunk(&fx, Some("partition_swap"));
     let what = "a row of the swap's generation table changed at generation.after_build";
     let out = tampered_run(&fx, "generation.after_build", || generation_built(&fx), |generation| tamper(&fx, &generation, "change"));
@@ -221,7 +207,7 @@ fn a_kept_row_changed_after_the_intent_is_refused_by_the_publishing_transaction(
         |_| fx.pg_exec(&format!("UPDATE {} SET name = 'changed' WHERE id = 100", fx.target_sql())),
     );
     let doc = assert_refused(&out, "kept_rows_changed", what);
-    assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains("rolled back"), "{what}: refused inside the transaction: {doc:#}");
+    assert_first_error_says(&doc, "rolled back", what);
     assert_unpublished(&fx, &with_row_100_renamed(), what);
     fx.finish();
 }
@@ -234,19 +220,13 @@ fn a_row_a_trigger_adds_to_the_window_fails_the_publication_verification() {
     // dpone's publishing session inserts: the window then holds more than
     // the generation, inside the publishing transaction.
     let extra = ch_postgres_common::pg_literal(&V::Int(999), "bigint");
-    fx.pg_exec(&format!(
-        "CREATE FUNCTION {s}.add_one() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
-           IF current_setting('application_name') = 'dpone publish' AND pg_trigger_depth() = 1 THEN \
-             INSERT INTO {t} (id, ts) VALUES ({extra}, '2026-09-07 12:00:00+00'); END IF; RETURN NULL; END $$; \
-         CREATE TRIGGER add_one AFTER INSERT ON {t} FOR EACH STATEMENT EXECUTE FUNCTION {s}.add_one();",
-        s = ch_postgres_common::ident(&fx.schema),
-        t = fx.target_sql()
-    ));
+    let insert = format!("INSERT INTO {} (id, ts) VALUES ({extra}, '2026-09-07 12:00:00+00');", fx.target_sql());
+    target_trigger(&fx, "add_one", "AFTER INSERT", "STATEMENT", &insert);
     let what = "a trigger adding a window row during the publication";
     let out = spawn_run(&fx, &[]);
     let out = wait(out, LIMIT);
     let doc = assert_refused(&out, "publication_verification_failed", what);
-    assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains(&format!("holds {}", window_rows() + 1)), "{what}: {doc:#}");
+    assert_first_error_says(&doc, &format!("holds {}", window_rows() + 1), what);
     assert_unpublished(&fx, &standard_target(), what);
     fx.finish();
 }
@@ -274,7 +254,7 @@ fn a_row_a_trigger_changes_as_it_is_inserted_fails_the_generation_verification()
     let what = "a row trigger changing an inserted row during the publication";
     let out = wait(spawn_run(&fx, &[]), LIMIT);
     let doc = assert_refused(&out, "generation_verification_failed", what);
-    assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains("verified staging"), "{what}: {doc:#}");
+    assert_first_error_says(&doc, "verified staging", what);
     assert_unpublished(&fx, &standard_target(), what);
     fx.finish();
 }
@@ -296,7 +276,7 @@ fn a_staging_row_a_trigger_changes_inside_the_publishing_transaction_is_refused(
     let what = "a statement trigger changing a staging row inside the publishing transaction";
     let out = wait(spawn_run(&fx, &[]), LIMIT);
     let doc = assert_refused(&out, "generation_verification_failed", what);
-    assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains("verified staging"), "{what}: {doc:#}");
+    assert_first_error_says(&doc, "verified staging", what);
     assert_unpublished(&fx, &standard_target(), what);
     fx.finish();
 }

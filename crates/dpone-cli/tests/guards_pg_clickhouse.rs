@@ -53,9 +53,9 @@ mod harness;
 mod pg_clickhouse_common;
 
 use dpone_core::value::Value;
-use guards_common::{assert_refused, spawn, wait, wait_until};
+use guards_common::{assert_first_error_says, assert_refused, spawn, tamper_while_paused, wait, wait_until};
 use pg_clickhouse_common::{BOUNDS, Col, Fixture, INTERVAL_END, Row, TABLE, assert_same_rows, at, col, dec, int, text};
-use std::process::Output;
+use std::process::{Child, Output};
 use std::time::Duration;
 
 const PAUSE_MS: &str = "2000";
@@ -154,13 +154,7 @@ fn tampered_run<T>(fx: &Fixture, point: &str, ready: impl FnMut() -> Option<T>, 
     tampered_run_paused(fx, point, PAUSE_MS, ready, tamper)
 }
 
-fn tampered_run_paused<T>(
-    fx: &Fixture,
-    point: &str,
-    pause_ms: &str,
-    mut ready: impl FnMut() -> Option<T>,
-    tamper: impl FnOnce(T),
-) -> Output {
+fn tampered_run_paused<T>(fx: &Fixture, point: &str, pause_ms: &str, ready: impl FnMut() -> Option<T>, tamper: impl FnOnce(T)) -> Output {
     // Written by the run as its pause begins (see `paused`).
     let marker = paused_marker(fx);
     let _ = std::fs::remove_file(&marker);
@@ -170,15 +164,14 @@ fn tampered_run_paused<T>(
         ("DPONE_FAILPOINT_SLEEP".to_string(), format!("{point}:{pause_ms}")),
         ("DPONE_FAILPOINT_PAUSED".to_string(), marker.display().to_string()),
     ];
+    let child = spawn_run(fx, &env);
+    tamper_while_paused(child, point, LIMIT, ready, tamper)
+}
+
+/// `dpone run` of the fixture's manifest with `env`.
+fn spawn_run(fx: &Fixture, env: &[(String, String)]) -> Child {
     let m = fx.manifest.display().to_string();
-    let child = spawn(fx.dir(), &["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], &env);
-    let mut found = None;
-    wait_until(&format!("the run pauses at {point}"), LIMIT, || {
-        found = ready();
-        found.is_some()
-    });
-    tamper(found.expect("found"));
-    wait(child, LIMIT)
+    spawn(fx.dir(), &["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], env)
 }
 
 /// The file a paused run writes as its pause begins.
@@ -191,12 +184,20 @@ fn paused(fx: &Fixture) -> bool {
     paused_marker(fx).exists()
 }
 
+/// The run's table whose name starts with `prefix`, once the run is inside its pause.
+fn paused_owned(fx: &Fixture, prefix: &str) -> Option<String> {
+    paused(fx).then(|| owned(fx, prefix)).flatten()
+}
+
 /// The generation once it holds all its rows (3 kept + the window's): the
 /// table exists before its rows are copied and attached, so only then is
 /// the run paused after the build.
 fn built(fx: &Fixture) -> Option<String> {
     owned(fx, "_dpone_gen_").filter(|g| count(fx, g) == 3 + WINDOW_ROWS)
 }
+
+/// Every way [`tamper`] knows.
+const TAMPERINGS: [&str; 3] = ["insert", "delete", "change"];
 
 /// Inserts a row into, deletes the row with id 2 of, or changes it in `table`.
 fn tamper(fx: &Fixture, table: &str, how: &str) {
@@ -216,8 +217,7 @@ fn plain_env(fx: &Fixture) -> Vec<(String, String)> {
 
 /// A run without failpoints succeeds and publishes the window.
 fn assert_next_run_publishes(fx: &Fixture, what: &str) {
-    let m = fx.manifest.display().to_string();
-    let out = wait(spawn(fx.dir(), &["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], &plain_env(fx)), LIMIT);
+    let out = wait(spawn_run(fx, &plain_env(fx)), LIMIT);
     assert_eq!(out.status.code(), Some(0), "{what}:\n{}", guards_common::describe(&out));
     assert_same_rows(&published(), &fx.target_rows(), &format!("{what}: the window published"));
 }
@@ -227,17 +227,31 @@ fn assert_unchanged(fx: &Fixture, expected: &[Row], uuid_before: &str, what: &st
     assert_eq!(uuid(fx), uuid_before, "{what}: the target's identity (UUID) is unchanged");
 }
 
+/// For each way in `hows`, a run paused at `point` has the table `ready`
+/// finds (a `kind` table) tampered with: every run is refused with `code`,
+/// the target keeps its rows and identity. `note` ends each case's name.
+fn assert_tampering_refused(
+    fx: &Fixture,
+    point: &str,
+    (kind, note): (&str, &str),
+    hows: &[&str],
+    mut ready: impl FnMut() -> Option<String>,
+    code: &str,
+) {
+    let uuid_before = uuid(fx);
+    for how in hows {
+        let what = format!("a {kind} row {how} at {point}{note}");
+        let out = tampered_run(fx, point, &mut ready, |table| tamper(fx, &table, how));
+        assert_refused(&out, code, &what);
+        assert_unchanged(fx, &target(), &uuid_before, &what);
+    }
+}
+
 #[test]
 fn a_staging_table_tampered_after_its_load_is_refused() {
     let fx = fixture("guard_pgch_stg");
-    let uuid_before = uuid(&fx);
-    for how in ["insert", "delete", "change"] {
-        let what = format!("a staging row {how} at staging.after_ack");
-        let loaded = || owned(&fx, "_dpone_stg_").filter(|t| count(&fx, t) == WINDOW_ROWS);
-        let out = tampered_run(&fx, "staging.after_ack", loaded, |staging| tamper(&fx, &staging, how));
-        assert_refused(&out, "staging_verification_failed", &what);
-        assert_unchanged(&fx, &target(), &uuid_before, &what);
-    }
+    let loaded = || owned(&fx, "_dpone_stg_").filter(|t| count(&fx, t) == WINDOW_ROWS);
+    assert_tampering_refused(&fx, "staging.after_ack", ("staging", ""), &TAMPERINGS, loaded, "staging_verification_failed");
     fx.finish();
 }
 
@@ -246,14 +260,9 @@ fn a_staging_table_tampered_after_its_load_is_refused() {
 #[test]
 fn a_staging_row_changed_after_its_load_is_refused_under_the_xxh3_128_digest() {
     let fx = fixture_digest("guard_pgch_xxh3", Some("xxh3_128"));
-    let uuid_before = uuid(&fx);
-    for how in ["change", "insert"] {
-        let what = format!("a staging row {how} at staging.after_ack (xxh3_128)");
-        let loaded = || owned(&fx, "_dpone_stg_").filter(|t| count(&fx, t) == WINDOW_ROWS);
-        let out = tampered_run(&fx, "staging.after_ack", loaded, |staging| tamper(&fx, &staging, how));
-        assert_refused(&out, "staging_verification_failed", &what);
-        assert_unchanged(&fx, &target(), &uuid_before, &what);
-    }
+    let loaded = || owned(&fx, "_dpone_stg_").filter(|t| count(&fx, t) == WINDOW_ROWS);
+    let hows = ["change", "insert"];
+    assert_tampering_refused(&fx, "staging.after_ack", ("staging", " (xxh3_128)"), &hows, loaded, "staging_verification_failed");
     fx.finish();
 }
 
@@ -263,29 +272,18 @@ fn a_staging_row_changed_after_its_load_is_refused_under_the_xxh3_128_digest() {
 #[test]
 fn a_staging_table_tampered_after_its_verification_is_refused() {
     let fx = fixture("guard_pgch_stgv");
-    let uuid_before = uuid(&fx);
-    for how in ["insert", "delete", "change"] {
-        let what = format!("a staging row {how} at chunk.after_verify");
-        // The staging table is loaded a moment before its verification
-        // ends: tamper only once the run says it is inside the pause.
-        let verified = || paused(&fx).then(|| owned(&fx, "_dpone_stg_")).flatten();
-        let out = tampered_run(&fx, "chunk.after_verify", verified, |staging| tamper(&fx, &staging, how));
-        assert_refused(&out, "generation_verification_failed", &what);
-        assert_unchanged(&fx, &target(), &uuid_before, &what);
-    }
+    // The staging table is loaded a moment before its verification
+    // ends: tamper only once the run says it is inside the pause.
+    let verified = || paused_owned(&fx, "_dpone_stg_");
+    assert_tampering_refused(&fx, "chunk.after_verify", ("staging", ""), &TAMPERINGS, verified, "generation_verification_failed");
     fx.finish();
 }
 
 #[test]
 fn a_generation_tampered_after_its_build_is_refused() {
     let fx = fixture("guard_pgch_gen");
-    let uuid_before = uuid(&fx);
-    for how in ["insert", "delete", "change"] {
-        let what = format!("a generation row {how} at generation.after_build");
-        let out = tampered_run(&fx, "generation.after_build", || built(&fx), |generation| tamper(&fx, &generation, how));
-        assert_refused(&out, "generation_verification_failed", &what);
-        assert_unchanged(&fx, &target(), &uuid_before, &what);
-    }
+    let built = || built(&fx);
+    assert_tampering_refused(&fx, "generation.after_build", ("generation", ""), &TAMPERINGS, built, "generation_verification_failed");
     fx.finish();
 }
 
@@ -334,9 +332,7 @@ fn a_lost_source_snapshot_is_refused_and_the_next_run_re_extracts() {
         ("DPONE_FAILPOINT_SLEEP".to_string(), format!("staging.before_write:{PAUSE_MS}")),
         ("DPONE_FAILPOINT_PAUSED".to_string(), paused_marker(&fx).display().to_string()),
     ];
-    let m = fx.manifest.display().to_string();
-    let args = ["run", m.as_str(), "--interval-end", INTERVAL_END, "--format", "json"];
-    let child = spawn(fx.dir(), &args, &env);
+    let child = spawn_run(&fx, &env);
     let keeper = format!("SELECT count(*) FROM pg_stat_activity WHERE application_name = '{app}' AND query LIKE '%pg_export_snapshot%'");
     // Only once the run is paused before its read: the keeper's session
     // shows the export's query text while the export still runs, and
@@ -350,7 +346,7 @@ fn a_lost_source_snapshot_is_refused_and_the_next_run_re_extracts() {
     assert_unchanged(&fx, &target(), &uuid_before, what);
     // The next run takes a new snapshot and publishes the window.
     let env: Vec<(String, String)> = env.into_iter().filter(|(k, _)| k != "DPONE_FAILPOINT_SLEEP").collect();
-    let out = wait(spawn(fx.dir(), &args, &env), LIMIT);
+    let out = wait(spawn_run(&fx, &env), LIMIT);
     assert_eq!(out.status.code(), Some(0), "the run after a lost snapshot:\n{}", guards_common::describe(&out));
     assert_same_rows(&published(), &fx.target_rows(), "the window re-extracted under a new snapshot");
     fx.finish();
@@ -368,7 +364,7 @@ fn a_generation_dropped_or_replaced_before_the_exchange_is_refused_and_the_next_
     let uuid_before = uuid(&fx);
     for how in ["dropped", "replaced"] {
         let what = format!("the generation {how} at publish.before_exchange");
-        let ready = || paused(&fx).then(|| owned(&fx, "_dpone_gen_")).flatten();
+        let ready = || paused_owned(&fx, "_dpone_gen_");
         let out = tampered_run(&fx, "publish.before_exchange", ready, |generation| {
             let g = format!("{}.{generation}", fx.db);
             fx.ch_exec(&format!("DROP TABLE {g} SYNC"));
@@ -379,7 +375,7 @@ fn a_generation_dropped_or_replaced_before_the_exchange_is_refused_and_the_next_
         });
         let doc = assert_refused(&out, "generation_changed", &what);
         let expected_state = if how == "dropped" { "is gone" } else { "is table" };
-        assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains(expected_state), "{what}: {doc:#}");
+        assert_first_error_says(&doc, expected_state, &what);
         assert_unchanged(&fx, &target(), &uuid_before, &what);
         // The failed run's tables are dropped, the impostor with them.
         assert!(owned(&fx, "_dpone_gen_").is_none(), "{what}: no generation is left behind");
@@ -400,13 +396,13 @@ fn an_exchange_that_fails_leaves_the_target_and_is_publication_failed() {
     let fx = fixture("guard_pgch_xfail");
     let uuid_before = uuid(&fx);
     let what = "the generation dropped at replace.before_exchange";
-    let ready = || paused(&fx).then(|| owned(&fx, "_dpone_gen_")).flatten();
+    let ready = || paused_owned(&fx, "_dpone_gen_");
     let out = tampered_run(&fx, "replace.before_exchange", ready, |generation| {
         fx.ch_exec(&format!("DROP TABLE {}.{generation} SYNC", fx.db));
     });
     let doc = assert_refused(&out, "publication_failed", what);
     assert_eq!(doc["publication"], "absent", "{what}: {doc:#}");
-    assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains("did not take effect"), "{what}: {doc:#}");
+    assert_first_error_says(&doc, "did not take effect", what);
     assert_unchanged(&fx, &target(), &uuid_before, what);
     assert!(owned(&fx, "_dpone_").is_none(), "{what}: the failed run's tables are dropped: {:?}", fx.owned_tables());
     assert_next_run_publishes(&fx, "the run after a failed exchange");
@@ -446,10 +442,8 @@ fn a_target_gone_just_before_the_exchange_is_an_unknown_outcome_until_resolved()
     let generation = owned(&fx, "_dpone_gen_").expect("the generation is kept for the operator");
     fx.ch_exec(&format!("RENAME TABLE {moved} TO {}.{TABLE}", fx.db));
     assert_unchanged(&fx, &target(), &uuid_before, what);
-    let m = fx.manifest.display().to_string();
     let env = plain_env(&fx);
-    let run = ["run", m.as_str(), "--interval-end", INTERVAL_END, "--format", "json"];
-    let again = wait(spawn(fx.dir(), &run, &env), LIMIT);
+    let again = wait(spawn_run(&fx, &env), LIMIT);
     assert_eq!(
         guards_common::json(&again)["error_code"],
         "outcome_unknown",
@@ -458,6 +452,7 @@ fn a_target_gone_just_before_the_exchange_is_an_unknown_outcome_until_resolved()
     );
     assert_unchanged(&fx, &target(), &uuid_before, &format!("{what}, after the refused rerun"));
     assert_eq!(owned(&fx, "_dpone_gen_").as_deref(), Some(generation.as_str()), "{what}: the refused rerun keeps the tables");
+    let m = fx.manifest.display().to_string();
     let resolved = wait(spawn(fx.dir(), &["resolve", m.as_str(), "--outcome", "absent"], &env), LIMIT);
     assert_eq!(resolved.status.code(), Some(0), "`dpone resolve --outcome absent`:\n{}", guards_common::describe(&resolved));
     assert_next_run_publishes(&fx, "the run after the resolution");
@@ -480,14 +475,14 @@ fn a_row_written_into_the_generation_before_the_exchange_is_refused_or_reported_
     let fx = fixture("guard_pgch_pubv");
     let uuid_before = uuid(&fx);
     let what = "a generation row inserted at publish.before_exchange";
-    let ready = || paused(&fx).then(|| owned(&fx, "_dpone_gen_")).flatten();
+    let ready = || paused_owned(&fx, "_dpone_gen_");
     let out = tampered_run(&fx, "publish.before_exchange", ready, |generation| tamper(&fx, &generation, "insert"));
     let doc = assert_refused(&out, "generation_changed", what);
-    assert!(doc["errors"][0]["message"].as_str().unwrap_or("").contains(&format!("holds {} rows", 3 + WINDOW_ROWS + 1)), "{what}: {doc:#}");
+    assert_first_error_says(&doc, &format!("holds {} rows", 3 + WINDOW_ROWS + 1), what);
     assert_unchanged(&fx, &target(), &uuid_before, what);
 
     let what = "a generation row inserted at replace.before_exchange";
-    let ready = || paused(&fx).then(|| owned(&fx, "_dpone_gen_")).flatten();
+    let ready = || paused_owned(&fx, "_dpone_gen_");
     let out = tampered_run(&fx, "replace.before_exchange", ready, |generation| tamper(&fx, &generation, "insert"));
     let doc = guards_common::json(&out);
     assert!(

@@ -26,8 +26,8 @@
 mod common;
 mod guards_common;
 
-use common::{INTERVAL_END, Row, dump, owned_tables};
-use guards_common::{assert_refused, json, spawn, wait, wait_until};
+use common::{INTERVAL_END, Row, dump, frames_of_two, owned_tables, sqlite_manifest};
+use guards_common::{assert_refused, json, spawn, tamper_while_paused, wait};
 use rusqlite::Connection;
 use rusqlite::types::Value as Sql;
 use std::path::{Path, PathBuf};
@@ -37,24 +37,10 @@ const DDL: &str = "CREATE TABLE t (id INTEGER NOT NULL, ts TIMESTAMP, name TEXT)
 const PAUSE_MS: &str = "2000";
 const LIMIT: Duration = Duration::from_secs(60);
 
-const MANIFEST: &str = r#"kind: dpone.batch.v1
-source:
-  type: sqlite
-  connection: {connection_type: params, params: {path: source.db}}
-  table: {name: t}
-  options:
-    native_transfer:
-      wire: {block_rows: 2}
-sink:
-  type: sqlite
-  connection: {connection_type: params, params: {path: target.db}}
-  table: {name: t}
-  strategy:
-    mode: replace
-    window: {column: ts, anchor: data_interval_end, lookback: P3D, chunk_interval: P3D}
-runtime:
-  storage: {work_dir: work}
-"#;
+/// Frames of two rows, the window in one chunk.
+fn manifest() -> String {
+    sqlite_manifest("t", &frames_of_two(None), "column: ts, anchor: data_interval_end, lookback: P3D, chunk_interval: P3D", true)
+}
 
 fn row(id: i64, ts: Option<&str>) -> Vec<Sql> {
     vec![Sql::Integer(id), ts.map(|t| Sql::Text(t.into())).unwrap_or(Sql::Null), Sql::Text(format!("name {id}"))]
@@ -104,7 +90,7 @@ impl Fixture {
         create_db(&dir.join("source.db"), &source_rows());
         create_db(&dir.join("target.db"), &target_rows());
         let manifest = dir.join("manifest.yaml");
-        std::fs::write(&manifest, MANIFEST).expect("write manifest");
+        std::fs::write(&manifest, self::manifest()).expect("write manifest");
         Fixture { target: dir.join("target.db"), _tmp: tmp, dir, manifest: manifest.display().to_string() }
     }
 
@@ -124,16 +110,10 @@ impl Fixture {
 
     /// A run paused at `point`: once `ready` finds what to tamper with,
     /// `tamper` changes it; the run's output.
-    fn tampered_run<T>(&self, point: &str, mut ready: impl FnMut() -> Option<T>, tamper: impl FnOnce(T)) -> std::process::Output {
+    fn tampered_run<T>(&self, point: &str, ready: impl FnMut() -> Option<T>, tamper: impl FnOnce(T)) -> std::process::Output {
         let pause = vec![("DPONE_FAILPOINT_SLEEP".to_string(), format!("{point}:{PAUSE_MS}"))];
         let child = spawn(&self.dir, &["run", &self.manifest, "--interval-end", INTERVAL_END, "--format", "json"], &pause);
-        let mut found = None;
-        wait_until(&format!("the run pauses at {point}"), LIMIT, || {
-            found = ready();
-            found.is_some()
-        });
-        tamper(found.expect("found"));
-        wait(child, LIMIT)
+        tamper_while_paused(child, point, LIMIT, ready, tamper)
     }
 
     fn owned(&self, prefix: &str) -> Option<String> {
@@ -178,16 +158,11 @@ fn a_generation_tampered_after_its_build_is_refused() {
     }
 }
 
-#[test]
-fn a_kept_row_changed_after_the_build_is_refused() {
-    let fx = Fixture::new();
-    let what = "a kept row changed at generation.after_build";
-    let out = fx.tampered_run(
-        "generation.after_build",
-        || fx.owned("_dpone_gen_"),
-        |_| fx.exec("UPDATE t SET name = 'changed by another writer' WHERE id = 100"),
-    );
-    assert_refused(&out, "kept_rows_changed", what);
+/// Another writer's change of kept row 100, made while a run paused.
+const OTHER_WRITER: &str = "UPDATE t SET name = 'changed by another writer' WHERE id = 100";
+
+/// The target holds its rows with only [`OTHER_WRITER`]'s change.
+fn assert_only_the_other_writers_change(fx: &Fixture, what: &str) {
     let mut expected: Vec<Vec<Sql>> = target_rows();
     expected[0][2] = Sql::Text("changed by another writer".into());
     let conn = Connection::open_in_memory().unwrap();
@@ -196,6 +171,15 @@ fn a_kept_row_changed_after_the_build_is_refused() {
         conn.execute("INSERT INTO t VALUES (?1, ?2, ?3)", rusqlite::params_from_iter(r.iter())).unwrap();
     }
     assert_eq!(fx.target_rows(), common::dump_conn(&conn, "t"), "{what}: the target holds only the other writer's change");
+}
+
+#[test]
+fn a_kept_row_changed_after_the_build_is_refused() {
+    let fx = Fixture::new();
+    let what = "a kept row changed at generation.after_build";
+    let out = fx.tampered_run("generation.after_build", || fx.owned("_dpone_gen_"), |_| fx.exec(OTHER_WRITER));
+    assert_refused(&out, "kept_rows_changed", what);
+    assert_only_the_other_writers_change(&fx, what);
 }
 
 #[test]
@@ -229,24 +213,13 @@ fn journal_publishing(dir: &Path) -> bool {
 fn a_kept_row_changed_inside_the_publication_rolls_it_back_and_the_run_fails() {
     let fx = Fixture::new();
     let what = "a kept row changed at publish.before_exchange";
-    let out = fx.tampered_run(
-        "publish.before_exchange",
-        || journal_publishing(&fx.dir).then_some(()),
-        |_| fx.exec("UPDATE t SET name = 'changed by another writer' WHERE id = 100"),
-    );
+    let out = fx.tampered_run("publish.before_exchange", || journal_publishing(&fx.dir).then_some(()), |_| fx.exec(OTHER_WRITER));
     let doc = assert_refused(&out, "kept_rows_changed", what);
     assert_eq!(doc["publication"], "absent", "{what}: nothing published:\n{}", guards_common::describe(&out));
     let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(all.contains("rolled back"), "{what}: the refusal says the transaction rolled back:\n{}", guards_common::describe(&out));
     // The target holds only the other writer's change, and none of dpone's tables.
-    let mut expected: Vec<Vec<Sql>> = target_rows();
-    expected[0][2] = Sql::Text("changed by another writer".into());
-    let conn = Connection::open_in_memory().unwrap();
-    conn.execute_batch(DDL).unwrap();
-    for r in &expected {
-        conn.execute("INSERT INTO t VALUES (?1, ?2, ?3)", rusqlite::params_from_iter(r.iter())).unwrap();
-    }
-    assert_eq!(fx.target_rows(), common::dump_conn(&conn, "t"), "{what}: the target holds only the other writer's change");
+    assert_only_the_other_writers_change(&fx, what);
     assert_eq!(owned_tables(&fx.target), Vec::<String>::new(), "{what}: the failed run's tables are dropped");
     // The next run is not refused (no `outcome_unknown` to resolve): it
     // publishes the window over the kept rows as the other writer left them.

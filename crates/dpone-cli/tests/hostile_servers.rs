@@ -11,7 +11,7 @@ mod pg_clickhouse_common;
 
 use dpone_core::value::Value;
 use harness::codes;
-use pg_clickhouse_common::{Fixture, ManifestOptions, Row, at, col, int, text};
+use pg_clickhouse_common::{Fixture, ManifestOptions, Row, at, col, id_ts, int, text};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 
@@ -20,14 +20,7 @@ fn rows(n: i64) -> Vec<Row> {
 }
 
 fn basic() -> Fixture {
-    Fixture::new(
-        "hostile",
-        vec![
-            col("id", "bigint NOT NULL", "Int64"),
-            col("ts", "timestamptz", "Nullable(DateTime64(6, 'UTC'))"),
-            col("name", "text", "Nullable(String)"),
-        ],
-    )
+    Fixture::new("hostile", id_ts([col("name", "text", "Nullable(String)")]))
 }
 
 /// The fixture's connections, both through TLS with `ca` trusted.
@@ -86,14 +79,7 @@ fn a_wrong_ca_is_refused_for_both_servers() {
 /// PostgreSQL transcoder's tests; none such can be installed here.)
 #[test]
 fn a_timestamp_beyond_the_servers_datetime64_range_fails_the_run_naming_the_column() {
-    let fx = Fixture::new(
-        "hostile_dt64",
-        vec![
-            col("id", "bigint NOT NULL", "Int64"),
-            col("ts", "timestamptz", "Nullable(DateTime64(6, 'UTC'))"),
-            col("seen", "timestamptz NOT NULL", "DateTime64(6, 'UTC')"),
-        ],
-    );
+    let fx = Fixture::new("hostile_dt64", id_ts([col("seen", "timestamptz NOT NULL", "DateTime64(6, 'UTC')")]));
     let range = "0000-01-01 00:00:00 ..= 9999-12-31 23:59:59.999999";
     let plan = fx.plan();
     assert_eq!(plan.code, Some(0), "{}", plan.describe());
@@ -139,14 +125,7 @@ fn a_timestamp_beyond_the_servers_datetime64_range_fails_the_run_naming_the_colu
 }
 
 fn nullable_into_not_null() -> Fixture {
-    Fixture::new(
-        "hostile_null",
-        vec![
-            col("id", "bigint NOT NULL", "Int64"),
-            col("ts", "timestamptz", "Nullable(DateTime64(6, 'UTC'))"),
-            col("name", "text", "String"),
-        ],
-    )
+    Fixture::new("hostile_null", id_ts([col("name", "text", "String")]))
 }
 
 /// A nullable PostgreSQL column into a NOT NULL ClickHouse column is

@@ -14,8 +14,7 @@
 mod harness;
 mod recovery_common;
 
-use harness::Run;
-use recovery_common::pgch::{Fixture, Row, assert_same_rows, check_report, expected_after_replace, standard_source};
+use recovery_common::pgch::{Fixture, Standard, assert_same_rows};
 use std::time::{Duration, Instant};
 
 /// The fixture's manifest with `parallelism: <n>`.
@@ -69,22 +68,13 @@ fn plan(fx: &Fixture) -> (String, serde_json::Value) {
     (text.stdout.clone(), json.json())
 }
 
-/// A successful run: exactly the expected target, a consistent report, no leftovers.
-fn check_success(fx: &Fixture, run: &Run, source: &[Row], expected: &[Row], what: &str) {
-    let doc = run.assert_succeeded(what);
-    assert_same_rows(expected, &fx.target_rows(), &format!("{what}: target (its rows outside the window + the source rows inside)"));
-    check_report(&doc, source, expected, what);
-    fx.assert_clean_after_success(what);
-}
-
 #[test]
 fn an_unindexed_source_is_read_with_one_scan_for_the_whole_window() {
-    let fx = Fixture::standard("scan_one");
-    set_parallelism(&fx, 1);
-    let source = standard_source();
-    let expected = expected_after_replace(&fx.target_rows(), &source);
+    let s = Standard::new("scan_one");
+    let fx = &s.fx;
+    set_parallelism(fx, 1);
 
-    let (text, json) = plan(&fx);
+    let (text, json) = plan(fx);
     assert!(
         text.contains("access      the window column `ts` has no index and the table is not partitioned on it: one scan per chunk group (up to 3 chunks per scan, 1 scan)"),
         "expected the plan to say how the window is read:\n{text}"
@@ -95,46 +85,44 @@ fn an_unindexed_source_is_read_with_one_scan_for_the_whole_window() {
     assert_eq!(access["partitioned"], false, "{json:#}");
     assert_eq!((access["chunks_per_scan"].as_u64(), access["scans"].as_u64()), (Some(3), Some(1)), "{json:#}");
 
-    let before = seq_scans(&fx);
-    check_success(&fx, &fx.run(), &source, &expected, "a run reading the window with one scan");
-    assert_eq!(seq_scans(&fx) - before, 1, "expected one scan of the source for the three chunks");
-    fx.finish();
+    let before = seq_scans(fx);
+    s.published(&fx.run(), "a run reading the window with one scan");
+    assert_eq!(seq_scans(fx) - before, 1, "expected one scan of the source for the three chunks");
+    s.finish();
 }
 
 #[test]
 fn groups_of_two_chunks_and_a_chunk_on_its_own_give_exactly_the_window() {
-    let fx = Fixture::standard("scan_two");
-    let source = standard_source();
-    let expected = expected_after_replace(&fx.target_rows(), &source);
-    let (text, json) = plan(&fx);
+    let s = Standard::new("scan_two");
+    let fx = &s.fx;
+    let (text, json) = plan(fx);
     assert!(text.contains("one scan per chunk group (up to 2 chunks per scan, 2 scans)"), "{text}");
     assert_eq!(json["access"]["scans"], 2, "{json:#}");
-    let before = seq_scans(&fx);
-    check_success(&fx, &fx.run(), &source, &expected, "a run reading chunks 0-1 with one scan and chunk 2 with another");
-    assert_eq!(seq_scans(&fx) - before, 2, "expected two scans of the source: the group 0-1 and chunk 2");
-    fx.finish();
+    let before = seq_scans(fx);
+    s.published(&fx.run(), "a run reading chunks 0-1 with one scan and chunk 2 with another");
+    assert_eq!(seq_scans(fx) - before, 2, "expected two scans of the source: the group 0-1 and chunk 2");
+    s.finish();
 }
 
 #[test]
 fn an_indexed_or_partitioned_source_keeps_per_chunk_range_reads() {
-    let fx = Fixture::standard("scan_idx");
-    set_parallelism(&fx, 1);
-    let source = standard_source();
-    let expected = expected_after_replace(&fx.target_rows(), &source);
+    let s = Standard::new("scan_idx");
+    let fx = &s.fx;
+    set_parallelism(fx, 1);
     fx.pg_exec(&format!("CREATE INDEX t_ts_idx ON {}.t (ts)", fx.schema));
-    let (text, json) = plan(&fx);
+    let (text, json) = plan(fx);
     assert!(
         text.contains(&format!("access      the window column `ts` is indexed ({}.t_ts_idx): per-chunk range reads", fx.schema)),
         "expected the plan to name the index:\n{text}"
     );
     assert_eq!(json["access"]["read"], "per-chunk range reads", "{json:#}");
     assert_eq!(json["access"]["scans"], 3, "{json:#}");
-    check_success(&fx, &fx.run(), &source, &expected, "a run with per-chunk range reads");
+    s.published(&fx.run(), "a run with per-chunk range reads");
 
     // A partial index does not select every row of a range; a btree index
     // whose first column is another one does not help either.
     fx.pg_exec(&format!("DROP INDEX {s}.t_ts_idx; CREATE INDEX ON {s}.t (ts) WHERE id > 5; CREATE INDEX ON {s}.t (id, ts)", s = fx.schema));
-    let (_, json) = plan(&fx);
+    let (_, json) = plan(fx);
     assert_eq!(json["access"]["read"], "one scan per chunk group", "{json:#}");
 
     // A range-partitioned source: per-chunk reads prune partitions.
@@ -145,37 +133,34 @@ fn an_indexed_or_partitioned_source_keeps_per_chunk_range_reads() {
          INSERT INTO {s}.t SELECT * FROM {s}.t_old; DROP TABLE {s}.t_old",
         s = fx.schema
     ));
-    let (text, json) = plan(&fx);
+    let (text, json) = plan(fx);
     assert!(text.contains("the table is partitioned on the window column `ts`: per-chunk range reads"), "{text}");
     assert_eq!(json["access"]["partitioned"], true, "{json:#}");
-    fx.finish();
+    s.finish();
 }
 
 #[test]
 fn a_crash_in_the_middle_of_a_group_read_is_resumed_exactly() {
     for (point, spec) in [("staging.mid_stream", "staging.mid_stream"), ("checkpoint.after_write", "checkpoint.after_write:2")] {
-        let fx = Fixture::standard("scan_crash");
-        set_parallelism(&fx, 1);
-        let source = standard_source();
-        let expected = expected_after_replace(&fx.target_rows(), &source);
-        let before = fx.target_rows();
+        let s = Standard::new("scan_crash");
+        let fx = &s.fx;
+        set_parallelism(fx, 1);
         fx.run_with(&[("DPONE_FAILPOINT", spec)]).assert_aborted_at(point);
-        assert_same_rows(&before, &fx.target_rows(), &format!("{point}: the target after the crash (untouched)"));
-        check_success(&fx, &fx.run(), &source, &expected, &format!("the run after a crash at {spec}"));
-        fx.finish();
+        assert_same_rows(&s.before, &fx.target_rows(), &format!("{point}: the target after the crash (untouched)"));
+        s.published(&fx.run(), &format!("the run after a crash at {spec}"));
+        s.finish();
     }
 }
 
 #[test]
 fn a_chunk_of_a_group_that_fails_transiently_is_read_again_on_its_own() {
-    let fx = Fixture::standard("scan_retry");
-    set_parallelism(&fx, 1);
-    let source = standard_source();
-    let expected = expected_after_replace(&fx.target_rows(), &source);
-    let before = seq_scans(&fx);
+    let s = Standard::new("scan_retry");
+    let fx = &s.fx;
+    set_parallelism(fx, 1);
+    let before = seq_scans(fx);
     // The first load fails transiently: its chunk is retried with a
     // per-chunk range read, the other chunks of the group keep the scan's rows.
-    check_success(&fx, &fx.run_with(&[("DPONE_TARGET_FAULTS", "load:transient:1")]), &source, &expected, "a run with a failed chunk load");
-    assert_eq!(seq_scans(&fx) - before, 2, "expected the group's scan and one more read for the retried chunk");
-    fx.finish();
+    s.published(&fx.run_with(&[("DPONE_TARGET_FAULTS", "load:transient:1")]), "a run with a failed chunk load");
+    assert_eq!(seq_scans(fx) - before, 2, "expected the group's scan and one more read for the retried chunk");
+    s.finish();
 }

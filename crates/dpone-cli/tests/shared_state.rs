@@ -116,9 +116,7 @@ impl Host {
     }
 
     fn status(&self) -> serde_json::Value {
-        let run = self.dpone(&["status", &self.manifest, "--format", "json"]);
-        assert_eq!(run.code, Some(0), "expected `dpone status` to exit 0:\n{}", run.describe());
-        run.json()
+        self.dpone(&["status", &self.manifest, "--format", "json"]).status_json()
     }
 
     /// Files of this host's work dir (evidence only: the journal is in the store).
@@ -144,6 +142,30 @@ fn wait_for_journal(host: &Host, a: &mut Background, what: &str, done: impl Fn(&
         assert!(a.is_running(), "expected the background run to be pausing ({what})");
         done(&host.status())
     });
+}
+
+/// Two hosts sharing `state`, beside the fixture's manifest.
+fn hosts(manifest: &Path, parent: &Path, state: &StateDb, clickhouse_url: &str) -> (Host, Host) {
+    (Host::new(manifest, parent, "host-a", state, clickhouse_url), Host::new(manifest, parent, "host-b", state, clickhouse_url))
+}
+
+/// Host A never renews its 6 s lease and stands still right before its
+/// publishing call, long after the lease expired; host B takes the lease
+/// over and resumes the run to its end; A, woken up, is fenced out
+/// (`lease_lost`). Returns B's report.
+fn take_over(a: &Host, b: &Host) -> serde_json::Value {
+    let mut run_a = a.spawn(&[
+        ("DPONE_TEST_LEASE_TTL_MS", "6000"),
+        ("DPONE_FAILPOINT", "lease.stop_renewal"),
+        ("DPONE_FAILPOINT_SLEEP", "publish.before_exchange:15000"),
+    ]);
+    wait_for_journal(a, &mut run_a, "A recorded its publication intent", |s| state_of(s) == "publishing");
+    std::thread::sleep(Duration::from_millis(6200));
+    let doc = b.run(&[]).assert_succeeded("host B, taking the expired lease over");
+    assert_eq!(doc["resumed"], true);
+    assert!(run_a.is_running(), "A is still standing before its publishing call");
+    run_a.wait().assert_failed("host A after the takeover", 1, "lease_lost");
+    doc
 }
 
 fn holder_pid(doc_or_stderr: &str, pid: u32) -> bool {
@@ -179,23 +201,20 @@ fn the_state_url_names_the_store_and_never_competes_with_a_state_block() {
 
 mod pg_to_clickhouse {
     use super::*;
-    use recovery_common::pgch::{Fixture, assert_same_rows, expected_after_replace, standard_source};
+    use recovery_common::pgch::{Fixture, Standard, assert_same_rows};
 
     fn hosts(fx: &Fixture, state: &StateDb) -> (Host, Host) {
-        (
-            Host::new(&fx.manifest, fx.dir(), "host-a", state, &fx.clickhouse_url),
-            Host::new(&fx.manifest, fx.dir(), "host-b", state, &fx.clickhouse_url),
-        )
+        super::hosts(&fx.manifest, fx.dir(), state, &fx.clickhouse_url)
     }
 
     /// Two processes with different work dirs and one store, started
     /// together on one target: one runs, the other is refused naming it.
     #[test]
     fn two_hosts_started_together_one_runs_the_other_is_refused_with_the_holder_named() {
-        let fx = Fixture::standard("ss_together");
+        let s = Standard::new("ss_together");
+        let fx = &s.fx;
         let state = StateDb::new();
-        let (a, b) = hosts(&fx, &state);
-        let expected = expected_after_replace(&fx.target_rows(), &standard_source());
+        let (a, b) = hosts(fx, &state);
         // Whoever wins holds the lease for a while: the other one surely meets it.
         let slow = [("DPONE_FAILPOINT_SLEEP", "publish.before_intent:3000")];
         let (pa, pb) = (a.spawn(&slow), b.spawn(&slow));
@@ -213,10 +232,10 @@ mod pg_to_clickhouse {
             "the refusal names the holder (pid {winner_pid}):\n{}",
             loser.describe()
         );
-        assert_same_rows(&expected, &fx.target_rows(), "the target after the one run");
+        assert_same_rows(&s.expected, &fx.target_rows(), "the target after the one run");
         fx.assert_clean_after_success("after the one run");
         state.drop();
-        fx.finish();
+        s.finish();
     }
 
     /// kill -9 of a run on host A after its stage completed; host B (an
@@ -224,12 +243,10 @@ mod pg_to_clickhouse {
     /// publishes once; status, resolve and abandon work from either host.
     #[test]
     fn a_run_killed_on_host_a_is_resumed_by_host_b_and_published_exactly_once() {
-        let fx = Fixture::standard("ss_resume");
+        let s = Standard::new("ss_resume");
+        let fx = &s.fx;
         let state = StateDb::new();
-        let (a, b) = hosts(&fx, &state);
-        let before = fx.target_rows();
-        let uuid_before = fx.target_uuid();
-        let expected = expected_after_replace(&before, &standard_source());
+        let (a, b) = hosts(fx, &state);
 
         let mut run_a = a.spawn(&[("DPONE_TEST_LEASE_TTL_MS", "3000"), ("DPONE_FAILPOINT_SLEEP", "publish.before_intent:30000")]);
         wait_for_journal(&a, &mut run_a, "host A built its generation", |s| s["journal"]["generation"].is_object());
@@ -245,18 +262,18 @@ mod pg_to_clickhouse {
         let early = b.run(&[]);
         early.assert_failed("host B while A's lease is live", 2, "lease_held");
         assert!(holder_pid(&early.stdout, pid_a) || holder_pid(&early.stderr, pid_a), "{}", early.describe());
-        assert_same_rows(&before, &fx.target_rows(), "the target before B's run");
-        assert_eq!(fx.target_uuid(), uuid_before);
+        assert_same_rows(&s.before, &fx.target_rows(), "the target before B's run");
+        assert_eq!(fx.target_uuid(), s.uuid_before);
 
         // After the lease expired, B resumes from the verified staging.
         std::thread::sleep(Duration::from_millis(3200));
         let doc = b.run(&[]).assert_succeeded("host B resuming host A's run");
         assert_eq!(doc["resumed"], true, "B continued A's run: {doc:#}");
         assert_eq!(doc["run_id"], seen["run_id"], "the same run");
-        assert_same_rows(&expected, &fx.target_rows(), "the target after B's run");
+        assert_same_rows(&s.expected, &fx.target_rows(), "the target after B's run");
         // Exactly once: one EXCHANGE, the backup is the previous target.
         let backup = fx.assert_clean_after_success("after B's run").expect("a backup");
-        assert_same_rows(&before, &fx.table_rows(&backup), "the backup (the target before the one publication)");
+        assert_same_rows(&s.before, &fx.table_rows(&backup), "the backup (the target before the one publication)");
 
         // Host A (which never finished) sees the success and its evidence,
         // read from the store; the evidence file is on host B.
@@ -270,17 +287,17 @@ mod pg_to_clickhouse {
         let again = a.run(&[]).assert_succeeded("host A after B's success");
         assert_eq!(again["execution"], doc["execution"].as_u64().unwrap() + 1);
         state.drop();
-        fx.finish();
+        s.finish();
     }
 
     /// `abandon` and `status` from another host: A crashes while staging;
     /// B abandons the run (once A's lease expired), then runs the window.
     #[test]
     fn an_operator_on_host_b_abandons_the_run_host_a_left() {
-        let fx = Fixture::standard("ss_abandon");
+        let s = Standard::new("ss_abandon");
+        let fx = &s.fx;
         let state = StateDb::new();
-        let (a, b) = hosts(&fx, &state);
-        let expected = expected_after_replace(&fx.target_rows(), &standard_source());
+        let (a, b) = hosts(fx, &state);
         a.run(&[("DPONE_TEST_LEASE_TTL_MS", "2000"), ("DPONE_FAILPOINT", "checkpoint.after_write:1")])
             .assert_aborted_at("checkpoint.after_write");
         assert_eq!(state_of(&b.status()), "staging");
@@ -292,10 +309,10 @@ mod pg_to_clickhouse {
         assert_eq!(done.code, Some(0), "{}", done.describe());
         assert_eq!(state_of(&a.status()), "failed", "host A sees B's verdict");
         b.run(&[]).assert_succeeded("host B's run after the abandon");
-        assert_same_rows(&expected, &fx.target_rows(), "the target");
+        assert_same_rows(&s.expected, &fx.target_rows(), "the target");
         fx.assert_clean_after_success("after B's run (A's staging was dropped)");
         state.drop();
-        fx.finish();
+        s.finish();
     }
 
     /// The state store becomes unreachable while the run pauses before
@@ -303,12 +320,10 @@ mod pg_to_clickhouse {
     /// visible), and once the store is back the next run publishes once.
     #[test]
     fn a_state_store_that_goes_away_stops_the_run_before_publication_and_the_run_recovers_when_it_returns() {
-        let fx = Fixture::standard("ss_away");
+        let s = Standard::new("ss_away");
+        let fx = &s.fx;
         let state = StateDb::with_role();
-        let (a, _) = hosts(&fx, &state);
-        let before = fx.target_rows();
-        let uuid_before = fx.target_uuid();
-        let expected = expected_after_replace(&before, &standard_source());
+        let (a, _) = hosts(fx, &state);
 
         let mut run = a.spawn(&[("DPONE_TEST_LEASE_TTL_MS", "3000"), ("DPONE_FAILPOINT_SLEEP", "publish.before_intent:4000")]);
         wait_for_journal(&a, &mut run, "the run built its generation", |s| s["journal"]["generation"].is_object());
@@ -316,8 +331,8 @@ mod pg_to_clickhouse {
         let stopped = run.wait();
         let doc = stopped.assert_failed("the run whose state store went away", 1, "state_store");
         assert_eq!(doc["publication"], "absent", "{}", stopped.describe());
-        assert_same_rows(&before, &fx.target_rows(), "the target while the store was away");
-        assert_eq!(fx.target_uuid(), uuid_before, "no EXCHANGE");
+        assert_same_rows(&s.before, &fx.target_rows(), "the target while the store was away");
+        assert_eq!(fx.target_uuid(), s.uuid_before, "no EXCHANGE");
         let away = a.dpone(&["status", &a.manifest, "--format", "json"]);
         assert_eq!(away.code, Some(2), "status cannot read an unreachable store:\n{}", away.describe());
 
@@ -326,11 +341,11 @@ mod pg_to_clickhouse {
         std::thread::sleep(Duration::from_millis(3200));
         let doc = a.run(&[]).assert_succeeded("the run after the store returned");
         assert_eq!(doc["resumed"], true);
-        assert_same_rows(&expected, &fx.target_rows(), "the target after recovery");
+        assert_same_rows(&s.expected, &fx.target_rows(), "the target after recovery");
         let backup = fx.assert_clean_after_success("after recovery").expect("a backup");
-        assert_same_rows(&before, &fx.table_rows(&backup), "published exactly once");
+        assert_same_rows(&s.before, &fx.table_rows(&backup), "published exactly once");
         state.drop();
-        fx.finish();
+        s.finish();
     }
 
     /// A run that lost its lease to a takeover while it stood right before
@@ -338,33 +353,19 @@ mod pg_to_clickhouse {
     /// (nothing published) and published; A wakes up fenced out.
     #[test]
     fn a_run_that_lost_its_lease_to_a_takeover_cannot_publish() {
-        let fx = Fixture::standard("ss_fence_ch");
+        let s = Standard::new("ss_fence_ch");
+        let fx = &s.fx;
         let state = StateDb::new();
-        let (a, b) = hosts(&fx, &state);
-        let before = fx.target_rows();
-        let expected = expected_after_replace(&before, &standard_source());
-        // A never renews its 6 s lease and stands still right before its
-        // publishing call, long after the lease expired.
-        let mut run_a = a.spawn(&[
-            ("DPONE_TEST_LEASE_TTL_MS", "6000"),
-            ("DPONE_FAILPOINT", "lease.stop_renewal"),
-            ("DPONE_FAILPOINT_SLEEP", "publish.before_exchange:15000"),
-        ]);
-        wait_for_journal(&a, &mut run_a, "A recorded its publication intent", |s| state_of(s) == "publishing");
-        std::thread::sleep(Duration::from_millis(6200));
-        let doc = b.run(&[]).assert_succeeded("host B, taking the expired lease over");
-        assert_eq!(doc["resumed"], true);
-        assert!(run_a.is_running(), "A is still standing before its publishing call");
-        let late = run_a.wait();
-        late.assert_failed("host A after the takeover", 1, "lease_lost");
-        assert_same_rows(&expected, &fx.target_rows(), "the target is B's one publication");
+        let (a, b) = hosts(fx, &state);
+        let doc = take_over(&a, &b);
+        assert_same_rows(&s.expected, &fx.target_rows(), "the target is B's one publication");
         let backup = fx.assert_clean_after_success("after A woke up").expect("a backup");
-        assert_same_rows(&before, &fx.table_rows(&backup), "one EXCHANGE only");
+        assert_same_rows(&s.before, &fx.table_rows(&backup), "one EXCHANGE only");
         let seen = b.status();
         assert_eq!(state_of(&seen), "succeeded", "{seen:#}");
         assert_eq!(seen["run_id"], doc["run_id"]);
         state.drop();
-        fx.finish();
+        s.finish();
     }
 }
 
@@ -378,22 +379,9 @@ mod clickhouse_to_postgres {
     fn a_run_that_lost_its_lease_to_a_takeover_cannot_publish() {
         let fx = standard_fixture("ss_fence_pg");
         let state = StateDb::new();
-        let a = Host::new(&fx.manifest, fx.dir(), "host-a", &state, &fx.clickhouse_url);
-        let b = Host::new(&fx.manifest, fx.dir(), "host-b", &state, &fx.clickhouse_url);
+        let (a, b) = hosts(&fx.manifest, fx.dir(), &state, &fx.clickhouse_url);
         let expected = expected_after_replace(&ch_postgres_common::standard_target(), &standard_source(), TS);
-        // A never renews its 6 s lease and stands still right before its
-        // publishing call, long after the lease expired.
-        let mut run_a = a.spawn(&[
-            ("DPONE_TEST_LEASE_TTL_MS", "6000"),
-            ("DPONE_FAILPOINT", "lease.stop_renewal"),
-            ("DPONE_FAILPOINT_SLEEP", "publish.before_exchange:15000"),
-        ]);
-        wait_for_journal(&a, &mut run_a, "A recorded its publication intent", |s| state_of(s) == "publishing");
-        std::thread::sleep(Duration::from_millis(6200));
-        let doc = b.run(&[]).assert_succeeded("host B, taking the expired lease over");
-        assert_eq!(doc["resumed"], true);
-        assert!(run_a.is_running(), "A is still standing before its publishing call");
-        run_a.wait().assert_failed("host A after the takeover", 1, "lease_lost");
+        take_over(&a, &b);
         fx.assert_target(&expected, "the target is B's one publication");
         assert_eq!(fx.receipts().len(), 1, "one publishing transaction: {:?}", fx.receipts());
         assert!(fx.leftovers().is_empty(), "{:?}", fx.leftovers());

@@ -8,29 +8,22 @@
 //! 09-07 08:00, 09-08 00:00, 09-08 16:00, 09-09 00:00. Frames carry at most
 //! 2 rows, so chunks span several frames.
 
-mod common;
+mod harness;
+/// The table, window and manifest of the SQLite recovery tests (the same
+/// route), and the `common` helpers they include.
+#[allow(dead_code)]
+#[path = "recovery_common/sqlite.rs"]
+mod sqlite_route;
 
-use common::{INTERVAL_END, Row, Run, dpone, dump, expected_after_replace, multiset_diff, owned_tables, rendered_in_window, schema_sql};
 use dpone_core::time::Timestamp;
 use rusqlite::Connection;
 use rusqlite::types::Value as Sql;
+use sqlite_route::common::{
+    INTERVAL_END, Row, Run, dpone, dump, expected_after_replace, multiset_diff, owned_tables, rendered_in_window, schema_sql,
+};
+use sqlite_route::{BOUNDS, DDL, END, START, TS, manifest, row, text};
 use std::path::{Path, PathBuf};
 
-const DDL: &str =
-    "CREATE TABLE t (id INTEGER NOT NULL, ts TIMESTAMP, amount DECIMAL(12,2), name TEXT, u UUID, d DATE, flag BOOLEAN, f REAL)";
-const TS: usize = 1;
-
-/// Chunk bounds in SQLite's canonical timestamp text.
-const BOUNDS: [&str; 6] = [
-    "2026-09-06 00:00:00.000000",
-    "2026-09-06 16:00:00.000000",
-    "2026-09-07 08:00:00.000000",
-    "2026-09-08 00:00:00.000000",
-    "2026-09-08 16:00:00.000000",
-    "2026-09-09 00:00:00.000000",
-];
-const START: &str = BOUNDS[0];
-const END: &str = BOUNDS[5];
 /// The same bounds as RFC 3339 instants, as the plan prints them.
 const BOUNDS_RFC3339: [&str; 6] = [
     "2026-09-06T00:00:00Z",
@@ -41,48 +34,9 @@ const BOUNDS_RFC3339: [&str; 6] = [
     "2026-09-09T00:00:00Z",
 ];
 
-const MANIFEST: &str = r#"kind: dpone.batch.v1
-source:
-  type: sqlite
-  connection: {connection_type: params, params: {path: source.db}}
-  table: {name: t}
-  options:
-    native_transfer:
-      wire: {block_rows: 2}
-      execution:
-        chunking: {mode: bounded_window, parallelism: 3}
-sink:
-  type: sqlite
-  connection: {connection_type: params, params: {path: target.db}}
-  table: {name: t}
-  strategy:
-    mode: replace
-    window: {column: ts, anchor: data_interval_end, lookback: P3D, chunk_interval: PT16H}
-runtime:
-  storage: {work_dir: work}
-"#;
-
 // ---------------------------------------------------------------------------
 // Rows
 // ---------------------------------------------------------------------------
-
-fn text(s: &str) -> Sql {
-    Sql::Text(s.to_string())
-}
-
-/// A row with every column set; `ts` is canonical text or NULL.
-fn row(id: i64, ts: Option<&str>) -> Vec<Sql> {
-    vec![
-        Sql::Integer(id),
-        ts.map(text).unwrap_or(Sql::Null),
-        text(&format!("{}.{:02}", id * 7, id % 100)),
-        text(&format!("name {id} ✓")),
-        text(&format!("0c8f1e7a-1f4b-4c55-9b7e-{:012x}", id)),
-        text("2026-09-07"),
-        Sql::Integer(id % 2),
-        Sql::Real(id as f64 + 0.25),
-    ]
-}
 
 /// `r` with column `col` replaced.
 fn with(mut r: Vec<Sql>, col: usize, v: Sql) -> Vec<Sql> {
@@ -130,7 +84,7 @@ impl Fixture {
         create_db(&source, source_ddl, source_rows);
         create_db(&target, target_ddl, target_rows);
         let manifest = dir.join("manifest.yaml");
-        std::fs::write(&manifest, MANIFEST).expect("write manifest");
+        std::fs::write(&manifest, self::manifest()).expect("write manifest");
         Fixture { _dir: tmp, manifest: manifest.display().to_string(), dir, source, target }
     }
 
@@ -238,11 +192,11 @@ impl Fixture {
 fn the_xxh3_128_digest_verifies_the_embedded_route() {
     let source: Vec<Vec<Sql>> = (0..6).map(|i| row(i, Some(&at(BOUNDS[1], i * 1_000_000)))).collect();
     let fx = Fixture::new(&source, &[row(100, Some(START))]);
-    let manifest = MANIFEST.replace(
+    let manifest = self::manifest().replace(
         "        chunking: {mode: bounded_window, parallelism: 3}\n",
         "        chunking: {mode: bounded_window, parallelism: 3}\n        verification: {digest: xxh3_128}\n",
     );
-    assert_ne!(manifest, MANIFEST);
+    assert_ne!(manifest, self::manifest());
     std::fs::write(&fx.manifest, manifest).expect("write manifest");
     let plan = fx.plan("text");
     assert!(plan.stdout.contains("xxh3_128-rowbinary-sum-mod-2^128/v1"), "the plan names the digest:\n{}", plan.describe());
@@ -348,7 +302,7 @@ fn dump_one(r: &[Sql]) -> Row {
     conn.execute_batch(DDL).expect("create table");
     let sql = format!("INSERT INTO t VALUES ({})", (1..=r.len()).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", "));
     conn.execute(&sql, rusqlite::params_from_iter(r.iter())).expect("insert");
-    common::dump_conn(&conn, "t").remove(0)
+    sqlite_route::common::dump_conn(&conn, "t").remove(0)
 }
 
 #[test]

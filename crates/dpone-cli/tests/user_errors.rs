@@ -8,25 +8,12 @@
 //! - `no_journal`: `dpone resolve` / `dpone abandon` of a target no run
 //!   ever touched.
 
+mod common;
 mod harness;
 
 use harness::Run;
 use rusqlite::Connection;
 use std::path::Path;
-
-const MANIFEST: &str = r#"kind: dpone.batch.v1
-source:
-  type: sqlite
-  connection: {connection_type: params, params: {path: source.db}}
-  table: {name: SOURCE}
-sink:
-  type: sqlite
-  connection: {connection_type: params, params: {path: target.db}}
-  table: {name: t}
-  strategy:
-    mode: replace
-    window: {column: WINDOW, anchor: data_interval_end, lookback: P1D, chunk_interval: P1D}
-"#;
 
 /// A work dir with `t (id, ts)` in both databases (one row each) and the
 /// manifest naming `source` and `window`.
@@ -39,7 +26,8 @@ fn setup(source: &str, window: &str) -> tempfile::TempDir {
         ))
         .expect("create the table");
     }
-    let manifest = MANIFEST.replace("SOURCE", source).replace("WINDOW", window);
+    let window = format!("column: {window}, anchor: data_interval_end, lookback: P1D, chunk_interval: P1D");
+    let manifest = common::sqlite_manifest(source, "", &window, false);
     std::fs::write(dir.path().join("manifest.yaml"), manifest).expect("write the manifest");
     dir
 }

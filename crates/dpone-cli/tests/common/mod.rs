@@ -73,6 +73,41 @@ pub fn dpone(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     }
 }
 
+/// A SQLite -> SQLite window-replace manifest between `source.db` and
+/// `target.db` beside it: source table `source_table`, target table `t`,
+/// `options` the lines of `source.options` (indented four spaces, "" for
+/// none), `window` the fields of `sink.strategy.window`, and the work dir
+/// `work` if `work_dir`.
+pub fn sqlite_manifest(source_table: &str, options: &str, window: &str, work_dir: bool) -> String {
+    let options = if options.is_empty() { String::new() } else { format!("  options:\n{options}") };
+    let runtime = if work_dir { "runtime:\n  storage: {work_dir: work}\n" } else { "" };
+    format!(
+        "kind: dpone.batch.v1
+source:
+  type: sqlite
+  connection: {{connection_type: params, params: {{path: source.db}}}}
+  table: {{name: {source_table}}}
+{options}sink:
+  type: sqlite
+  connection: {{connection_type: params, params: {{path: target.db}}}}
+  table: {{name: t}}
+  strategy:
+    mode: replace
+    window: {{{window}}}
+{runtime}"
+    )
+}
+
+/// [`sqlite_manifest`]'s `options` for frames of two rows and, with
+/// `parallelism`, bounded-window chunks that many at a time.
+pub fn frames_of_two(parallelism: Option<u32>) -> String {
+    let mut options = "    native_transfer:\n      wire: {block_rows: 2}\n".to_string();
+    if let Some(p) = parallelism {
+        options += &format!("      execution:\n        chunking: {{mode: bounded_window, parallelism: {p}}}\n");
+    }
+    options
+}
+
 /// One SQLite value rendered with its storage class, so that `1`, `1.0`,
 /// `'1'` and NULL stay distinct.
 pub fn render(v: ValueRef<'_>) -> String {

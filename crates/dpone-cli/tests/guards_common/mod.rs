@@ -57,6 +57,31 @@ pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// The output of `child`, a run pausing at failpoint `point`: once `ready`
+/// finds what to tamper with (polled until `limit`), `tamper` changes it
+/// while the run waits.
+pub fn tamper_while_paused<T>(
+    child: Child,
+    point: &str,
+    limit: Duration,
+    mut ready: impl FnMut() -> Option<T>,
+    tamper: impl FnOnce(T),
+) -> Output {
+    let mut found = None;
+    wait_until(&format!("the run pauses at {point}"), limit, || {
+        found = ready();
+        found.is_some()
+    });
+    tamper(found.expect("found"));
+    wait(child, limit)
+}
+
+/// The first error of a run's report says `text`.
+pub fn assert_first_error_says(doc: &serde_json::Value, text: &str, what: &str) {
+    let message = doc["errors"][0]["message"].as_str().unwrap_or("");
+    assert!(message.contains(text), "{what}: expected the first error to say `{text}`: {doc:#}");
+}
+
 /// The single JSON document on a run's stdout.
 pub fn json(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("expected one JSON document on stdout ({e}):\n{}", describe(out)))

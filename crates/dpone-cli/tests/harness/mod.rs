@@ -93,6 +93,13 @@ impl Run {
         }
     }
 
+    /// The document of a `dpone status --format json` that exited 0 without a panic.
+    pub fn status_json(&self) -> serde_json::Value {
+        self.assert_no_panic();
+        assert_eq!(self.code, Some(0), "expected `dpone status` to exit 0:\n{}", self.describe());
+        self.json()
+    }
+
     /// Asserts that the process aborted at failpoint `point` (SIGABRT, no exit code).
     pub fn assert_aborted_at(&self, point: &str) {
         self.assert_no_panic();

@@ -49,6 +49,21 @@ pub fn col(name: &str, pg: &str, ch: &str) -> Col {
     Col { name: name.into(), pg: pg.into(), ch: ch.into(), ch_suffix: String::new() }
 }
 
+/// `id bigint NOT NULL` and the window column `ts` (nullable on both
+/// sides), then `rest`.
+pub fn id_ts(rest: impl IntoIterator<Item = Col>) -> Vec<Col> {
+    let mut cols = vec![col("id", "bigint NOT NULL", "Int64"), col("ts", "timestamptz", "Nullable(DateTime64(6, 'UTC'))")];
+    cols.extend(rest);
+    cols
+}
+
+/// Like [`id_ts`] with the window column NOT NULL on both sides.
+pub fn id_ts_not_null(rest: impl IntoIterator<Item = Col>) -> Vec<Col> {
+    let mut cols = vec![col("id", "bigint NOT NULL", "Int64"), col("ts", "timestamptz NOT NULL", "DateTime64(6, 'UTC')")];
+    cols.extend(rest);
+    cols
+}
+
 impl Col {
     /// Whether the target stores the column (it can be inserted and selected).
     pub fn stored(&self) -> bool {

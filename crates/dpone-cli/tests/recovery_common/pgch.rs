@@ -394,10 +394,7 @@ runtime:
     /// `dpone status <manifest> --format json`, parsed.
     pub fn status(&self) -> serde_json::Value {
         let m = self.manifest.display().to_string();
-        let run = self.dpone(&["status", &m, "--format", "json"], &[]);
-        run.assert_no_panic();
-        assert_eq!(run.code, Some(0), "expected `dpone status` to exit 0:\n{}", run.describe());
-        run.json()
+        self.dpone(&["status", &m, "--format", "json"], &[]).status_json()
     }
 
     /// Drops the schema and the database; called at the end of a passing
@@ -405,5 +402,65 @@ runtime:
     pub fn finish(self) {
         self.pg_exec(&format!("DROP SCHEMA {} CASCADE", self.schema));
         self.ch_exec(&format!("DROP DATABASE IF EXISTS {} SYNC", self.db));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The standard scenario
+// ---------------------------------------------------------------------------
+
+/// `run` succeeded and published exactly `expected` (the target's rows
+/// outside the window + the source rows inside), with a report consistent
+/// with `source` and no leftovers. Returns the report and the backup
+/// table's name, if any.
+pub fn check_published(fx: &Fixture, run: &Run, source: &[Row], expected: &[Row], what: &str) -> (serde_json::Value, Option<String>) {
+    let doc = run.assert_succeeded(what);
+    assert_same_rows(expected, &fx.target_rows(), &format!("{what}: target (its rows outside the window + the source rows inside)"));
+    check_report(&doc, source, expected, what);
+    let backup = fx.assert_clean_after_success(what);
+    (doc, backup)
+}
+
+/// The target is still exactly `before` (rows) and the same table (`uuid_before`).
+pub fn assert_target_untouched(fx: &Fixture, before: &[Row], uuid_before: &str, what: &str) {
+    assert_same_rows(before, &fx.target_rows(), &format!("{what}: target (expected exactly the previous contents)"));
+    assert_eq!(fx.target_uuid(), uuid_before, "{what}: expected the target to be the same table (no EXCHANGE)");
+}
+
+/// A fixture with the standard data set, and what a window replace of it
+/// must publish.
+pub struct Standard {
+    pub fx: Fixture,
+    pub source: Vec<Row>,
+    /// The target before any run.
+    pub before: Vec<Row>,
+    /// The target after a window replace of `source`.
+    pub expected: Vec<Row>,
+    /// The target table's UUID before any run (an EXCHANGE changes it).
+    pub uuid_before: String,
+}
+
+impl Standard {
+    pub fn new(prefix: &str) -> Standard {
+        let fx = Fixture::standard(prefix);
+        let source = standard_source();
+        let before = fx.target_rows();
+        let expected = expected_after_replace(&before, &source);
+        let uuid_before = fx.target_uuid();
+        Standard { fx, source, before, expected, uuid_before }
+    }
+
+    /// [`check_published`] of the standard data set.
+    pub fn published(&self, run: &Run, what: &str) -> (serde_json::Value, Option<String>) {
+        check_published(&self.fx, run, &self.source, &self.expected, what)
+    }
+
+    /// [`assert_target_untouched`] since before any run.
+    pub fn assert_untouched(&self, what: &str) {
+        assert_target_untouched(&self.fx, &self.before, &self.uuid_before, what);
+    }
+
+    pub fn finish(self) {
+        self.fx.finish();
     }
 }

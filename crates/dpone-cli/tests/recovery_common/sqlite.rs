@@ -1,5 +1,5 @@
-//! SQLite source and target files per test (copied and trimmed from
-//! `common` and `sqlite_window.rs`, plus environment-driven runs).
+//! SQLite source and target files per test, plus environment-driven runs;
+//! `sqlite_window.rs` uses its table, window and manifest.
 //!
 //! The window is `[2026-09-06, 2026-09-09)` in chunks of 16 hours (five
 //! chunks, the last one 8 hours), three at a time, frames of at most 2 rows.
@@ -7,9 +7,14 @@
 //! SQLite storage classes).
 
 use crate::harness::{Run, WindowReport};
-use rusqlite::types::{Value as Sql, ValueRef};
+pub use common::{Row, dump};
+use rusqlite::types::Value as Sql;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
+
+/// Running `dpone`, SQLite dumps and manifests of the SQLite tests.
+#[path = "../common/mod.rs"]
+pub mod common;
 
 /// The route, as run reports name it.
 pub const ROUTE: &str = "sqlite->sqlite";
@@ -33,35 +38,17 @@ pub const CHUNKS: usize = 5;
 pub const BOUNDS: [&str; CHUNKS + 1] =
     [START, "2026-09-06 16:00:00.000000", "2026-09-07 08:00:00.000000", "2026-09-08 00:00:00.000000", "2026-09-08 16:00:00.000000", END];
 
-const MANIFEST: &str = r#"kind: dpone.batch.v1
-source:
-  type: sqlite
-  connection: {connection_type: params, params: {path: source.db}}
-  table: {name: t}
-  options:
-    native_transfer:
-      wire: {block_rows: 2}
-      execution:
-        chunking: {mode: bounded_window, parallelism: 3}
-sink:
-  type: sqlite
-  connection: {connection_type: params, params: {path: target.db}}
-  table: {name: t}
-  strategy:
-    mode: replace
-    window: {column: ts, anchor: data_interval_end, lookback: P3D, chunk_interval: PT16H}
-runtime:
-  storage: {work_dir: work}
-"#;
+/// The manifest: table `t` in `source.db` and `target.db`, the window above.
+pub fn manifest() -> String {
+    let window = "column: ts, anchor: data_interval_end, lookback: P3D, chunk_interval: PT16H";
+    common::sqlite_manifest("t", &common::frames_of_two(Some(3)), window, true)
+}
 
 // ---------------------------------------------------------------------------
 // Rows
 // ---------------------------------------------------------------------------
 
-/// A row as rendered values, in column order.
-pub type Row = Vec<String>;
-
-fn text(s: &str) -> Sql {
+pub fn text(s: &str) -> Sql {
     Sql::Text(s.to_string())
 }
 
@@ -137,36 +124,6 @@ pub fn standard_target() -> Vec<Vec<Sql>> {
     ]
 }
 
-/// One SQLite value rendered with its storage class, so that `1`, `1.0`,
-/// `'1'` and NULL stay distinct.
-pub fn render(v: ValueRef<'_>) -> String {
-    match v {
-        ValueRef::Null => "null".to_string(),
-        ValueRef::Integer(i) => format!("int:{i}"),
-        ValueRef::Real(f) => format!("real:{f:?}"),
-        ValueRef::Text(t) => format!("text:{:?}", String::from_utf8_lossy(t)),
-        ValueRef::Blob(b) => format!("blob:{}", b.iter().map(|x| format!("{x:02x}")).collect::<String>()),
-    }
-}
-
-/// Every row of `table` (all columns), sorted: an exact multiset.
-///
-/// The connection is read-write on purpose: a process aborted in a write
-/// transaction leaves a hot journal that only a writable connection rolls
-/// back (a read-only one fails with SQLITE_READONLY_ROLLBACK).
-pub fn dump(db: &Path, table: &str) -> Vec<Row> {
-    let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_WRITE).expect("open database");
-    let mut stmt = conn.prepare(&format!("SELECT * FROM \"{table}\"")).expect("select all rows");
-    let n = stmt.column_count();
-    let mut rows: Vec<Row> = stmt
-        .query_map([], |r| (0..n).map(|i| r.get_ref(i).map(render)).collect::<rusqlite::Result<Row>>())
-        .expect("query rows")
-        .collect::<rusqlite::Result<_>>()
-        .expect("read rows");
-    rows.sort();
-    rows
-}
-
 /// Whether a rendered window value lies in `[START, END)`; NULL never does.
 pub fn rendered_in_window(v: &str) -> bool {
     rendered_in_range(v, START, END)
@@ -174,16 +131,7 @@ pub fn rendered_in_window(v: &str) -> bool {
 
 /// Whether a rendered window value lies in `[start, end)` (canonical text); NULL never does.
 pub fn rendered_in_range(v: &str, start: &str, end: &str) -> bool {
-    match v.strip_prefix("text:") {
-        Some(quoted) => {
-            let text: String = serde_json::from_str(quoted).expect("rendered text is a quoted string");
-            text.as_str() >= start && text.as_str() < end
-        }
-        None => {
-            assert_eq!(v, "null", "window values are canonical text or NULL");
-            false
-        }
-    }
+    common::rendered_in_window(v, start, end)
 }
 
 /// Source rows inside each chunk, in chunk order.
@@ -201,10 +149,7 @@ pub fn check_report(doc: &serde_json::Value, source: &[Row], expected: &[Row], w
 /// The target after a window replace: target rows outside the window
 /// (NULL `ts` included) plus source rows inside it, with multiplicity, sorted.
 pub fn expected_after_replace(target_before: &[Row], source: &[Row]) -> Vec<Row> {
-    let mut out: Vec<Row> = target_before.iter().filter(|r| !rendered_in_window(&r[TS])).cloned().collect();
-    out.extend(source.iter().filter(|r| rendered_in_window(&r[TS])).cloned());
-    out.sort();
-    out
+    common::expected_after_replace(target_before, source, TS, START, END)
 }
 
 // ---------------------------------------------------------------------------
@@ -244,7 +189,7 @@ impl Fixture {
         create_db(&source, source_rows);
         create_db(&target, target_rows);
         let manifest = dir.join("manifest.yaml");
-        std::fs::write(&manifest, MANIFEST).expect("write manifest");
+        std::fs::write(&manifest, self::manifest()).expect("write manifest");
         Fixture { _tmp: tmp, manifest: manifest.display().to_string(), dir, source, target }
     }
 
@@ -272,10 +217,7 @@ impl Fixture {
 
     /// `dpone status <manifest> --format json`, parsed.
     pub fn status(&self) -> serde_json::Value {
-        let run = self.dpone(&["status", &self.manifest, "--format", "json"]);
-        run.assert_no_panic();
-        assert_eq!(run.code, Some(0), "expected `dpone status` to exit 0:\n{}", run.describe());
-        run.json()
+        self.dpone(&["status", &self.manifest, "--format", "json"]).status_json()
     }
 
     pub fn source_rows(&self) -> Vec<Row> {

@@ -77,7 +77,7 @@ fn first_run_no_new_rows_new_rows_and_late_rows<R: Extra>() {
     assert_ne!(first_run, second_run, "the empty publication leaves a receipt of its own");
 
     // New rows (a duplicate included) and late rows at or below the mark
-    // (documented, docs/manifest.md: an append never reads them).
+    // (documented, docs/incremental.md: an append never reads them).
     let new = vec![row(6, 2, 1), row(7, 2, 2), row(7, 2, 2)];
     let late = vec![row(5, 3, 0), row(3, 3, 0), row(-10, 3, 0)];
     fx.insert_source(&new);

@@ -81,7 +81,10 @@ fn unbounded_or_blocking_manifest_paths_are_refused_fast_and_small() {
             let (exit, stderr, elapsed, rss_kib) = measured(&args);
             assert_eq!(exit, 2, "{args:?}: {stderr}");
             assert!(stderr.contains(&format!("error[{code}]")) && stderr.contains("hint:"), "{args:?}: {stderr}");
-            assert!(elapsed < Duration::from_millis(900), "{args:?} took {elapsed:?}");
+            // A read that blocked would never end: the bound only has to tell
+            // that from a refusal on a loaded 2-core machine (well under a
+            // second unloaded), never to time it.
+            assert!(elapsed < Duration::from_secs(5), "{args:?} took {elapsed:?}");
             assert!(rss_kib < 24 * 1024, "{args:?}: peak RSS {rss_kib} KiB");
         }
     }

@@ -504,6 +504,24 @@ fn a_previous_target_gone_before_the_reconciliation_is_refused() {
     fx.finish();
 }
 
+/// The previous target's parts change while the rows to carry are read (a
+/// part committed by an insert the wait did not see, or a merge that was
+/// running when its merges were stopped and finished since; seen once in
+/// the busy-writer soak below as two rows of one insert lost): the carry
+/// is read again and the late rows are carried too.
+#[test]
+fn a_part_added_to_the_previous_target_while_the_carry_is_read_is_carried_too() {
+    let fx = fixture("conc_pgch_late", LAYOUTS[1].1);
+    let (outside, late) = (writer_outside(7000), writer_outside(7500));
+    let out = paused_run(&fx, "publish.before_exchange", Some("publish.after_exchange"), || fx.insert_target(&outside));
+    assert_ne!(out.status.code(), Some(0), "the first run crashed after the exchange:\n{}", describe(&out));
+    let previous = owned(&fx, "_dpone_gen_").pop().expect("the previous target, under the generation's name");
+    let out = paused_run(&fx, "reconcile.after_fill", None, || fx.insert_into(&previous, &late));
+    assert_succeeded_with(&out, (outside.len() + late.len()) as u64, 0, "a part added during the carry's read");
+    assert_same_rows(&expected(&[outside, late].concat()), &fx.target_rows(), "every writer row once, the late ones too");
+    fx.finish();
+}
+
 /// A `kill -9` in the middle of the reconciliation (paused at
 /// `reconcile.after_fill` and `reconcile.before_move`: the carry table
 /// filled but unchecked, or checked but not moved): the next run finishes

@@ -298,6 +298,12 @@ impl Fixture {
     /// Inserts rows (one value per stored target column) into the ClickHouse
     /// target as RowBinary encoded by `dpone_core::rowbinary::encode_row`.
     pub fn insert_target(&self, rows: &[Row]) {
+        self.insert_into(TABLE, rows)
+    }
+
+    /// Inserts `rows` into the table `name` of the test database, a table
+    /// like the target (e.g. dpone's previous target).
+    pub fn insert_into(&self, name: &str, rows: &[Row]) {
         if rows.is_empty() {
             return;
         }
@@ -306,7 +312,7 @@ impl Fixture {
         for r in rows {
             encode_row(&mut body, &types, r).unwrap_or_else(|(i, e)| panic!("target test row {r:?}: column {i}: {e}"));
         }
-        let table = format!("{}.{TABLE} ({})", self.db, self.target_column_list());
+        let table = format!("{}.{name} ({})", self.db, self.target_column_list());
         self.block_on(self.ch.insert_rowbinary(&table, reqwest::Body::from(body), &dpone_testkit::unique_name("pgch_insert")))
             .unwrap_or_else(|e| panic!("inserting target rows failed: {e}"));
     }

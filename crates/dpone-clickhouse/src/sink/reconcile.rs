@@ -32,9 +32,11 @@
 //!    generation's highest block number right before it: then the parts up
 //!    to it must add up to exactly the verified rows, which also sees rows
 //!    written into the generation after the engine's last count of it.)
-//! 2. Inserts in flight at the exchange end: every `INSERT` naming the
-//!    target that was running when the reconciliation began, then the
-//!    previous table's parts stay the same for a moment.
+//! 2. Merges of the previous table that were running when its merges were
+//!    stopped end (one may still commit), then inserts in flight at the
+//!    exchange end: every `INSERT` naming the target that was running when
+//!    the reconciliation began, then the previous table's parts stay the
+//!    same for a moment.
 //! 3. The rows outside the window that the previous table holds more often
 //!    than the generation's parts do are the other writers' rows (an exact
 //!    multiset difference, grouped by every column with external
@@ -45,7 +47,9 @@
 //!    check: counted, and reported by the engine as `kept_rows_changed`
 //!    after the publication once the rest is done. The rows to carry are written into the owned carry
 //!    table (no merges), whose count and digest must equal the
-//!    difference's; its comment then records them and its parts.
+//!    difference's; the previous table's parts must then still be the ones
+//!    read (else steps 2 and 3 run again: a part committed since could hold
+//!    rows no read saw), and only then its comment records them and its parts.
 //! 4. The carry table's partitions are moved into the published target
 //!    (`MOVE PARTITION ... TO TABLE`: the parts leave the carry table, so a
 //!    second call never carries them twice), and the target must then hold
@@ -63,7 +67,7 @@ use super::blocks::{BlockPart, by_partition, extra_parts, up_to_block};
 use super::generation::{EXTERNAL_GROUP_BY, NO_MERGES};
 use super::merge::MergeSql;
 use super::{ClickhouseTarget, filter_sql, text};
-use crate::client::quote_str;
+use crate::client::{quote_str, table_is};
 use dpone_core::ports::{AdapterError, PartIdentity, ReconcileScope, Reconciliation, Result, RowFilter, contains_parts};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -77,6 +81,10 @@ const INSERT_WAIT: Duration = Duration::from_secs(300);
 /// The previous table's parts must stay the same this long before its
 /// rows are compared.
 const QUIET: Duration = Duration::from_millis(300);
+
+/// How often the rows to carry are read before the reconciliation gives
+/// up because the previous table's parts changed during each read.
+const CARRY_READS: u32 = 5;
 
 /// The checked contents of the carry table.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -183,8 +191,21 @@ impl ClickhouseTarget {
                 // (it only becomes the backup): the parts it holds beyond
                 // the build's are read by name.
                 self.ddl(&format!("SYSTEM STOP MERGES {}", self.owned_sql(previous))).await?;
-                self.wait_for_inserts(previous).await?;
-                self.fill_carry(previous, carry, &kept.keep_sql, fence, count_changed).await?
+                let mut reads = 0;
+                loop {
+                    self.wait_for_inserts(previous).await?;
+                    if let Some(record) = self.fill_carry(previous, carry, &kept.keep_sql, fence, count_changed).await? {
+                        break record;
+                    }
+                    reads += 1;
+                    if reads == CARRY_READS {
+                        return Err(AdapterError::transient(
+                            "reconciliation_wait_exceeded",
+                            format!("the previous target's parts changed during each of {CARRY_READS} reads of the rows to carry"),
+                        )
+                        .hint("the publication happened; run the same command again once the writes into the previous target ended, to carry their rows"));
+                    }
+                }
             }
         };
         self.pausable_failpoint("reconcile.before_move").await?;
@@ -274,16 +295,32 @@ impl ClickhouseTarget {
         let any = "SELECT query_id FROM system.processes WHERE startsWith(upper(trimLeft(query)), 'INSERT')";
         let running = format!("{any} AND positionCaseInsensitive(query, {}) > 0", quote_str(&self.table));
         let ids = |rows: Vec<serde_json::Map<String, serde_json::Value>>| rows.iter().map(|r| text(r, "query_id")).collect::<BTreeSet<_>>();
-        if self.client.query_rows(any).await?.is_empty() {
-            return Ok(());
-        }
-        let waited_for = ids(self.client.query_rows(&running).await?);
         // Tests shorten the wait (a simulated fault) to see it exceeded.
         let limit = match self.failpoints.at("reconcile.short_insert_wait") {
             Some(dpone_core::failpoint::Action::Fault) => Duration::from_secs(1),
             _ => INSERT_WAIT,
         };
         let deadline = Instant::now() + limit;
+        // A merge running when the merges were stopped may still commit:
+        // the parts are listed once none runs.
+        let merging = format!("SELECT count() FROM system.merges WHERE {}", table_is(self.owned_db(previous), previous));
+        while self.count_rows_of(&merging).await? > 0 {
+            if Instant::now() > deadline {
+                return Err(AdapterError::transient(
+                    "reconciliation_wait_exceeded",
+                    format!(
+                        "a merge of the previous target `{previous}` was still running {}s after its merges were stopped",
+                        limit.as_secs()
+                    ),
+                )
+                .hint("the publication happened; run the same command again, to carry the rows written into the previous target"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if self.client.query_rows(any).await?.is_empty() {
+            return Ok(());
+        }
+        let waited_for = ids(self.client.query_rows(&running).await?);
         let timeout = || {
             AdapterError::transient(
                 "reconciliation_wait_exceeded",
@@ -325,7 +362,20 @@ impl ClickhouseTarget {
     /// (`count_changed`: whether rows the build's parts hold more often than
     /// the previous table are kept rows changed, reported, or may be rows
     /// written into the published target since, not counted).
-    async fn fill_carry(&self, previous: &str, carry: &str, keep_sql: &str, fence: u64, count_changed: bool) -> Result<CarryRecord> {
+    ///
+    /// None when the previous table's parts changed while they were read
+    /// (a part committed by an insert the wait did not see, or a merge that
+    /// was running when its merges were stopped and finished since): rows
+    /// of a part read by name may then have moved into a part not read, so
+    /// the carry is read again; nothing is recorded.
+    async fn fill_carry(
+        &self,
+        previous: &str,
+        carry: &str,
+        keep_sql: &str,
+        fence: u64,
+        count_changed: bool,
+    ) -> Result<Option<CarryRecord>> {
         let previous_sql = self.owned_sql(previous);
         let carry_sql = self.owned_sql(carry);
         let target = self.target_sql();
@@ -399,9 +449,14 @@ impl ClickhouseTarget {
                 parts: self.active_parts(self.owned_db(carry), carry).await?,
             };
         }
+        let names = |parts: &[BlockPart]| parts.iter().map(|p| p.name.clone()).collect::<BTreeSet<_>>();
+        if names(&self.block_parts_of(self.owned_db(previous), previous).await?) != names(&previous_parts) {
+            tracing::warn!("the previous target `{previous}` changed its parts while the rows to carry were read: reading them again");
+            return Ok(None);
+        }
         let json = serde_json::to_string(&record).map_err(|e| AdapterError::internal(e.to_string()))?;
         self.ddl(&format!("ALTER TABLE {carry_sql} MODIFY COMMENT {}", quote_str(&format!("{CARRY_COMMENT}{json}")))).await?;
-        Ok(record)
+        Ok(Some(record))
     }
 
     /// Moves the carry table's partitions into the published target and

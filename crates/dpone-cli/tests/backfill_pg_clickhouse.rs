@@ -12,7 +12,9 @@ mod harness;
 mod pg_clickhouse_common;
 
 use guards_common::{describe, kill9, spawn, wait, wait_until};
-use pg_clickhouse_common::{Fixture, ManifestOptions, Row, assert_same_rows, at, col, dec, expected_after_replace_in, int, micros, text};
+use pg_clickhouse_common::{
+    Fixture, ManifestOptions, Row, assert_same_rows, at, basic_cols, dec, expected_after_replace_in, int, micros, text,
+};
 use std::time::Duration;
 
 const FROM: &str = "2026-01-01T00:00:00Z";
@@ -40,15 +42,7 @@ fn evidence_files(fx: &Fixture) -> usize {
 
 #[test]
 fn a_backfill_killed_in_the_middle_completes_the_range_exactly_when_run_again() {
-    let fx = Fixture::new(
-        "backfill_pgch",
-        vec![
-            col("id", "bigint NOT NULL", "Int64"),
-            col("ts", "timestamptz", "Nullable(DateTime64(6, 'UTC'))"),
-            col("amount", "numeric(18,4)", "Nullable(Decimal(18, 4))"),
-            col("name", "text", "Nullable(String)"),
-        ],
-    );
+    let fx = Fixture::new("backfill_pgch", basic_cols());
     fx.write_manifest(&manifest_options());
     let row = |id: i64, ts: dpone_core::value::Value| -> Row { vec![int(id), ts, dec(&format!("{id}.25"), 4), text(&format!("row {id}"))] };
     // Five rows a day over the range, one on each side of it, a NULL; one

@@ -57,6 +57,11 @@ pub fn id_ts(rest: impl IntoIterator<Item = Col>) -> Vec<Col> {
     cols
 }
 
+/// The plain table of most tests: [`id_ts`], a decimal and a string.
+pub fn basic_cols() -> Vec<Col> {
+    id_ts([col("amount", "numeric(18,4)", "Nullable(Decimal(18, 4))"), col("name", "text", "Nullable(String)")])
+}
+
 /// Like [`id_ts`] with the window column NOT NULL on both sides.
 pub fn id_ts_not_null(rest: impl IntoIterator<Item = Col>) -> Vec<Col> {
     let mut cols = vec![col("id", "bigint NOT NULL", "Int64"), col("ts", "timestamptz NOT NULL", "DateTime64(6, 'UTC')")];

@@ -12,7 +12,9 @@ mod harness;
 mod pg_clickhouse_common;
 
 use guards_common::{describe, kill9, spawn, wait, wait_until};
-use pg_clickhouse_common::{Fixture, Row, assert_same_rows, at, col, dec, expected_after_replace_in, int, micros, text};
+use pg_clickhouse_common::{
+    Fixture, ManifestOptions, Row, assert_same_rows, at, basic_cols, dec, expected_after_replace_in, int, micros, text,
+};
 use std::time::Duration;
 
 const FROM: &str = "2026-01-01T00:00:00Z";
@@ -23,33 +25,9 @@ const LIMIT: Duration = Duration::from_secs(300);
 /// a run with a journal to resume.
 const PAUSE_AT: &str = "generation.after_build";
 
-fn manifest(fx: &Fixture) -> String {
-    format!(
-        r#"kind: dpone.batch.v1
-source:
-  type: postgres
-  connection: {{connection_type: env, connection_id: PG}}
-  table: {{schema: {schema}, name: t}}
-  options:
-    native_transfer:
-      wire: {{block_rows: 4}}
-      execution:
-        chunking: {{mode: bounded_window, parallelism: 2}}
-sink:
-  type: clickhouse
-  connection: {{connection_type: env, connection_id: CH}}
-  table: {{schema: {db}, name: t}}
-  strategy:
-    mode: replace
-    atomicity: target_atomic
-    window: {{column: ts, anchor: data_interval_end, lookback: P1D, chunk_interval: PT12H}}
-runtime:
-  storage: {{work_dir: {work}}}
-"#,
-        schema = fx.schema,
-        db = fx.db,
-        work = fx.work_dir().display(),
-    )
+/// Half-day chunks of one-day windows, four rows a frame.
+fn manifest_options() -> ManifestOptions {
+    ManifestOptions { block_rows: Some(4), lookback: "P1D".into(), chunk_interval: "PT12H".into(), ..ManifestOptions::default() }
 }
 
 /// Evidence documents written so far: one per succeeded window.
@@ -64,16 +42,8 @@ fn evidence_files(fx: &Fixture) -> usize {
 
 #[test]
 fn a_backfill_killed_in_the_middle_completes_the_range_exactly_when_run_again() {
-    let fx = Fixture::new(
-        "backfill_pgch",
-        vec![
-            col("id", "bigint NOT NULL", "Int64"),
-            col("ts", "timestamptz", "Nullable(DateTime64(6, 'UTC'))"),
-            col("amount", "numeric(18,4)", "Nullable(Decimal(18, 4))"),
-            col("name", "text", "Nullable(String)"),
-        ],
-    );
-    std::fs::write(&fx.manifest, manifest(&fx)).unwrap();
+    let fx = Fixture::new("backfill_pgch", basic_cols());
+    fx.write_manifest(&manifest_options());
     let row = |id: i64, ts: dpone_core::value::Value| -> Row { vec![int(id), ts, dec(&format!("{id}.25"), 4), text(&format!("row {id}"))] };
     // Five rows a day over the range, one on each side of it, a NULL; one
     // day with a duplicate row (multiplicity must be kept).

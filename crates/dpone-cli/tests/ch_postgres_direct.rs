@@ -298,7 +298,7 @@ fn a_writer_outside_dpone_waits_for_the_commit_and_its_row_stays() {
     let f = function(&fx, "slow", "IF current_setting('application_name') = 'dpone publish' THEN PERFORM pg_sleep(1); END IF;");
     fx.pg_exec(&format!("CREATE TRIGGER slow AFTER INSERT ON {} FOR EACH STATEMENT EXECUTE FUNCTION {f}()", fx.target_sql()));
     let m = fx.manifest.display().to_string();
-    let env = vec![("DPONE_CONN_CH".to_string(), fx.clickhouse_url.clone()), ("DPONE_CONN_PG".to_string(), dpone_testkit::postgres_url())];
+    let env = fx.run_env(&[]);
     let child = spawn(fx.dir(), &["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], &env);
     let locked = || {
         fx.pg_scalar(&format!(

@@ -36,11 +36,8 @@ use std::time::{Duration, Instant};
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn spawn_run(fx: &Fixture, extra: &[(&str, &str)]) -> std::process::Child {
-    let mut env =
-        vec![("DPONE_CONN_CH".to_string(), fx.clickhouse_url.clone()), ("DPONE_CONN_PG".to_string(), dpone_testkit::postgres_url())];
-    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let m = fx.manifest.display().to_string();
-    spawn(fx.dir(), &["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], &env)
+    spawn(fx.dir(), &["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], &fx.run_env(extra))
 }
 
 /// Whether a publishing session of dpone holding a lock of this fixture's

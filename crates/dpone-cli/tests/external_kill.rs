@@ -178,14 +178,8 @@ fn sqlite_route_survives_kill_9_at_random_moments() {
 
 #[test]
 fn postgres_to_clickhouse_route_survives_kill_9_at_random_moments() {
-    use pg_clickhouse_common::{Fixture, INTERVAL_END, Row, assert_same_rows, at, col, dec, expected_after_replace, int, text};
-    let cols = vec![
-        col("id", "bigint NOT NULL", "Int64"),
-        col("ts", "timestamptz", "Nullable(DateTime64(6, 'UTC'))"),
-        col("amount", "numeric(18,4)", "Nullable(Decimal(18, 4))"),
-        col("name", "text", "Nullable(String)"),
-    ];
-    let fx = Fixture::new("kill_pgch", cols);
+    use pg_clickhouse_common::{Fixture, INTERVAL_END, Row, assert_same_rows, at, basic_cols, dec, expected_after_replace, int, text};
+    let fx = Fixture::new("kill_pgch", basic_cols());
     let row = |id: i64, ts: dpone_core::value::Value| -> Row { vec![int(id), ts, dec(&format!("{id}.5"), 4), text(&format!("name {id}"))] };
     let hour = |h: u64| at("2026-09-06T00:17:00Z", h as i64 * 3_600_000_000);
     let mut source: Vec<Row> = (0..12).map(|i| row(i, hour(i as u64 * 6))).collect();
@@ -237,7 +231,7 @@ fn clickhouse_to_postgres_route_survives_kill_9_at_random_moments() {
     fx.write_manifest(&Options::default());
     let m = fx.manifest.display().to_string();
     let args = ["run", &m, "--interval-end", INTERVAL_END, "--format", "json"];
-    let env = vec![("DPONE_CONN_CH".to_string(), fx.clickhouse_url.clone()), ("DPONE_CONN_PG".to_string(), dpone_testkit::postgres_url())];
+    let env = fx.run_env(&[]);
     let target_before = ch_postgres_common::standard_target();
     let source = std::cell::RefCell::new(ch_postgres_common::standard_source());
     let hour = |h: u64| ts(&format!("2026-09-{:02} {:02}:17:00", 6 + h / 24, h % 24));

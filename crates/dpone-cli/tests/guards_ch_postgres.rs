@@ -54,11 +54,8 @@ fn one_chunk(fx: &Fixture, publication: Option<&'static str>) {
 
 /// `dpone run` with the fixture's connections plus `extra`, in the background.
 fn spawn_run(fx: &Fixture, extra: &[(&str, &str)]) -> std::process::Child {
-    let mut env =
-        vec![("DPONE_CONN_CH".to_string(), fx.clickhouse_url.clone()), ("DPONE_CONN_PG".to_string(), dpone_testkit::postgres_url())];
-    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let m = fx.manifest.display().to_string();
-    spawn(fx.dir(), &["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], &env)
+    spawn(fx.dir(), &["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], &fx.run_env(extra))
 }
 
 /// A run paused at `point`: once `ready` finds what to tamper with, `tamper`

@@ -54,21 +54,12 @@ mod pg_clickhouse_common;
 
 use dpone_core::value::Value;
 use guards_common::{assert_first_error_says, assert_refused, spawn, tamper_while_paused, wait, wait_until};
-use pg_clickhouse_common::{BOUNDS, Col, Fixture, INTERVAL_END, Row, TABLE, assert_same_rows, at, col, dec, int, text};
+use pg_clickhouse_common::{BOUNDS, Fixture, INTERVAL_END, ManifestOptions, Row, TABLE, assert_same_rows, at, basic_cols, dec, int, text};
 use std::process::{Child, Output};
 use std::time::Duration;
 
 const PAUSE_MS: &str = "2000";
 const LIMIT: Duration = Duration::from_secs(60);
-
-fn cols() -> Vec<Col> {
-    vec![
-        col("id", "bigint NOT NULL", "Int64"),
-        col("ts", "timestamptz", "Nullable(DateTime64(6, 'UTC'))"),
-        col("amount", "numeric(18,4)", "Nullable(Decimal(18, 4))"),
-        col("name", "text", "Nullable(String)"),
-    ]
-}
 
 fn row(id: i64, ts: Value) -> Row {
     vec![int(id), ts, dec(&format!("{}.{:04}", id * 7, id % 10_000), 4), text(&format!("name {id} ✓"))]
@@ -105,35 +96,16 @@ fn fixture(prefix: &'static str) -> Fixture {
 
 /// [`fixture`] with `execution.verification.digest: <digest>`.
 fn fixture_digest(prefix: &'static str, digest: Option<&str>) -> Fixture {
-    let execution = digest.map(|d| format!("\n      execution: {{verification: {{digest: {d}}}}}")).unwrap_or_default();
-    let fx = Fixture::new(prefix, cols());
+    let fx = Fixture::new(prefix, basic_cols());
     fx.insert_source(&source());
     fx.insert_target(&target());
-    let yaml = format!(
-        r#"kind: dpone.batch.v1
-source:
-  type: postgres
-  connection: {{connection_type: env, connection_id: PG}}
-  table: {{schema: {schema}, name: {TABLE}}}
-  options:
-    native_transfer:
-      wire: {{block_rows: 2}}{execution}
-sink:
-  type: clickhouse
-  connection: {{connection_type: env, connection_id: CH}}
-  table: {{schema: {db}, name: {TABLE}}}
-  strategy:
-    mode: replace
-    atomicity: target_atomic
-    window: {{column: ts, anchor: data_interval_end, lookback: P3D, chunk_interval: P3D}}
-runtime:
-  storage: {{work_dir: {work}}}
-"#,
-        schema = fx.schema,
-        db = fx.db,
-        work = fx.work_dir().display(),
-    );
-    std::fs::write(&fx.manifest, yaml).expect("write the manifest");
+    fx.write_manifest(&ManifestOptions {
+        block_rows: Some(2),
+        chunking: false,
+        digest: digest.map(str::to_string),
+        chunk_interval: "P3D".into(),
+        ..ManifestOptions::default()
+    });
     fx
 }
 

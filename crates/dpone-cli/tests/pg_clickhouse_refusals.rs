@@ -15,20 +15,11 @@ mod harness;
 mod pg_clickhouse_common;
 
 use harness::codes;
-use pg_clickhouse_common::{Col, Fixture, ManifestOptions, Row, Setup, TABLE, col, micros, rendered, sample_value};
-
-fn base_cols() -> Vec<Col> {
-    vec![
-        col("id", "bigint NOT NULL", "Int64"),
-        col("ts", "timestamptz", "Nullable(DateTime64(6, 'UTC'))"),
-        col("amount", "numeric(18,4)", "Nullable(Decimal(18, 4))"),
-        col("name", "text", "Nullable(String)"),
-    ]
-}
+use pg_clickhouse_common::{Col, Fixture, ManifestOptions, Row, Setup, TABLE, basic_cols, col, micros, rendered, sample_value};
 
 /// `base_cols` with column `name` changed by `f` on the ClickHouse side.
 fn target_with(name: &str, f: impl Fn(&mut Col)) -> Vec<Col> {
-    let mut cols = base_cols();
+    let mut cols = basic_cols();
     f(cols.iter_mut().find(|c| c.name == name).unwrap_or_else(|| panic!("no column {name}")));
     cols
 }
@@ -56,7 +47,7 @@ impl Case {
 
     /// Same columns on both sides, an Atomic database and a MergeTree target.
     fn standard(case: impl Into<String>, code: &'static str, mention: impl Into<String>) -> Case {
-        Case::new(case, Setup::new("pgch_refuse", base_cols()), code, mention)
+        Case::new(case, Setup::new("pgch_refuse", basic_cols()), code, mention)
     }
 
     fn target(mut self, cols: Vec<Col>) -> Case {
@@ -325,7 +316,7 @@ fn a_source_window_column_that_is_not_timestamptz_is_refused() {
     let cases = ["timestamp", "date", "timestamp(3)"]
         .into_iter()
         .map(|ty| {
-            let mut source = base_cols();
+            let mut source = basic_cols();
             source[1].pg = ty.into();
             Case::standard(format!("source ts {ty}"), "window_column_type", "`ts`").source(source)
         })
@@ -335,9 +326,9 @@ fn a_source_window_column_that_is_not_timestamptz_is_refused() {
 
 #[test]
 fn schemas_that_do_not_match_exactly_are_refused() {
-    let mut missing = base_cols();
+    let mut missing = basic_cols();
     missing.retain(|c| c.name != "name");
-    let mut extra = base_cols();
+    let mut extra = basic_cols();
     extra.push(col("extra", "", "Nullable(Int64)"));
     let cases = vec![
         Case::standard("different type", "schema_mismatch", "`name`").target(target_with("name", |c| c.ch = "Nullable(Int64)".into())),
@@ -373,9 +364,9 @@ fn source_columns_without_an_exact_mapping_are_refused_by_name() {
     ]
     .into_iter()
     .map(|ty| {
-        let mut source = base_cols();
+        let mut source = basic_cols();
         source.push(col("payload", ty, ""));
-        let mut target = base_cols();
+        let mut target = basic_cols();
         target.push(col("payload", "", "Nullable(String)"));
         Case::standard(format!("source {ty}"), "unsupported_type", "`payload`").source(source).target(target)
     })

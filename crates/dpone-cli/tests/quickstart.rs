@@ -33,16 +33,10 @@ fn line<'a>(stdout: &'a str, label: &str) -> Option<&'a str> {
     stdout.lines().find_map(|l| l.strip_prefix(label)).map(str::trim)
 }
 
+/// `count` with a comma between groups of three digits, as the report
+/// prints it (written apart from the binary's formatter, by recursion).
 fn n(count: usize) -> String {
-    let s = count.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    if count < 1000 { count.to_string() } else { format!("{},{:03}", n(count / 1000), count % 1000) }
 }
 
 /// What the quick start must report and leave behind, computed from the reference databases.

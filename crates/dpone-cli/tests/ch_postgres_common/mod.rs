@@ -453,6 +453,15 @@ runtime:
         crate::harness::run(self.dir(), args, &all).of_route(ROUTE)
     }
 
+    /// The `DPONE_*` variables of [`Fixture::dpone`] (the connections, then
+    /// `extra`), owned: for a `dpone` spawned in the background.
+    pub fn run_env(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut env =
+            vec![("DPONE_CONN_CH".to_string(), self.clickhouse_url.clone()), ("DPONE_CONN_PG".to_string(), dpone_testkit::postgres_url())];
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        env
+    }
+
     /// `dpone run <manifest> --interval-end <END> --format json` with extra variables.
     pub fn run_with(&self, env: &[(&str, &str)]) -> Run {
         let m = self.manifest.display().to_string();

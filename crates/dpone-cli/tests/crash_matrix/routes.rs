@@ -10,6 +10,29 @@ use crate::{Expected, RouteFixture, Rows};
 use serde_json::Value as Json;
 use std::sync::{RwLockReadGuard, RwLockWriteGuard};
 
+/// The [`RouteFixture`] accessors of a route wrapping a server fixture
+/// (`fx`, with its manifest path, its `dpone` and its target rows) and its
+/// [`Expected`] (`expected`).
+macro_rules! fixture_accessors {
+    () => {
+        fn expected(&self) -> &Expected {
+            &self.expected
+        }
+
+        fn manifest(&self) -> String {
+            self.fx.manifest.display().to_string()
+        }
+
+        fn dpone(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+            self.fx.dpone(args, env)
+        }
+
+        fn target_rows(&self) -> Rows {
+            rendered(&self.fx.target_rows())
+        }
+    };
+}
+
 // -- SQLite -> SQLite ---------------------------------------------------
 
 /// SQLite files (`recovery_common::sqlite`). A trigger on the target
@@ -144,21 +167,7 @@ impl RouteFixture for PostgresToClickhouse {
         PostgresToClickhouse { fx, expected, uuid }
     }
 
-    fn expected(&self) -> &Expected {
-        &self.expected
-    }
-
-    fn manifest(&self) -> String {
-        self.fx.manifest.display().to_string()
-    }
-
-    fn dpone(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
-        self.fx.dpone(args, env)
-    }
-
-    fn target_rows(&self) -> Rows {
-        rendered(&self.fx.target_rows())
-    }
+    fixture_accessors!();
 
     fn identity(&self) -> String {
         self.fx.target_uuid()
@@ -287,21 +296,7 @@ impl<const KIND: u8> RouteFixture for ClickhouseToPostgres<KIND> {
         ClickhouseToPostgres { fx, expected, target_oid, window_oid, _pg_writes: pg_writes }
     }
 
-    fn expected(&self) -> &Expected {
-        &self.expected
-    }
-
-    fn manifest(&self) -> String {
-        self.fx.manifest.display().to_string()
-    }
-
-    fn dpone(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
-        self.fx.dpone(args, env)
-    }
-
-    fn target_rows(&self) -> Rows {
-        rendered(&self.fx.target_rows())
-    }
+    fixture_accessors!();
 
     fn identity(&self) -> String {
         let receipt = self.receipts().last().map(|r| r.generation.clone()).unwrap_or_else(|| "none".into());

@@ -57,6 +57,11 @@ pub fn id_ts(rest: impl IntoIterator<Item = Col>) -> Vec<Col> {
     cols
 }
 
+/// The plain table of most tests: [`id_ts`], a decimal and a string.
+pub fn basic_cols() -> Vec<Col> {
+    id_ts([col("amount", "numeric(18,4)", "Nullable(Decimal(18, 4))"), col("name", "text", "Nullable(String)")])
+}
+
 /// Like [`id_ts`] with the window column NOT NULL on both sides.
 pub fn id_ts_not_null(rest: impl IntoIterator<Item = Col>) -> Vec<Col> {
     let mut cols = vec![col("id", "bigint NOT NULL", "Int64"), col("ts", "timestamptz NOT NULL", "DateTime64(6, 'UTC')")];
@@ -130,6 +135,13 @@ pub struct ManifestOptions {
     pub source_table: Option<String>,
     /// `execution.verification.digest` (default: not written, sha256).
     pub digest: Option<String>,
+    /// Write `execution.chunking` (bounded_window, [`Self::parallelism`]);
+    /// false leaves the route's default chunking.
+    pub chunking: bool,
+    /// The window's `lookback` (default P3D).
+    pub lookback: String,
+    /// The window's `chunk_interval` (default P1D).
+    pub chunk_interval: String,
 }
 
 impl Default for ManifestOptions {
@@ -143,6 +155,9 @@ impl Default for ManifestOptions {
             columns: None,
             source_table: None,
             digest: None,
+            chunking: true,
+            lookback: "P3D".into(),
+            chunk_interval: "P1D".into(),
         }
     }
 }
@@ -363,7 +378,12 @@ impl Fixture {
             .map(|c| format!("\n    columns: [{}]", c.iter().map(|n| q(n)).collect::<Vec<_>>().join(", ")))
             .unwrap_or_default();
         let source_table = q(o.source_table.as_deref().unwrap_or(TABLE));
-        let verification = o.digest.as_ref().map(|d| format!("\n        verification: {{digest: {}}}", q(d))).unwrap_or_default();
+        let chunking = o.chunking.then(|| format!("\n        chunking: {{mode: bounded_window, parallelism: {}}}", o.parallelism));
+        let verification = o.digest.as_ref().map(|d| format!("\n        verification: {{digest: {}}}", q(d)));
+        let execution = match (chunking, verification) {
+            (None, None) => String::new(),
+            (c, v) => format!("\n      execution:{}{}", c.unwrap_or_default(), v.unwrap_or_default()),
+        };
         let yaml = format!(
             r#"kind: dpone.batch.v1
 source:
@@ -371,9 +391,7 @@ source:
   connection: {{connection_type: env, connection_id: PG}}
   table: {{schema: {schema}, name: {source_table}}}
   options:{columns}
-    native_transfer:{wire}
-      execution:
-        chunking: {{mode: bounded_window, parallelism: {parallelism}}}{verification}
+    native_transfer:{wire}{execution}
 sink:
   type: clickhouse
   connection: {{connection_type: env, connection_id: CH}}
@@ -381,14 +399,15 @@ sink:
   strategy:
     mode: replace
     atomicity: target_atomic
-    window: {{column: {column}, anchor: data_interval_end, lookback: P3D, chunk_interval: P1D}}
+    window: {{column: {column}, anchor: data_interval_end, lookback: {lookback}, chunk_interval: {chunk_interval}}}
 runtime:
   storage: {{work_dir: {work}}}
 "#,
             schema = self.schema,
             db = self.db,
-            parallelism = o.parallelism,
             column = q(&o.window_column),
+            lookback = o.lookback,
+            chunk_interval = o.chunk_interval,
             work = self.work_dir().display(),
         );
         std::fs::write(&self.manifest, yaml).expect("write the manifest");

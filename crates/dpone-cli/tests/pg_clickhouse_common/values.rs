@@ -5,7 +5,6 @@
 
 use dpone_core::time::Timestamp;
 use dpone_core::value::{Value, format_date, format_decimal, format_uuid, parse_date, parse_decimal, parse_uuid, rescale};
-use std::collections::BTreeMap;
 
 pub type Row = Vec<Value>;
 
@@ -117,33 +116,15 @@ pub fn pg_literal(v: &Value) -> String {
 // ---------------------------------------------------------------------------
 
 /// Rows rendered exactly (`Debug` keeps `-0.0` apart from `0.0` and every
-/// float digit), sorted: a multiset.
+/// float digit), sorted: a multiset ([`crate::harness::rendered`]).
 pub fn rendered(rows: &[Row]) -> Vec<String> {
-    let mut out: Vec<String> = rows.iter().map(|r| format!("{r:?}")).collect();
-    out.sort();
-    out
+    crate::harness::rendered(rows)
 }
 
-/// Panics with a readable difference unless `actual` is exactly the multiset `expected`.
+/// Panics with a readable difference unless `actual` is exactly the multiset
+/// `expected` ([`crate::harness::assert_same_rows`]).
 pub fn assert_same_rows(expected: &[Row], actual: &[Row], what: &str) {
-    let (e, a) = (rendered(expected), rendered(actual));
-    if e == a {
-        return;
-    }
-    let mut count: BTreeMap<&String, i64> = BTreeMap::new();
-    for r in &e {
-        *count.entry(r).or_default() += 1;
-    }
-    for r in &a {
-        *count.entry(r).or_default() -= 1;
-    }
-    let lines: Vec<String> = count
-        .iter()
-        .filter(|(_, n)| **n != 0)
-        .take(30)
-        .map(|(r, n)| if *n > 0 { format!("  missing x{n}: {r}") } else { format!("  unexpected x{}: {r}", -n) })
-        .collect();
-    panic!("{what}: expected exactly {} rows, found {}\n{}", e.len(), a.len(), lines.join("\n"));
+    crate::harness::assert_same_rows(expected, actual, what);
 }
 
 /// The target after a window replace: its rows whose window value is NULL

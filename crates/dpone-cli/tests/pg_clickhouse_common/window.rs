@@ -6,18 +6,14 @@
 //! and by the report's counts.
 #![allow(dead_code)] // each test binary uses its part
 
-use crate::pg_clickhouse_common::{
-    Col, Fixture, Row, assert_same_rows, col, dec, expected_after_replace, id_ts, in_window, int, rows_per_chunk, text,
-};
+use crate::pg_clickhouse_common::{Fixture, Row, assert_same_rows, dec, expected_after_replace, in_window, int, rows_per_chunk, text};
 use dpone_core::value::Value;
 
 // ---------------------------------------------------------------------------
 // A plain table: id, window column, a decimal and a string
 // ---------------------------------------------------------------------------
 
-pub fn basic_cols() -> Vec<Col> {
-    id_ts([col("amount", "numeric(18,4)", "Nullable(Decimal(18, 4))"), col("name", "text", "Nullable(String)")])
-}
+pub use crate::pg_clickhouse_common::basic_cols;
 
 /// Index of the window column in `basic_cols` and in every table below.
 pub const TS: usize = 1;

@@ -255,11 +255,12 @@ pub fn enum_str<T: Serialize>(v: &T) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::classify::{ChangeKind, FileKind};
 
-    fn record(path: &str, class: FileClass, routes: &[&str], aspects: &[Aspect]) -> FileRecord {
+    /// A modified manifest's record (also the verifier tests' fixture).
+    pub(crate) fn record(path: &str, class: FileClass, routes: &[&str], aspects: &[Aspect]) -> FileRecord {
         FileRecord {
             path: path.into(),
             previous_path: None,

@@ -125,40 +125,43 @@ pub fn load_tree(root: &Node) -> Result<Schedules, Diagnostics> {
     for (i, item) in items.iter().enumerate() {
         let path = format!("workloads[{i}]");
         let text = |key: &str| item.get(key).and_then(Node::as_str).unwrap_or("").to_string();
-        let at = |key: &str, d: Diagnostic| match item.get(key) {
-            Some(n) => d.at(n.line, n.column),
-            None => d.at(item.line, item.column),
+        // A diagnostic on `key`, placed at its node (else at the item's).
+        let bad = |key: &str, code: &str, message: String, hint: String| {
+            let d = Diagnostic::new(code, format!("{path}.{key}"), message).hint(hint);
+            match item.get(key) {
+                Some(n) => d.at(n.line, n.column),
+                None => d.at(item.line, item.column),
+            }
         };
         let name = text("name");
         if !valid_name(&name) {
-            diags.push(at(
+            diags.push(bad(
                 "name",
-                Diagnostic::new("invalid_workload_name", format!("{path}.name"), format!("`{name}` is not a valid workload name"))
-                    .hint("use lower-case letters, digits, `_`, `-` and `.`, starting with a letter or digit (at most 128 characters)"),
+                "invalid_workload_name",
+                format!("`{name}` is not a valid workload name"),
+                "use lower-case letters, digits, `_`, `-` and `.`, starting with a letter or digit (at most 128 characters)".into(),
             ));
         } else if let Some((line, column)) = positions.insert(name.clone(), (item.line, item.column)) {
-            diags.push(at(
+            diags.push(bad(
                 "name",
-                Diagnostic::new("duplicate_workload", format!("{path}.name"), format!("workload `{name}` is declared twice"))
-                    .hint(format!("the first declaration is at line {line}, column {column}; keep one")),
+                "duplicate_workload",
+                format!("workload `{name}` is declared twice"),
+                format!("the first declaration is at line {line}, column {column}; keep one"),
             ));
         }
         let manifest = text("manifest");
         if !valid_relative_path(&manifest) {
-            diags.push(at(
+            diags.push(bad(
                 "manifest",
-                Diagnostic::new("invalid_manifest_path", format!("{path}.manifest"), format!("`{manifest}` is not a relative path"))
-                    .hint("write the manifest's path relative to the repository root, with `/` and without `.` or `..`"),
+                "invalid_manifest_path",
+                format!("`{manifest}` is not a relative path"),
+                "write the manifest's path relative to the repository root, with `/` and without `.` or `..`".into(),
             ));
         }
         let cron = match cron::normalize(&text("cron")) {
             Ok(c) => c,
             Err(e) => {
-                diags.push(at(
-                    "cron",
-                    Diagnostic::new("invalid_cron", format!("{path}.cron"), e)
-                        .hint("write five fields: minute hour day-of-month month day-of-week"),
-                ));
+                diags.push(bad("cron", "invalid_cron", e, "write five fields: minute hour day-of-month month day-of-week".into()));
                 String::new()
             }
         };

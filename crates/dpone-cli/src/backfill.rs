@@ -264,14 +264,23 @@ fn refuse(args: &BackfillArgs, kind: &str, d: &Diagnostics) -> u8 {
 /// `plan` and `status`: the windows and what each is; `plan` also checks
 /// that each window's run can be planned (offline: nothing is probed).
 fn describe(args: &BackfillArgs, kind: &str) -> u8 {
+    with_backfill(args, kind, |b| describe_windows(args, kind, b))
+}
+
+/// Loads the manifest and prepares its backfill for `f`; what does not
+/// load or prepare is refused as `kind`.
+fn with_backfill(args: &BackfillArgs, kind: &str, f: impl FnOnce(&Backfill) -> u8) -> u8 {
     let loaded = match commands::load(&args.manifest) {
         Ok(l) => l,
         Err(d) => return refuse(args, kind, &d),
     };
-    let b = match prepare(args, &loaded) {
-        Ok(b) => b,
-        Err(d) => return refuse(args, kind, &d),
-    };
+    match prepare(args, &loaded) {
+        Ok(b) => f(&b),
+        Err(d) => refuse(args, kind, &d),
+    }
+}
+
+fn describe_windows(args: &BackfillArgs, kind: &str, b: &Backfill) -> u8 {
     let statuses = match b.statuses() {
         Ok(s) => s,
         Err(d) => return refuse(args, kind, &d),
@@ -305,7 +314,7 @@ fn describe(args: &BackfillArgs, kind: &str) -> u8 {
             output::print_json(&Value::Object(doc));
         }
         Format::Text => {
-            print_head(&b);
+            print_head(b);
             for (i, (w, s)) in b.windows.iter().zip(&statuses).enumerate() {
                 println!("  {:>4}  {} .. {}  {s}", i + 1, w.start, w.end);
             }
@@ -345,17 +354,13 @@ fn window_status(docs: &[Value]) -> String {
 
 fn run(args: &BackfillArgs, jobs: u32) -> u8 {
     let kind = "dpone.backfill_run";
-    let loaded = match commands::load(&args.manifest) {
-        Ok(l) => l,
-        Err(d) => return refuse(args, kind, &d),
-    };
-    let b = match prepare(args, &loaded) {
-        Ok(b) => b,
-        Err(d) => return refuse(args, kind, &d),
-    };
+    with_backfill(args, kind, |b| run_windows(args, kind, jobs, b))
+}
+
+fn run_windows(args: &BackfillArgs, kind: &str, jobs: u32, b: &Backfill) -> u8 {
     let text = args.format == Format::Text;
     if text {
-        print_head(&b);
+        print_head(b);
     }
     let total = b.windows.len();
     let mut docs: Vec<Value> = Vec::new();

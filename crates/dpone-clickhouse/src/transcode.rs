@@ -357,6 +357,22 @@ mod tests {
         assert!(e.reason.contains("NULL in a column whose target is NOT NULL"), "{}", e.reason);
     }
 
+    /// The rows in the source encoding, and the digest of those bytes
+    /// (column 1, the only nullable one, counts its NULLs).
+    fn encoded_with_digest(types: &[ColumnType], rows: &[Vec<Value>]) -> (Vec<u8>, RowDigest) {
+        let mut src = Vec::new();
+        let mut src_digest = RowDigest::new(3);
+        for r in rows {
+            let s = src.len();
+            encode_row(&mut src, types, r).unwrap();
+            src_digest.add_row(&src[s..]);
+            if r[1].is_null() {
+                src_digest.add_null(1);
+            }
+        }
+        (src, src_digest)
+    }
+
     /// Rows whose source encoding is their canonical encoding reuse the
     /// canonical hash for the source digest; the digest is the same as
     /// hashing the source bytes (mixed with rows whose bytes differ).
@@ -367,16 +383,7 @@ mod tests {
         let rows: Vec<Vec<Value>> = (0..20)
             .map(|i| vec![Value::int(i), if i % 3 == 0 { Value::Null } else { Value::str(&"y".repeat(i as usize)) }, Value::int(i)])
             .collect();
-        let mut src = Vec::new();
-        let mut src_digest = RowDigest::new(3);
-        for r in &rows {
-            let s = src.len();
-            encode_row(&mut src, &types, r).unwrap();
-            src_digest.add_row(&src[s..]);
-            if r[1].is_null() {
-                src_digest.add_null(1);
-            }
-        }
+        let (src, src_digest) = encoded_with_digest(&types, &rows);
         // The same types on both sides: every row's bytes are unchanged.
         let same: Vec<ColumnCodec> = types.iter().enumerate().map(|(i, t)| codec_for(&format!("c{i}"), t, t).unwrap()).collect();
         let mut parser = RowParser::new(same);
@@ -401,16 +408,7 @@ mod tests {
         let rows: Vec<Vec<Value>> = (0..50)
             .map(|i| vec![Value::int(i), if i % 3 == 0 { Value::Null } else { Value::str(&"x".repeat(i as usize)) }, Value::int(i as u16)])
             .collect();
-        let mut src = Vec::new();
-        let mut src_digest = RowDigest::new(3);
-        for r in &rows {
-            let s = src.len();
-            encode_row(&mut src, &types, r).unwrap();
-            src_digest.add_row(&src[s..]);
-            if r[1].is_null() {
-                src_digest.add_null(1);
-            }
-        }
+        let (src, src_digest) = encoded_with_digest(&types, &rows);
         let codecs = types.iter().zip(&targets).enumerate().map(|(i, (s, t))| codec_for(&format!("c{i}"), s, t).unwrap()).collect();
         let mut parser = RowParser::new(codecs);
         let mut unparsed = Unparsed::default();

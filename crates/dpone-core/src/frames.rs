@@ -490,15 +490,11 @@ where
                 a.grown();
             }
             Parsed::Reroute(_) => return Err(AdapterError::internal("a row was rerouted in a read that routes no rows")),
-            Parsed::Finished => {
-                while input.next(Need::Rest).await?.is_some() {}
-                break;
+            Parsed::Finished | Parsed::NeedMore => {
+                if !read_on(matches!(parsed, Parsed::Finished), transcoder, input, &mut unparsed).await? {
+                    break;
+                }
             }
-            Parsed::NeedMore => match input.next(Need::Bytes).await? {
-                Some(bytes) => unparsed.push(bytes),
-                None if transcoder.complete(unparsed.len()) => break,
-                None => return Err(transcoder.truncated()),
-            },
         }
     }
     let (last, stats) = a.finish();
@@ -506,6 +502,25 @@ where
         sink.send(frame).await?;
     }
     Ok(stats)
+}
+
+/// Reads on after [`Parsed::Finished`] (`finished`: drains `input`) or
+/// [`Parsed::NeedMore`] (queues `input`'s next bytes). False once the
+/// stream ended; a stream that ends before the transcoder is
+/// [`Transcoder::complete`] fails with [`Transcoder::truncated`].
+async fn read_on<T: Transcoder, I: ByteInput>(finished: bool, transcoder: &T, input: &mut I, unparsed: &mut Unparsed) -> Result<bool> {
+    if finished {
+        while input.next(Need::Rest).await?.is_some() {}
+        return Ok(false);
+    }
+    match input.next(Need::Bytes).await? {
+        Some(bytes) => {
+            unparsed.push(bytes);
+            Ok(true)
+        }
+        None if transcoder.complete(unparsed.len()) => Ok(false),
+        None => Err(transcoder.truncated()),
+    }
 }
 
 /// Frames built one encoded row at a time, for sources that read on a

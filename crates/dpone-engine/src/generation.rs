@@ -55,21 +55,7 @@ pub(crate) async fn prepare<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jou
         )
         .into());
     }
-    let intent = PublicationIntent {
-        generation_table: generation.clone(),
-        backup_table: identity::backup_table(&j.stem(), j.execution),
-        target_before,
-        generation: gen_identity,
-        publication: Some(ctx.publication.clone()),
-    };
-    journal
-        .update(|j| {
-            j.state = RunState::Publishing;
-            j.intent = Some(intent);
-        })
-        .await?;
-    ctx.resumption.intent_recorded_here.store(true, Ordering::SeqCst);
-    Ok(())
+    record_intent(ctx, journal, &j, generation, target_before, gen_identity).await
 }
 
 /// An append's intent: the receipts before and after. The target's mark
@@ -84,11 +70,26 @@ async fn append_intent<S: Source, T: Target>(
 ) -> Step {
     let now = ctx.target.read_mark().await?;
     check_mark_unmoved(batch, now.as_ref())?;
+    let before = receipt_identity(batch.previous.as_ref());
+    let after = receipt_identity(Some(&batch.receipt(&j.stem())));
+    record_intent(ctx, journal, j, generation, before, after).await
+}
+
+/// Records the durable intent (the identities before and after) and moves
+/// the run to publishing.
+async fn record_intent<S: Source, T: Target>(
+    ctx: &Ctx<S, T>,
+    journal: &Journal,
+    j: &dpone_core::state::RunJournal,
+    generation: String,
+    target_before: String,
+    generation_identity: String,
+) -> Step {
     let intent = PublicationIntent {
         generation_table: generation,
         backup_table: identity::backup_table(&j.stem(), j.execution),
-        target_before: receipt_identity(batch.previous.as_ref()),
-        generation: receipt_identity(Some(&batch.receipt(&j.stem()))),
+        target_before,
+        generation: generation_identity,
         publication: Some(ctx.publication.clone()),
     };
     journal

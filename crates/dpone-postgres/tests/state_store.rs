@@ -51,18 +51,9 @@ fn conformance_child_process() {
 #[test]
 fn concurrent_handles_in_separate_processes() {
     let schema = dpone_testkit::unique_name("st_procs");
-    let exe = std::env::current_exe().unwrap();
     conformance::separate_processes(
         || open(&schema),
-        |spec| {
-            std::process::Command::new(&exe)
-                .args(["--exact", "conformance_child_process", "--nocapture", "--test-threads", "1"])
-                .env(conformance::CHILD_ENV, spec)
-                .env("DPONE_STATE_TEST_SCHEMA", &schema)
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .expect("the test binary starts")
-        },
+        |spec| conformance::spawn_child("conformance_child_process", spec, "DPONE_STATE_TEST_SCHEMA", &schema),
     );
     drop_schema(&schema);
 }

@@ -24,17 +24,8 @@ fn conformance_child_process() {
 fn concurrent_handles_in_separate_processes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.db");
-    let exe = std::env::current_exe().unwrap();
     conformance::separate_processes(
         || SqliteStateStore::open(&path).unwrap(),
-        |spec| {
-            std::process::Command::new(&exe)
-                .args(["--exact", "conformance_child_process", "--nocapture", "--test-threads", "1"])
-                .env(conformance::CHILD_ENV, spec)
-                .env("DPONE_STATE_TEST_FILE", &path)
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .expect("the test binary starts")
-        },
+        |spec| conformance::spawn_child("conformance_child_process", spec, "DPONE_STATE_TEST_FILE", &path),
     );
 }

@@ -239,6 +239,19 @@ pub fn child<S: StateStore>(make: impl Fn() -> S) {
     std::process::exit(code);
 }
 
+/// Starts this test binary as one child of [`separate_processes`]: it runs
+/// only the test `test` (one that calls [`child`]) with `CHILD_ENV=spec`,
+/// and `var=value` to say which store to open.
+pub fn spawn_child(test: &str, spec: &str, var: &str, value: impl AsRef<std::ffi::OsStr>) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().expect("the test binary's path"))
+        .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+        .env(CHILD_ENV, spec)
+        .env(var, value)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("the test binary starts")
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }

@@ -1,20 +1,12 @@
 use super::*;
-use crate::classify::{ChangeKind, FileClass, FileKind, FileRecord};
+use crate::classify::{FileClass, FileRecord};
 
 fn plan(class: FileClass) -> Plan {
+    let routes: &[&str] = if class == FileClass::RouteScoped { &["sqlite->sqlite"] } else { &[] };
     let f = FileRecord {
-        path: "m.yaml".into(),
-        previous_path: None,
-        change: ChangeKind::Modified,
-        old_mode: "100644".into(),
-        new_mode: "100644".into(),
-        file_kind: FileKind::Manifest,
-        class,
         reason_code: "schedule_changed".into(),
         reason: "r".into(),
-        changed_fields: vec![],
-        routes: if class == FileClass::RouteScoped { vec!["sqlite->sqlite".into()] } else { vec![] },
-        aspects: vec![],
+        ..crate::report::tests::record("m.yaml", class, routes, &[])
     };
     report::build(&"a".repeat(40), &"b".repeat(40), vec![f])
 }

@@ -170,15 +170,11 @@ where
                     installed[cur] = true;
                 }
             }
-            Parsed::Finished => {
-                while input.next(Need::Rest).await?.is_some() {}
-                break;
+            Parsed::Finished | Parsed::NeedMore => {
+                if !read_on(matches!(parsed, Parsed::Finished), transcoder, input, &mut unparsed).await? {
+                    break;
+                }
             }
-            Parsed::NeedMore => match input.next(Need::Bytes).await? {
-                Some(bytes) => unparsed.push(bytes),
-                None if transcoder.complete(unparsed.len()) => break,
-                None => return Err(transcoder.truncated()),
-            },
         }
     }
     let mut stats = Vec::with_capacity(open.len());

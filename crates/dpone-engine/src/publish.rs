@@ -17,7 +17,7 @@ use crate::generation::{check_kept_rows, reverify};
 use crate::journal::Journal;
 use dpone_core::evidence::PublicationCheck;
 use dpone_core::incremental::receipt_identity;
-use dpone_core::ports::{AdapterError, ErrorKind, MergeCounts, PublicationOutcome, Source, TableRole, Target};
+use dpone_core::ports::{AdapterError, ErrorKind, MarkedPublication, MergeCounts, PublicationOutcome, Source, TableRole, Target};
 use dpone_core::publication::Publication;
 use dpone_core::state::{JournalError, PublicationIntent, RunState};
 use std::sync::atomic::Ordering;
@@ -123,7 +123,9 @@ async fn publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, inten
         // An append: the verified batch and the new mark, in one transaction.
         Publication::Append => {
             let (batch, g) = (batch()?, generation()?);
-            ctx.target.publish_append(&intent.generation_table, batch.previous.as_ref(), &batch.receipt(&j.stem()), g.rows).await
+            let after = batch.receipt(&j.stem());
+            let marked = MarkedPublication { generation: &intent.generation_table, before: batch.previous.as_ref(), after: &after };
+            ctx.target.publish_append(marked, g.rows).await
         }
         // A merge: the batch's keys replaced, in one transaction.
         Publication::Merge { .. } => {
@@ -131,8 +133,9 @@ async fn publish<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, inten
             match (ctx.merge_key(), g.merged_rows) {
                 (Some(key), Some(inserted)) => {
                     let expected = MergeCounts { inserted, replaced: g.replaced_rows };
-                    let receipt = batch.receipt(&j.stem());
-                    ctx.target.publish_merge(&intent.generation_table, batch.previous.as_ref(), &receipt, &key, expected).await
+                    let after = batch.receipt(&j.stem());
+                    let marked = MarkedPublication { generation: &intent.generation_table, before: batch.previous.as_ref(), after: &after };
+                    ctx.target.publish_merge(marked, &key, expected).await
                 }
                 _ => Err(AdapterError::internal("a merge's generation record has no merged rows")),
             }

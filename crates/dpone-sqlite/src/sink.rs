@@ -14,10 +14,10 @@ use crate::source::{check_window_values, describe_table, encode_row, select_list
 use crate::types::{quote_ident, to_sql};
 use dpone_core::Diagnostic;
 use dpone_core::digest::{DigestAlgorithm, RowDigest};
-use dpone_core::incremental::{StoredMark, receipt_identity};
+use dpone_core::incremental::StoredMark;
 use dpone_core::ports::{
-    AdapterError, Contents, EligibilityRequest, FrameRx, GenerationBuild, MergeCounts, MergeKey, PublicationOutcome, Result, RowFilter,
-    TableRole, Target, WindowStats,
+    AdapterError, Contents, EligibilityRequest, FrameRx, GenerationBuild, MarkedPublication, MergeCounts, MergeKey, PublicationOutcome,
+    RESET_MOVED_HINT, Result, RowFilter, TableRole, Target, WindowStats, check_publication_unmoved, check_reset_unmoved,
 };
 use dpone_core::rowbinary::decode_row;
 use dpone_core::time::Timestamp;
@@ -443,29 +443,16 @@ impl Target for SqliteTarget {
         self.read_mark_here().await
     }
 
-    async fn publish_append(
-        &self,
-        generation: &str,
-        before: Option<&StoredMark>,
-        after: &StoredMark,
-        rows: u64,
-    ) -> Result<PublicationOutcome> {
-        self.publish_append_here(generation, before, after, rows).await
+    async fn publish_append(&self, publication: MarkedPublication<'_>, rows: u64) -> Result<PublicationOutcome> {
+        self.publish_append_here(publication, rows).await
     }
 
     async fn check_merge(&self, generation: &str, key: &MergeKey) -> Result<MergeCounts> {
         self.check_merge_here(generation, key).await
     }
 
-    async fn publish_merge(
-        &self,
-        generation: &str,
-        before: Option<&StoredMark>,
-        after: &StoredMark,
-        key: &MergeKey,
-        expected: MergeCounts,
-    ) -> Result<PublicationOutcome> {
-        self.publish_merge_here(generation, before, after, key, expected).await
+    async fn publish_merge(&self, publication: MarkedPublication<'_>, key: &MergeKey, expected: MergeCounts) -> Result<PublicationOutcome> {
+        self.publish_merge_here(publication, key, expected).await
     }
 
     async fn reset_mark(&self, before: Option<&StoredMark>, after: Option<&StoredMark>) -> Result<()> {

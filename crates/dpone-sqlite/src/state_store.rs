@@ -75,23 +75,29 @@ fn check_lease(tx: &rusqlite::Transaction, lease: &Lease, now: u64) -> Result<()
     }
 }
 
-impl StateStore for SqliteStateStore {
-    fn acquire(&self, scope: &str, holder: &str, ttl_ms: u64) -> Result<Lease, StoreError> {
+/// The lease row of a scope: holder, fence, expiry.
+type LeaseRow = (String, u64, u64);
+
+impl SqliteStateStore {
+    /// In one transaction: reads the scope's lease row, asks `fence` for the
+    /// new lease's fence (or a refusal) given that row and the time, and
+    /// stores the lease of `holder` with it.
+    fn store_lease(
+        &self,
+        scope: &str,
+        holder: &str,
+        ttl_ms: u64,
+        fence: impl FnOnce(Option<LeaseRow>, u64) -> Result<u64, StoreError>,
+    ) -> Result<Lease, StoreError> {
         let now = now_ms();
         self.with_tx(|tx| {
-            let row: Option<(String, u64, u64)> = tx
+            let row: Option<LeaseRow> = tx
                 .query_row("SELECT holder, fence, expires_at_ms FROM leases WHERE scope = ?1", [scope], |r| {
                     Ok((r.get(0)?, r.get::<_, i64>(1)? as u64, r.get::<_, i64>(2)? as u64))
                 })
                 .optional()
                 .map_err(io)?;
-            let fence = match row {
-                Some((other, _, expires)) if expires > now && other != holder => {
-                    return Err(StoreError::Held { scope: scope.to_string(), holder: other, remaining_ms: expires - now });
-                }
-                Some((_, fence, _)) => fence + 1,
-                None => 1,
-            };
+            let fence = fence(row, now)?;
             tx.execute(
                 "INSERT INTO leases (scope, holder, fence, expires_at_ms) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT(scope) DO UPDATE SET holder = excluded.holder, fence = excluded.fence, expires_at_ms = excluded.expires_at_ms",
@@ -101,31 +107,27 @@ impl StateStore for SqliteStateStore {
             Ok(Lease { scope: scope.to_string(), holder: holder.to_string(), fence })
         })
     }
+}
+
+impl StateStore for SqliteStateStore {
+    fn acquire(&self, scope: &str, holder: &str, ttl_ms: u64) -> Result<Lease, StoreError> {
+        self.store_lease(scope, holder, ttl_ms, |row, now| match row {
+            Some((other, _, expires)) if expires > now && other != holder => {
+                Err(StoreError::Held { scope: scope.to_string(), holder: other, remaining_ms: expires - now })
+            }
+            Some((_, fence, _)) => Ok(fence + 1),
+            None => Ok(1),
+        })
+    }
 
     fn take_over(&self, scope: &str, stale_holder: &str, holder: &str, ttl_ms: u64) -> Result<Lease, StoreError> {
-        let now = now_ms();
-        self.with_tx(|tx| {
-            let row: Option<(String, u64, u64)> = tx
-                .query_row("SELECT holder, fence, expires_at_ms FROM leases WHERE scope = ?1", [scope], |r| {
-                    Ok((r.get(0)?, r.get::<_, i64>(1)? as u64, r.get::<_, i64>(2)? as u64))
-                })
-                .optional()
-                .map_err(io)?;
-            let fence = match row {
-                Some((current, fence, _)) if current == stale_holder => fence + 1,
-                Some((current, _, expires)) if expires > now => {
-                    return Err(StoreError::Held { scope: scope.to_string(), holder: current, remaining_ms: expires - now });
-                }
-                Some((_, fence, _)) => fence + 1,
-                None => 1,
-            };
-            tx.execute(
-                "INSERT INTO leases (scope, holder, fence, expires_at_ms) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT(scope) DO UPDATE SET holder = excluded.holder, fence = excluded.fence, expires_at_ms = excluded.expires_at_ms",
-                params![scope, holder, fence as i64, (now + ttl_ms) as i64],
-            )
-            .map_err(io)?;
-            Ok(Lease { scope: scope.to_string(), holder: holder.to_string(), fence })
+        self.store_lease(scope, holder, ttl_ms, |row, now| match row {
+            Some((current, fence, _)) if current == stale_holder => Ok(fence + 1),
+            Some((current, _, expires)) if expires > now => {
+                Err(StoreError::Held { scope: scope.to_string(), holder: current, remaining_ms: expires - now })
+            }
+            Some((_, fence, _)) => Ok(fence + 1),
+            None => Ok(1),
         })
     }
 

@@ -54,7 +54,7 @@ use crate::client::{Idempotence, named, quote_ident, quote_str};
 use dpone_core::failpoint::Action;
 use dpone_core::identity::OWNED_PREFIX;
 use dpone_core::incremental::{StoredMark, receipt_identity};
-use dpone_core::ports::{AdapterError, ErrorClass, ErrorKind, PublicationOutcome, Result};
+use dpone_core::ports::{AdapterError, ErrorClass, ErrorKind, MarkedPublication, PublicationOutcome, Result};
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
 
@@ -288,13 +288,8 @@ impl ClickhouseTarget {
         .hint("another writer changed or deleted rows of the target during the run; nothing was published: run again"))
     }
 
-    pub(super) async fn publish_append_now(
-        &self,
-        generation: &str,
-        before: Option<&StoredMark>,
-        after: &StoredMark,
-        rows: u64,
-    ) -> Result<PublicationOutcome> {
+    pub(super) async fn publish_append_now(&self, publication: MarkedPublication<'_>, rows: u64) -> Result<PublicationOutcome> {
+        let MarkedPublication { generation, before, after } = publication;
         let g2 = Self::append_generation(generation)?;
         let built = self.build_append(generation, &g2, before, after, rows).await;
         self.exchange_built(&g2, built).await

@@ -45,7 +45,7 @@
 use super::{ClickhouseTarget, num, text};
 use crate::client::{Idempotence, quote_ident, quote_str};
 use dpone_core::incremental::StoredMark;
-use dpone_core::ports::{AdapterError, ErrorKind, MergeCounts, MergeKey, PublicationOutcome, Result};
+use dpone_core::ports::{AdapterError, ErrorKind, MarkedPublication, MergeCounts, MergeKey, PublicationOutcome, Result};
 use dpone_core::types::Column;
 
 /// `incremental_merge`'s SQL over the generation and the target.
@@ -156,12 +156,11 @@ impl ClickhouseTarget {
 
     pub(super) async fn publish_merge_now(
         &self,
-        generation: &str,
-        before: Option<&StoredMark>,
-        after: &StoredMark,
+        publication: MarkedPublication<'_>,
         key: &MergeKey,
         expected: MergeCounts,
     ) -> Result<PublicationOutcome> {
+        let MarkedPublication { generation, before, after } = publication;
         let g2 = Self::append_generation(generation)?;
         let built = self.build_merge(generation, &g2, before, after, key, expected).await;
         self.exchange_built(&g2, built).await

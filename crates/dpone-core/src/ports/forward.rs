@@ -55,8 +55,8 @@ pub mod prelude {
     pub use crate::incremental::{CursorKind, CursorValue, StoredMark};
     pub use crate::ports::{
         AccessPath, ClaimAttempt, ClaimRequest, Contents, DirectFeed, EligibilityRequest, FrameRx, FrameTx, GenerationBuild,
-        GenerationEstimate, MergeCounts, MergeKey, PartIdentity, PublicationOutcome, ReadRequest, ReadStats, ReconcileScope,
-        Reconciliation, Result, RowFilter, SourceEstimate, SourceVersion, TableRole, TargetClaim, WindowStats,
+        GenerationEstimate, MarkedPublication, MergeCounts, MergeKey, PartIdentity, PublicationOutcome, ReadRequest, ReadStats,
+        ReconcileScope, Reconciliation, Result, RowFilter, SourceEstimate, SourceVersion, TableRole, TargetClaim, WindowStats,
     };
     pub use crate::rowbinary::DateTime64Range;
     pub use crate::time::Timestamp;

@@ -36,6 +36,7 @@ mod direct;
 mod error;
 pub mod forward;
 mod generation;
+mod mark;
 mod source;
 mod tally;
 mod target;
@@ -45,6 +46,7 @@ pub use claim::{ClaimAttempt, ClaimHolder, ClaimRecord, ClaimRequest, TargetClai
 pub use tally::WindowTally;
 
 pub use forward::Intercept;
+pub use mark::{MarkedPublication, RESET_MOVED_HINT, check_publication_unmoved, check_reset_unmoved};
 pub use source::Source;
 pub use target::Target;
 

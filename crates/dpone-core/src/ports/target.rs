@@ -6,8 +6,8 @@
 use super::DirectStep;
 use super::{
     AdapterError, ClaimAttempt, ClaimRequest, Contents, DirectFeed, EligibilityRequest, FrameRx, GenerationBuild, GenerationEstimate,
-    GenerationMethod, MergeCounts, MergeKey, PartIdentity, PublicationOutcome, ReconcileScope, Reconciliation, Result, RowFilter,
-    TableRole, TargetClaim, WindowStats, incremental_unsupported,
+    GenerationMethod, MarkedPublication, MergeCounts, MergeKey, PartIdentity, PublicationOutcome, ReconcileScope, Reconciliation, Result,
+    RowFilter, TableRole, TargetClaim, WindowStats, incremental_unsupported,
 };
 use crate::error::Diagnostic;
 use crate::evidence::PublicationCheck;
@@ -231,20 +231,15 @@ macro_rules! __target_methods {
             }
 
             /// `incremental_append`: in one transaction, checks that the stored
-            /// mark is still `before`, appends every row of `generation` to the
+            /// mark is still the publication's `before`
+            /// ([`super::check_publication_unmoved`]), appends every row of its `generation` to the
             /// target, checks that the target grew by exactly `rows`, and stores
             /// `after`. A failed check rolls everything back (nothing published)
             /// and is returned as an error of kind `Verification`, which the engine
             /// takes as a definite rollback; an error of any other kind is judged
             /// by [`Target::read_mark`]. Never retried blindly.
-            async fn publish_append(
-                &self,
-                generation: &str,
-                before: Option<&StoredMark>,
-                after: &StoredMark,
-                rows: u64,
-            ) -> Result<PublicationOutcome> {
-                let _ = (generation, before, after, rows);
+            async fn publish_append(&self, publication: MarkedPublication<'_>, rows: u64) -> Result<PublicationOutcome> {
+                let _ = (publication, rows);
                 Err(incremental_unsupported("target"))
             }
 
@@ -260,7 +255,7 @@ macro_rules! __target_methods {
             }
 
             /// `incremental_merge`: in one transaction, checks that the stored mark
-            /// is still `before`, resolves the batch as [`Target::check_merge`]
+            /// is still the publication's `before`, resolves the batch as [`Target::check_merge`]
             /// does (same refusals), deletes the target rows whose key is in the
             /// batch, inserts the resolved rows, checks that the counts are
             /// `expected`, that every resolved row is present and every batch key
@@ -268,15 +263,8 @@ macro_rules! __target_methods {
             /// everything back and is an error of kind `Verification` (a definite
             /// rollback, as for [`Target::publish_append`]). Never retried blindly:
             /// any other error is judged by [`Target::read_mark`].
-            async fn publish_merge(
-                &self,
-                generation: &str,
-                before: Option<&StoredMark>,
-                after: &StoredMark,
-                key: &MergeKey,
-                expected: MergeCounts,
-            ) -> Result<PublicationOutcome> {
-                let _ = (generation, before, after, key, expected);
+            async fn publish_merge(&self, publication: MarkedPublication<'_>, key: &MergeKey, expected: MergeCounts) -> Result<PublicationOutcome> {
+                let _ = (publication, key, expected);
                 Err(incremental_unsupported("target"))
             }
 

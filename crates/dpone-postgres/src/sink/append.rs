@@ -32,8 +32,10 @@ use super::fingerprint::{Fingerprint, query, select_sql};
 use super::transaction::{LOCK_WAIT, Waited, check_generation, commit_outcome, lock_text, rolled_back, serializable};
 use crate::error::classify;
 use crate::source::quote_ident;
-use dpone_core::incremental::{StoredMark, receipt_identity};
-use dpone_core::ports::{AdapterError, PublicationOutcome, Result};
+use dpone_core::incremental::StoredMark;
+use dpone_core::ports::{
+    AdapterError, MarkedPublication, PublicationOutcome, RESET_MOVED_HINT, Result, check_publication_unmoved, check_reset_unmoved,
+};
 use tokio_postgres::{GenericClient, Transaction};
 
 /// How long a read-only command waits for a running publication.
@@ -116,13 +118,7 @@ impl PostgresTarget {
             .await
             .map_err(|e| classify("locking the marks table", e))?;
         let now = self.read_mark_in(&tx).await?;
-        if now.as_ref() != before {
-            return Err(AdapterError::permanent(
-                "incremental_mark_moved",
-                format!("the target's mark is {} but the reset expected {}", receipt_identity(now.as_ref()), receipt_identity(before)),
-            )
-            .hint("the mark moved since it was read (a run, or another reset); nothing was changed: look at `dpone state show` and reset again"));
-        }
+        check_reset_unmoved(now.as_ref(), before).map_err(|e| e.hint(RESET_MOVED_HINT))?;
         match after {
             Some(after) => self.store_mark(&tx, after, 0).await?,
             None => {
@@ -178,14 +174,9 @@ impl PostgresTarget {
             .await
             .map_err(|e| classify("locking the target", e))?;
         let now = self.read_mark_in(tx).await?;
-        if now.as_ref() != before {
-            return Err(AdapterError::verification(
-                "incremental_mark_moved",
-                format!("the target's mark is {} but the batch was read after {}", receipt_identity(now.as_ref()), receipt_identity(before)),
-            )
-            .hint("another writer moved the mark (another run, or an edit of _dpone_marks); nothing was published: run again to read after the current mark"));
-        }
-        Ok(())
+        check_publication_unmoved(now.as_ref(), before).map_err(|e| {
+            e.hint("another writer moved the mark (another run, or an edit of _dpone_marks); nothing was published: run again to read after the current mark")
+        })
     }
 
     /// Last statement of an incremental publishing transaction: the new
@@ -207,13 +198,8 @@ impl PostgresTarget {
     }
 
     /// The append's publishing transaction (see the module docs).
-    pub(super) async fn append_in_transaction(
-        &self,
-        generation: &str,
-        before: Option<&StoredMark>,
-        after: &StoredMark,
-        rows: u64,
-    ) -> Result<PublicationOutcome> {
+    pub(super) async fn append_in_transaction(&self, publication: MarkedPublication<'_>, rows: u64) -> Result<PublicationOutcome> {
+        let MarkedPublication { generation, before, after } = publication;
         let (mut client, expected) = self.open_marked_publication(generation).await?;
         let tx = serializable(&mut client, "starting the publication").await?;
         let statements = async {

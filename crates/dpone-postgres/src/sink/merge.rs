@@ -41,8 +41,7 @@ use super::fingerprint::{query, select_sql};
 use super::transaction::{check_generation, commit_outcome, rolled_back, serializable};
 use crate::error::classify;
 use crate::source::{quote_ident, quote_literal};
-use dpone_core::incremental::StoredMark;
-use dpone_core::ports::{AdapterError, MergeCounts, MergeKey, PublicationOutcome, Result};
+use dpone_core::ports::{AdapterError, MarkedPublication, MergeCounts, MergeKey, PublicationOutcome, Result};
 use dpone_core::types::Column;
 use tokio_postgres::GenericClient;
 
@@ -139,12 +138,11 @@ impl PostgresTarget {
     /// The merge's publishing transaction (see the module docs).
     pub(super) async fn merge_in_transaction(
         &self,
-        generation: &str,
-        before: Option<&StoredMark>,
-        after: &StoredMark,
+        publication: MarkedPublication<'_>,
         key: &MergeKey,
         expected: MergeCounts,
     ) -> Result<PublicationOutcome> {
+        let MarkedPublication { generation, before, after } = publication;
         let (mut client, verified) = self.open_marked_publication(generation).await?;
         let columns = self.columns()?;
         let tx = serializable(&mut client, "starting the publication").await?;

@@ -44,15 +44,6 @@ fn read_mark_in(conn: &Connection, marks_sql: &str, schema: &str, target: &str) 
     StoredMark::from_row(column, kind.as_deref(), mark.as_deref(), run).map(Some).ok_or_else(unreadable)
 }
 
-/// The refusal of a reset whose mark is no longer the one the operator saw.
-fn mark_moved(now: Option<&StoredMark>, expected: Option<&StoredMark>) -> AdapterError {
-    AdapterError::permanent(
-        "incremental_mark_moved",
-        format!("the target's mark is {} but the reset expected {}", receipt_identity(now), receipt_identity(expected)),
-    )
-    .hint("the mark moved since it was read (a run, or another reset); nothing was changed: look at `dpone state show` and reset again")
-}
-
 /// A publication's `BEGIN IMMEDIATE` transaction (SQLite's write lock),
 /// in which the target's mark is still `before`, the one the batch was
 /// read after. Any early return drops it, which rolls back.
@@ -66,13 +57,7 @@ fn begin_publication<'c>(
     let tx =
         conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(|e| classify("starting the publication", e))?;
     let now = read_mark_in(&tx, marks_sql, schema, target)?;
-    if now.as_ref() != before {
-        return Err(AdapterError::verification(
-            "incremental_mark_moved",
-            format!("the target's mark is {} but the batch was read after {}", receipt_identity(now.as_ref()), receipt_identity(before)),
-        )
-        .hint("another writer moved the mark; nothing was published"));
-    }
+    check_publication_unmoved(now.as_ref(), before).map_err(|e| e.hint("another writer moved the mark; nothing was published"))?;
     Ok(tx)
 }
 
@@ -180,17 +165,11 @@ impl SqliteTarget {
         self.with_conn(move |c| read_mark_in(c, &marks_sql, &schema, &target)).await
     }
 
-    pub(super) async fn publish_append_here(
-        &self,
-        generation: &str,
-        before: Option<&StoredMark>,
-        after: &StoredMark,
-        rows: u64,
-    ) -> Result<PublicationOutcome> {
+    pub(super) async fn publish_append_here(&self, publication: MarkedPublication<'_>, rows: u64) -> Result<PublicationOutcome> {
         let columns = self.columns()?;
-        let (target_sql, gen_sql, marks_sql) = (self.table_sql(), self.owned_sql(generation), self.owned_sql(MARKS_TABLE));
+        let (target_sql, gen_sql, marks_sql) = (self.table_sql(), self.owned_sql(publication.generation), self.owned_sql(MARKS_TABLE));
         let (schema, target) = (self.schema(), self.config.table.name.clone());
-        let (before, after) = (before.cloned(), after.clone());
+        let (before, after) = publication.owned_marks();
         self.with_conn(move |conn| {
             let cols = select_list(&columns);
             let tx = begin_publication(conn, &marks_sql, &schema, &target, before.as_ref())?;
@@ -224,16 +203,14 @@ impl SqliteTarget {
 
     pub(super) async fn publish_merge_here(
         &self,
-        generation: &str,
-        before: Option<&StoredMark>,
-        after: &StoredMark,
+        publication: MarkedPublication<'_>,
         key: &MergeKey,
         expected: MergeCounts,
     ) -> Result<PublicationOutcome> {
         let columns = self.columns()?;
-        let (target_sql, gen_sql, marks_sql) = (self.table_sql(), self.owned_sql(generation), self.owned_sql(MARKS_TABLE));
+        let (target_sql, gen_sql, marks_sql) = (self.table_sql(), self.owned_sql(publication.generation), self.owned_sql(MARKS_TABLE));
         let (schema, target) = (self.schema(), self.config.table.name.clone());
-        let (before, after, key) = (before.cloned(), after.clone(), key.clone());
+        let ((before, after), key) = (publication.owned_marks(), key.clone());
         self.with_conn(move |conn| {
             let cols = select_list(&columns);
             let sql = MergeSql::new(&target_sql, &gen_sql, &cols, &key);
@@ -296,9 +273,7 @@ impl SqliteTarget {
                 .map_err(|e| classify("starting the reset of the mark", e))?;
             // Under the write lock: the mark is still the one the operator saw.
             let now = read_mark_in(&tx, &marks_sql, &schema, &target)?;
-            if now != before {
-                return Err(mark_moved(now.as_ref(), before.as_ref()));
-            }
+            check_reset_unmoved(now.as_ref(), before.as_ref()).map_err(|e| e.hint(RESET_MOVED_HINT))?;
             match &after {
                 Some(after) => store_mark(&tx, &marks_sql, &target, after, 0)?,
                 None if now.is_some() => {

@@ -8,8 +8,8 @@
 //! `Verification` error: nothing changed (a definite rollback).
 
 use super::store::{Db, decode_stored};
-use dpone_core::incremental::{CursorValue, StoredMark, receipt_identity};
-use dpone_core::ports::{AdapterError, MergeCounts, MergeKey, PublicationOutcome, Result};
+use dpone_core::incremental::CursorValue;
+use dpone_core::ports::{AdapterError, MarkedPublication, MergeCounts, MergeKey, PublicationOutcome, Result, check_publication_unmoved};
 use dpone_core::rowbinary::encode_value;
 use dpone_core::time::Timestamp;
 use dpone_core::types::Column;
@@ -108,22 +108,12 @@ fn row_key(row: &[Value], keys: &[usize]) -> Vec<Value> {
 pub(super) fn publish(
     db: &mut Db,
     target: &str,
-    generation: &str,
-    before: Option<&StoredMark>,
-    after: &StoredMark,
+    publication: MarkedPublication<'_>,
     key: &MergeKey,
     expected: MergeCounts,
 ) -> Result<PublicationOutcome> {
-    if db.mark.as_ref() != before {
-        return Err(AdapterError::verification(
-            "incremental_mark_moved",
-            format!(
-                "the target's mark is {} but the batch was read after {}",
-                receipt_identity(db.mark.as_ref()),
-                receipt_identity(before)
-            ),
-        ));
-    }
+    let MarkedPublication { generation, before, after } = publication;
+    check_publication_unmoved(db.mark.as_ref(), before)?;
     let resolved = resolve(db, target, generation, key)?;
     if resolved.counts() != expected {
         return Err(AdapterError::verification(

@@ -11,10 +11,11 @@ use crate::faulty::TargetOp;
 use dpone_core::Diagnostic;
 use dpone_core::evidence::PublicationCheck;
 use dpone_core::identity::OWNED_PREFIX;
-use dpone_core::incremental::{StoredMark, receipt_identity};
+use dpone_core::incremental::StoredMark;
 use dpone_core::ports::{
-    AdapterError, ClaimAttempt, ClaimRecord, ClaimRequest, Contents, DirectFeed, EligibilityRequest, FrameRx, GenerationBuild, MergeCounts,
-    MergeKey, PublicationOutcome, Result, RowFilter, TableRole, Target, TargetClaim, WindowStats,
+    AdapterError, ClaimAttempt, ClaimRecord, ClaimRequest, Contents, DirectFeed, EligibilityRequest, FrameRx, GenerationBuild,
+    MarkedPublication, MergeCounts, MergeKey, PublicationOutcome, Result, RowFilter, TableRole, Target, TargetClaim, WindowStats,
+    check_publication_unmoved, check_reset_unmoved,
 };
 use dpone_core::types::Column;
 
@@ -496,26 +497,12 @@ impl Target for MemTarget {
     /// generation's rows appended, the growth checked, the mark stored.
     /// The store's lock makes it all or nothing; a failed check is a
     /// `Verification` error (a definite rollback).
-    async fn publish_append(
-        &self,
-        generation: &str,
-        before: Option<&StoredMark>,
-        after: &StoredMark,
-        rows: u64,
-    ) -> Result<PublicationOutcome> {
+    async fn publish_append(&self, publication: MarkedPublication<'_>, rows: u64) -> Result<PublicationOutcome> {
+        let MarkedPublication { generation, before, after } = publication;
         self.log(TargetOp::Publish, vec![generation.to_string(), self.table.clone()]);
         self.columns()?;
         let mut db = self.lock();
-        if db.mark.as_ref() != before {
-            return Err(AdapterError::verification(
-                "incremental_mark_moved",
-                format!(
-                    "the target's mark is {} but the batch was read after {}",
-                    receipt_identity(db.mark.as_ref()),
-                    receipt_identity(before)
-                ),
-            ));
-        }
+        check_publication_unmoved(db.mark.as_ref(), before)?;
         let (_, batch) = db.read(generation)?;
         if batch.len() as u64 != rows {
             return Err(AdapterError::verification(
@@ -535,30 +522,18 @@ impl Target for MemTarget {
         Ok(super::merge::resolve(&db, &self.table, generation, key)?.counts())
     }
 
-    async fn publish_merge(
-        &self,
-        generation: &str,
-        before: Option<&StoredMark>,
-        after: &StoredMark,
-        key: &MergeKey,
-        expected: MergeCounts,
-    ) -> Result<PublicationOutcome> {
-        self.log(TargetOp::Publish, vec![generation.to_string(), self.table.clone()]);
+    async fn publish_merge(&self, publication: MarkedPublication<'_>, key: &MergeKey, expected: MergeCounts) -> Result<PublicationOutcome> {
+        self.log(TargetOp::Publish, vec![publication.generation.to_string(), self.table.clone()]);
         self.columns()?;
         let mut db = self.lock();
-        super::merge::publish(&mut db, &self.table, generation, before, after, key, expected)
+        super::merge::publish(&mut db, &self.table, publication, key, expected)
     }
 
     /// Compare-and-set of the mark; rows untouched.
     async fn reset_mark(&self, before: Option<&StoredMark>, after: Option<&StoredMark>) -> Result<()> {
         self.log(TargetOp::Publish, vec![self.table.clone()]);
         let mut db = self.lock();
-        if db.mark.as_ref() != before {
-            return Err(AdapterError::permanent(
-                "incremental_mark_moved",
-                format!("the target's mark is {} but the reset expected {}", receipt_identity(db.mark.as_ref()), receipt_identity(before)),
-            ));
-        }
+        check_reset_unmoved(db.mark.as_ref(), before)?;
         db.mark = after.cloned();
         Ok(())
     }

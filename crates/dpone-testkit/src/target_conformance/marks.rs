@@ -11,7 +11,7 @@ use super::{DAY0, RUN_ID, STANDARD_NAMES, TargetFixture, TargetHarness, new_wind
 use crate::rows::{Row, multiset};
 use dpone_core::identity::{generation_table, staging_table};
 use dpone_core::incremental::{CursorValue, StoredMark};
-use dpone_core::ports::{ErrorKind, MergeCounts, MergeKey, PublicationOutcome, Result, TableRole, Target};
+use dpone_core::ports::{ErrorKind, MarkedPublication, MergeCounts, MergeKey, PublicationOutcome, Result, TableRole, Target};
 use dpone_core::time::{MICROS_PER_DAY, Timestamp};
 use dpone_core::types::ColumnType;
 use dpone_core::value::Value;
@@ -30,6 +30,11 @@ fn mark(column: &str, value: Option<CursorValue>, run: &str) -> StoredMark {
 }
 
 /// The staging table of execution `n` holding `rows`; returns its name.
+/// The publication of `generation` moving the mark from `before` to `after`.
+fn marked<'a>(generation: &'a str, before: Option<&'a StoredMark>, after: &'a StoredMark) -> MarkedPublication<'a> {
+    MarkedPublication { generation, before, after }
+}
+
 async fn stage<F: TargetFixture>(check: &str, f: &F, types: &[ColumnType], n: u32, rows: Vec<Row>) -> String {
     let name = staging_table(RUN_ID, 0, n);
     staged(check, f, types, &name, rows).await;
@@ -76,7 +81,7 @@ pub async fn the_mark_moves_only_from_the_expected_mark<H: TargetHarness>(h: &H)
 
     let s1 = stage(C, &f, &types, 1, new_window_rows()).await;
     let g1 = generation(C, &f, &s1, 1).await;
-    let outcome = ok(C, "publish_append", f.target().publish_append(&g1, None, &m1, new_window_rows().len() as u64).await);
+    let outcome = ok(C, "publish_append", f.target().publish_append(marked(&g1, None, &m1), new_window_rows().len() as u64).await);
     assert_eq!(outcome, PublicationOutcome::Published, "[{C}] the first append reports its publication");
     let after_first = union(&target_rows(), &new_window_rows());
     assert_eq!(f.rows(TableRole::Target).await, after_first, "[{C}] the batch is appended, duplicates included");
@@ -85,10 +90,10 @@ pub async fn the_mark_moves_only_from_the_expected_mark<H: TargetHarness>(h: &H)
     let next = vec![row(104, Some(DAY0.0 + 9 * HOUR), Some("next"), 7)];
     let s2 = stage(C, &f, &types, 2, next.clone()).await;
     let g2 = generation(C, &f, &s2, 2).await;
-    let stale = f.target().publish_append(&g2, None, &m2, 1).await;
+    let stale = f.target().publish_append(marked(&g2, None, &m2), 1).await;
     refused(C, &f, "an append read after an older mark", stale, "incremental_mark_moved", &after_first).await;
     let g3 = generation(C, &f, &s2, 3).await;
-    let outcome = ok(C, "publish_append", f.target().publish_append(&g3, Some(&m1), &m2, 1).await);
+    let outcome = ok(C, "publish_append", f.target().publish_append(marked(&g3, Some(&m1), &m2), 1).await);
     assert_eq!(outcome, PublicationOutcome::Published, "[{C}] an append from the stored mark");
     let after_second = union(&after_first, &next);
     assert_eq!(f.rows(TableRole::Target).await, after_second, "[{C}] the second batch is appended");
@@ -129,15 +134,15 @@ pub async fn a_merge_replaces_the_rows_of_the_batch_keys<H: TargetHarness>(h: &H
     assert_eq!(counts, MergeCounts { inserted: 3, replaced: 2 }, "[{C}] one row per batch key; the target's rows of keys 1 and 2");
     let m1 = mark(super::WINDOW_COLUMN, Some(CursorValue::Timestamp(Timestamp(d + 2 * HOUR))), "run-1");
     let other = mark(super::WINDOW_COLUMN, Some(CursorValue::Timestamp(Timestamp(d))), "run-0");
-    let stale = f.target().publish_merge(&g1, Some(&other), &m1, &key("id"), counts).await;
+    let stale = f.target().publish_merge(marked(&g1, Some(&other), &m1), &key("id"), counts).await;
     refused(C, &f, "a merge read after another mark", stale, "incremental_mark_moved", &target_rows()).await;
     let g2 = generation(C, &f, &s, 2).await;
     let wrong = MergeCounts { replaced: 5, ..counts };
-    let miscounted = f.target().publish_merge(&g2, None, &m1, &key("id"), wrong).await;
+    let miscounted = f.target().publish_merge(marked(&g2, None, &m1), &key("id"), wrong).await;
     refused(C, &f, "a merge whose counts differ from the checked ones", miscounted, "publication_verification_failed", &target_rows())
         .await;
     let g3 = generation(C, &f, &s, 3).await;
-    let outcome = ok(C, "publish_merge", f.target().publish_merge(&g3, None, &m1, &key("id"), counts).await);
+    let outcome = ok(C, "publish_merge", f.target().publish_merge(marked(&g3, None, &m1), &key("id"), counts).await);
     assert_eq!(outcome, PublicationOutcome::Published, "[{C}] the merge reports its publication");
     let kept: Vec<Row> = target_rows().into_iter().filter(|r| ![Value::int(1), Value::int(2)].contains(&r[0])).collect();
     assert_eq!(f.rows(TableRole::Target).await, union(&kept, &resolved), "[{C}] the batch keys' rows replaced by the resolved rows");

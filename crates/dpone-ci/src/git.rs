@@ -200,6 +200,21 @@ pub fn parse_raw(bytes: &[u8]) -> Result<Vec<RawChange>, String> {
 mod tests {
     use super::*;
 
+    /// `file_at` on this checkout's own history: a regular file is read, a
+    /// folder or a missing path is None, a commit git does not have is
+    /// `git_failed`.
+    #[test]
+    fn file_at_reads_regular_files_and_refuses_an_unknown_commit() {
+        let repo = Repo::open(Path::new(env!("CARGO_MANIFEST_DIR"))).expect("the tests run in a git checkout");
+        let head = repo.resolve("HEAD", "--head").unwrap();
+        let file = repo.file_at(&head, "crates/dpone-ci/Cargo.toml", 1 << 20).unwrap().expect("a regular file");
+        assert!(String::from_utf8(file.bytes.unwrap()).unwrap().contains("dpone-ci"));
+        assert!(repo.file_at(&head, "crates/dpone-ci", 1 << 20).unwrap().is_none(), "a folder is no file");
+        assert!(repo.file_at(&head, "crates/no-such-file.yaml", 1 << 20).unwrap().is_none());
+        let e = repo.file_at(&"1".repeat(40), "crates/dpone-ci/Cargo.toml", 1 << 20).unwrap_err();
+        assert_eq!(e.code, "git_failed", "{e}");
+    }
+
     #[test]
     fn raw_output_with_renames_additions_and_mode_changes() {
         let z = "0000000000000000000000000000000000000000";

@@ -6,7 +6,6 @@
 use crate::Format;
 use dpone_core::plan::Plan;
 use dpone_core::ports::PublicationOutcome;
-use dpone_core::types::{CLICKHOUSE_TO_POSTGRES, MappingRow, POSTGRES_TO_CLICKHOUSE, SQLITE_TYPES};
 use dpone_core::{Diagnostic, Diagnostics};
 use dpone_engine::{RunFailure, RunReport};
 use serde_json::json;
@@ -60,11 +59,8 @@ pub fn print_diagnostics(file: &Path, diags: &Diagnostics) {
 }
 
 pub fn print_type_matrix(format: Format) {
-    let tables: [(&str, &[MappingRow]); 3] = [
-        ("postgres -> clickhouse", POSTGRES_TO_CLICKHOUSE),
-        ("clickhouse -> postgres", CLICKHOUSE_TO_POSTGRES),
-        ("sqlite <-> canonical", SQLITE_TYPES),
-    ];
+    // Each target's mapping of the routes into it, as its adapter declares.
+    let tables: Vec<_> = crate::registry::REGISTRY.targets.iter().filter_map(|t| t.type_matrix).map(|m| (m.mapping, m.rows)).collect();
     match format {
         Format::Json => print_json(&json!(tables.iter().map(|(name, rows)| json!({"mapping": name, "rows": rows})).collect::<Vec<_>>())),
         Format::Text => {

@@ -4,13 +4,16 @@
 
 use dpone_core::Diagnostic;
 use dpone_core::adapter::{PublicationText, SourceDescriptor, TargetDescriptor};
+use dpone_core::manifest::schema::{Field, Shape, field, int, obj};
 use dpone_core::manifest::{SinkSpec, System};
+use dpone_core::types::{MappingRow, TypeMatrix};
 use dpone_core::url::{component_userinfo, percent_encode};
 
-pub static SOURCE: SourceDescriptor = SourceDescriptor {
-    component_url,
-    ..SourceDescriptor::new(System::Clickhouse, "ClickHouse RowBinary over HTTP (re-read checked after EOF)")
-};
+/// ClickHouse, as manifests name it.
+pub const SYSTEM: System = System::new("clickhouse", "ClickHouse");
+
+pub static SOURCE: SourceDescriptor =
+    SourceDescriptor { component_url, ..SourceDescriptor::new(SYSTEM, "ClickHouse RowBinary over HTTP (re-read checked after EOF)") };
 
 pub static TARGET: TargetDescriptor = TargetDescriptor {
     append: Some(
@@ -23,11 +26,17 @@ pub static TARGET: TargetDescriptor = TargetDescriptor {
     // (a TRUNCATE followed by INSERTs would show readers an empty or
     // partial table), so `overwrite_type: exchange` is honoured.
     exchanges_tables: true,
+    // The original's `shadow_swap` is what a merge does here (a new table
+    // without the batch keys' rows plus the batch, exchanged); its default
+    // `lightweight_delete_insert` has the same outcome, published atomically.
+    merge_policies: &["auto", "lightweight_delete_insert", "shadow_swap"],
+    options,
     check_options,
     component_url,
+    type_matrix: Some(TypeMatrix { mapping: "postgres -> clickhouse", rows: POSTGRES_TO_CLICKHOUSE }),
     ..TargetDescriptor::new(
-        System::Clickhouse,
-        &[System::Postgres],
+        SYSTEM,
+        &[System::named("postgres")],
         "RowBinary over HTTP",
         PublicationText {
             method: "exchange_tables",
@@ -35,6 +44,33 @@ pub static TARGET: TargetDescriptor = TargetDescriptor {
         },
     )
 };
+
+/// `sink.options.clickhouse_bulk` and `sink.options.clickhouse`.
+fn options() -> Vec<Field> {
+    vec![
+        field(
+            "clickhouse_bulk",
+            obj(vec![
+                field("mode", Shape::Enum(&["http", "native_tcp", "client"]), "HTTP ingestion (default http)"),
+                field(
+                    "ingest_contract",
+                    Shape::Enum(&["auto", "typed_staging", "typed_binary_staging", "untyped_staging"]),
+                    "Typed staging (default auto)",
+                ),
+            ]),
+            "ClickHouse bulk load",
+        ),
+        field(
+            "clickhouse",
+            obj(vec![field(
+                "disk_reserve_bytes",
+                int(0, i64::MAX as i128),
+                "Bytes of the target's disk a run must leave free; a run whose generation would not fit is refused before any write (default 1073741824)",
+            )]),
+            "ClickHouse target",
+        ),
+    ]
+}
 
 /// `sink.options.clickhouse.disk_reserve_bytes`: bytes of the target's
 /// disk a run leaves free (None: [`crate::sink::DEFAULT_DISK_RESERVE_BYTES`]).
@@ -91,3 +127,22 @@ fn component_url(part: &dyn Fn(&str) -> Option<String>) -> Option<String> {
     let database = part("DATABASE").map(|d| format!("?database={}", percent_encode(&d))).unwrap_or_default();
     Some(format!("{scheme}://{}{host}:{port}/{database}", component_userinfo(part)))
 }
+
+/// PostgreSQL -> ClickHouse (SPEC §3).
+const POSTGRES_TO_CLICKHOUSE: &[MappingRow] = &[
+    MappingRow::new("smallint (int2)", "Int16", ""),
+    MappingRow::new("integer (int4)", "Int32", ""),
+    MappingRow::new("bigint (int8)", "Int64", ""),
+    MappingRow::new("real (float4)", "Float32", "NaN and infinities are refused"),
+    MappingRow::new("double precision (float8)", "Float64", "NaN and infinities are refused"),
+    MappingRow::new("boolean", "Bool", ""),
+    MappingRow::new("numeric(p,s), p <= 76", "Decimal(p,s)", "exact; scale and overflow checked, never rounded"),
+    MappingRow::new("numeric without (p,s)", "refused", "declare numeric(p,s) so the precision is known"),
+    MappingRow::new("text, varchar(n), char(n)", "String", "NULL and empty string stay distinct"),
+    MappingRow::new("uuid", "UUID", ""),
+    MappingRow::new("date", "Date or Date32", "values outside the target range are refused"),
+    MappingRow::new("timestamp", "DateTime64(6)", "microseconds"),
+    MappingRow::new("timestamptz", "DateTime64(6, 'UTC')", "microseconds, UTC"),
+    MappingRow::new("json, jsonb, bytea", "refused", "needs an explicit contract (not yet supported)"),
+    MappingRow::new("arrays, composites, ranges, intervals, others", "refused", "no exact mapping"),
+];

@@ -19,7 +19,7 @@ pub mod transcode;
 
 pub use client::{ChClient, Idempotence, WriteSummary, quote_ident, quote_str};
 pub use config::ClickhouseConfig;
-pub use descriptor::{SOURCE, TARGET};
+pub use descriptor::{SOURCE, SYSTEM, TARGET};
 pub use sink::ClickhouseTarget;
 pub use source::ClickhouseSource;
 

@@ -12,8 +12,10 @@
 //! functions that look at files (`same_table`) live in its adapter crate.
 
 use crate::error::Diagnostic;
+use crate::manifest::schema::Field;
 use crate::manifest::{Manifest, SinkSpec, System};
 use crate::ports::{Source, Target, Wiring};
+use crate::types::TypeMatrix;
 use std::sync::OnceLock;
 
 /// A connection URL assembled from the original's component variables:
@@ -25,6 +27,10 @@ pub type ComponentUrl = fn(part: &dyn Fn(&str) -> Option<String>) -> Option<Stri
 /// another target). It may choose the publication (e.g. PostgreSQL's
 /// `publication: direct`).
 pub type OptionCheck = fn(sink: &SinkSpec, chosen: bool, refusals: &mut Vec<Diagnostic>) -> Option<PublicationText>;
+
+/// The fields of `sink.options` a target owns (e.g. `postgres`: an object
+/// of its keys), declared with [`crate::manifest::schema`]'s builders.
+pub type OptionFields = fn() -> Vec<Field>;
 
 /// `source_is_target` by what the adapter knows of its files (e.g. two
 /// SQLite paths naming one file); reads metadata only.
@@ -41,6 +47,10 @@ pub struct PublicationText {
 pub const TRANSACTIONAL_APPEND: &str = "one transaction inserts the verified batch and moves the high-water mark (stored beside the target, in _dpone_marks) from the recorded old mark to the new one";
 /// How a target that publishes in one transaction merges a batch.
 pub const TRANSACTIONAL_MERGE: &str = "one transaction deletes the target rows whose unique_key is in the verified batch, inserts the batch's version of each key (the greatest cursor), checks that every batch key appears exactly once, and moves the high-water mark (in _dpone_marks) from the recorded old mark to the new one";
+
+/// The merge policies of a target that merges in one transaction: the
+/// original's `delete_insert` (and `auto`).
+pub const TRANSACTIONAL_MERGE_POLICIES: &[&str] = &["auto", "delete_insert"];
 
 /// What a source adapter is.
 #[derive(Debug)]
@@ -73,9 +83,22 @@ pub struct TargetDescriptor {
     pub merge: Option<&'static str>,
     /// `overwrite_type: exchange` is honoured (it exchanges tables).
     pub exchanges_tables: bool,
+    /// The original's `sink.strategy.merge_policy` names whose outcome is
+    /// this target's merge (the others are refused at load, naming these).
+    pub merge_policies: &'static [&'static str],
+    /// The type mapping of the routes into it, for `dpone schema type-matrix`.
+    pub type_matrix: Option<TypeMatrix>,
+    /// The shape of its own `sink.options.<vendor>` subtrees, for the
+    /// manifest's structural check and JSON Schema.
+    pub options: OptionFields,
     pub check_options: OptionCheck,
     pub component_url: ComponentUrl,
     pub same_table: Option<SameTable>,
+}
+
+/// No `sink.options.<vendor>` subtree.
+pub fn no_option_fields() -> Vec<Field> {
+    Vec::new()
 }
 
 /// No vendor options of its own.
@@ -110,6 +133,9 @@ impl TargetDescriptor {
             append: None,
             merge: None,
             exchanges_tables: false,
+            merge_policies: TRANSACTIONAL_MERGE_POLICIES,
+            type_matrix: None,
+            options: no_option_fields,
             check_options: no_options,
             component_url: no_component_url,
             same_table: None,
@@ -144,6 +170,11 @@ impl Registry {
 
     pub fn target(&self, system: System) -> Option<&'static TargetDescriptor> {
         self.targets.iter().copied().find(|d| d.system == system)
+    }
+
+    /// The systems of its adapters (sources first), with repeats.
+    pub fn systems(&self) -> impl Iterator<Item = System> + '_ {
+        self.sources.iter().map(|s| s.system).chain(self.targets.iter().map(|t| t.system))
     }
 
     /// The source of `source` can feed the target of `sink`.

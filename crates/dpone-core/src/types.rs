@@ -325,65 +325,20 @@ pub struct MappingRow {
     pub note: &'static str,
 }
 
-const fn row(from: &'static str, to: &'static str, note: &'static str) -> MappingRow {
-    MappingRow { from, to, note }
+impl MappingRow {
+    pub const fn new(from: &'static str, to: &'static str, note: &'static str) -> MappingRow {
+        MappingRow { from, to, note }
+    }
 }
 
-/// PostgreSQL -> ClickHouse (SPEC §3).
-pub const POSTGRES_TO_CLICKHOUSE: &[MappingRow] = &[
-    row("smallint (int2)", "Int16", ""),
-    row("integer (int4)", "Int32", ""),
-    row("bigint (int8)", "Int64", ""),
-    row("real (float4)", "Float32", "NaN and infinities are refused"),
-    row("double precision (float8)", "Float64", "NaN and infinities are refused"),
-    row("boolean", "Bool", ""),
-    row("numeric(p,s), p <= 76", "Decimal(p,s)", "exact; scale and overflow checked, never rounded"),
-    row("numeric without (p,s)", "refused", "declare numeric(p,s) so the precision is known"),
-    row("text, varchar(n), char(n)", "String", "NULL and empty string stay distinct"),
-    row("uuid", "UUID", ""),
-    row("date", "Date or Date32", "values outside the target range are refused"),
-    row("timestamp", "DateTime64(6)", "microseconds"),
-    row("timestamptz", "DateTime64(6, 'UTC')", "microseconds, UTC"),
-    row("json, jsonb, bytea", "refused", "needs an explicit contract (not yet supported)"),
-    row("arrays, composites, ranges, intervals, others", "refused", "no exact mapping"),
-];
-
-/// ClickHouse -> PostgreSQL.
-pub const CLICKHOUSE_TO_POSTGRES: &[MappingRow] = &[
-    row("Int8, Int16, UInt8", "smallint", ""),
-    row("Int32, UInt16", "integer", ""),
-    row("Int64, UInt32", "bigint", ""),
-    row("UInt64", "numeric(20,0)", ""),
-    row("Float32", "real", ""),
-    row("Float64", "double precision", ""),
-    row("Decimal(P,S)", "numeric(P,S)", "exact"),
-    row("Bool", "boolean", ""),
-    row("String", "text", "must be valid UTF-8 without NUL bytes; otherwise refused per value"),
-    row("FixedString(N)", "bytea", "bytes kept exactly"),
-    row("UUID", "uuid", ""),
-    row("Date, Date32", "date", ""),
-    row("DateTime", "timestamptz", ""),
-    row("DateTime64(p<=6, tz)", "timestamptz", "DateTime64(p) without a zone maps to timestamp"),
-    row("LowCardinality(T)", "mapping of T", ""),
-    row("Nullable(T)", "mapping of T, NULL allowed", ""),
-    row("Int128, Int256, UInt128, UInt256", "refused", "no exact transactional target type is admitted"),
-    row("DateTime64(p>6)", "refused", "PostgreSQL keeps microseconds"),
-    row("Array, Tuple, Map, JSON, Enum, geo", "refused", "flatten or cast in a view"),
-];
-
-/// SQLite (embedded default) declared types <-> canonical types.
-pub const SQLITE_TYPES: &[MappingRow] = &[
-    row("INTEGER, INT, BIGINT", "Int64", "stored as INTEGER"),
-    row("SMALLINT", "Int16", "stored as INTEGER, range checked"),
-    row("BOOLEAN", "Bool", "stored as INTEGER 0/1"),
-    row("REAL, DOUBLE, FLOAT", "Float64", "stored as REAL"),
-    row("TEXT, VARCHAR(n), CHAR(n), CLOB", "String", "stored as TEXT"),
-    row("DECIMAL(p,s), NUMERIC(p,s)", "Decimal(p,s)", "stored as TEXT in plain decimal notation"),
-    row("DATE", "Date32", "stored as TEXT YYYY-MM-DD"),
-    row("TIMESTAMP, DATETIME", "DateTime64(6, 'UTC')", "stored as TEXT 'YYYY-MM-DD HH:MM:SS.ffffff' (UTC)"),
-    row("UUID", "UUID", "stored as TEXT, lowercase canonical"),
-    row("BLOB, untyped columns", "refused", "declare a type"),
-];
+/// A target's type mapping of the routes into it (or of its own types),
+/// printed by `dpone schema type-matrix`.
+#[derive(Debug, Clone, Copy)]
+pub struct TypeMatrix {
+    /// `postgres -> clickhouse`, `sqlite <-> canonical`, ...
+    pub mapping: &'static str,
+    pub rows: &'static [MappingRow],
+}
 
 #[cfg(test)]
 mod tests {

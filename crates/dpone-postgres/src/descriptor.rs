@@ -4,21 +4,28 @@
 
 use dpone_core::Diagnostic;
 use dpone_core::adapter::{PublicationText, SourceDescriptor, TRANSACTIONAL_APPEND, TRANSACTIONAL_MERGE, TargetDescriptor};
+use dpone_core::manifest::schema::{Field, Shape, field, obj};
 use dpone_core::manifest::{SinkSpec, Strategy, System};
+use dpone_core::types::{MappingRow, TypeMatrix};
 use dpone_core::url::{component_userinfo, percent_encode};
 
+/// PostgreSQL, as manifests name it.
+pub const SYSTEM: System = System::new("postgres", "PostgreSQL");
+
 pub static SOURCE: SourceDescriptor =
-    SourceDescriptor { component_url, ..SourceDescriptor::new(System::Postgres, "PostgreSQL binary COPY (shared snapshot)") };
+    SourceDescriptor { component_url, ..SourceDescriptor::new(SYSTEM, "PostgreSQL binary COPY (shared snapshot)") };
 
 pub static TARGET: TargetDescriptor = TargetDescriptor {
     direct_transport: Some("PostgreSQL binary COPY into the target, inside the publishing transaction"),
     append: Some(TRANSACTIONAL_APPEND),
     merge: Some(TRANSACTIONAL_MERGE),
+    options,
     check_options,
     component_url,
+    type_matrix: Some(TypeMatrix { mapping: "clickhouse -> postgres", rows: CLICKHOUSE_TO_POSTGRES }),
     ..TargetDescriptor::new(
-        System::Postgres,
-        &[System::Clickhouse],
+        SYSTEM,
+        &[System::named("clickhouse")],
         "PostgreSQL binary COPY into staging",
         PublicationText {
             method: "serializable_transaction",
@@ -26,6 +33,19 @@ pub static TARGET: TargetDescriptor = TargetDescriptor {
         },
     )
 };
+
+/// `sink.options.postgres`.
+fn options() -> Vec<Field> {
+    vec![field(
+        "postgres",
+        obj(vec![field(
+            "publication",
+            Shape::Enum(&["delete_insert", "partition_swap", "direct"]),
+            "delete_insert (default): DELETE the window and INSERT; partition_swap: DETACH the window's partition and ATTACH the verified one; direct: COPY the chunks into the target inside the publishing transaction, no staging",
+        )]),
+        "PostgreSQL target",
+    )]
+}
 
 /// `sink.options.postgres.publication`: `delete_insert` (default),
 /// `partition_swap` or `direct`.
@@ -89,3 +109,26 @@ fn component_url(part: &dyn Fn(&str) -> Option<String>) -> Option<String> {
     let database = part("DATABASE").map(|d| percent_encode(&d)).unwrap_or_default();
     Some(format!("postgresql://{}{host}{port}/{database}", component_userinfo(part)))
 }
+
+/// ClickHouse -> PostgreSQL.
+const CLICKHOUSE_TO_POSTGRES: &[MappingRow] = &[
+    MappingRow::new("Int8, Int16, UInt8", "smallint", ""),
+    MappingRow::new("Int32, UInt16", "integer", ""),
+    MappingRow::new("Int64, UInt32", "bigint", ""),
+    MappingRow::new("UInt64", "numeric(20,0)", ""),
+    MappingRow::new("Float32", "real", ""),
+    MappingRow::new("Float64", "double precision", ""),
+    MappingRow::new("Decimal(P,S)", "numeric(P,S)", "exact"),
+    MappingRow::new("Bool", "boolean", ""),
+    MappingRow::new("String", "text", "must be valid UTF-8 without NUL bytes; otherwise refused per value"),
+    MappingRow::new("FixedString(N)", "bytea", "bytes kept exactly"),
+    MappingRow::new("UUID", "uuid", ""),
+    MappingRow::new("Date, Date32", "date", ""),
+    MappingRow::new("DateTime", "timestamptz", ""),
+    MappingRow::new("DateTime64(p<=6, tz)", "timestamptz", "DateTime64(p) without a zone maps to timestamp"),
+    MappingRow::new("LowCardinality(T)", "mapping of T", ""),
+    MappingRow::new("Nullable(T)", "mapping of T, NULL allowed", ""),
+    MappingRow::new("Int128, Int256, UInt128, UInt256", "refused", "no exact transactional target type is admitted"),
+    MappingRow::new("DateTime64(p>6)", "refused", "PostgreSQL keeps microseconds"),
+    MappingRow::new("Array, Tuple, Map, JSON, Enum, geo", "refused", "flatten or cast in a view"),
+];

@@ -26,7 +26,7 @@ pub mod state_store;
 pub mod tls;
 pub mod transcode;
 
-pub use descriptor::{SOURCE, TARGET};
+pub use descriptor::{SOURCE, SYSTEM, TARGET};
 pub use sink::PostgresTarget;
 pub use source::PostgresSource;
 pub use state_store::PostgresStateStore;

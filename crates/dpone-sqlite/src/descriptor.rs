@@ -5,18 +5,23 @@ use dpone_core::Diagnostic;
 use dpone_core::adapter::{PublicationText, SourceDescriptor, TRANSACTIONAL_APPEND, TRANSACTIONAL_MERGE, TargetDescriptor};
 use dpone_core::manifest::{Manifest, System, TableRef};
 use dpone_core::ports::Wiring;
+use dpone_core::types::{MappingRow, TypeMatrix};
+
+/// SQLite, as manifests name it.
+pub const SYSTEM: System = System::new("sqlite", "SQLite");
 
 pub static SOURCE: SourceDescriptor =
-    SourceDescriptor { component_url, ..SourceDescriptor::new(System::Sqlite, "SQLite rows -> typed RowBinary frames in process") };
+    SourceDescriptor { component_url, ..SourceDescriptor::new(SYSTEM, "SQLite rows -> typed RowBinary frames in process") };
 
 pub static TARGET: TargetDescriptor = TargetDescriptor {
     append: Some(TRANSACTIONAL_APPEND),
     merge: Some(TRANSACTIONAL_MERGE),
     component_url,
     same_table: Some(same_table),
+    type_matrix: Some(TypeMatrix { mapping: "sqlite <-> canonical", rows: SQLITE_TYPES }),
     ..TargetDescriptor::new(
-        System::Sqlite,
-        &[System::Sqlite],
+        SYSTEM,
+        &[SYSTEM],
         "SQLite staging tables",
         PublicationText {
             method: "sqlite_transaction",
@@ -38,7 +43,7 @@ fn component_url(part: &dyn Fn(&str) -> Option<String>) -> Option<String> {
 /// metadata only.
 fn same_table(manifest: &Manifest, wiring: &Wiring) -> Option<Diagnostic> {
     use std::os::unix::fs::MetadataExt;
-    if manifest.source.system != System::Sqlite || manifest.sink.system != System::Sqlite {
+    if manifest.source.system != SYSTEM || manifest.sink.system != SYSTEM {
         return None;
     }
     let path = |spec, at| crate::resolve_path(spec, wiring.base_dir, at, wiring.env).ok();
@@ -60,3 +65,17 @@ fn same_table(manifest: &Manifest, wiring: &Wiring) -> Option<Diagnostic> {
         .hint("write into a different table or database file")
     })
 }
+
+/// SQLite (embedded default) declared types <-> canonical types.
+const SQLITE_TYPES: &[MappingRow] = &[
+    MappingRow::new("INTEGER, INT, BIGINT", "Int64", "stored as INTEGER"),
+    MappingRow::new("SMALLINT", "Int16", "stored as INTEGER, range checked"),
+    MappingRow::new("BOOLEAN", "Bool", "stored as INTEGER 0/1"),
+    MappingRow::new("REAL, DOUBLE, FLOAT", "Float64", "stored as REAL"),
+    MappingRow::new("TEXT, VARCHAR(n), CHAR(n), CLOB", "String", "stored as TEXT"),
+    MappingRow::new("DECIMAL(p,s), NUMERIC(p,s)", "Decimal(p,s)", "stored as TEXT in plain decimal notation"),
+    MappingRow::new("DATE", "Date32", "stored as TEXT YYYY-MM-DD"),
+    MappingRow::new("TIMESTAMP, DATETIME", "DateTime64(6, 'UTC')", "stored as TEXT 'YYYY-MM-DD HH:MM:SS.ffffff' (UTC)"),
+    MappingRow::new("UUID", "UUID", "stored as TEXT, lowercase canonical"),
+    MappingRow::new("BLOB, untyped columns", "refused", "declare a type"),
+];

@@ -26,7 +26,7 @@ mod state_store;
 mod types;
 
 pub use config::{SqliteConfig, resolve_path};
-pub use descriptor::{SOURCE, TARGET};
+pub use descriptor::{SOURCE, SYSTEM, TARGET};
 pub use sink::{MARKS_TABLE, SqliteTarget};
 pub use source::SqliteSource;
 pub use state_store::SqliteStateStore;

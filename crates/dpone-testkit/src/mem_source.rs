@@ -39,8 +39,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// `MemSource` as a source adapter's descriptor: it stands for a SQLite
 /// source (the fakes' route is sqlite->sqlite) and reads cursor batches.
-pub static DESCRIPTOR: dpone_core::adapter::SourceDescriptor =
-    dpone_core::adapter::SourceDescriptor::new(dpone_core::manifest::System::Sqlite, "in-memory rows -> typed RowBinary frames in process");
+pub static DESCRIPTOR: dpone_core::adapter::SourceDescriptor = dpone_core::adapter::SourceDescriptor::new(
+    dpone_core::manifest::System::named("sqlite"),
+    "in-memory rows -> typed RowBinary frames in process",
+);
 
 /// Frames are flushed at this size (or earlier at `block_rows`), as by the SQLite source.
 pub const FLUSH_BYTES: u64 = 1 << 20;

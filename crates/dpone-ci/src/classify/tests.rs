@@ -13,19 +13,13 @@ fn verdict(base: &str, head: &str) -> Verdict {
     classify_modified(&text(base), &text(head))
 }
 
-/// The runtime's routes for the manifest loader: the command line installs
-/// its adapter registry before classifying; this crate sees no adapter.
+/// The runtime's adapters for the manifest loader, as the command line
+/// installs them before classifying.
 fn install_routes() {
-    use dpone_core::adapter::{PublicationText, Registry, SourceDescriptor, TargetDescriptor};
-    use dpone_core::manifest::System::{Clickhouse, Postgres, Sqlite};
-    const PUBLICATION: PublicationText = PublicationText { method: "", description: "" };
+    use dpone_core::adapter::Registry;
     static REGISTRY: Registry = Registry {
-        sources: &[&SourceDescriptor::new(Sqlite, ""), &SourceDescriptor::new(Postgres, ""), &SourceDescriptor::new(Clickhouse, "")],
-        targets: &[
-            &TargetDescriptor::new(Sqlite, &[Sqlite], "", PUBLICATION),
-            &TargetDescriptor::new(Postgres, &[Clickhouse], "", PUBLICATION),
-            &TargetDescriptor::new(Clickhouse, &[Postgres], "", PUBLICATION),
-        ],
+        sources: &[&dpone_sqlite::SOURCE, &dpone_postgres::SOURCE, &dpone_clickhouse::SOURCE],
+        targets: &[&dpone_sqlite::TARGET, &dpone_postgres::TARGET, &dpone_clickhouse::TARGET],
     };
     dpone_core::adapter::install(&REGISTRY);
 }

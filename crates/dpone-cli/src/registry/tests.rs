@@ -34,13 +34,16 @@ fn plan(m: &Manifest, registry: &dpone_core::adapter::Registry) -> Plan {
 #[test]
 fn the_routes_are_what_the_targets_accept() {
     assert_eq!(REGISTRY.supported_routes_hint(), ROUTES);
-    let refused = REGISTRY.route_refusal(System::Postgres, System::Mssql).unwrap();
+    let refused = REGISTRY.route_refusal(dpone_postgres::SYSTEM, System::named("mssql")).unwrap();
     assert_eq!((refused.code.as_str(), refused.path.as_str()), ("unsupported_route", "sink.type"));
     assert_eq!(refused.message, "the route postgres -> mssql is not available in this runtime");
     assert_eq!(refused.hint.as_deref(), Some(format!("SQL Server is not implemented in this runtime yet; {ROUTES}").as_str()));
-    assert_eq!(REGISTRY.route_refusal(System::Sqlite, System::Postgres).unwrap().hint.as_deref(), Some(ROUTES));
-    let incremental =
-        vec![(System::Sqlite, System::Sqlite), (System::Clickhouse, System::Postgres), (System::Postgres, System::Clickhouse)];
+    assert_eq!(REGISTRY.route_refusal(dpone_sqlite::SYSTEM, dpone_postgres::SYSTEM).unwrap().hint.as_deref(), Some(ROUTES));
+    let incremental = vec![
+        (dpone_sqlite::SYSTEM, dpone_sqlite::SYSTEM),
+        (dpone_clickhouse::SYSTEM, dpone_postgres::SYSTEM),
+        (dpone_postgres::SYSTEM, dpone_clickhouse::SYSTEM),
+    ];
     assert_eq!(REGISTRY.incremental_routes(false), incremental);
     assert_eq!(REGISTRY.incremental_routes(true), incremental);
 }

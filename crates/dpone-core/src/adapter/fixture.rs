@@ -3,13 +3,17 @@
 //! this crate cannot see. Only systems, routes and method names matter here.
 
 use super::{PublicationText, Registry, SourceDescriptor, TRANSACTIONAL_APPEND, TRANSACTIONAL_MERGE, TargetDescriptor};
-use crate::manifest::System::{Clickhouse, Postgres, Sqlite};
+use crate::manifest::System;
 
-static SQLITE_SOURCE: SourceDescriptor = SourceDescriptor::new(Sqlite, "sqlite rows");
-static POSTGRES_SOURCE: SourceDescriptor = SourceDescriptor::new(Postgres, "postgres copy");
-static CLICKHOUSE_SOURCE: SourceDescriptor = SourceDescriptor::new(Clickhouse, "clickhouse rowbinary");
+const SQLITE: System = System::new("sqlite", "SQLite");
+const POSTGRES: System = System::new("postgres", "PostgreSQL");
+const CLICKHOUSE: System = System::new("clickhouse", "ClickHouse");
 
-const fn target(system: crate::manifest::System, accepts: &'static [crate::manifest::System], method: &'static str) -> TargetDescriptor {
+static SQLITE_SOURCE: SourceDescriptor = SourceDescriptor::new(SQLITE, "sqlite rows");
+static POSTGRES_SOURCE: SourceDescriptor = SourceDescriptor::new(POSTGRES, "postgres copy");
+static CLICKHOUSE_SOURCE: SourceDescriptor = SourceDescriptor::new(CLICKHOUSE, "clickhouse rowbinary");
+
+const fn target(system: System, accepts: &'static [System], method: &'static str) -> TargetDescriptor {
     TargetDescriptor {
         append: Some(TRANSACTIONAL_APPEND),
         merge: Some(TRANSACTIONAL_MERGE),
@@ -17,10 +21,13 @@ const fn target(system: crate::manifest::System, accepts: &'static [crate::manif
     }
 }
 
-static SQLITE_TARGET: TargetDescriptor = target(Sqlite, &[Sqlite], "sqlite_transaction");
-static POSTGRES_TARGET: TargetDescriptor = target(Postgres, &[Clickhouse], "serializable_transaction");
-static CLICKHOUSE_TARGET: TargetDescriptor =
-    TargetDescriptor { exchanges_tables: true, ..target(Clickhouse, &[Postgres], "exchange_tables") };
+static SQLITE_TARGET: TargetDescriptor = target(SQLITE, &[SQLITE], "sqlite_transaction");
+static POSTGRES_TARGET: TargetDescriptor = target(POSTGRES, &[CLICKHOUSE], "serializable_transaction");
+static CLICKHOUSE_TARGET: TargetDescriptor = TargetDescriptor {
+    exchanges_tables: true,
+    merge_policies: &["auto", "lightweight_delete_insert", "shadow_swap"],
+    ..target(CLICKHOUSE, &[POSTGRES], "exchange_tables")
+};
 
 pub static REGISTRY: Registry = Registry {
     sources: &[&SQLITE_SOURCE, &POSTGRES_SOURCE, &CLICKHOUSE_SOURCE],

@@ -23,8 +23,8 @@ pub mod template;
 pub use convention::{PresetFile, Presets};
 pub use expand::{ExpandInput, valid_selector};
 pub use model::{
-    ConnectionSpec, Manifest, NativeChunks, SinkSpec, SourceSpec, StateConnection, StateSpec, Strategy, System, TableRef, TransportMode,
-    WindowSpec, Wire,
+    ConnectionSpec, Manifest, NativeChunks, ORIGINAL_SYSTEMS, SinkSpec, SourceSpec, StateConnection, StateSpec, Strategy, System, TableRef,
+    TransportMode, WindowSpec, Wire,
 };
 pub use render::translate;
 

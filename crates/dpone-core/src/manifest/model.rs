@@ -14,49 +14,101 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum System {
-    Sqlite,
-    Postgres,
-    Clickhouse,
-    Mssql,
+/// A database system, by the name manifests give it (`source.type`,
+/// `sink.type`). Each adapter crate defines its own (`System::new`); the
+/// core knows only the names the original's manifests use
+/// ([`ORIGINAL_SYSTEMS`]), so that naming one this runtime has no adapter
+/// for is refused as not implemented rather than as an unknown value.
+/// Two systems are equal when their names are.
+#[derive(Debug, Clone, Copy)]
+pub struct System {
+    name: &'static str,
+    display: &'static str,
 }
 
+/// The systems of the original's manifests (SPEC: `source.type`,
+/// `sink.type`), with their product names.
+pub const ORIGINAL_SYSTEMS: &[System] = &[
+    System::new("sqlite", "SQLite"),
+    System::new("postgres", "PostgreSQL"),
+    System::new("clickhouse", "ClickHouse"),
+    System::new("mssql", "SQL Server"),
+];
+
 impl System {
+    /// A system named `name` (as manifests write it) whose product is
+    /// `display` (as messages write it).
+    pub const fn new(name: &'static str, display: &'static str) -> System {
+        System { name, display }
+    }
+
+    /// The system named `name`, defined by another crate (an adapter's
+    /// `accepts`, a test): its product name is looked up when shown.
+    pub const fn named(name: &'static str) -> System {
+        System { name, display: name }
+    }
+
+    /// The system a manifest names: one of the installed adapters'
+    /// ([`crate::adapter::install`]) or of the original's.
     pub fn parse(s: &str) -> Option<System> {
-        Some(match s {
-            "sqlite" => System::Sqlite,
-            "postgres" => System::Postgres,
-            "clickhouse" => System::Clickhouse,
-            "mssql" => System::Mssql,
-            _ => return None,
-        })
+        Self::known().find(|k| k.name == s)
+    }
+
+    /// Every name [`System::parse`] accepts: the adapters' first.
+    pub fn names() -> &'static [&'static str] {
+        static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+        NAMES.get_or_init(|| distinct(Self::known().map(|s| s.name)))
+    }
+
+    fn known() -> impl Iterator<Item = System> {
+        let registered = crate::adapter::installed().into_iter().flat_map(|r| r.systems());
+        registered.chain(ORIGINAL_SYSTEMS.iter().copied())
     }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            System::Sqlite => "sqlite",
-            System::Postgres => "postgres",
-            System::Clickhouse => "clickhouse",
-            System::Mssql => "mssql",
-        }
+        self.name
     }
 
     /// The product's name, for messages.
     pub fn display_name(self) -> &'static str {
-        match self {
-            System::Sqlite => "SQLite",
-            System::Postgres => "PostgreSQL",
-            System::Clickhouse => "ClickHouse",
-            System::Mssql => "SQL Server",
+        Self::known().find(|k| *k == self).map_or(self.display, |k| k.display)
+    }
+}
+
+/// `names` without repeats, in their first order.
+pub(crate) fn distinct(names: impl Iterator<Item = &'static str>) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for name in names {
+        if !out.contains(&name) {
+            out.push(name);
         }
+    }
+    out
+}
+
+impl PartialEq for System {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for System {}
+
+impl std::hash::Hash for System {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+    }
+}
+
+impl Serialize for System {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name)
     }
 }
 
 impl fmt::Display for System {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(self.name)
     }
 }
 

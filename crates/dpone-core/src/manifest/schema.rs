@@ -71,23 +71,23 @@ pub struct Field {
     pub description: &'static str,
 }
 
-pub(crate) fn field(name: &'static str, shape: Shape, description: &'static str) -> Field {
+pub fn field(name: &'static str, shape: Shape, description: &'static str) -> Field {
     Field { name, shape, required: false, description }
 }
 
-pub(crate) fn required(name: &'static str, shape: Shape, description: &'static str) -> Field {
+pub fn required(name: &'static str, shape: Shape, description: &'static str) -> Field {
     Field { name, shape, required: true, description }
 }
 
-pub(crate) fn obj(fields: Vec<Field>) -> Shape {
+pub fn obj(fields: Vec<Field>) -> Shape {
     Shape::Object { fields, extra: None }
 }
 
-pub(crate) fn string() -> Shape {
+pub fn string() -> Shape {
     Shape::String { format: None }
 }
 
-pub(crate) fn int(min: i128, max: i128) -> Shape {
+pub fn int(min: i128, max: i128) -> Shape {
     Shape::Integer { min, max }
 }
 

@@ -6,10 +6,10 @@
 //! listed here with a hint each: they are refused by name
 //! (`unsupported_feature`), never ignored.
 
+use super::System;
 use super::schema::{Field, Shape, field, int, obj, required, string};
 use std::sync::LazyLock;
 
-pub const SYSTEMS: &[&str] = &["sqlite", "postgres", "clickhouse", "mssql"];
 pub const STRATEGY_MODES: &[&str] = &["full_refresh", "replace", "incremental_append", "incremental_merge", "partition_replace"];
 pub const WIRE_MODES: &[&str] = &["auto", "typed_binary", "typed_raw", "source_encoded", "driver"];
 pub const BINARY_FORMATS: &[&str] = &["rowbinary", "native", "mssql_native"];
@@ -25,8 +25,6 @@ pub const EXPORT_FORMATS: &[&str] = &["binary", "csv"];
 pub const TRANSPORT_MODES: &[&str] = &["auto", "stream", "object", "file"];
 /// Names of `execution.verification.digest` (see `DigestAlgorithm::ALL`).
 pub const DIGEST_NAMES: &[&str] = &["sha256", "xxh3_128"];
-pub const CLICKHOUSE_BULK_MODES: &[&str] = &["http", "native_tcp", "client"];
-pub const INGEST_CONTRACTS: &[&str] = &["auto", "typed_staging", "typed_binary_staging", "untyped_staging"];
 /// Largest byte quantity accepted in any limit (1 TiB).
 pub const MAX_BYTES_LIMIT: i128 = 1 << 40;
 
@@ -96,7 +94,7 @@ fn source() -> Shape {
 
 fn source_object(ct: Field, ci: Field) -> Shape {
     obj(vec![
-        required("type", Shape::Enum(SYSTEMS), "Source system"),
+        required("type", Shape::Enum(System::names()), "Source system"),
         ct,
         ci,
         field("connection", connection(), "How to reach the source (or flat connection_type / connection_id)"),
@@ -194,8 +192,8 @@ fn strategy_object() -> Shape {
         ),
         field(
             "merge_policy",
-            Shape::Enum(MERGE_POLICIES),
-            "incremental_merge publication (the original's names): auto, delete_insert (PostgreSQL, SQLite), lightweight_delete_insert or shadow_swap (ClickHouse); others are refused",
+            Shape::Enum(merge_policy_names()),
+            "incremental_merge publication (the original's names): each target admits those its merge stands for and refuses the others, naming its own",
         ),
         field(
             "duplicate_policy",
@@ -223,50 +221,14 @@ fn sink() -> Shape {
 
 fn sink_object(ct: Field, ci: Field) -> Shape {
     obj(vec![
-        required("type", Shape::Enum(SYSTEMS), "Sink system"),
+        required("type", Shape::Enum(System::names()), "Sink system"),
         ct,
         ci,
         field("connection", connection(), "How to reach the sink (or flat connection_type / connection_id)"),
         required("table", table(), "Target table (in a batch manifest: from defaults, overrides or naming.sink_table)"),
         field("staging", obj(vec![field("schema", string(), "Schema/database for staging tables")]), "Staging placement"),
         required("strategy", strategy(), "Load strategy"),
-        field(
-            "options",
-            obj(vec![
-                field(
-                    "clickhouse_bulk",
-                    obj(vec![
-                        field("mode", Shape::Enum(CLICKHOUSE_BULK_MODES), "HTTP ingestion (default http)"),
-                        field("ingest_contract", Shape::Enum(INGEST_CONTRACTS), "Typed staging (default auto)"),
-                    ]),
-                    "ClickHouse bulk load",
-                ),
-                field(
-                    "postgres",
-                    obj(vec![field(
-                        "publication",
-                        Shape::Enum(&["delete_insert", "partition_swap", "direct"]),
-                        "delete_insert (default): DELETE the window and INSERT; partition_swap: DETACH the window's partition and ATTACH the verified one; direct: COPY the chunks into the target inside the publishing transaction, no staging",
-                    )]),
-                    "PostgreSQL target",
-                ),
-                field(
-                    "clickhouse",
-                    obj(vec![field(
-                        "disk_reserve_bytes",
-                        int(0, i64::MAX as i128),
-                        "Bytes of the target's disk a run must leave free; a run whose generation would not fit is refused before any write (default 1073741824)",
-                    )]),
-                    "ClickHouse target",
-                ),
-                field(
-                    "nullable_into_not_null",
-                    Shape::Enum(&["check_rows", "refuse"]),
-                    "A nullable source column into a NOT NULL target column: check_rows (default) admits it and fails the run on the first NULL, naming the column; refuse refuses the plan",
-                ),
-            ]),
-            "Sink options",
-        ),
+        field("options", sink_options(), "Sink options"),
     ])
 }
 
@@ -308,8 +270,8 @@ pub const ENDPOINT_REFUSED: &[(&str, &str)] = &[
     ),
     ("vault_mount_point", "Vault connections are not available: use connection_type `env` or `params`"),
     ("connection_ref", "binding sets (connection_ref) are not available: use connection_type `env` with connection_id"),
-    ("api_type", "API sources are not available: sources are sqlite, postgres and clickhouse"),
-    ("topic", "Kafka endpoints are not available: endpoints are sqlite, postgres and clickhouse"),
+    ("api_type", "API sources are not available: a source is a database table"),
+    ("topic", "Kafka endpoints are not available: no adapter of this runtime reads or writes Kafka"),
     ("credentials", "inline credentials are not read: use connection_type `params` or `env`"),
 ];
 
@@ -328,15 +290,47 @@ const STRATEGY_REFUSED: &[(&str, &str)] = &[(
 
 const STATE_ALWAYS: &str = "every run keeps a lease and a journal (that is how a rerun resumes and two runs exclude each other): remove the block for SQLite in the work dir, or use `type: postgres`";
 
+/// `sink.strategy.merge_policy` values: the original's and those the
+/// installed targets declare (`TargetDescriptor::merge_policies`).
+fn merge_policy_names() -> &'static [&'static str] {
+    static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    let targets = || crate::adapter::installed().map_or(&[][..], |r| r.targets);
+    NAMES.get_or_init(|| {
+        super::model::distinct(MERGE_POLICIES.iter().copied().chain(targets().iter().flat_map(|t| t.merge_policies.iter().copied())))
+    })
+}
+
+/// `sink.options`: the subtrees the installed targets own
+/// ([`crate::adapter::TargetDescriptor::options`]) and the options of every
+/// sink. Without an installed registry (a library's own tests) a vendor
+/// subtree is not checked here; its target checks it when it plans.
+fn sink_options() -> Shape {
+    let mut fields = Vec::new();
+    for target in crate::adapter::installed().map_or(&[][..], |r| r.targets) {
+        for f in (target.options)() {
+            if !fields.iter().any(|g: &Field| g.name == f.name) {
+                fields.push(f);
+            }
+        }
+    }
+    fields.push(field(
+        "nullable_into_not_null",
+        Shape::Enum(&["check_rows", "refuse"]),
+        "A nullable source column into a NOT NULL target column: check_rows (default) admits it and fails the run on the first NULL, naming the column; refuse refuses the plan",
+    ));
+    let extra = crate::adapter::installed().is_none().then(|| Box::new(Shape::Any));
+    Shape::Object { fields, extra }
+}
+
 /// Values of the original this runtime refuses, by path suffix.
 pub const REFUSED_VALUES: &[(&str, &str, &str)] = &[
-    ("source.type", "bigquery", "BigQuery is not available: sources are sqlite, postgres and clickhouse"),
-    ("source.type", "api", "API sources are not available: sources are sqlite, postgres and clickhouse"),
-    ("source.type", "mysql", "MySQL is not available: sources are sqlite, postgres and clickhouse"),
-    ("source.type", "kafka", "Kafka is not available: sources are sqlite, postgres and clickhouse"),
-    ("sink.type", "bigquery", "BigQuery is not available: sinks are sqlite, postgres and clickhouse"),
-    ("sink.type", "mysql", "MySQL is not available: sinks are sqlite, postgres and clickhouse"),
-    ("sink.type", "kafka", "Kafka is not available: sinks are sqlite, postgres and clickhouse"),
+    ("source.type", "bigquery", "BigQuery is not available: no adapter of this runtime reads it"),
+    ("source.type", "api", "API sources are not available: a source is a database table"),
+    ("source.type", "mysql", "MySQL is not available: no adapter of this runtime reads it"),
+    ("source.type", "kafka", "Kafka is not available: no adapter of this runtime reads it"),
+    ("sink.type", "bigquery", "BigQuery is not available: no adapter of this runtime writes it"),
+    ("sink.type", "mysql", "MySQL is not available: no adapter of this runtime writes it"),
+    ("sink.type", "kafka", "Kafka is not available: no adapter of this runtime writes it"),
     (
         "state.type",
         "clickhouse",

@@ -35,7 +35,7 @@ fn codes(text: &str) -> Vec<(String, String)> {
 #[test]
 fn valid_manifest_loads() {
     let m = load(VALID).unwrap();
-    assert_eq!(m.source.system, System::Sqlite);
+    assert_eq!(m.source.system.as_str(), "sqlite");
     assert_eq!(m.source.chunking_parallelism, Some(2));
     match &m.sink.connection {
         ConnectionSpec::Params(p) => assert_eq!(p["path"], "target.db"),

@@ -156,13 +156,16 @@ sink:
 #[test]
 fn a_target_without_an_incremental_publication_refuses_the_mode() {
     use crate::adapter::{PublicationText, Registry, SourceDescriptor, TargetDescriptor};
-    use crate::manifest::System::{Clickhouse, Postgres, Sqlite};
+    use crate::manifest::System;
+    const SQLITE: System = System::named("sqlite");
+    const POSTGRES: System = System::named("postgres");
+    const CLICKHOUSE: System = System::named("clickhouse");
     const PUBLICATION: PublicationText = PublicationText { method: "transaction", description: "" };
     static REGISTRY_WITHOUT_APPEND: Registry = Registry {
-        sources: &[&SourceDescriptor::new(Sqlite, "rows"), &SourceDescriptor::new(Postgres, "copy")],
+        sources: &[&SourceDescriptor::new(SQLITE, "rows"), &SourceDescriptor::new(POSTGRES, "copy")],
         targets: &[
-            &TargetDescriptor::new(Sqlite, &[Sqlite], "staging", PUBLICATION),
-            &TargetDescriptor { append: Some(""), ..TargetDescriptor::new(Clickhouse, &[Postgres, Sqlite], "staging", PUBLICATION) },
+            &TargetDescriptor::new(SQLITE, &[SQLITE], "staging", PUBLICATION),
+            &TargetDescriptor { append: Some(""), ..TargetDescriptor::new(CLICKHOUSE, &[POSTGRES, SQLITE], "staging", PUBLICATION) },
         ],
     };
     let registry = &REGISTRY_WITHOUT_APPEND;
@@ -173,7 +176,7 @@ fn a_target_without_an_incremental_publication_refuses_the_mode() {
     let hint = "incremental_append runs on sqlite->clickhouse and postgres->clickhouse; use `replace` with a window on this route";
     assert_eq!(refused, vec![("unsupported_strategy_route", hint)]);
     assert_eq!(p.route.transport, "rows -> staging");
-    let to_mssql = registry.route_refusal(Sqlite, crate::manifest::System::Mssql).unwrap();
+    let to_mssql = registry.route_refusal(SQLITE, System::named("mssql")).unwrap();
     assert_eq!(
         to_mssql.hint.as_deref(),
         Some(

@@ -1,8 +1,7 @@
 //! `MemTarget` as an adapter: its descriptor and how it builds itself from
 //! a manifest, registered like a real target (the command line's registry
-//! tests, the engine's world). It stands for a SQLite sink (the systems of
-//! the manifest language are `dpone_core::manifest::System`) and publishes
-//! like one (`Publication::InPlaceDigest`).
+//! tests, the engine's world). It stands for a SQLite sink (a manifest
+//! names it `sqlite`) and publishes like one (`Publication::InPlaceDigest`).
 
 use super::{MemTarget, Publication};
 use dpone_core::Diagnostic;
@@ -14,8 +13,8 @@ pub static DESCRIPTOR: TargetDescriptor = TargetDescriptor {
     append: Some(TRANSACTIONAL_APPEND),
     merge: Some(TRANSACTIONAL_MERGE),
     ..TargetDescriptor::new(
-        System::Sqlite,
-        &[System::Sqlite],
+        System::named("sqlite"),
+        &[System::named("sqlite")],
         "in-memory staging tables",
         PublicationText {
             method: "memory_transaction",

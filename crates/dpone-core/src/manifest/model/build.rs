@@ -512,7 +512,8 @@ fn state(r: &mut Reader, node: Option<&Node>, sink: System) -> Option<StateSpec>
                 }
                 (Some(c), None) => StateConnection::Own(connection(r, Some(c), "state.connection")),
                 (None, Some(n)) => {
-                    if sink != System::Postgres {
+                    // The sink's database holds a state store of `type: postgres`.
+                    if sink.as_str() != "postgres" {
                         r.error(
                             "invalid_value",
                             "state.reuse",

@@ -119,19 +119,15 @@ pub(super) fn incremental(
 }
 
 /// The original's `merge_policy` names whose publication is the one dpone
-/// performs on `sink`: the target's rows of the batch's keys deleted and
-/// the batch's rows inserted, visible at once. PostgreSQL and SQLite do it
-/// in one transaction (the original's `delete_insert`); ClickHouse builds
-/// a new table without those keys' rows plus the batch and exchanges it
-/// (the original's `shadow_swap`; its default `lightweight_delete_insert`
-/// has the same outcome, which dpone publishes atomically). The others
-/// (`update_insert`, `mutation_delete_insert`, `event_upsert`, a policy of
-/// another sink) are refused naming the ones this sink admits.
+/// performs on `sink` (the target adapter's `merge_policies`): the
+/// target's rows of the batch's keys deleted and the batch's rows
+/// inserted, visible at once. The others (`update_insert`,
+/// `mutation_delete_insert`, `event_upsert`, a policy of another sink) are
+/// refused naming the ones this sink admits. Without an installed registry
+/// (a library's tests), the transactional ones.
 pub fn merge_policies(sink: System) -> &'static [&'static str] {
-    match sink {
-        System::Clickhouse => &["auto", "lightweight_delete_insert", "shadow_swap"],
-        _ => &["auto", "delete_insert"],
-    }
+    let target = crate::adapter::installed().and_then(|r| r.target(sink));
+    target.map_or(crate::adapter::TRANSACTIONAL_MERGE_POLICIES, |t| t.merge_policies)
 }
 
 fn merge_policy(r: &mut Reader, node: Option<&Node>, sink: System) {

@@ -18,6 +18,7 @@
 pub mod adapter;
 pub mod budget;
 pub mod cron;
+pub mod delivery;
 pub mod digest;
 pub mod error;
 pub mod evidence;

@@ -1,0 +1,199 @@
+//! Changed-window delivery (docs/changed-delivery.md): the records of a
+//! target's last verified publication per chunk and the decision whether a
+//! chunk of a new run must be transferred. Pure: the fingerprints and the
+//! target identities are read by the adapters, the records kept by the
+//! state store and the target; this module only compares them.
+//!
+//! A chunk is `Unchanged` only when a valid record of the same key exists
+//! in both copies, the source's fingerprint equals the record's and the
+//! target's chunk identity equals the record's. Every other outcome
+//! transfers the chunk: a doubt costs a transfer, never a skipped change.
+//!
+//! Status: the decision is built and tested; no run makes it yet (the
+//! manifest has no `delivery` key until the adapters read fingerprints and
+//! publish carried chunks).
+
+use crate::time::Timestamp;
+use crate::types::Column;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The version of the record format and of the checksum over it.
+pub const RECORD_VERSION: u32 = 1;
+
+/// What a chunk's record is kept under: a record is only ever compared with
+/// a chunk of exactly the same key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkKey {
+    /// The target's scope (`<system>:<database>.<table>`), as leases use it.
+    pub target_scope: String,
+    pub window_column: String,
+    /// Half-open bounds `[start, end)`, microseconds since the epoch (UTC).
+    pub start: i64,
+    pub end: i64,
+    /// SHA-256 of the column names and canonical types, in order.
+    pub columns: String,
+    /// The authority and its algorithm version (`postgres.mvcc.v1`, ...).
+    pub authority: String,
+}
+
+impl ChunkKey {
+    pub fn new(target_scope: &str, window_column: &str, start: Timestamp, end: Timestamp, columns: &[Column], authority: &str) -> Self {
+        ChunkKey {
+            target_scope: target_scope.to_string(),
+            window_column: window_column.to_string(),
+            start: start.0,
+            end: end.0,
+            columns: columns_digest(columns),
+            authority: authority.to_string(),
+        }
+    }
+
+    /// The state store key of the record of this chunk: one record per
+    /// target, window column and bounds (a record of other columns or of
+    /// another authority under the same key is `NoRecord`).
+    pub fn store_key(&self) -> String {
+        format!("chunks/{}/{}/{}/{}", self.target_scope, self.window_column, self.start, self.end)
+    }
+}
+
+/// SHA-256 of `name type` lines: a column added, removed, renamed, moved or
+/// retyped gives another digest.
+pub fn columns_digest(columns: &[Column]) -> String {
+    let mut h = Sha256::new();
+    for c in columns {
+        h.update(c.name.as_bytes());
+        h.update(b"\x00");
+        h.update(c.ty.to_string().as_bytes());
+        h.update(b"\n");
+    }
+    hex(&h.finalize())
+}
+
+/// A chunk's fingerprint as the source server computed it (count and an
+/// order-independent digest, both opaque here).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fingerprint {
+    pub rows: u64,
+    pub digest: String,
+}
+
+/// What the target holds of a chunk: its incarnation (a ClickHouse table
+/// UUID, a PostgreSQL table OID and receipt) and the chunk's identity in it
+/// (part identities, or count and digest).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetIdentity {
+    pub incarnation: String,
+    pub chunk: String,
+}
+
+/// The record of one chunk, written after its publication was judged
+/// published.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkRecord {
+    pub version: u32,
+    pub key: ChunkKey,
+    pub source: Fingerprint,
+    pub target: TargetIdentity,
+    pub run_id: String,
+    /// SHA-256 over the fields above, so that a truncated or edited record
+    /// is told from a valid one.
+    pub checksum: String,
+}
+
+impl ChunkRecord {
+    pub fn new(key: ChunkKey, source: Fingerprint, target: TargetIdentity, run_id: &str) -> Self {
+        let mut r = ChunkRecord { version: RECORD_VERSION, key, source, target, run_id: run_id.to_string(), checksum: String::new() };
+        r.checksum = r.computed_checksum();
+        r
+    }
+
+    fn computed_checksum(&self) -> String {
+        let body = serde_json::json!([self.version, self.key, self.source, self.target, self.run_id]);
+        hex(&Sha256::digest(body.to_string().as_bytes()))
+    }
+
+    /// The record as stored (JSON).
+    pub fn body(&self) -> String {
+        serde_json::to_string(self).expect("a record serializes")
+    }
+
+    /// A stored body, if it is a record of this version whose checksum holds.
+    pub fn parse(body: &str) -> Option<ChunkRecord> {
+        let r: ChunkRecord = serde_json::from_str(body).ok()?;
+        (r.version == RECORD_VERSION && r.checksum == r.computed_checksum()).then_some(r)
+    }
+}
+
+/// Whether a chunk moves, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// Carried from the target: nothing of it changed on either side.
+    Unchanged,
+    /// The source's fingerprint differs from the record's.
+    Changed,
+    /// No record of this key (or of this target incarnation).
+    NoRecord,
+    /// The target's rows of the chunk are not the ones published.
+    TargetChanged,
+    /// A stored copy does not parse, fails its checksum, or the two
+    /// copies disagree.
+    RecordInvalid,
+    /// The source could not compute the fingerprint.
+    FingerprintError,
+}
+
+impl Decision {
+    /// The chunk is staged and verified as by `delivery: all`.
+    pub fn transfers(self) -> bool {
+        self != Decision::Unchanged
+    }
+}
+
+/// What a run knows of one chunk when it decides.
+#[derive(Debug, Clone, Copy)]
+pub struct Evidence<'a> {
+    pub key: &'a ChunkKey,
+    /// The record's body in the state store, if any.
+    pub stored: Option<&'a str>,
+    /// The record's body beside the target's rows, if any.
+    pub target_copy: Option<&'a str>,
+    /// The source's fingerprint in the run's snapshot (Err: the query failed).
+    pub fingerprint: Result<&'a Fingerprint, ()>,
+    /// The target's identity of the chunk now.
+    pub identity: &'a TargetIdentity,
+}
+
+/// The decision for one chunk (docs/changed-delivery.md, "The contract").
+pub fn decide(e: Evidence<'_>) -> Decision {
+    let (stored, copy) = match (e.stored, e.target_copy) {
+        (None, None) => return Decision::NoRecord,
+        (Some(s), Some(c)) => (ChunkRecord::parse(s), ChunkRecord::parse(c)),
+        // One copy without the other: a publication whose records were
+        // not both written (a crash between them), or a copy removed.
+        _ => return Decision::RecordInvalid,
+    };
+    let record = match (stored, copy) {
+        (Some(s), Some(c)) if s == c => s,
+        _ => return Decision::RecordInvalid,
+    };
+    if record.key != *e.key || record.target.incarnation != e.identity.incarnation {
+        return Decision::NoRecord;
+    }
+    let Ok(fingerprint) = e.fingerprint else { return Decision::FingerprintError };
+    if record.target.chunk != e.identity.chunk {
+        return Decision::TargetChanged;
+    }
+    if record.source != *fingerprint {
+        return Decision::Changed;
+    }
+    Decision::Unchanged
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests;

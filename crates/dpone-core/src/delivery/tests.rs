@@ -1,0 +1,112 @@
+use super::*;
+use crate::types::{ColumnType, DType};
+
+fn columns(extra: bool) -> Vec<Column> {
+    let col = |name: &str, dtype: DType| Column { name: name.into(), ty: ColumnType::new(dtype, false), native_type: String::new() };
+    let mut c = vec![col("id", DType::Int64), col("ts", DType::DateTime64 { precision: 6, tz: Some("UTC".into()) })];
+    if extra {
+        c.push(col("note", DType::String));
+    }
+    c
+}
+
+fn key() -> ChunkKey {
+    ChunkKey::new(
+        "clickhouse:db.events",
+        "ts",
+        Timestamp(86_400_000_000),
+        Timestamp(2 * 86_400_000_000),
+        &columns(false),
+        "postgres.mvcc.v1",
+    )
+}
+
+fn fingerprint(rows: u64) -> Fingerprint {
+    Fingerprint { rows, digest: format!("d{rows}") }
+}
+
+fn identity(chunk: &str) -> TargetIdentity {
+    TargetIdentity { incarnation: "uuid-1".into(), chunk: chunk.into() }
+}
+
+fn record() -> String {
+    ChunkRecord::new(key(), fingerprint(10), identity("parts-a"), "run-1").body()
+}
+
+/// The decision with both copies equal to `body`, the source at `fp` and
+/// the target at `chunk`.
+fn decide_with(body: Option<&str>, fp: Result<&Fingerprint, ()>, chunk: &str) -> Decision {
+    let k = key();
+    let id = identity(chunk);
+    decide(Evidence { key: &k, stored: body, target_copy: body, fingerprint: fp, identity: &id })
+}
+
+#[test]
+fn a_chunk_is_unchanged_only_when_record_source_and_target_all_agree() {
+    let body = record();
+    assert_eq!(decide_with(Some(&body), Ok(&fingerprint(10)), "parts-a"), Decision::Unchanged);
+    assert!(!Decision::Unchanged.transfers());
+    // A late row, a delete or a correction changes the fingerprint.
+    assert_eq!(decide_with(Some(&body), Ok(&fingerprint(11)), "parts-a"), Decision::Changed);
+    let corrected = Fingerprint { rows: 10, digest: "other".into() };
+    assert_eq!(decide_with(Some(&body), Ok(&corrected), "parts-a"), Decision::Changed);
+    // Another writer changed the target's rows of the chunk.
+    assert_eq!(decide_with(Some(&body), Ok(&fingerprint(10)), "parts-b"), Decision::TargetChanged);
+    assert_eq!(decide_with(Some(&body), Err(()), "parts-a"), Decision::FingerprintError);
+    assert_eq!(decide_with(None, Ok(&fingerprint(10)), "parts-a"), Decision::NoRecord);
+    for d in [Decision::Changed, Decision::TargetChanged, Decision::FingerprintError, Decision::NoRecord, Decision::RecordInvalid] {
+        assert!(d.transfers(), "{d:?}");
+    }
+}
+
+#[test]
+fn a_record_of_another_key_or_incarnation_is_no_record() {
+    let fp = fingerprint(10);
+    let id = identity("parts-a");
+    let other = |k: ChunkKey, incarnation: &str| {
+        let body = ChunkRecord::new(k, fp.clone(), TargetIdentity { incarnation: incarnation.into(), ..id.clone() }, "run-1").body();
+        decide(Evidence { key: &key(), stored: Some(&body), target_copy: Some(&body), fingerprint: Ok(&fp), identity: &id })
+    };
+    assert_eq!(other(key(), "uuid-1"), Decision::Unchanged);
+    // A column added on both sides: every chunk moves.
+    let widened = ChunkKey { columns: columns_digest(&columns(true)), ..key() };
+    assert_eq!(other(widened, "uuid-1"), Decision::NoRecord);
+    assert_eq!(other(ChunkKey { end: key().end + 1, ..key() }, "uuid-1"), Decision::NoRecord);
+    assert_eq!(other(ChunkKey { authority: "postgres.content.v1".into(), ..key() }, "uuid-1"), Decision::NoRecord);
+    // The target was recreated or exchanged by someone else.
+    assert_eq!(other(key(), "uuid-2"), Decision::NoRecord);
+}
+
+/// A record edited, truncated or present in one copy only is never trusted:
+/// the chunk is transferred.
+#[test]
+fn a_tampered_record_transfers_the_chunk() {
+    let (k, id, fp) = (key(), identity("parts-a"), fingerprint(10));
+    let body = record();
+    let check = |stored: Option<&str>, copy: Option<&str>| {
+        decide(Evidence { key: &k, stored, target_copy: copy, fingerprint: Ok(&fp), identity: &id })
+    };
+    // The fingerprint rewritten to match a changed source, checksum kept.
+    let forged = body.replace("\"d10\"", "\"d11\"");
+    assert_ne!(forged, body);
+    let changed_source = fingerprint(11);
+    let forged_check =
+        decide(Evidence { key: &k, stored: Some(&forged), target_copy: Some(&forged), fingerprint: Ok(&changed_source), identity: &id });
+    assert_eq!(forged_check, Decision::RecordInvalid);
+    assert_eq!(check(Some(&body[..body.len() - 2]), Some(&body)), Decision::RecordInvalid);
+    assert_eq!(check(Some("not json"), Some("not json")), Decision::RecordInvalid);
+    assert_eq!(check(Some(&body), None), Decision::RecordInvalid);
+    assert_eq!(check(None, Some(&body)), Decision::RecordInvalid);
+    // Two valid copies of different publications disagree.
+    let older = ChunkRecord::new(key(), fingerprint(10), identity("parts-a"), "run-0").body();
+    assert_eq!(check(Some(&body), Some(&older)), Decision::RecordInvalid);
+    assert_eq!(check(Some(&body), Some(&body)), Decision::Unchanged);
+}
+
+#[test]
+fn the_store_key_names_the_target_column_and_bounds() {
+    assert_eq!(key().store_key(), "chunks/clickhouse:db.events/ts/86400000000/172800000000");
+    assert_ne!(columns_digest(&columns(false)), columns_digest(&columns(true)));
+    let parsed = ChunkRecord::parse(&record()).unwrap();
+    assert_eq!((parsed.run_id.as_str(), parsed.source.rows), ("run-1", 10));
+}

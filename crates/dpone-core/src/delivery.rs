@@ -78,6 +78,15 @@ pub struct Fingerprint {
     pub digest: String,
 }
 
+/// A source's fingerprints of adjacent chunks, by one authority.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkFingerprints {
+    /// `postgres.mvcc.v1`, ...: part of every record's key.
+    pub authority: &'static str,
+    /// One per chunk, in the chunks' order.
+    pub chunks: Vec<Fingerprint>,
+}
+
 /// What the target holds of a chunk: its incarnation (a ClickHouse table
 /// UUID, a PostgreSQL table OID and receipt) and the chunk's identity in it
 /// (part identities, or count and digest).

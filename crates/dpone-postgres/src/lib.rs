@@ -16,6 +16,7 @@
 pub mod catalog;
 pub mod config;
 mod cursor;
+pub mod delivery;
 mod descriptor;
 pub mod encode;
 mod error;

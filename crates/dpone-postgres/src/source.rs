@@ -26,6 +26,7 @@ use crate::catalog::{ACCESS_PATH_SQL, CatalogColumn, DESCRIBE_SQL, map_type};
 use crate::error::classify;
 use crate::transcode::{CopyParser, RowCodec, codec_for};
 use bytes::Bytes;
+use dpone_core::delivery::ChunkFingerprints;
 use dpone_core::frames::{self, ByteInput, FrameLimits, Need};
 use dpone_core::incremental::{CursorKind, CursorValue};
 use dpone_core::manifest::TableRef;
@@ -316,6 +317,14 @@ impl Source for PostgresSource {
             .await
             .map_err(|e| classify("reading the cursor's maximum", e))?;
         crate::cursor::max_from(column, kind, row.get(0), row.get(2))
+    }
+
+    async fn chunk_fingerprints(&self, window_column: &str, chunks: &[Chunk]) -> Result<Option<ChunkFingerprints>> {
+        let keeper = self.keeper()?;
+        let sql = crate::delivery::fingerprint_sql(&self.table_sql(), window_column, chunks)?;
+        let rows = keeper.client.query(&sql, &[]).await.map_err(|e| classify("reading the chunks' fingerprints", e))?;
+        let rows: Vec<(i32, i64, String, String)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect();
+        crate::delivery::fingerprints(chunks, &rows).map(Some)
     }
 
     async fn close_snapshot(&self) -> Result<()> {

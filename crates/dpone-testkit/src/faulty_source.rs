@@ -29,10 +29,11 @@ pub enum SourceOp {
     EstimateRead,
     CloseSnapshot,
     CursorMax,
+    ChunkFingerprints,
 }
 
 impl SourceOp {
-    pub const ALL: [SourceOp; 9] = [
+    pub const ALL: [SourceOp; 10] = [
         SourceOp::Describe,
         SourceOp::Preflight,
         SourceOp::OpenSnapshot,
@@ -42,6 +43,7 @@ impl SourceOp {
         SourceOp::EstimateRead,
         SourceOp::CloseSnapshot,
         SourceOp::CursorMax,
+        SourceOp::ChunkFingerprints,
     ];
 
     /// The operation named `s` (a `Source` method's name).
@@ -61,6 +63,7 @@ impl SourceOp {
             SourceOp::EstimateRead => "estimate_read",
             SourceOp::CloseSnapshot => "close_snapshot",
             SourceOp::CursorMax => "cursor_max",
+            SourceOp::ChunkFingerprints => "chunk_fingerprints",
         }
     }
 }

@@ -95,6 +95,18 @@ macro_rules! __source_methods {
                 Ok(stats)
             }
 
+            /// The fingerprint of each of the adjacent `chunks` (in order): the
+            /// count and an order-independent digest of the rows whose
+            /// `window_column` lies in it, computed by the source inside the
+            /// snapshot, that changes whenever a row of the chunk is inserted,
+            /// updated or deleted (changed-window delivery,
+            /// docs/changed-delivery.md), with the authority's name and
+            /// version. None: this source has no such authority.
+            async fn chunk_fingerprints(&self, window_column: &str, chunks: &[Chunk]) -> Result<Option<$crate::delivery::ChunkFingerprints>> {
+                let _ = (window_column, chunks);
+                Ok(None)
+            }
+
             /// Releases the snapshot (idempotent).
             async fn close_snapshot(&self) -> Result<()>;
 

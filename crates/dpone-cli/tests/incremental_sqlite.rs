@@ -15,7 +15,7 @@ mod pg_clickhouse_common;
 
 use harness::state_of;
 use incremental_common::sqlite::{SqliteToSqlite, dump};
-use incremental_common::{IncrementalRoute, Manifest, Row, between, check_append, plus, row};
+use incremental_common::{IncrementalRoute, Manifest, Row, assert_tampered_resume_refused, between, check_append, plus, row};
 use rusqlite::Connection;
 
 /// Cursor `id`; the source holds ids 1..=5 at 01:00..05:00 on September 1,
@@ -113,12 +113,12 @@ fn lookback_is_refused_with_append_and_merge_needs_a_key() {
 #[test]
 fn a_tampered_staging_table_is_not_published() {
     let (fx, _, target) = standard();
-    fx.run_with(&[("DPONE_FAILPOINT", "checkpoint.after_write")]).assert_aborted_at("checkpoint.after_write");
-    let table = harness::verified_stagings(&fx.status()).into_iter().next().expect("a verified chunk").1;
-    fx.target_exec(&format!("UPDATE \"{table}\" SET name = 'tampered' WHERE id = 3"));
-    fx.run().assert_failed("a tampered staging table", 1, "staging_changed");
-    fx.assert_target(&target, "target unchanged");
-    assert!(fx.mark().is_none(), "no mark stored");
+    let tamper = |status: &serde_json::Value| {
+        let table = harness::verified_stagings(status).into_iter().next().expect("a verified chunk").1;
+        fx.target_exec(&format!("UPDATE \"{table}\" SET name = 'tampered' WHERE id = 3"));
+        "a tampered staging table".to_string()
+    };
+    assert_tampered_resume_refused(&fx, &target, "checkpoint.after_write", tamper, "staging_changed");
 }
 
 /// A run crashed after its intent; someone adds a row to its generation:
@@ -126,13 +126,12 @@ fn a_tampered_staging_table_is_not_published() {
 #[test]
 fn a_tampered_generation_is_not_published() {
     let (fx, _, target) = standard();
-    fx.run_with(&[("DPONE_FAILPOINT", "publish.before_exchange")]).assert_aborted_at("publish.before_exchange");
-    let status = fx.status();
-    let generation = status["journal"]["intent"]["generation_table"].as_str().expect("a generation").to_string();
-    fx.target_exec(&format!("INSERT INTO \"{generation}\" VALUES (42, NULL, 'smuggled')"));
-    fx.run().assert_failed("a tampered generation", 1, "generation_changed");
-    fx.assert_target(&target, "target unchanged");
-    assert!(fx.mark().is_none(), "no mark stored");
+    let tamper = |status: &serde_json::Value| {
+        let generation = status["journal"]["intent"]["generation_table"].as_str().expect("a generation");
+        fx.target_exec(&format!("INSERT INTO \"{generation}\" VALUES (42, NULL, 'smuggled')"));
+        "a tampered generation".to_string()
+    };
+    assert_tampered_resume_refused(&fx, &target, "publish.before_exchange", tamper, "generation_changed");
 }
 
 /// The publishing transaction checks that the target grew by exactly the

@@ -337,7 +337,13 @@ fn direct_is_refused_before_any_write_where_it_cannot_apply() {
     let q = |s: &str| serde_json::to_string(s).expect("a JSON string");
     let yaml = harness::env_manifest(
         ["clickhouse", "CH", &q(&fx.db), "t", "\n  options: {incremental_column: id}"],
-        ["postgres", "PG", &q(&fx.schema), "t", "\n  strategy: {mode: incremental_append}\n  options:\n    postgres: {publication: direct}"],
+        [
+            "postgres",
+            "PG",
+            &q(&fx.schema),
+            "t",
+            "\n  strategy: {mode: incremental_append}\n  options:\n    postgres: {publication: direct}",
+        ],
         &q(&fx.work_dir().display().to_string()),
     );
     std::fs::write(&fx.manifest, yaml).unwrap();

@@ -133,7 +133,8 @@ fn a_tampered_staging_table_is_not_published() {
 /// the resumed run re-verifies the generation and refuses.
 #[test]
 fn a_tampered_generation_is_not_published() {
-    let generation = |status: &serde_json::Value| status["journal"]["intent"]["generation_table"].as_str().expect("a generation").to_string();
+    let generation =
+        |status: &serde_json::Value| status["journal"]["intent"]["generation_table"].as_str().expect("a generation").to_string();
     let sql = "INSERT INTO \"{table}\" VALUES (42, NULL, 'smuggled')";
     assert_table_tamper_refused("publish.before_exchange", generation, sql, "a tampered generation", "generation_changed");
 }

@@ -99,7 +99,13 @@ fn an_unindexed_source_is_read_with_one_scan_for_the_whole_window() {
     assert_eq!(access["partitioned"], false, "{json:#}");
     assert_eq!((access["chunks_per_scan"].as_u64(), access["scans"].as_u64()), (Some(3), Some(1)), "{json:#}");
 
-    assert_published_with_scans(&s, &[], "a run reading the window with one scan", 1, "expected one scan of the source for the three chunks");
+    assert_published_with_scans(
+        &s,
+        &[],
+        "a run reading the window with one scan",
+        1,
+        "expected one scan of the source for the three chunks",
+    );
     s.finish();
 }
 

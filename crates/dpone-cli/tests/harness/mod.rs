@@ -177,7 +177,9 @@ fn owned(args: &[&str], env: &[(&str, &str)]) -> (Vec<String>, Vec<(String, Stri
 /// lines after the table, each beginning with a newline.
 pub fn env_manifest(source: [&str; 5], sink: [&str; 5], work_dir: &str) -> String {
     let side = |name: &str, [system, id, schema, table, rest]: [&str; 5]| {
-        format!("{name}:\n  type: {system}\n  connection: {{connection_type: env, connection_id: {id}}}\n  table: {{schema: {schema}, name: {table}}}{rest}\n")
+        format!(
+            "{name}:\n  type: {system}\n  connection: {{connection_type: env, connection_id: {id}}}\n  table: {{schema: {schema}, name: {table}}}{rest}\n"
+        )
     };
     format!("kind: dpone.batch.v1\n{}{}runtime:\n  storage: {{work_dir: {work_dir}}}\n", side("source", source), side("sink", sink))
 }

@@ -200,10 +200,7 @@ fn an_empty_source_window_deletes_the_targets_window() {
 /// target); every row lands once, verified against the source's digest.
 #[test]
 fn a_chunk_larger_than_one_copy_statement_lands_whole() {
-    let fx = Fixture::new(
-        "chpg_batches",
-        vec![col("id", "Int64", "bigint NOT NULL"), col("ts", "DateTime64(6, 'UTC')", "timestamptz"), col("s", "String", "text")],
-    );
+    let fx = Fixture::new("chpg_batches", ch_postgres_common::id_ts_s_cols());
     // 3 days x 8,000 rows of ~300 bytes: about 2.4 MB per one-day chunk.
     fx.ch_exec(&format!(
         "INSERT INTO {} SELECT number, toDateTime64('2026-09-06 00:00:00', 6, 'UTC') + toIntervalSecond(intDiv(number * 259200, 24000)), \

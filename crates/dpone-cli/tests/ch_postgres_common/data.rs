@@ -112,6 +112,12 @@ pub fn standard_fixture(prefix: &'static str) -> Fixture {
     standard_fixture_on(Setup::new(prefix, event_cols()))
 }
 
+/// [`standard_fixture`] and the rows it holds: the fixture,
+/// [`standard_source`] and [`standard_target`].
+pub fn standard_fixture_with_rows(prefix: &'static str) -> (Fixture, Vec<Row>, Vec<Row>) {
+    (standard_fixture(prefix), standard_source(), standard_target())
+}
+
 /// The standard table, RANGE-partitioned on `ts`: one partition `t_window`
 /// that is exactly the window (what `publication: partition_swap` swaps),
 /// and a DEFAULT partition `t_rest` for everything else.

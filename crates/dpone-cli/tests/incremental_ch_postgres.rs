@@ -93,11 +93,16 @@ fn a_run_killed_inside_its_publishing_transaction_is_judged_by_the_mark() {
 fn a_tampered_staging_table_is_re_extracted_not_published() {
     let (route, source, target) = standard("inc_chpg_stg");
     route.run_with(&[("DPONE_FAILPOINT", "checkpoint.after_write")]).assert_aborted_at("checkpoint.after_write");
-    let table = harness::verified_stagings(&route.status()).into_iter().next().expect("a verified chunk").1;
-    route.fx.pg_exec(&format!("UPDATE {} SET name = 'tampered' WHERE id = 3", route.fx.pg_table(&table)));
+    tamper_a_verified_staging(&route);
     let doc = check_append(&route, &route.run(), &target, &source, "5", "resume after a tampered staging");
     assert_eq!(doc["reused_chunks"], 0, "{doc:#}");
     route.finish();
+}
+
+/// Changes row 3 of the run's first verified staging table.
+fn tamper_a_verified_staging(route: &ClickhouseToPostgres) {
+    let table = harness::verified_stagings(&route.status()).into_iter().next().expect("a verified chunk").1;
+    route.fx.pg_exec(&format!("UPDATE {} SET name = 'tampered' WHERE id = 3", route.fx.pg_table(&table)));
 }
 
 /// A staging table under the generation (a view) is changed while the run
@@ -108,8 +113,7 @@ fn a_staging_changed_under_the_publication_is_rolled_back() {
     let (route, _, target) = standard("inc_chpg_stg2");
     let child = route.spawn_paused("publish.before_exchange:4000");
     route.wait_for_state("publishing", "the run records its intent");
-    let table = harness::verified_stagings(&route.status()).into_iter().next().expect("a verified chunk").1;
-    route.fx.pg_exec(&format!("UPDATE {} SET name = 'tampered' WHERE id = 3", route.fx.pg_table(&table)));
+    tamper_a_verified_staging(&route);
     let doc = child.wait().assert_failed("a staging changed under the publication", 1, "generation_verification_failed");
     assert_eq!(doc["publication"], "absent", "the transaction rolled back: {doc:#}");
     route.assert_target(&target, "target unchanged");

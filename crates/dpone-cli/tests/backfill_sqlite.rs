@@ -5,6 +5,7 @@
 //! differ in length), each writing nothing.
 
 mod common;
+mod harness;
 
 use common::{canonical, dpone, dump, expected_after_replace};
 use serde_json::Value;
@@ -15,39 +16,15 @@ const TO: &str = "2026-09-09T00:00:00Z";
 
 /// Two processes (`main.events` into target.db, `events_b` into target_b.db),
 /// weekly windows.
-const MANIFEST: &str = r#"kind: dpone.batch.v1
-vars:
-  target_db: target
-defaults:
-  source:
-    type: sqlite
-    connection_type: params
-    connection_id: '{"path": "source.db"}'
-  sink:
-    type: sqlite
-    connection_type: params
-    connection_id: '{"path": "{{ target_db }}.db"}'
-    table: {name: "{{ src_table }}"}
-    strategy:
-      mode: replace
-      atomicity: target_atomic
-      window: {column: event_ts, anchor: data_interval_end, lookback: P7D}
-runtime:
-  storage: {work_dir: work}
-schemas:
-  main:
-    tables:
-      - events
-      - table: events
-        id: events_b
-        vars: {target_db: target_b}
-"#;
+fn batch_manifest() -> String {
+    common::quickstart_batch_manifest("", "", "")
+}
 
 fn setup(dir: &Path) -> String {
     dpone_sqlite::demo::seed_quickstart(&dir.join("source.db"), &dir.join("target.db")).unwrap();
     std::fs::copy(dir.join("target.db"), dir.join("target_b.db")).unwrap();
     let m = dir.join("batch.yaml");
-    std::fs::write(&m, MANIFEST).unwrap();
+    std::fs::write(&m, batch_manifest()).unwrap();
     m.display().to_string()
 }
 
@@ -112,7 +89,7 @@ fn a_backfill_that_cannot_run_is_refused_before_anything_is_written() {
     let full = dir.join("full.yaml");
     std::fs::write(
         &full,
-        MANIFEST.replace(
+        batch_manifest().replace(
             "mode: replace\n      atomicity: target_atomic\n      window: {column: event_ts, anchor: data_interval_end, lookback: P7D}",
             "mode: full_refresh",
         ),
@@ -125,7 +102,7 @@ fn a_backfill_that_cannot_run_is_refused_before_anything_is_written() {
     let mixed = dir.join("mixed.yaml");
     std::fs::write(
         &mixed,
-        MANIFEST
+        batch_manifest()
             .replace("lookback: P7D}", "lookback: \"{{ days }}\"}")
             .replace("  target_db: target\n", "  target_db: target\n  days: P7D\n")
             .replace("vars: {target_db: target_b}", "vars: {target_db: target_b, days: P1D}"),

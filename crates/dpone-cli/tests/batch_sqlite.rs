@@ -5,6 +5,7 @@
 //! its resumption, `--run-id`, `--retry-attempts`, the envelope's keys.
 
 mod common;
+mod harness;
 
 use common::{Row, canonical, dpone, dump, expected_after_replace, multiset_diff, owned_tables};
 use serde_json::Value;
@@ -18,45 +19,13 @@ const TS: usize = 1;
 /// Three processes: `main.events` into target.db, `events_b` into
 /// target_b.db (params, the original's JSON), `events_c` into target_c.db
 /// (env, from the component variable DPONE_CONN_TGT_C_DATABASE).
-const MANIFEST: &str = r#"kind: dpone.batch.v1
-vars:
-  target_db: target
-defaults:
-  name: "{{ src_table }}_{{ target_db }}"
-  source:
-    type: sqlite
-    connection_type: params
-    connection_id: '{"path": "source.db"}'
-    options:
-      native_transfer:
-        execution:
-          chunking: {mode: bounded_window, parallelism: 2, checkpointing: resumable}
-  sink:
-    type: sqlite
-    connection_type: params
-    connection_id: '{"path": "{{ target_db }}.db"}'
-    table: {name: "{{ src_table }}"}
-    strategy:
-      mode: replace
-      atomicity: target_atomic
-      window: {column: event_ts, anchor: data_interval_end, lookback: P7D}
-runtime:
-  storage: {work_dir: work}
-schemas:
-  main:
-    tables:
-      - events
-      - table: events
-        id: events_b
-        vars: {target_db: target_b}
-      - table: events
-        id: events_c
-        vars: {target_db: target_c}
-        overrides:
-          sink:
-            connection_type: env
-            connection_id: tgt-c
-"#;
+fn batch_manifest() -> String {
+    common::quickstart_batch_manifest(
+        "  name: \"{{ src_table }}_{{ target_db }}\"\n",
+        "      native_transfer:\n        execution:\n          chunking: {mode: bounded_window, parallelism: 2, checkpointing: resumable}\n",
+        "      - table: events\n        id: events_c\n        vars: {target_db: target_c}\n        overrides:\n          sink:\n            connection_type: env\n            connection_id: tgt-c\n",
+    )
+}
 
 struct Batch {
     _tmp: tempfile::TempDir,
@@ -76,7 +45,7 @@ impl Batch {
             std::fs::copy(dir.join("target.db"), dir.join(t)).unwrap();
         }
         let manifest = dir.join("batch.yaml");
-        std::fs::write(&manifest, MANIFEST).unwrap();
+        std::fs::write(&manifest, batch_manifest()).unwrap();
         let (source, before) = (dump(&dir.join("source.db"), "events"), dump(&dir.join("target.db"), "events"));
         Batch { _tmp: tmp, manifest: manifest.display().to_string(), dir, source, before }
     }

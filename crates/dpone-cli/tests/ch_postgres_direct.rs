@@ -58,11 +58,20 @@ fn window_rows() -> usize {
     standard_source().iter().filter(|r| in_window(&r[TS])).count()
 }
 
-/// Creates a trigger function `name()` (plpgsql `body`, then `RETURN NEW`).
-fn function(fx: &Fixture, name: &str, body: &str) -> String {
+/// [`standard_fixture`] with the [`direct`] manifest.
+fn direct_fixture(prefix: &'static str) -> Fixture {
+    let fx = standard_fixture(prefix);
+    fx.write_manifest(&direct());
+    fx
+}
+
+/// A trigger `name` on the target, `when` (`BEFORE INSERT`, ...) `FOR
+/// EACH <each>` (`ROW`, `STATEMENT`), running a function of the same name
+/// (plpgsql `body`, then `RETURN NEW`).
+fn trigger(fx: &Fixture, name: &str, when: &str, each: &str, body: &str) {
     let f = format!("{}.{}", ident(&fx.schema), ident(name));
     fx.pg_exec(&format!("CREATE FUNCTION {f}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {body} RETURN NEW; END $$"));
-    f
+    fx.pg_exec(&format!("CREATE TRIGGER {name} {when} ON {} FOR EACH {each} EXECUTE FUNCTION {f}()", fx.target_sql()));
 }
 
 /// A run refused by a guard of the publishing transaction: exit 1 with
@@ -81,8 +90,7 @@ fn assert_rolled_back(fx: &Fixture, code: &str, what: &str) -> serde_json::Value
 
 #[test]
 fn a_direct_window_replace_lands_exactly_without_staging() {
-    let fx = standard_fixture("direct_chpg_window");
-    fx.write_manifest(&direct());
+    let fx = direct_fixture("direct_chpg_window");
     let plan = fx.plan();
     let p = plan.json();
     assert_eq!(p["publication"]["method"], "direct", "{}", plan.describe());
@@ -162,40 +170,36 @@ fn a_direct_full_refresh_replaces_the_whole_target() {
 
 #[test]
 fn a_trigger_that_changes_a_loaded_row_is_refused_and_nothing_is_published() {
-    let fx = standard_fixture("direct_chpg_changed");
-    fx.write_manifest(&direct());
-    let f = function(&fx, "rename", "IF NEW.id = 9 THEN NEW.name := 'changed by a trigger'; END IF;");
-    fx.pg_exec(&format!("CREATE TRIGGER rename BEFORE INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {f}()", fx.target_sql()));
+    let fx = direct_fixture("direct_chpg_changed");
+    trigger(&fx, "rename", "BEFORE INSERT", "ROW", "IF NEW.id = 9 THEN NEW.name := 'changed by a trigger'; END IF;");
     let doc = assert_rolled_back(&fx, "chunk_verification_failed", "a trigger changing a loaded row");
     assert!(doc["errors"].to_string().contains("chunk 1"), "the message names the chunk: {doc:#}");
     fx.finish();
 }
 
-#[test]
-fn a_trigger_that_writes_into_a_verified_chunk_range_is_refused() {
-    let fx = standard_fixture("direct_chpg_extra");
-    fx.write_manifest(&direct());
-    // When the last chunk's row 12 arrives, a row appears in chunk 0's
-    // range, which was read back and verified before.
-    let f = function(
-        &fx,
-        "extra",
-        &format!("IF NEW.id = 12 THEN INSERT INTO {} (id, ts) VALUES (990, '2026-09-06 01:00:00+00'); END IF;", fx.target_sql()),
-    );
-    fx.pg_exec(&format!("CREATE TRIGGER extra AFTER INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {f}()", fx.target_sql()));
-    assert_rolled_back(&fx, "publication_verification_failed", "a trigger writing into a verified chunk's range");
+/// A direct run whose target has an `AFTER INSERT` row trigger `name`
+/// running `body` (given the target's name): rolled back with `code`.
+fn assert_row_trigger_rolls_back(prefix: &'static str, name: &str, body: impl FnOnce(&str) -> String, code: &str, what: &str) {
+    let fx = direct_fixture(prefix);
+    trigger(&fx, name, "AFTER INSERT", "ROW", &body(&fx.target_sql()));
+    assert_rolled_back(&fx, code, what);
     fx.finish();
 }
 
 #[test]
+fn a_trigger_that_writes_into_a_verified_chunk_range_is_refused() {
+    // When the last chunk's row 12 arrives, a row appears in chunk 0's
+    // range, which was read back and verified before.
+    let extra = |t: &str| format!("IF NEW.id = 12 THEN INSERT INTO {t} (id, ts) VALUES (990, '2026-09-06 01:00:00+00'); END IF;");
+    let what = "a trigger writing into a verified chunk's range";
+    assert_row_trigger_rolls_back("direct_chpg_extra", "extra", extra, "publication_verification_failed", what);
+}
+
+#[test]
 fn a_trigger_that_changes_a_row_outside_the_window_is_refused() {
-    let fx = standard_fixture("direct_chpg_kept");
-    fx.write_manifest(&direct());
-    let f =
-        function(&fx, "touch_kept", &format!("IF NEW.id = 6 THEN UPDATE {} SET name = 'touched' WHERE id = 100; END IF;", fx.target_sql()));
-    fx.pg_exec(&format!("CREATE TRIGGER touch_kept AFTER INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {f}()", fx.target_sql()));
-    assert_rolled_back(&fx, "kept_rows_changed", "a trigger changing a row outside the window");
-    fx.finish();
+    let touch_kept = |t: &str| format!("IF NEW.id = 6 THEN UPDATE {t} SET name = 'touched' WHERE id = 100; END IF;");
+    let what = "a trigger changing a row outside the window";
+    assert_row_trigger_rolls_back("direct_chpg_kept", "touch_kept", touch_kept, "kept_rows_changed", what);
 }
 
 /// A sequence `inserts` and a BEFORE INSERT trigger that counts every row
@@ -205,22 +209,22 @@ fn a_trigger_that_changes_a_row_outside_the_window_is_refused() {
 fn flaky_target(fx: &Fixture, fail_when: &str) -> String {
     let seq = format!("{}.{}", ident(&fx.schema), ident("inserts"));
     fx.pg_exec(&format!("CREATE SEQUENCE {seq}"));
-    let f = function(
+    trigger(
         fx,
         "flaky",
+        "BEFORE INSERT",
+        "ROW",
         &format!(
             "DECLARE n bigint := nextval('{seq}'); BEGIN IF {fail_when} THEN \
              RAISE EXCEPTION 'injected failure at row % (id %)', n, NEW.id USING ERRCODE = '40001'; END IF; END;"
         ),
     );
-    fx.pg_exec(&format!("CREATE TRIGGER flaky BEFORE INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {f}()", fx.target_sql()));
     seq
 }
 
 #[test]
 fn a_chunk_whose_copy_failed_part_way_is_rolled_back_and_loaded_again() {
-    let fx = standard_fixture("direct_chpg_retry");
-    fx.write_manifest(&direct());
+    let fx = direct_fixture("direct_chpg_retry");
     let per_chunk = ch_postgres_common::rows_per_chunk(&standard_source(), TS);
     assert!(per_chunk[0] >= 2, "the first chunk has a row before the failing one: {per_chunk:?}");
     // The first chunk's second row fails once: its first row is in the
@@ -248,8 +252,7 @@ fn a_chunk_whose_copy_failed_part_way_is_rolled_back_and_loaded_again() {
 /// target ends with exactly the window as the source now holds it.
 #[test]
 fn a_chunk_whose_source_changed_during_its_read_is_rolled_back_and_read_again() {
-    let fx = standard_fixture("direct_chpg_reread");
-    fx.write_manifest(&direct());
+    let fx = direct_fixture("direct_chpg_reread");
     assert!(ch_postgres_common::rows_per_chunk(&standard_source(), TS)[0] > 2, "the first chunk streams more than one frame");
     let marker = fx.dir().join("paused");
     let m = fx.manifest.display().to_string();
@@ -279,8 +282,7 @@ fn a_chunk_whose_source_changed_during_its_read_is_rolled_back_and_read_again() 
 
 #[test]
 fn a_chunk_that_fails_on_every_attempt_fails_the_run_and_publishes_nothing() {
-    let fx = standard_fixture("direct_chpg_retries_out");
-    fx.write_manifest(&direct());
+    let fx = direct_fixture("direct_chpg_retries_out");
     // Every row fails: each attempt breaks off at its first row.
     let seq = flaky_target(&fx, "true");
     let doc = assert_rolled_back(&fx, "postgres_error:40001", "a chunk failing on every attempt");
@@ -292,11 +294,15 @@ fn a_chunk_that_fails_on_every_attempt_fails_the_run_and_publishes_nothing() {
 
 #[test]
 fn a_writer_outside_dpone_waits_for_the_commit_and_its_row_stays() {
-    let fx = standard_fixture("direct_chpg_writer");
-    fx.write_manifest(&direct());
+    let fx = direct_fixture("direct_chpg_writer");
     // Each chunk's COPY takes a second: room for the writer to try.
-    let f = function(&fx, "slow", "IF current_setting('application_name') = 'dpone publish' THEN PERFORM pg_sleep(1); END IF;");
-    fx.pg_exec(&format!("CREATE TRIGGER slow AFTER INSERT ON {} FOR EACH STATEMENT EXECUTE FUNCTION {f}()", fx.target_sql()));
+    trigger(
+        &fx,
+        "slow",
+        "AFTER INSERT",
+        "STATEMENT",
+        "IF current_setting('application_name') = 'dpone publish' THEN PERFORM pg_sleep(1); END IF;",
+    );
     let m = fx.manifest.display().to_string();
     let env = fx.run_env(&[]);
     let child = spawn(fx.dir(), &["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], &env);
@@ -325,31 +331,20 @@ fn a_writer_outside_dpone_waits_for_the_commit_and_its_row_stays() {
 
 #[test]
 fn direct_is_refused_before_any_write_where_it_cannot_apply() {
-    let fx = standard_fixture("direct_chpg_refused");
-    fx.write_manifest(&direct());
+    let fx = direct_fixture("direct_chpg_refused");
     let m = fx.manifest.display().to_string();
     // An incremental strategy publishes a verified batch.
     let q = |s: &str| serde_json::to_string(s).expect("a JSON string");
-    let yaml = format!(
-        "kind: dpone.batch.v1
-source:
-  type: clickhouse
-  connection: {{connection_type: env, connection_id: CH}}
-  table: {{schema: {db}, name: t}}
-  options: {{incremental_column: id}}
-sink:
-  type: postgres
-  connection: {{connection_type: env, connection_id: PG}}
-  table: {{schema: {schema}, name: t}}
-  strategy: {{mode: incremental_append}}
-  options:
-    postgres: {{publication: direct}}
-runtime:
-  storage: {{work_dir: {work}}}
-",
-        db = q(&fx.db),
-        schema = q(&fx.schema),
-        work = q(&fx.work_dir().display().to_string()),
+    let yaml = harness::env_manifest(
+        ["clickhouse", "CH", &q(&fx.db), "t", "\n  options: {incremental_column: id}"],
+        [
+            "postgres",
+            "PG",
+            &q(&fx.schema),
+            "t",
+            "\n  strategy: {mode: incremental_append}\n  options:\n    postgres: {publication: direct}",
+        ],
+        &q(&fx.work_dir().display().to_string()),
     );
     std::fs::write(&fx.manifest, yaml).unwrap();
     let run = fx.dpone(&["run", &m, "--interval-end", INTERVAL_END, "--format", "json"], &[]);
@@ -362,8 +357,7 @@ runtime:
 
 #[test]
 fn a_publication_that_never_started_publishes_nothing_and_the_next_run_does() {
-    let fx = standard_fixture("direct_chpg_timeout");
-    fx.write_manifest(&direct());
+    let fx = direct_fixture("direct_chpg_timeout");
     // The publishing call times out before its transaction begins: an
     // indeterminate error, but no intent was recorded, so nothing can
     // have been published.
@@ -400,10 +394,14 @@ fn with_password(url: &str, password: &str) -> String {
 #[test]
 fn a_password_a_failing_chunk_load_echoes_is_redacted_everywhere() {
     const SECRET: &str = "Dpone-direct-s3cret-7";
-    let fx = standard_fixture("direct_chpg_redact");
-    fx.write_manifest(&direct());
-    let f = function(&fx, "echo", &format!("RAISE EXCEPTION 'login with password {SECRET} refused' USING ERRCODE = '40001';"));
-    fx.pg_exec(&format!("CREATE TRIGGER echo BEFORE INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {f}()", fx.target_sql()));
+    let fx = direct_fixture("direct_chpg_redact");
+    trigger(
+        &fx,
+        "echo",
+        "BEFORE INSERT",
+        "ROW",
+        &format!("RAISE EXCEPTION 'login with password {SECRET} refused' USING ERRCODE = '40001';"),
+    );
     let url = with_password(&dpone_testkit::postgres_url(), SECRET);
     let run = fx.run_with(&[("DPONE_CONN_PG", url.as_str())]);
     let all = format!("{}\n{}", run.stdout, run.stderr);
@@ -430,8 +428,7 @@ fn a_password_a_failing_chunk_load_echoes_is_redacted_everywhere() {
 /// again (the run puts the source's row back).
 #[test]
 fn a_direct_rerun_of_an_unchanged_window_reports_the_target_unchanged() {
-    let fx = standard_fixture("direct_chpg_unchanged");
-    fx.write_manifest(&direct());
+    let fx = direct_fixture("direct_chpg_unchanged");
     let doc = fx.run().assert_succeeded("the first direct run");
     assert_eq!(doc["target_unchanged"], false, "the first run replaced stale rows: {doc:#}");
     let doc = fx.run().assert_succeeded("a direct rerun of the same window");

@@ -22,7 +22,7 @@ mod harness;
 
 use ch_postgres_common::{
     CHUNK_BOUNDS, Fixture, Options, PrivateClickhouse, Row, Setup, TS, V, check_report, event_cols, expected_after_replace, in_window, int,
-    ping, row, sparse, standard_fixture, standard_fixture_on, standard_source, standard_target, swap_setup, ts,
+    ping, row, sparse, standard_fixture, standard_fixture_on, standard_fixture_with_rows, standard_source, standard_target, swap_setup, ts,
 };
 use crash_points::crash_point;
 use harness::{Run, assert_same_rows, state_of};
@@ -245,9 +245,7 @@ fn a_resumed_partition_swap_keeps_only_the_newest_backup() {
 /// the publication already happened.
 #[test]
 fn a_repeated_run_is_not_mistaken_for_the_previous_publication() {
-    let fx = standard_fixture("chpg_rec_repeat");
-    let source = standard_source();
-    let before = standard_target();
+    let (fx, source, before) = standard_fixture_with_rows("chpg_rec_repeat");
     let expected = expected_after_replace(&before, &source, TS);
     check_success(&fx, &fx.run(), &source, &expected, "first run");
 

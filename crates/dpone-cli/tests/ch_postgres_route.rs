@@ -17,8 +17,8 @@ mod harness;
 
 use ch_postgres_common::{
     CHUNK_BOUNDS, Col, Fixture, Options, Row, Setup, TS, V, bytes, check_report, col, date, dec, digits, event_cols,
-    expected_after_replace, in_range, in_window, int, row, sparse, standard_fixture, standard_fixture_on, standard_source, standard_target,
-    text, ts, uuid, with,
+    expected_after_replace, in_range, in_window, int, row, sparse, standard_fixture, standard_fixture_on, standard_fixture_with_rows,
+    standard_source, standard_target, text, ts, uuid, with,
 };
 use harness::{assert_same_rows, codes, messages, state_of};
 
@@ -112,9 +112,7 @@ fn full_refresh_from_an_empty_source_empties_the_target() {
 
 #[test]
 fn window_replace_keeps_rows_outside_the_window_and_null_window_rows() {
-    let fx = standard_fixture("chpg_window");
-    let source = standard_source();
-    let before = standard_target();
+    let (fx, source, before) = standard_fixture_with_rows("chpg_window");
     let doc = run_and_check(&fx, &source, &before, "window replace");
     assert_eq!(
         generation_check(&doc),
@@ -200,10 +198,7 @@ fn an_empty_source_window_deletes_the_targets_window() {
 /// target); every row lands once, verified against the source's digest.
 #[test]
 fn a_chunk_larger_than_one_copy_statement_lands_whole() {
-    let fx = Fixture::new(
-        "chpg_batches",
-        vec![col("id", "Int64", "bigint NOT NULL"), col("ts", "DateTime64(6, 'UTC')", "timestamptz"), col("s", "String", "text")],
-    );
+    let fx = Fixture::new("chpg_batches", ch_postgres_common::id_ts_s_cols());
     // 3 days x 8,000 rows of ~300 bytes: about 2.4 MB per one-day chunk.
     fx.ch_exec(&format!(
         "INSERT INTO {} SELECT number, toDateTime64('2026-09-06 00:00:00', 6, 'UTC') + toIntervalSecond(intDiv(number * 259200, 24000)), \

@@ -22,6 +22,21 @@ fn schedule_only_plan() -> (Repo, PathBuf) {
     (r, p)
 }
 
+/// A [`schedule_only_plan`] with [`clean_suites`] in `results.xml`.
+fn clean_plan() -> (Repo, PathBuf) {
+    let (r, plan_path) = schedule_only_plan();
+    write_file(r.path(), "results.xml", &junit(&clean_suites()));
+    (r, plan_path)
+}
+
+/// Asserts that `ci verify <args>` exits 2 with `error[code]`; the receipt.
+fn assert_verify_refused(dir: &Path, args: &[&str], code: &str) -> Value {
+    let (status, receipt, err) = verify(dir, args);
+    assert_eq!(status, Some(2), "{err}");
+    assert!(err.contains(&format!("error[{code}]")), "{err}");
+    receipt
+}
+
 /// JUnit suites that prove every check of a schedule-only plan, in nextest's naming.
 fn clean_suites() -> Vec<String> {
     vec![
@@ -69,9 +84,8 @@ fn check<'a>(receipt: &'a Value, id: &str) -> &'a Value {
 
 #[test]
 fn clean_results_pass_and_the_receipt_records_commits_and_artifacts() {
-    let (r, plan_path) = schedule_only_plan();
+    let (r, plan_path) = clean_plan();
     let plan: Value = serde_json::from_str(&std::fs::read_to_string(&plan_path).unwrap()).unwrap();
-    write_file(r.path(), "results.xml", &junit(&clean_suites()));
     let o = dpone(
         r.path(),
         &["ci", "verify", "--plan", "plan.json", "--junit", "results.xml", "--out", "receipt.json", "--markdown", "receipt.md"],
@@ -183,15 +197,12 @@ fn libtest_junit_output_is_named_with_junit_suite() {
     let (code, receipt, err) = verify(r.path(), &["--junit", "results.xml", "--junit-suite", "gate.fmt=fmt.xml"]);
     assert_eq!(code, Some(0), "{err} {receipt:#}");
     assert_eq!(receipt["artifacts"][1]["suite_override"], "gate.fmt");
-    let (code, _, err) = verify(r.path(), &["--junit-suite", "fmt.xml"]);
-    assert_eq!(code, Some(2));
-    assert!(err.contains("error[invalid_argument]"), "{err}");
+    assert_verify_refused(r.path(), &["--junit-suite", "fmt.xml"], "invalid_argument");
 }
 
 #[test]
 fn malformed_junit_is_recorded_and_blocks_every_pass() {
-    let (r, _) = schedule_only_plan();
-    write_file(r.path(), "results.xml", &junit(&clean_suites()));
+    let (r, _) = clean_plan();
     write_file(r.path(), "cut.xml", "<testsuites><testsuite name=\"dpone-core\"><testcase name=\"x\">");
     let (code, receipt, _) = verify(r.path(), &["--junit", "results.xml", "--junit", "cut.xml"]);
     assert_eq!(code, Some(1));
@@ -202,8 +213,7 @@ fn malformed_junit_is_recorded_and_blocks_every_pass() {
 
 #[test]
 fn an_edited_or_foreign_plan_is_refused_with_exit_2_and_no_receipt() {
-    let (r, plan_path) = schedule_only_plan();
-    write_file(r.path(), "results.xml", &junit(&clean_suites()));
+    let (r, plan_path) = clean_plan();
     let original = std::fs::read_to_string(&plan_path).unwrap();
     for (from, to, code) in [
         ("\"status\": \"UNVERIFIED\"", "\"status\": \"PASS\"", "invalid_plan"),
@@ -223,15 +233,12 @@ fn an_edited_or_foreign_plan_is_refused_with_exit_2_and_no_receipt() {
     std::fs::write(&plan_path, "not json").unwrap();
     assert_eq!(verify(r.path(), &[]).0, Some(2));
     std::fs::remove_file(&plan_path).unwrap();
-    let (status, _, err) = verify(r.path(), &[]);
-    assert_eq!(status, Some(2));
-    assert!(err.contains("error[plan_unreadable]"), "{err}");
+    assert_verify_refused(r.path(), &[], "plan_unreadable");
 }
 
 #[test]
 fn with_repo_the_plan_is_reclassified_and_a_changed_file_record_is_refused() {
-    let (r, plan_path) = schedule_only_plan();
-    write_file(r.path(), "results.xml", &junit(&clean_suites()));
+    let (r, plan_path) = clean_plan();
     let repo = r.path().to_str().unwrap().to_string();
     let (code, _, err) = verify(r.path(), &["--junit", "results.xml", "--repo", &repo]);
     assert_eq!(code, Some(0), "{err}");
@@ -240,16 +247,13 @@ fn with_repo_the_plan_is_reclassified_and_a_changed_file_record_is_refused() {
     plan["files"][0]["reason"] = "edited".into();
     std::fs::write(&plan_path, serde_json::to_string(&plan).unwrap()).unwrap();
     assert_eq!(verify(r.path(), &["--junit", "results.xml"]).0, Some(0));
-    let (code, receipt, err) = verify(r.path(), &["--junit", "results.xml", "--repo", &repo]);
-    assert_eq!(code, Some(2));
-    assert!(err.contains("error[plan_mismatch]"), "{err}");
+    let receipt = assert_verify_refused(r.path(), &["--junit", "results.xml", "--repo", &repo], "plan_mismatch");
     assert_eq!(receipt, Value::Null);
 }
 
 #[test]
 fn a_plan_or_junit_file_without_end_is_refused_by_a_hard_bound() {
-    let (r, plan_path) = schedule_only_plan();
-    write_file(r.path(), "results.xml", &junit(&clean_suites()));
+    let (r, plan_path) = clean_plan();
     // /dev/zero's metadata length is 0: only a bounded read stops it.
     let zero = "/dev/zero";
     assert!(Path::new(zero).exists(), "this test needs {zero}");

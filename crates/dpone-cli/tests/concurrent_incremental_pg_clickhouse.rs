@@ -50,27 +50,11 @@ fn fixture(prefix: &'static str, partition: &str, mode: &str) -> Fixture {
     setup.table_engine = Some(format!("MergeTree{partition} ORDER BY id"));
     let fx = Fixture::create(setup);
     let q = |s: &str| serde_json::to_string(s).expect("a JSON string");
-    let key = if mode == "incremental_merge" { "    unique_key: [id]\n" } else { "" };
-    let yaml = format!(
-        "kind: dpone.batch.v1
-source:
-  type: postgres
-  connection: {{connection_type: env, connection_id: PG}}
-  table: {{schema: {schema}, name: t}}
-  options:
-    incremental_column: ver
-sink:
-  type: clickhouse
-  connection: {{connection_type: env, connection_id: CH}}
-  table: {{schema: {db}, name: t}}
-  strategy:
-    mode: {mode}
-{key}runtime:
-  storage: {{work_dir: {work}}}
-",
-        schema = q(&fx.schema),
-        db = q(&fx.db),
-        work = q(&fx.work_dir().display().to_string()),
+    let key = if mode == "incremental_merge" { "\n    unique_key: [id]" } else { "" };
+    let yaml = harness::env_manifest(
+        ["postgres", "PG", &q(&fx.schema), "t", "\n  options:\n    incremental_column: ver"],
+        ["clickhouse", "CH", &q(&fx.db), "t", &format!("\n  strategy:\n    mode: {mode}{key}")],
+        &q(&fx.work_dir().display().to_string()),
     );
     std::fs::write(&fx.manifest, yaml).expect("write the manifest");
     fx

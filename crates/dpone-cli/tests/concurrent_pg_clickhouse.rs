@@ -54,6 +54,16 @@ fn cols() -> Vec<Col> {
 /// The two layouts every test runs on.
 const LAYOUTS: [(&str, &str); 2] = [("unpartitioned", ""), ("daily", " PARTITION BY toYYYYMMDD(ts)")];
 
+/// `scenario` (given the layout's name) on a fresh [`fixture`] of each of
+/// `layouts` (`(name, PARTITION BY clause)`), each fixture finished after.
+fn on_each_layout(layouts: &[(&str, &str)], prefix: &'static str, scenario: impl Fn(&str, &Fixture)) {
+    for (layout, partition) in layouts {
+        let fx = fixture(prefix, partition);
+        scenario(layout, &fx);
+        fx.finish();
+    }
+}
+
 fn fixture(prefix: &'static str, partition: &str) -> Fixture {
     let mut setup = Setup::new(prefix, cols());
     setup.table_engine = Some(format!("MergeTree{partition} ORDER BY id"));
@@ -161,27 +171,25 @@ fn assert_succeeded_with(out: &Output, carried: u64, replaced: u64, what: &str) 
 
 #[test]
 fn rows_written_at_the_exchange_are_carried_outside_the_window_and_replaced_inside_it() {
-    for (layout, partition) in LAYOUTS {
-        let fx = fixture("conc_pgch_xchg", partition);
+    on_each_layout(&LAYOUTS, "conc_pgch_xchg", |layout, fx| {
         let what = format!("{layout}: rows written at publish.before_exchange");
         let (outside, inside) = (writer_outside(1000), writer_inside(2000));
-        let out = paused_run(&fx, "publish.before_exchange", None, || {
+        let out = paused_run(fx, "publish.before_exchange", None, || {
             fx.insert_target(&outside);
             fx.insert_target(&inside);
         });
         let doc = assert_succeeded_with(&out, outside.len() as u64, inside.len() as u64, &what);
         assert_eq!(doc["target_unchanged"], false, "{what}");
         assert_same_rows(&expected(&outside), &fx.target_rows(), &format!("{what}: outside rows carried once, inside rows replaced"));
-        assert_eq!(owned(&fx, "_dpone_bak_").len(), 1, "{what}: the previous target is the backup: {:?}", fx.owned_tables());
-        assert!(owned(&fx, "_dpone_car_").is_empty() && owned(&fx, "_dpone_gen_").is_empty(), "{what}: {:?}", fx.owned_tables());
+        assert_eq!(owned(fx, "_dpone_bak_").len(), 1, "{what}: the previous target is the backup: {:?}", fx.owned_tables());
+        assert!(owned(fx, "_dpone_car_").is_empty() && owned(fx, "_dpone_gen_").is_empty(), "{what}: {:?}", fx.owned_tables());
         // Merges run again in the published target.
         fx.ch_exec(&format!("OPTIMIZE TABLE {}.{TABLE} FINAL", fx.db));
         // A quiet rerun carries nothing.
-        let again = plain_run(&fx);
+        let again = plain_run(fx);
         assert_succeeded_with(&again, 0, 0, &format!("{what}: the rerun"));
         assert_same_rows(&expected(&outside), &fx.target_rows(), &format!("{what}: after the rerun"));
-        fx.finish();
-    }
+    });
 }
 
 /// An insert into the target still running when the reconciliation
@@ -235,11 +243,10 @@ fn an_insert_running_past_the_wait_stops_the_reconciliation_until_the_next_run()
 /// publishes without it.
 #[test]
 fn a_kept_row_deleted_while_the_build_copies_is_refused() {
-    for (layout, partition) in [("unpartitioned", ""), ("monthly", " PARTITION BY toYYYYMM(ts)")] {
-        let fx = fixture("conc_pgch_copy", partition);
+    on_each_layout(&[("unpartitioned", ""), ("monthly", " PARTITION BY toYYYYMM(ts)")], "conc_pgch_copy", |layout, fx| {
         let what = format!("{layout}: a kept row deleted at generation.after_copy");
         // Row 106 lies on 2026-09-20: in September, after the window.
-        let out = paused_run(&fx, "generation.after_copy", None, || {
+        let out = paused_run(fx, "generation.after_copy", None, || {
             fx.ch_exec(&format!("ALTER TABLE {}.{TABLE} DELETE WHERE id = 106 SETTINGS mutations_sync = 2", fx.db))
         });
         let doc = json(&out);
@@ -251,25 +258,22 @@ fn a_kept_row_deleted_while_the_build_copies_is_refused() {
         let left = |rows: Vec<Row>| rows.into_iter().filter(|r| r[0] != int(106)).collect::<Vec<_>>();
         let before: Vec<Row> = history().into_iter().chain(old_window()).collect();
         assert_same_rows(&left(before), &fx.target_rows(), &format!("{what}: the target as the delete left it"));
-        assert_succeeded_with(&plain_run(&fx), 0, 0, &format!("{what}: the next run"));
+        assert_succeeded_with(&plain_run(fx), 0, 0, &format!("{what}: the next run"));
         assert_same_rows(&left(expected(&[])), &fx.target_rows(), &format!("{what}: published without the deleted row"));
-        fx.finish();
-    }
+    });
 }
 
 /// Rows only added outside the window after the build are no change to
 /// the rows the run kept: the kept-rows check passes and they are carried.
 #[test]
 fn rows_added_outside_the_window_before_the_kept_rows_check_do_not_fail_the_run() {
-    for (layout, partition) in LAYOUTS {
-        let fx = fixture("conc_pgch_grow", partition);
+    on_each_layout(&LAYOUTS, "conc_pgch_grow", |layout, fx| {
         let what = format!("{layout}: rows added at generation.after_build");
         let outside = writer_outside(3000);
-        let out = paused_run(&fx, "generation.after_build", None, || fx.insert_target(&outside));
+        let out = paused_run(fx, "generation.after_build", None, || fx.insert_target(&outside));
         assert_succeeded_with(&out, outside.len() as u64, 0, &what);
         assert_same_rows(&expected(&outside), &fx.target_rows(), &what);
-        fx.finish();
-    }
+    });
 }
 
 /// A crash after the exchange, before the reconciliation began or before
@@ -302,25 +306,24 @@ fn a_crash_during_the_reconciliation_is_finished_by_the_next_run() {
 /// into the carry table before its check.
 #[test]
 fn a_carry_table_tampered_before_its_check_is_refused_and_the_next_run_carries_anew() {
-    for (layout, partition) in LAYOUTS {
-        let fx = fixture("conc_pgch_tamper", partition);
+    on_each_layout(&LAYOUTS, "conc_pgch_tamper", |layout, fx| {
         let what = format!("{layout}: the carry table tampered at reconcile.after_fill");
         let outside = writer_outside(6000);
         // The writer's rows go in at the exchange; the carry table is
         // tampered with once the run pauses after filling it.
         let extra = [
             ("DPONE_FAILPOINT_SLEEP", "reconcile.after_fill:3000".to_string()),
-            ("DPONE_FAILPOINT_PAUSED", marker(&fx).display().to_string()),
+            ("DPONE_FAILPOINT_PAUSED", marker(fx).display().to_string()),
         ];
         let m = fx.manifest.display().to_string();
         let args = ["run", m.as_str(), "--interval-end", INTERVAL_END, "--format", "json"];
         // First a run paused at the exchange, to let the writer in.
-        let out = paused_run(&fx, "publish.before_exchange", Some("publish.after_exchange"), || fx.insert_target(&outside));
+        let out = paused_run(fx, "publish.before_exchange", Some("publish.after_exchange"), || fx.insert_target(&outside));
         assert_ne!(out.status.code(), Some(0), "{what}: the first run crashed after the exchange:\n{}", describe(&out));
-        let _ = std::fs::remove_file(marker(&fx));
-        let child = spawn(fx.dir(), &args, &env(&fx, &extra));
-        wait_until("the run pauses at reconcile.after_fill", LIMIT, || marker(&fx).exists());
-        let carry = owned(&fx, "_dpone_car_").pop().expect("the carry table");
+        let _ = std::fs::remove_file(marker(fx));
+        let child = spawn(fx.dir(), &args, &env(fx, &extra));
+        wait_until("the run pauses at reconcile.after_fill", LIMIT, || marker(fx).exists());
+        let carry = owned(fx, "_dpone_car_").pop().expect("the carry table");
         fx.ch_exec(&format!("INSERT INTO {}.{carry} (id, ts, v) VALUES (9999, '2026-08-02 00:00:00', 'slipped in')", fx.db));
         let out = wait(child, LIMIT);
         let doc = json(&out);
@@ -330,15 +333,14 @@ fn a_carry_table_tampered_before_its_check_is_refused_and_the_next_run_carries_a
             describe(&out)
         );
         assert!(
-            owned(&fx, "_dpone_bak_").is_empty() && owned(&fx, "_dpone_gen_").len() == 1,
+            owned(fx, "_dpone_bak_").is_empty() && owned(fx, "_dpone_gen_").len() == 1,
             "{what}: the previous target is kept: {:?}",
             fx.owned_tables()
         );
-        let next = plain_run(&fx);
+        let next = plain_run(fx);
         assert_succeeded_with(&next, outside.len() as u64, 0, &format!("{what}: the next run"));
         assert_same_rows(&expected(&outside), &fx.target_rows(), &format!("{what}: carried anew, the slipped row not"));
-        fx.finish();
-    }
+    });
 }
 
 /// A kept row deleted between the kept-rows check and the exchange: the
@@ -379,8 +381,7 @@ fn a_kept_row_deleted_at_the_exchange_is_reported_after_the_publication() {
 fn a_busy_writer_outside_the_window_loses_nothing_while_the_window_is_replaced_in_a_loop() {
     const SOAK_RUNS: usize = 12;
     const SOAK_SECONDS: u64 = 25;
-    for (layout, partition) in LAYOUTS {
-        let fx = fixture("conc_pgch_soak", partition);
+    on_each_layout(&LAYOUTS, "conc_pgch_soak", |layout, fx| {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (url, table) = (fx.clickhouse_url.clone(), format!("{}.{TABLE}", fx.db));
         let writer = {
@@ -419,7 +420,7 @@ fn a_busy_writer_outside_the_window_loses_nothing_while_the_window_is_replaced_i
         while runs < SOAK_RUNS && started.elapsed() < Duration::from_secs(SOAK_SECONDS) {
             runs += 1;
             let what = format!("{layout}: run {runs} beside a busy writer");
-            let out = plain_run(&fx);
+            let out = plain_run(fx);
             let doc = json(&out);
             assert_eq!(out.status.code(), Some(0), "{what}:\n{}", describe(&out));
             let c = doc["concurrent_rows_carried"].as_u64().expect("a carried count");
@@ -453,8 +454,7 @@ fn a_busy_writer_outside_the_window_loses_nothing_while_the_window_is_replaced_i
             mean(&wall_seconds)
         );
         assert!(runs >= 3, "{layout}: only {runs} runs in the soak");
-        fx.finish();
-    }
+    });
 }
 
 /// The carried parts are checked in the published target after the move:

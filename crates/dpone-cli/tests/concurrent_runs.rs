@@ -105,11 +105,8 @@ fn two_work_dirs_on_one_clickhouse_target_publish_once() {
 
 #[test]
 fn two_work_dirs_on_one_postgres_target_publish_once() {
-    use ch_postgres_common::{Fixture, INTERVAL_END, Options, col, int, text, ts};
-    let fx = Fixture::new(
-        "cc_two_pg",
-        vec![col("id", "Int64", "bigint NOT NULL"), col("ts", "DateTime64(6, 'UTC')", "timestamptz"), col("s", "String", "text")],
-    );
+    use ch_postgres_common::{Fixture, INTERVAL_END, Options, int, text, ts};
+    let fx = Fixture::new("cc_two_pg", ch_postgres_common::id_ts_s_cols());
     let rows: Vec<_> = (0..30i64).map(|i| vec![int(i), ts(&format!("2026-09-06 {:02}:00:00", i % 24)), text(&format!("r{i}"))]).collect();
     fx.insert_source(&rows);
     fx.write_manifest(&Options::default());

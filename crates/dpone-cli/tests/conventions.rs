@@ -39,6 +39,14 @@ fn folder() -> tempfile::TempDir {
     tmp
 }
 
+/// The test data in a [`folder`], where `manifest validate` accepts `manifest`.
+fn validated(manifest: &str) -> tempfile::TempDir {
+    let tmp = folder();
+    let valid = dpone(tmp.path(), &["manifest", "validate", manifest]);
+    assert_eq!(valid.code, Some(0), "{}", valid.describe());
+    tmp
+}
+
 fn dpone(dir: &Path, args: &[&str]) -> Run {
     harness::run(dir, args, ENV)
 }
@@ -70,10 +78,9 @@ fn s(v: &str) -> String {
 
 #[test]
 fn landing_raw_v1_names_the_originals_example() {
-    let tmp = folder();
-    let (dir, m) = (tmp.path(), "landing_postgres_to_clickhouse.batch.yaml");
-    let valid = dpone(dir, &["manifest", "validate", m]);
-    assert_eq!(valid.code, Some(0), "{}", valid.describe());
+    let m = "landing_postgres_to_clickhouse.batch.yaml";
+    let tmp = validated(m);
+    let dir = tmp.path();
     let target = "landing__demo_postgres__demo_source.public__orders";
     assert_eq!(listed(dir, m), vec![(s("public.orders"), s("public_orders__incremental_merge"), s(target))]);
     let render = dpone(dir, &["manifest", "render", m, "--selector", "public.orders"]);
@@ -90,10 +97,9 @@ fn landing_raw_v1_names_the_originals_example() {
 
 #[test]
 fn a_custom_preset_file_names_the_processes_and_explicit_names_win() {
-    let tmp = folder();
-    let (dir, m) = (tmp.path(), "team_preset.batch.yaml");
-    let valid = dpone(dir, &["manifest", "validate", m]);
-    assert_eq!(valid.code, Some(0), "{}", valid.describe());
+    let m = "team_preset.batch.yaml";
+    let tmp = validated(m);
+    let dir = tmp.path();
     assert_eq!(
         listed(dir, m),
         vec![

@@ -10,6 +10,7 @@
 //! - 130: interrupted, in any phase, also while publishing.
 
 mod common;
+mod harness;
 
 use common::{DPONE, Run, dpone};
 use std::path::{Path, PathBuf};
@@ -114,6 +115,12 @@ fn configuration_errors_and_refusals_exit_2() {
     assert_eq!((run.code, json(&run)["status"].as_str()), (Some(2), Some("refused")), "{}", run.describe());
 }
 
+/// Asserts exit 2, `status: unavailable` and `error_code` of a run and its JSON.
+fn assert_unavailable(run: &Run, v: &serde_json::Value, error_code: &str) {
+    let got = (run.code, v["status"].as_str(), v["error_code"].as_str());
+    assert_eq!(got, (Some(2), Some("unavailable"), Some(error_code)), "{}", run.describe());
+}
+
 /// The state store cannot be opened (`state.db` is a folder): nothing was
 /// written, exit 2 (it was 1).
 #[test]
@@ -123,12 +130,7 @@ fn an_unusable_state_store_exits_2() {
     std::fs::create_dir_all(dir.join("work/state.db/x")).unwrap();
     let before = target(&dir);
     let (run, v) = run_next(&dir, &m, &[]);
-    assert_eq!(
-        (run.code, v["status"].as_str(), v["error_code"].as_str()),
-        (Some(2), Some("unavailable"), Some("state_store_unavailable")),
-        "{}",
-        run.describe()
-    );
+    assert_unavailable(&run, &v, "state_store_unavailable");
     assert_eq!(target(&dir), before);
 }
 
@@ -171,12 +173,7 @@ fn a_held_lease_exits_2_and_an_interrupted_run_exits_130() {
     let first = spawn_run(&dir, &m, &[("DPONE_FAILPOINT_SLEEP", "checkpoint.after_write:400")]);
     wait_for_state(&dir, &m, &["staging", "planned"]);
     let (second, v) = run_next(&dir, &m, &[]);
-    assert_eq!(
-        (second.code, v["status"].as_str(), v["error_code"].as_str()),
-        (Some(2), Some("unavailable"), Some("lease_held")),
-        "{}",
-        second.describe()
-    );
+    assert_unavailable(&second, &v, "lease_held");
     let (code, stdout) = interrupt(first);
     assert_eq!(code, Some(130), "{stdout}");
     assert_eq!(serde_json::from_str::<serde_json::Value>(&stdout).unwrap()["status"], "interrupted");

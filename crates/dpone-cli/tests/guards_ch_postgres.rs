@@ -174,58 +174,72 @@ fn with_row_100_renamed() -> Vec<Row> {
     standard_target().into_iter().map(|r| if r[0] == ch_postgres_common::int(100) { with(r, NAME, text("changed")) } else { r }).collect()
 }
 
-#[test]
-fn a_kept_row_changed_after_the_build_is_refused() {
-    let fx = standard_fixture("guard_chpg_kept");
+/// A one-chunk run paused at `point` (once `ready` finds the run there)
+/// while another writer renames kept row 100: refused with
+/// `kept_rows_changed`, nothing published; the first error says `says`,
+/// if given.
+fn assert_kept_row_change_refused(prefix: &'static str, point: &str, ready: impl Fn(&Fixture) -> bool, says: Option<&str>) {
+    let fx = standard_fixture(prefix);
     one_chunk(&fx, None);
-    let what = "a kept row changed at generation.after_build";
+    let what = format!("a kept row changed at {point}");
     let out = tampered_run(
         &fx,
-        "generation.after_build",
-        || generation_built(&fx),
+        point,
+        || ready(&fx).then_some(()),
         |_| fx.pg_exec(&format!("UPDATE {} SET name = 'changed' WHERE id = 100", fx.target_sql())),
     );
-    assert_refused(&out, "kept_rows_changed", what);
-    assert_unpublished(&fx, &with_row_100_renamed(), what);
+    let doc = assert_refused(&out, "kept_rows_changed", &what);
+    if let Some(says) = says {
+        assert_first_error_says(&doc, says, &what);
+    }
+    assert_unpublished(&fx, &with_row_100_renamed(), &what);
     fx.finish();
 }
 
 #[test]
+fn a_kept_row_changed_after_the_build_is_refused() {
+    assert_kept_row_change_refused("guard_chpg_kept", "generation.after_build", |fx| generation_built(fx).is_some(), None);
+}
+
+#[test]
 fn a_kept_row_changed_after_the_intent_is_refused_by_the_publishing_transaction() {
-    let fx = standard_fixture("guard_chpg_kept_tx");
-    one_chunk(&fx, None);
-    let what = "a kept row changed at publish.before_exchange";
     // The intent is recorded: compare_kept has passed; only the publishing
     // transaction can see the change now.
-    let out = tampered_run(
-        &fx,
-        "publish.before_exchange",
-        || (state_of(&fx.status()) == "publishing").then_some(()),
-        |_| fx.pg_exec(&format!("UPDATE {} SET name = 'changed' WHERE id = 100", fx.target_sql())),
-    );
-    let doc = assert_refused(&out, "kept_rows_changed", what);
-    assert_first_error_says(&doc, "rolled back", what);
-    assert_unpublished(&fx, &with_row_100_renamed(), what);
+    let publishing = |fx: &Fixture| state_of(&fx.status()) == "publishing";
+    assert_kept_row_change_refused("guard_chpg_kept_tx", "publish.before_exchange", publishing, Some("rolled back"));
+}
+
+/// A one-chunk run of a fixture to whose target `triggers` adds triggers:
+/// refused with `code`, its first error saying `says`, nothing published.
+fn assert_refused_under_triggers(prefix: &'static str, triggers: impl FnOnce(&Fixture), code: &str, says: &str, what: &str) {
+    let fx = standard_fixture(prefix);
+    one_chunk(&fx, None);
+    triggers(&fx);
+    let out = wait(spawn_run(&fx, &[]), LIMIT);
+    let doc = assert_refused(&out, code, what);
+    assert_first_error_says(&doc, says, what);
+    assert_unpublished(&fx, &standard_target(), what);
     fx.finish();
 }
 
 #[test]
 fn a_row_a_trigger_adds_to_the_window_fails_the_publication_verification() {
-    let fx = standard_fixture("guard_chpg_trigger");
-    one_chunk(&fx, None);
     // A statement trigger of the target adds a row to the window whenever
     // dpone's publishing session inserts: the window then holds more than
     // the generation, inside the publishing transaction.
-    let extra = ch_postgres_common::pg_literal(&V::Int(999), "bigint");
-    let insert = format!("INSERT INTO {} (id, ts) VALUES ({extra}, '2026-09-07 12:00:00+00');", fx.target_sql());
-    target_trigger(&fx, "add_one", "AFTER INSERT", "STATEMENT", &insert);
+    let add_one = |fx: &Fixture| {
+        let extra = ch_postgres_common::pg_literal(&V::Int(999), "bigint");
+        let insert = format!("INSERT INTO {} (id, ts) VALUES ({extra}, '2026-09-07 12:00:00+00');", fx.target_sql());
+        target_trigger(fx, "add_one", "AFTER INSERT", "STATEMENT", &insert);
+    };
     let what = "a trigger adding a window row during the publication";
-    let out = spawn_run(&fx, &[]);
-    let out = wait(out, LIMIT);
-    let doc = assert_refused(&out, "publication_verification_failed", what);
-    assert_first_error_says(&doc, &format!("holds {}", window_rows() + 1), what);
-    assert_unpublished(&fx, &standard_target(), what);
-    fx.finish();
+    assert_refused_under_triggers(
+        "guard_chpg_trigger",
+        add_one,
+        "publication_verification_failed",
+        &format!("holds {}", window_rows() + 1),
+        what,
+    );
 }
 
 /// Creates `body` as a trigger function of the fixture's schema and a
@@ -245,35 +259,27 @@ fn target_trigger(fx: &Fixture, name: &str, event: &str, level: &str, body: &str
 
 #[test]
 fn a_row_a_trigger_changes_as_it_is_inserted_fails_the_generation_verification() {
-    let fx = standard_fixture("guard_chpg_rowtrig");
-    one_chunk(&fx, None);
-    target_trigger(&fx, "change_one", "BEFORE INSERT", "ROW", "IF NEW.id = 6 THEN NEW.name := 'changed'; END IF;");
+    let change_one = |fx: &Fixture| {
+        target_trigger(fx, "change_one", "BEFORE INSERT", "ROW", "IF NEW.id = 6 THEN NEW.name := 'changed'; END IF;");
+    };
     let what = "a row trigger changing an inserted row during the publication";
-    let out = wait(spawn_run(&fx, &[]), LIMIT);
-    let doc = assert_refused(&out, "generation_verification_failed", what);
-    assert_first_error_says(&doc, "verified staging", what);
-    assert_unpublished(&fx, &standard_target(), what);
-    fx.finish();
+    assert_refused_under_triggers("guard_chpg_rowtrig", change_one, "generation_verification_failed", "verified staging", what);
 }
 
 #[test]
 fn a_staging_row_a_trigger_changes_inside_the_publishing_transaction_is_refused() {
-    let fx = standard_fixture("guard_chpg_txtamper");
-    one_chunk(&fx, None);
     // Before the window's DELETE, i.e. after the generation of a target
     // without code of its own would have been fingerprinted: the INSERT
     // reads the transaction's own change of the staging table.
-    let body = format!(
-        "DECLARE r record; BEGIN FOR r IN SELECT format('%I.%I', schemaname, tablename) AS t FROM pg_tables \
-           WHERE schemaname = {schema} AND starts_with(tablename, '_dpone_stg_') LOOP \
-           EXECUTE format('UPDATE %s SET name = ''tampered'' WHERE id = 6', r.t); END LOOP; END;",
-        schema = ch_postgres_common::pg_literal(&V::Str(fx.schema.clone()), "text")
-    );
-    target_trigger(&fx, "tamper_staging", "BEFORE DELETE OR TRUNCATE", "STATEMENT", &body);
+    let tamper_staging = |fx: &Fixture| {
+        let body = format!(
+            "DECLARE r record; BEGIN FOR r IN SELECT format('%I.%I', schemaname, tablename) AS t FROM pg_tables \
+               WHERE schemaname = {schema} AND starts_with(tablename, '_dpone_stg_') LOOP \
+               EXECUTE format('UPDATE %s SET name = ''tampered'' WHERE id = 6', r.t); END LOOP; END;",
+            schema = ch_postgres_common::pg_literal(&V::Str(fx.schema.clone()), "text")
+        );
+        target_trigger(fx, "tamper_staging", "BEFORE DELETE OR TRUNCATE", "STATEMENT", &body);
+    };
     let what = "a statement trigger changing a staging row inside the publishing transaction";
-    let out = wait(spawn_run(&fx, &[]), LIMIT);
-    let doc = assert_refused(&out, "generation_verification_failed", what);
-    assert_first_error_says(&doc, "verified staging", what);
-    assert_unpublished(&fx, &standard_target(), what);
-    fx.finish();
+    assert_refused_under_triggers("guard_chpg_txtamper", tamper_staging, "generation_verification_failed", "verified staging", what);
 }

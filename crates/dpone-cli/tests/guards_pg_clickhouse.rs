@@ -219,6 +219,25 @@ fn assert_tampering_refused(
     }
 }
 
+/// A run paused at `point` once its generation exists, which `tamper`
+/// changes (given its name): refused with `code`, the first error saying
+/// `says`, the target keeping its rows and identity; the run's report.
+fn assert_generation_change_refused(
+    fx: &Fixture,
+    point: &str,
+    tamper: impl FnOnce(String),
+    code: &str,
+    says: &str,
+    what: &str,
+) -> serde_json::Value {
+    let uuid_before = uuid(fx);
+    let out = tampered_run(fx, point, || paused_owned(fx, "_dpone_gen_"), tamper);
+    let doc = assert_refused(&out, code, what);
+    assert_first_error_says(&doc, says, what);
+    assert_unchanged(fx, &target(), &uuid_before, what);
+    doc
+}
+
 #[test]
 fn a_staging_table_tampered_after_its_load_is_refused() {
     let fx = fixture("guard_pgch_stg");
@@ -336,19 +355,16 @@ fn a_generation_dropped_or_replaced_before_the_exchange_is_refused_and_the_next_
     let uuid_before = uuid(&fx);
     for how in ["dropped", "replaced"] {
         let what = format!("the generation {how} at publish.before_exchange");
-        let ready = || paused_owned(&fx, "_dpone_gen_");
-        let out = tampered_run(&fx, "publish.before_exchange", ready, |generation| {
+        let change = |generation: String| {
             let g = format!("{}.{generation}", fx.db);
             fx.ch_exec(&format!("DROP TABLE {g} SYNC"));
             if how == "replaced" {
                 fx.ch_exec(&format!("CREATE TABLE {g} AS {}.{TABLE}", fx.db));
                 fx.ch_exec(&format!("INSERT INTO {g} (id, ts, amount, name) VALUES (900, '2026-09-07 01:00:00', 1, 'impostor')"));
             }
-        });
-        let doc = assert_refused(&out, "generation_changed", &what);
+        };
         let expected_state = if how == "dropped" { "is gone" } else { "is table" };
-        assert_first_error_says(&doc, expected_state, &what);
-        assert_unchanged(&fx, &target(), &uuid_before, &what);
+        assert_generation_change_refused(&fx, "publish.before_exchange", change, "generation_changed", expected_state, &what);
         // The failed run's tables are dropped, the impostor with them.
         assert!(owned(&fx, "_dpone_gen_").is_none(), "{what}: no generation is left behind");
     }
@@ -366,16 +382,10 @@ fn a_generation_dropped_or_replaced_before_the_exchange_is_refused_and_the_next_
 #[test]
 fn an_exchange_that_fails_leaves_the_target_and_is_publication_failed() {
     let fx = fixture("guard_pgch_xfail");
-    let uuid_before = uuid(&fx);
     let what = "the generation dropped at replace.before_exchange";
-    let ready = || paused_owned(&fx, "_dpone_gen_");
-    let out = tampered_run(&fx, "replace.before_exchange", ready, |generation| {
-        fx.ch_exec(&format!("DROP TABLE {}.{generation} SYNC", fx.db));
-    });
-    let doc = assert_refused(&out, "publication_failed", what);
+    let drop = |generation: String| fx.ch_exec(&format!("DROP TABLE {}.{generation} SYNC", fx.db));
+    let doc = assert_generation_change_refused(&fx, "replace.before_exchange", drop, "publication_failed", "did not take effect", what);
     assert_eq!(doc["publication"], "absent", "{what}: {doc:#}");
-    assert_first_error_says(&doc, "did not take effect", what);
-    assert_unchanged(&fx, &target(), &uuid_before, what);
     assert!(owned(&fx, "_dpone_").is_none(), "{what}: the failed run's tables are dropped: {:?}", fx.owned_tables());
     assert_next_run_publishes(&fx, "the run after a failed exchange");
     fx.finish();
@@ -445,13 +455,10 @@ fn a_target_gone_just_before_the_exchange_is_an_unknown_outcome_until_resolved()
 #[test]
 fn a_row_written_into_the_generation_before_the_exchange_is_refused_or_reported_after_publication() {
     let fx = fixture("guard_pgch_pubv");
-    let uuid_before = uuid(&fx);
     let what = "a generation row inserted at publish.before_exchange";
-    let ready = || paused_owned(&fx, "_dpone_gen_");
-    let out = tampered_run(&fx, "publish.before_exchange", ready, |generation| tamper(&fx, &generation, "insert"));
-    let doc = assert_refused(&out, "generation_changed", what);
-    assert_first_error_says(&doc, &format!("holds {} rows", 3 + WINDOW_ROWS + 1), what);
-    assert_unchanged(&fx, &target(), &uuid_before, what);
+    let insert = |generation: String| tamper(&fx, &generation, "insert");
+    let holds = format!("holds {} rows", 3 + WINDOW_ROWS + 1);
+    assert_generation_change_refused(&fx, "publish.before_exchange", insert, "generation_changed", &holds, what);
 
     let what = "a generation row inserted at replace.before_exchange";
     let ready = || paused_owned(&fx, "_dpone_gen_");

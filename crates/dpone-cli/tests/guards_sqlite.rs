@@ -25,6 +25,7 @@
 
 mod common;
 mod guards_common;
+mod harness;
 
 use common::{INTERVAL_END, Row, dump, frames_of_two, owned_tables, sqlite_manifest};
 use guards_common::{assert_refused, json, spawn, tamper_while_paused, wait};
@@ -133,29 +134,29 @@ fn tamper(fx: &Fixture, table: &str, how: &str) {
 
 const WINDOW_ROWS: usize = 5;
 
-#[test]
-fn a_staging_table_tampered_after_its_load_is_refused() {
+/// For each way of tampering: a run paused at `point` with its `kind` of
+/// table (found by `table`) tampered with is refused with `error_code`,
+/// the target unchanged.
+fn assert_tampered_tables_refused(kind: &str, point: &str, table: impl Fn(&Fixture) -> Option<String>, error_code: &str) {
     let fx = Fixture::new();
     let before = fx.target_rows();
     for how in ["insert", "delete", "change"] {
-        let what = format!("a staging row {how} at staging.after_ack");
-        let loaded = || fx.owned("_dpone_stg_").filter(|t| fx.count(t) == WINDOW_ROWS);
-        let out = fx.tampered_run("staging.after_ack", loaded, |staging| tamper(&fx, &staging, how));
-        assert_refused(&out, "staging_verification_failed", &what);
+        let what = format!("a {kind} row {how} at {point}");
+        let out = fx.tampered_run(point, || table(&fx), |name| tamper(&fx, &name, how));
+        assert_refused(&out, error_code, &what);
         assert_eq!(fx.target_rows(), before, "{what}: the target is unchanged");
     }
 }
 
 #[test]
+fn a_staging_table_tampered_after_its_load_is_refused() {
+    let loaded = |fx: &Fixture| fx.owned("_dpone_stg_").filter(|t| fx.count(t) == WINDOW_ROWS);
+    assert_tampered_tables_refused("staging", "staging.after_ack", loaded, "staging_verification_failed");
+}
+
+#[test]
 fn a_generation_tampered_after_its_build_is_refused() {
-    let fx = Fixture::new();
-    let before = fx.target_rows();
-    for how in ["insert", "delete", "change"] {
-        let what = format!("a generation row {how} at generation.after_build");
-        let out = fx.tampered_run("generation.after_build", || fx.owned("_dpone_gen_"), |generation| tamper(&fx, &generation, how));
-        assert_refused(&out, "generation_verification_failed", &what);
-        assert_eq!(fx.target_rows(), before, "{what}: the target is unchanged");
-    }
+    assert_tampered_tables_refused("generation", "generation.after_build", |fx| fx.owned("_dpone_gen_"), "generation_verification_failed");
 }
 
 /// Another writer's change of kept row 100, made while a run paused.

@@ -3,6 +3,7 @@
 //! anything is written, in bounded time and memory (issue 13).
 
 mod common;
+mod harness;
 
 use common::{DPONE, Run, dpone};
 use std::path::{Path, PathBuf};

@@ -23,17 +23,49 @@ fn basic() -> Fixture {
     Fixture::new("hostile", id_ts([col("name", "text", "Nullable(String)")]))
 }
 
-/// The fixture's connections, both through TLS with `ca` trusted.
-fn through_tls(fx: &mut Fixture, sslmode: &str, ca: &str) {
-    fx.postgres_url = format!("{}?sslmode={sslmode}&sslrootcert={ca}", dpone_testkit::postgres_tls_url());
+/// [`basic`] with `n` source rows.
+fn seeded(n: i64) -> Fixture {
+    let fx = basic();
+    fx.insert_source(&rows(n));
+    fx
+}
+
+/// [`seeded`] with both connections through TLS with `ca` trusted.
+fn seeded_over_tls(n: i64, ca: &str) -> Fixture {
+    let mut fx = seeded(n);
+    fx.postgres_url = format!("{}?sslmode=verify-full&sslrootcert={ca}", dpone_testkit::postgres_tls_url());
     fx.clickhouse_url = format!("{}/?ca_file={ca}", dpone_testkit::clickhouse_tls_url());
+    fx
+}
+
+/// A run of `fx` that exits `code` with JSON `status` and `field` =
+/// `value`; its JSON.
+fn assert_run_ends(fx: &Fixture, code: i32, status: &str, (field, value): (&str, &str)) -> serde_json::Value {
+    let run = fx.run();
+    let doc = run.json();
+    assert_eq!((run.code, doc["status"].as_str(), doc[field].as_str()), (Some(code), Some(status), Some(value)), "{}", run.describe());
+    doc
+}
+
+/// A local port nothing listens on.
+fn closed_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A run of `fx` whose server refuses the credentials: exit 2 with
+/// `error_code`, reported at the connection `path` with what to check.
+fn assert_credentials_refused(fx: &Fixture, error_code: &str, path: &str) {
+    let run = fx.run();
+    let doc = run.json();
+    assert_eq!((run.code, doc["error_code"].as_str()), (Some(2), Some(error_code)), "{}", run.describe());
+    let error = &doc["errors"][0];
+    assert_eq!(error["path"], path, "{doc:#}");
+    assert!(error["hint"].as_str().unwrap_or_default().contains("user and password"), "{doc:#}");
 }
 
 #[test]
 fn a_run_reaches_both_servers_over_tls_with_the_certificates_checked() {
-    let mut fx = basic();
-    fx.insert_source(&rows(5));
-    through_tls(&mut fx, "verify-full", &dpone_testkit::tls_ca());
+    let mut fx = seeded_over_tls(5, &dpone_testkit::tls_ca());
     let run = fx.run();
     assert_eq!(run.code, Some(0), "{}", run.describe());
     assert_eq!(fx.target_rows().len(), 5);
@@ -48,9 +80,7 @@ fn a_run_reaches_both_servers_over_tls_with_the_certificates_checked() {
 /// nothing written.
 #[test]
 fn a_wrong_ca_is_refused_for_both_servers() {
-    let mut fx = basic();
-    fx.insert_source(&rows(3));
-    through_tls(&mut fx, "verify-full", &dpone_testkit::tls_wrong_ca());
+    let mut fx = seeded_over_tls(3, &dpone_testkit::tls_wrong_ca());
     let plan = fx.plan();
     assert_eq!(plan.code, Some(2), "{}", plan.describe());
     let refusals = codes(&plan.json()["refusals"]);
@@ -96,21 +126,13 @@ fn a_timestamp_beyond_the_servers_datetime64_range_fails_the_run_naming_the_colu
         "INSERT INTO {}.t VALUES (1, '2026-09-07T00:00:00Z', '2026-01-01T00:00:00Z'), (2, '2026-09-07T01:00:00Z', '10000-01-01T00:00:00Z')",
         fx.schema
     ));
-    let run = fx.run();
-    let doc = run.json();
-    assert_eq!(
-        (run.code, doc["status"].as_str(), doc["publication"].as_str()),
-        (Some(1), Some("failed"), Some("absent")),
-        "{}",
-        run.describe()
-    );
+    let doc = assert_run_ends(&fx, 1, "failed", ("publication", "absent"));
     let message = doc["errors"][0]["message"].as_str().unwrap_or_default();
     assert!(
         message.contains("`seen`")
             && message
                 .contains(&format!("timestamp 10000-01-01 00:00:00 is outside what the target server's DateTime64(6) holds ({range})")),
-        "{}",
-        run.describe()
+        "{doc:#}"
     );
     assert!(fx.target_rows().is_empty(), "nothing was published");
     assert!(fx.owned_tables().is_empty(), "the failed run's tables are dropped: {:?}", fx.owned_tables());
@@ -263,8 +285,7 @@ fn files_text(dir: &std::path::Path) -> String {
 #[test]
 fn credentials_echoed_by_a_proxy_are_redacted_everywhere() {
     const SECRET: &str = "Tr0ub4dor-3-secret";
-    let mut fx = basic();
-    fx.insert_source(&rows(3));
+    let mut fx = seeded(3);
     let upstream = fx.setup.clickhouse_url.trim_start_matches("http://").trim_end_matches('/').to_string();
     let port = echoing_proxy(upstream);
     fx.clickhouse_url = format!("http://default:{SECRET}@127.0.0.1:{port}");
@@ -288,16 +309,9 @@ fn credentials_echoed_by_a_proxy_are_redacted_everywhere() {
 fn an_unreachable_server_and_refused_credentials_exit_2() {
     let mut fx = basic();
     fx.write_manifest(&ManifestOptions::default());
-    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let closed = closed_port();
     fx.clickhouse_url = format!("http://127.0.0.1:{closed}");
-    let run = fx.run();
-    let doc = run.json();
-    assert_eq!(
-        (run.code, doc["status"].as_str(), doc["error_code"].as_str()),
-        (Some(2), Some("unavailable"), Some("clickhouse_unreachable")),
-        "{}",
-        run.describe()
-    );
+    assert_run_ends(&fx, 2, "unavailable", ("error_code", "clickhouse_unreachable"));
     assert_eq!(fx.plan().code, Some(2), "plan too");
 
     // A server that refuses every login (ClickHouse's code 516).
@@ -315,13 +329,8 @@ fn an_unreachable_server_and_refused_credentials_exit_2() {
         }
     });
     fx.clickhouse_url = format!("http://default:wrong@127.0.0.1:{port}");
-    let run = fx.run();
-    let doc = run.json();
-    assert_eq!((run.code, doc["error_code"].as_str()), (Some(2), Some("clickhouse_auth_failed")), "{}", run.describe());
     // Reported at the connection (not at a table), with what to check.
-    let error = &doc["errors"][0];
-    assert_eq!(error["path"], "sink.connection", "{doc:#}");
-    assert!(error["hint"].as_str().unwrap_or_default().contains("user and password"), "{doc:#}");
+    assert_credentials_refused(&fx, "clickhouse_auth_failed", "sink.connection");
     fx.finish();
 }
 
@@ -332,7 +341,7 @@ fn postgres_connection_failures_name_the_server_and_the_connection() {
     let mut fx = basic();
     fx.write_manifest(&ManifestOptions::default());
     let postgres = fx.postgres_url.clone();
-    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let closed = closed_port();
     fx.postgres_url = format!("postgresql://postgres@127.0.0.1:{closed}/test");
     let run = fx.run();
     assert_eq!(run.code, Some(2), "{}", run.describe());
@@ -343,12 +352,7 @@ fn postgres_connection_failures_name_the_server_and_the_connection() {
 
     // A role the server does not know (SQLSTATE 28000): the credentials.
     fx.postgres_url = postgres.replacen("postgresql://postgres@", "postgresql://no_such_role_31@", 1);
-    let run = fx.run();
-    let doc = run.json();
-    assert_eq!((run.code, doc["error_code"].as_str()), (Some(2), Some("postgres_auth_failed")), "{}", run.describe());
-    let error = &doc["errors"][0];
-    assert_eq!(error["path"], "source.connection", "{doc:#}");
-    assert!(error["hint"].as_str().unwrap_or_default().contains("user and password"), "{doc:#}");
+    assert_credentials_refused(&fx, "postgres_auth_failed", "source.connection");
     fx.postgres_url = postgres;
     fx.finish();
 }

@@ -18,7 +18,7 @@ mod pg_clickhouse_common;
 use ch_postgres_common::{Fixture, col, ident};
 use harness::state_of;
 use incremental_common::chpg::{ClickhouseToPostgres, append_columns};
-use incremental_common::{Cell, IncrementalRoute, Manifest, Row, check_append, plus, row};
+use incremental_common::{Cell, IncrementalRoute, Manifest, Row, assert_tampered_resume_refused, check_append, plus, row};
 
 /// Source ids 1..=5, target two older rows.
 fn standard(prefix: &'static str) -> (ClickhouseToPostgres, Vec<Row>, Vec<Row>) {
@@ -93,11 +93,16 @@ fn a_run_killed_inside_its_publishing_transaction_is_judged_by_the_mark() {
 fn a_tampered_staging_table_is_re_extracted_not_published() {
     let (route, source, target) = standard("inc_chpg_stg");
     route.run_with(&[("DPONE_FAILPOINT", "checkpoint.after_write")]).assert_aborted_at("checkpoint.after_write");
-    let table = harness::verified_stagings(&route.status()).into_iter().next().expect("a verified chunk").1;
-    route.fx.pg_exec(&format!("UPDATE {} SET name = 'tampered' WHERE id = 3", route.fx.pg_table(&table)));
+    tamper_a_verified_staging(&route);
     let doc = check_append(&route, &route.run(), &target, &source, "5", "resume after a tampered staging");
     assert_eq!(doc["reused_chunks"], 0, "{doc:#}");
     route.finish();
+}
+
+/// Changes row 3 of the run's first verified staging table.
+fn tamper_a_verified_staging(route: &ClickhouseToPostgres) {
+    let table = harness::verified_stagings(&route.status()).into_iter().next().expect("a verified chunk").1;
+    route.fx.pg_exec(&format!("UPDATE {} SET name = 'tampered' WHERE id = 3", route.fx.pg_table(&table)));
 }
 
 /// A staging table under the generation (a view) is changed while the run
@@ -108,8 +113,7 @@ fn a_staging_changed_under_the_publication_is_rolled_back() {
     let (route, _, target) = standard("inc_chpg_stg2");
     let child = route.spawn_paused("publish.before_exchange:4000");
     route.wait_for_state("publishing", "the run records its intent");
-    let table = harness::verified_stagings(&route.status()).into_iter().next().expect("a verified chunk").1;
-    route.fx.pg_exec(&format!("UPDATE {} SET name = 'tampered' WHERE id = 3", route.fx.pg_table(&table)));
+    tamper_a_verified_staging(&route);
     let doc = child.wait().assert_failed("a staging changed under the publication", 1, "generation_verification_failed");
     assert_eq!(doc["publication"], "absent", "the transaction rolled back: {doc:#}");
     route.assert_target(&target, "target unchanged");
@@ -142,16 +146,15 @@ fn a_target_that_grows_by_more_than_the_batch_rolls_the_append_back() {
 #[test]
 fn a_tampered_generation_is_not_published() {
     let (route, _, target) = standard("inc_chpg_gen");
-    route.run_with(&[("DPONE_FAILPOINT", "publish.before_exchange")]).assert_aborted_at("publish.before_exchange");
-    let status = route.status();
-    let generation = status["journal"]["intent"]["generation_table"].as_str().expect("a generation").to_string();
-    // The generation is a view over the staging: change a staging row under it.
-    let table = harness::verified_stagings(&status).into_iter().next().expect("a verified chunk").1;
-    route.fx.pg_exec(&format!("INSERT INTO {} VALUES (42, NULL, 'smuggled')", route.fx.pg_table(&table)));
+    let tamper = |status: &serde_json::Value| {
+        let generation = status["journal"]["intent"]["generation_table"].as_str().expect("a generation");
+        // The generation is a view over the staging: change a staging row under it.
+        let table = harness::verified_stagings(status).into_iter().next().expect("a verified chunk").1;
+        route.fx.pg_exec(&format!("INSERT INTO {} VALUES (42, NULL, 'smuggled')", route.fx.pg_table(&table)));
+        format!("a tampered generation ({generation})")
+    };
     // Re-verification reads the staging under the generation view.
-    route.run().assert_failed(&format!("a tampered generation ({generation})"), 1, "staging_changed");
-    route.assert_target(&target, "target unchanged");
-    assert!(route.mark().is_none(), "no mark stored");
+    assert_tampered_resume_refused(&route, &target, "publish.before_exchange", tamper, "staging_changed");
     route.finish();
 }
 

@@ -249,7 +249,7 @@ fn a_key_of_two_columns<R: Extra>() {
 /// run merges exactly the journaled batch once and stores 5; the next run
 /// merges version 6.
 fn a_crash_at_any_failpoint_then_resume_merges_the_batch_exactly_once<R: Extra>() {
-    for point in crash_points::ABORT_POINTS.iter().chain(R::MERGE_POINTS) {
+    for point in crash_points::declared_abort_points().iter().chain(R::MERGE_POINTS) {
         let (fx, mut source, target) = standard::<R>("mrg_crash");
         fx.run().assert_succeeded("first run");
         let before = merged(&target, &source.batch(None, 3), ID);
@@ -360,7 +360,7 @@ fn twenty_random_runs_with_random_crashes_end_with_the_model<R: Extra>() {
     let mut rng = Lcg(seed);
     let fx = R::set_up_merge("mrg_rand");
     fx.write_manifest(&Manifest { strategy: "    unique_key: [id]\n    lookback: 3\n", ..Manifest::MERGE });
-    let points: Vec<&str> = crash_points::ABORT_POINTS.iter().chain(R::MERGE_POINTS).copied().collect();
+    let points: Vec<&str> = crash_points::declared_abort_points().into_iter().chain(R::MERGE_POINTS.iter().copied()).collect();
     let mut model = vec![mrow(100, 0, 1, "unrelated")];
     fx.insert_target(&model);
     let mut source = Versions::default();

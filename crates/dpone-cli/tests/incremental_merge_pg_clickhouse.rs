@@ -65,24 +65,43 @@ fn a_row_of_a_batch_key_written_during_the_run_is_replaced_and_counted() {
     route.finish();
 }
 
+/// A writer racing a merge of one source row: the run pauses at `pause`.
+struct Race {
+    prefix: &'static str,
+    pause: &'static str,
+    what: &'static str,
+}
+
+impl Race {
+    /// Merges `batch` into `target` while, once `ready` returns, a writer
+    /// adds `intruder` to the target: the published target is the merge of
+    /// the batch into both, `carried` of them carried by the reconciliation.
+    fn assert_merged(&self, target: Vec<Row>, batch: Row, ready: impl FnOnce(&PostgresToClickhouse), intruder: Vec<Row>, carried: u64) {
+        let route = PostgresToClickhouse::set_up_merge(self.prefix);
+        route.insert_target(&target);
+        route.insert_source(std::slice::from_ref(&batch));
+        let child = route.spawn_paused(self.pause);
+        ready(&route);
+        route.insert_target(&intruder);
+        let want = merged(&[target, intruder].concat(), &[batch], ID);
+        let doc = check_rows(&route, &child.wait(), &want, 1, self.what);
+        assert_eq!(doc["concurrent_rows_carried"], carried, "{doc:#}");
+        route.finish();
+    }
+}
+
 /// A writer adds a row to a partition that holds a batch key after the
 /// other partitions were linked and before that partition is copied: the
 /// copy takes it with the partition's other rows, so it is in the
 /// published target once (not carried a second time).
 #[test]
 fn a_row_written_before_its_partition_is_copied_is_kept_once() {
-    let route = PostgresToClickhouse::set_up_merge("mrg_pgch_copy");
-    let target = vec![mrow(5, 0, 1, "e"), mrow(7, 0, 2, "g")];
-    route.insert_target(&target);
-    route.insert_source(&[mrow(5, 1, 1, "e2")]);
-    let child = route.spawn_paused("append.after_link:4000");
-    harness::wait_until(Duration::from_secs(60), "G2 is built", || route.owned_tables().iter().any(|t| t.starts_with("_dpone_bak_")));
+    let built = |route: &PostgresToClickhouse| {
+        harness::wait_until(Duration::from_secs(60), "G2 is built", || route.owned_tables().iter().any(|t| t.starts_with("_dpone_bak_")))
+    };
     let intruder = vec![mrow(6, 0, 1, "intruder")];
-    route.insert_target(&intruder);
-    let want = merged(&[target, intruder].concat(), &[mrow(5, 1, 1, "e2")], ID);
-    let doc = check_rows(&route, &child.wait(), &want, 1, "a row written before its partition is copied");
-    assert_eq!(doc["concurrent_rows_carried"], 0, "{doc:#}");
-    route.finish();
+    let race = Race { prefix: "mrg_pgch_copy", pause: "append.after_link:4000", what: "a row written before its partition is copied" };
+    race.assert_merged(vec![mrow(5, 0, 1, "e"), mrow(7, 0, 2, "g")], mrow(5, 1, 1, "e2"), built, intruder, 0);
 }
 
 /// A writer adds rows outside the batch's keys after `G2` was built, right
@@ -91,18 +110,9 @@ fn a_row_written_before_its_partition_is_copied_is_kept_once() {
 /// target (`concurrent_rows_carried`), each once.
 #[test]
 fn rows_added_before_the_exchange_are_carried() {
-    let route = PostgresToClickhouse::set_up_merge("mrg_pgch_race");
-    let target = vec![mrow(5, 0, 1, "e")];
-    route.insert_target(&target);
-    route.insert_source(&[mrow(1, 1, 1, "a")]);
-    let child = route.spawn_paused("append.before_exchange:4000");
-    route.wait_for_the_mark_row();
-    let intruder: Vec<Row> = vec![mrow(6, 0, 2, "intruder"), mrow(8, 0, 1, "intruder in a linked partition")];
-    route.insert_target(&intruder);
-    let want = merged(&[target, intruder].concat(), &[mrow(1, 1, 1, "a")], ID);
-    let doc = check_rows(&route, &child.wait(), &want, 1, "rows added before the exchange");
-    assert_eq!(doc["concurrent_rows_carried"], 2, "{doc:#}");
-    route.finish();
+    let intruder = vec![mrow(6, 0, 2, "intruder"), mrow(8, 0, 1, "intruder in a linked partition")];
+    let race = Race { prefix: "mrg_pgch_race", pause: "append.before_exchange:4000", what: "rows added before the exchange" };
+    race.assert_merged(vec![mrow(5, 0, 1, "e")], mrow(1, 1, 1, "a"), PostgresToClickhouse::wait_for_the_mark_row, intruder, 2);
 }
 
 /// A writer deletes a row the merge keeps (outside the batch's keys) after

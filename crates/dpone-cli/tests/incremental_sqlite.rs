@@ -15,7 +15,7 @@ mod pg_clickhouse_common;
 
 use harness::state_of;
 use incremental_common::sqlite::{SqliteToSqlite, dump};
-use incremental_common::{IncrementalRoute, Manifest, Row, between, check_append, plus, row};
+use incremental_common::{IncrementalRoute, Manifest, Row, assert_tampered_resume_refused, between, check_append, plus, row};
 use rusqlite::Connection;
 
 /// Cursor `id`; the source holds ids 1..=5 at 01:00..05:00 on September 1,
@@ -108,31 +108,35 @@ fn lookback_is_refused_with_append_and_merge_needs_a_key() {
 // Guards (each made to fire)
 // ---------------------------------------------------------------------------
 
+/// A run crashed at `point`; `sql` (its `{table}` the table `table_of`
+/// finds in the run's status) tampers with one of the run's tables: the
+/// resumed run is refused with `error_code`, nothing published.
+fn assert_table_tamper_refused(point: &str, table_of: fn(&serde_json::Value) -> String, sql: &str, what: &str, error_code: &str) {
+    let (fx, _, target) = standard();
+    let tamper = |status: &serde_json::Value| {
+        fx.target_exec(&sql.replace("{table}", &table_of(status)));
+        what.to_string()
+    };
+    assert_tampered_resume_refused(&fx, &target, point, tamper, error_code);
+}
+
 /// A run crashed after staging; someone changes a verified staging table:
 /// the resumed run refuses to publish it.
 #[test]
 fn a_tampered_staging_table_is_not_published() {
-    let (fx, _, target) = standard();
-    fx.run_with(&[("DPONE_FAILPOINT", "checkpoint.after_write")]).assert_aborted_at("checkpoint.after_write");
-    let table = harness::verified_stagings(&fx.status()).into_iter().next().expect("a verified chunk").1;
-    fx.target_exec(&format!("UPDATE \"{table}\" SET name = 'tampered' WHERE id = 3"));
-    fx.run().assert_failed("a tampered staging table", 1, "staging_changed");
-    fx.assert_target(&target, "target unchanged");
-    assert!(fx.mark().is_none(), "no mark stored");
+    let staging = |status: &serde_json::Value| harness::verified_stagings(status).into_iter().next().expect("a verified chunk").1;
+    let sql = "UPDATE \"{table}\" SET name = 'tampered' WHERE id = 3";
+    assert_table_tamper_refused("checkpoint.after_write", staging, sql, "a tampered staging table", "staging_changed");
 }
 
 /// A run crashed after its intent; someone adds a row to its generation:
 /// the resumed run re-verifies the generation and refuses.
 #[test]
 fn a_tampered_generation_is_not_published() {
-    let (fx, _, target) = standard();
-    fx.run_with(&[("DPONE_FAILPOINT", "publish.before_exchange")]).assert_aborted_at("publish.before_exchange");
-    let status = fx.status();
-    let generation = status["journal"]["intent"]["generation_table"].as_str().expect("a generation").to_string();
-    fx.target_exec(&format!("INSERT INTO \"{generation}\" VALUES (42, NULL, 'smuggled')"));
-    fx.run().assert_failed("a tampered generation", 1, "generation_changed");
-    fx.assert_target(&target, "target unchanged");
-    assert!(fx.mark().is_none(), "no mark stored");
+    let generation =
+        |status: &serde_json::Value| status["journal"]["intent"]["generation_table"].as_str().expect("a generation").to_string();
+    let sql = "INSERT INTO \"{table}\" VALUES (42, NULL, 'smuggled')";
+    assert_table_tamper_refused("publish.before_exchange", generation, sql, "a tampered generation", "generation_changed");
 }
 
 /// The publishing transaction checks that the target grew by exactly the

@@ -142,42 +142,18 @@ fn a_row_larger_than_max_row_bytes_fails_naming_the_limit_and_leaves_the_target(
     assert_eq!(leftovers, 0, "no staging table is left behind");
 }
 
-#[test]
-fn a_resumed_run_requires_the_same_stored_limits() {
-    let (dir, manifest) = fixture(LIMITS);
-    let crashed =
-        dpone(dir.path(), &["run", manifest.to_str().unwrap(), "--interval-end", END], &[("DPONE_FAILPOINT", "checkpoint.after_write:2")]);
-    assert_eq!(crashed.status.code(), None, "the failpoint aborts the process");
-    let changed = std::fs::read_to_string(&manifest).unwrap().replace("encoding_parallelism: 3", "encoding_parallelism: 2");
-    std::fs::write(&manifest, changed).unwrap();
-    let out = dpone(dir.path(), &["run", manifest.to_str().unwrap(), "--interval-end", END, "--format", "json"], &[]);
-    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(json(&out)["error_code"], "unfinished_run_differs");
-    let original = std::fs::read_to_string(&manifest).unwrap().replace("encoding_parallelism: 2", "encoding_parallelism: 3");
-    std::fs::write(&manifest, original).unwrap();
-    let out = dpone(dir.path(), &["run", manifest.to_str().unwrap(), "--interval-end", END, "--format", "json"], &[]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    let report = json(&out);
-    assert_eq!(report["resumed"], true);
-    assert!(report["reused_chunks"].as_u64().unwrap() >= 1, "verified chunks of the durable SQLite source are reused: {report}");
-}
-
-/// The verification digest is part of what a resumed run must match: an
-/// unfinished run's manifest switched to `xxh3_128` is refused before any
-/// write (its journal holds SHA-256 sums), and switched back it resumes.
-#[test]
-fn a_resumed_run_requires_the_same_verification_digest() {
+/// A run crashed after its second checkpoint; its manifest edited by
+/// `change` is refused before any write (`unfinished_run_differs`), and
+/// restored it resumes: the resumed run's report.
+fn assert_a_resume_requires_the_same(change: impl Fn(&str) -> String) -> serde_json::Value {
     let (dir, manifest) = fixture(LIMITS);
     let crashed =
         dpone(dir.path(), &["run", manifest.to_str().unwrap(), "--interval-end", END], &[("DPONE_FAILPOINT", "checkpoint.after_write:2")]);
     assert_eq!(crashed.status.code(), None, "the failpoint aborts the process");
     let original = std::fs::read_to_string(&manifest).unwrap();
-    let switched = original.replace(
-        "        chunking: {mode: bounded_window}\n",
-        "        chunking: {mode: bounded_window}\n        verification: {digest: xxh3_128}\n",
-    );
-    assert_ne!(switched, original);
-    std::fs::write(&manifest, switched).unwrap();
+    let changed = change(&original);
+    assert_ne!(changed, original);
+    std::fs::write(&manifest, changed).unwrap();
     let before = target_rows(dir.path());
     let out = dpone(dir.path(), &["run", manifest.to_str().unwrap(), "--interval-end", END, "--format", "json"], &[]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
@@ -188,4 +164,24 @@ fn a_resumed_run_requires_the_same_verification_digest() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let report = json(&out);
     assert_eq!(report["resumed"], true, "{report}");
+    report
+}
+
+#[test]
+fn a_resumed_run_requires_the_same_stored_limits() {
+    let report = assert_a_resume_requires_the_same(|m| m.replace("encoding_parallelism: 3", "encoding_parallelism: 2"));
+    assert!(report["reused_chunks"].as_u64().unwrap() >= 1, "verified chunks of the durable SQLite source are reused: {report}");
+}
+
+/// The verification digest is part of what a resumed run must match: an
+/// unfinished run's manifest switched to `xxh3_128` is refused before any
+/// write (its journal holds SHA-256 sums), and switched back it resumes.
+#[test]
+fn a_resumed_run_requires_the_same_verification_digest() {
+    assert_a_resume_requires_the_same(|m| {
+        m.replace(
+            "        chunking: {mode: bounded_window}\n",
+            "        chunking: {mode: bounded_window}\n        verification: {digest: xxh3_128}\n",
+        )
+    });
 }

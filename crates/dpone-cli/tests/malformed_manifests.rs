@@ -17,6 +17,7 @@ mod check;
 mod common;
 #[path = "malformed_manifests/doc.rs"]
 mod doc;
+mod harness;
 #[path = "malformed_manifests/invocations.rs"]
 mod invocations;
 

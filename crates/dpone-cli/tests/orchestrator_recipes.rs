@@ -8,6 +8,7 @@
 //! runs, as written, with the manifest in a read-only folder.
 
 mod common;
+mod harness;
 
 use dpone_core::yaml::{Node, Value};
 use std::path::{Path, PathBuf};

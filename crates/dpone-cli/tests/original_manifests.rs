@@ -32,6 +32,25 @@ fn dpone(dir: &Path, args: &[&str]) -> Run {
     harness::run(dir, args, &[])
 }
 
+/// `manifest validate` and an offline JSON plan of `manifest.yaml`.
+const VALIDATE: [&str; 3] = ["manifest", "validate", "manifest.yaml"];
+const OFFLINE_PLAN: [&str; 5] = ["plan", "manifest.yaml", "--offline", "--format", "json"];
+
+/// `dpone <args>` in a [`folder`] holding `text`, asserted to exit `code`.
+fn run_on(text: &str, args: &[&str], code: i32) -> (tempfile::TempDir, Run) {
+    let dir = folder(text);
+    let run = dpone(dir.path(), args);
+    assert_eq!(run.code, Some(code), "{}", run.describe());
+    (dir, run)
+}
+
+/// [`run_on`] the original's `postgres-to-clickhouse.yaml` with each
+/// `(from, to)` of `edits` replaced.
+fn run_on_edited(edits: &[(&str, &str)], args: &[&str], code: i32) -> (tempfile::TempDir, Run) {
+    let text = edits.iter().fold(example("postgres-to-clickhouse.yaml"), |text, (from, to)| text.replace(from, to));
+    run_on(&text, args, code)
+}
+
 /// The JSON documents of a run's stdout, one per line.
 fn documents(run: &Run) -> Vec<Value> {
     run.stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}\n{}", run.describe()))).collect()
@@ -52,11 +71,11 @@ fn the_originals_examples_validate_and_plan_offline_without_connections() {
     ];
     for (file, key, fail, targets) in cases {
         let dir = folder(&example(file));
-        let validate = dpone(dir.path(), &["manifest", "validate", "manifest.yaml"]);
+        let validate = dpone(dir.path(), &VALIDATE);
         assert_eq!(validate.code, Some(0), "{file}: {}", validate.describe());
         // No DPONE_CONN_* variable is set (the harness clears them): an
         // offline plan connects nowhere and needs none.
-        let plan = dpone(dir.path(), &["plan", "manifest.yaml", "--offline", "--format", "json"]);
+        let plan = dpone(dir.path(), &OFFLINE_PLAN);
         assert_eq!(plan.code, Some(0), "{file}: {}", plan.describe());
         let docs = documents(&plan);
         let got: Vec<&str> = docs.iter().map(|d| d["route"]["target_table"].as_str().unwrap_or_default()).collect();
@@ -73,14 +92,16 @@ fn the_originals_examples_validate_and_plan_offline_without_connections() {
     }
 }
 
+/// An unsupported target and an unknown merge policy.
+const UNSUPPORTED_ROUTE: [(&str, &str); 2] =
+    [("    type: clickhouse\n", "    type: mssql\n"), ("merge_policy: lightweight_delete_insert", "merge_policy: nope")];
+
+/// A misspelt `defaults` (and no `schemas` left).
+const TOP_LEVEL_TYPO: [(&str, &str); 2] = [("defaults:", "defualts:"), ("schemas:\n  public:\n    tables:\n      - orders\n", "")];
+
 #[test]
 fn a_refused_plan_prints_its_json_document_and_names_the_route_first() {
-    let text = example("postgres-to-clickhouse.yaml")
-        .replace("    type: clickhouse\n", "    type: mssql\n")
-        .replace("merge_policy: lightweight_delete_insert", "merge_policy: nope");
-    let dir = folder(&text);
-    let plan = dpone(dir.path(), &["plan", "manifest.yaml", "--offline", "--format", "json"]);
-    assert_eq!(plan.code, Some(2), "{}", plan.describe());
+    let (dir, plan) = run_on_edited(&UNSUPPORTED_ROUTE, &OFFLINE_PLAN, 2);
     let docs = documents(&plan);
     assert_eq!(docs.len(), 1, "{}", plan.describe());
     let doc = &docs[0];
@@ -89,17 +110,12 @@ fn a_refused_plan_prints_its_json_document_and_names_the_route_first() {
     assert_eq!(codes.first().map(String::as_str), Some("unsupported_route"), "the route comes first: {doc:#}");
     assert!(codes.contains(&"invalid_value".to_string()), "the other problems follow: {doc:#}");
     assert!(plan.stderr.lines().next().unwrap_or_default().contains("unsupported_route"), "{}", plan.describe());
-    let validate = dpone(dir.path(), &["manifest", "validate", "manifest.yaml"]);
+    let validate = dpone(dir.path(), &VALIDATE);
     assert!(validate.stderr.lines().next().unwrap_or_default().contains("postgres -> mssql"), "{}", validate.describe());
 
     // A process refused after loading: its own document, naming it.
-    let text = example("postgres-to-clickhouse.yaml").replace(
-        "    connection_id: postgres_source\n",
-        "    connection_type: params\n    connection_id: '{\"host\": \"db\", \"hostt\": \"x\"}'\n",
-    );
-    let dir = folder(&text);
-    let plan = dpone(dir.path(), &["plan", "manifest.yaml", "--offline", "--format", "json"]);
-    assert_eq!(plan.code, Some(2), "{}", plan.describe());
+    let params = "    connection_type: params\n    connection_id: '{\"host\": \"db\", \"hostt\": \"x\"}'\n";
+    let (_dir, plan) = run_on_edited(&[("    connection_id: postgres_source\n", params)], &OFFLINE_PLAN, 2);
     let doc = &documents(&plan)[0];
     assert_eq!(
         (doc["process"].as_str(), doc["error_code"].as_str()),
@@ -110,12 +126,7 @@ fn a_refused_plan_prints_its_json_document_and_names_the_route_first() {
 
 #[test]
 fn a_top_level_typo_suggests_the_batch_key() {
-    let text = example("postgres-to-clickhouse.yaml")
-        .replace("defaults:", "defualts:")
-        .replace("schemas:\n  public:\n    tables:\n      - orders\n", "");
-    let dir = folder(&text);
-    let validate = dpone(dir.path(), &["manifest", "validate", "manifest.yaml"]);
-    assert_eq!(validate.code, Some(2), "{}", validate.describe());
+    let (_dir, validate) = run_on_edited(&TOP_LEVEL_TYPO, &VALIDATE, 2);
     assert!(
         validate.stderr.contains("unknown key `defualts`") && validate.stderr.contains("did you mean `defaults`?"),
         "{}",

@@ -89,6 +89,15 @@ fn partitions(ev: &serde_json::Value) -> (u64, u64, u64) {
     (n("partitions_linked"), n("partitions_copied"), n("partitions_replaced"))
 }
 
+/// A [`seed`]ed fixture whose target is partitioned by `partition_by`,
+/// replaced once and checked: the fixture, the target before, the evidence.
+fn replaced_once(prefix: &'static str, partition_by: &str, what: &str) -> (Fixture, Vec<Row>, serde_json::Value) {
+    let fx = fixture(prefix, Some(partition_by), false);
+    let (before, src) = seed(&fx, &[]);
+    let ev = run_and_check(&fx, &before, &src, what);
+    (fx, before, ev)
+}
+
 #[test]
 fn daily_partitions_outside_the_window_are_linked_not_copied() {
     let fx = fixture("pgch_part_daily", Some("toYYYYMMDD(ts)"), false);
@@ -116,9 +125,7 @@ fn daily_partitions_outside_the_window_are_linked_not_copied() {
 
 #[test]
 fn monthly_partitions_straddling_the_window_copy_only_their_kept_rows() {
-    let fx = fixture("pgch_part_month", Some("toYYYYMM(ts)"), false);
-    let (before, src) = seed(&fx, &[]);
-    let ev = run_and_check(&fx, &before, &src, "monthly partitions");
+    let (fx, before, ev) = replaced_once("pgch_part_month", "toYYYYMM(ts)", "monthly partitions");
     assert_eq!(partitions(&ev), (1, 1, 0), "August linked, September copied: {}", ev["generation"]);
     let kept_september =
         before.iter().filter(|r| matches!(r[TS], Value::Micros(m) if m >= micros("2026-09-01T00:00:00Z")) && !in_window(&r[TS])).count();
@@ -130,9 +137,7 @@ fn monthly_partitions_straddling_the_window_copy_only_their_kept_rows() {
 fn weekly_partitions_are_linked_copied_and_replaced() {
     // 2026-09-06 is a Sunday: with mode 0 weeks start on Sunday, so the window's
     // first partition starts with it and its last straddles the end.
-    let fx = fixture("pgch_part_week", Some("toStartOfWeek(ts)"), false);
-    let (before, src) = seed(&fx, &[]);
-    let ev = run_and_check(&fx, &before, &src, "weekly partitions");
+    let (fx, _, ev) = replaced_once("pgch_part_week", "toStartOfWeek(ts)", "weekly partitions");
     let (linked, copied, replaced) = partitions(&ev);
     assert_eq!((copied, replaced), (1, 0), "the window's week straddles its end: {}", ev["generation"]);
     assert!(linked >= 8, "the other weeks are linked: {}", ev["generation"]);
@@ -208,16 +213,25 @@ fn wait_for_generation(fx: &Fixture, rows: usize) -> String {
     }
 }
 
+/// A [`seed`]ed fixture partitioned by day and its run paused once its
+/// generation is complete: the fixture, the target the run must leave,
+/// the paused run.
+fn paused_after_build(prefix: &'static str) -> (Fixture, Vec<Row>, std::process::Child) {
+    let fx = fixture(prefix, Some("toYYYYMMDD(ts)"), false);
+    let (before, src) = seed(&fx, &[]);
+    let expected = expected_after_replace(&before, &src, TS);
+    let child = run_paused(&fx, "generation.after_build");
+    wait_for_generation(&fx, expected.len());
+    (fx, expected, child)
+}
+
 #[test]
 fn a_background_merge_between_build_and_exchange_is_accepted() {
-    let fx = fixture("pgch_part_merge", Some("toYYYYMMDD(ts)"), false);
-    let (before, src) = seed(&fx, &[]);
-    let child = run_paused(&fx, "generation.after_build");
-    wait_for_generation(&fx, expected_after_replace(&before, &src, TS).len());
+    let (fx, expected, child) = paused_after_build("pgch_part_merge");
     fx.ch_exec(&format!("OPTIMIZE TABLE {}.{TABLE} PARTITION ID '20260810' FINAL", fx.db));
     let out = child.wait_with_output().expect("dpone ends");
     assert!(out.status.success(), "a merge outside the window must not refuse the run:\n{}", String::from_utf8_lossy(&out.stderr));
-    assert_same_rows(&expected_after_replace(&before, &src, TS), &fx.target_rows(), "after a merge during the build");
+    assert_same_rows(&expected, &fx.target_rows(), "after a merge during the build");
     fx.finish();
 }
 
@@ -226,17 +240,13 @@ fn a_background_merge_between_build_and_exchange_is_accepted() {
 /// window is published and the row is carried after the exchange.
 #[test]
 fn a_concurrent_insert_outside_the_window_is_carried_into_the_published_target() {
-    let fx = fixture("pgch_part_race", Some("toYYYYMMDD(ts)"), false);
-    let (before, src) = seed(&fx, &[]);
-    let child = run_paused(&fx, "generation.after_build");
-    wait_for_generation(&fx, expected_after_replace(&before, &src, TS).len());
+    let (fx, mut expected, child) = paused_after_build("pgch_part_race");
     let late = row(77, Some(at("2026-08-15T03:00:00Z", 0)), "written during the run");
     fx.insert_target(std::slice::from_ref(&late));
     let out = child.wait_with_output().expect("dpone ends");
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
     assert_eq!(doc["concurrent_rows_carried"], 1, "{doc}");
-    let mut expected = expected_after_replace(&before, &src, TS);
     expected.push(late);
     assert_same_rows(&expected, &fx.target_rows(), "the window replaced, the other writer's row kept");
     fx.finish();

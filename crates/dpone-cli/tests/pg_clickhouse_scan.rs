@@ -24,6 +24,13 @@ fn set_parallelism(fx: &Fixture, n: u32) {
     std::fs::write(&fx.manifest, yaml.replace("parallelism: 2", &format!("parallelism: {n}"))).expect("rewrite the manifest");
 }
 
+/// [`Standard`] whose manifest reads one chunk group at a time (`parallelism: 1`).
+fn serial(prefix: &'static str) -> Standard {
+    let s = Standard::new(prefix);
+    set_parallelism(&s.fx, 1);
+    s
+}
+
 /// Sequential scans PostgreSQL counted on the fixture's source table so
 /// far, once the count has settled (backends report their counters when
 /// they end, shortly after dpone's connections close).
@@ -54,6 +61,14 @@ fn seq_scans(fx: &Fixture) -> i64 {
     })
 }
 
+/// A run of the fixture (with the variables `env`) publishes (`what`),
+/// reading the source with `scans` sequential scans (`expected` says why).
+fn assert_published_with_scans(s: &Standard, env: &[(&str, &str)], what: &str, scans: i64, expected: &str) {
+    let before = seq_scans(&s.fx);
+    s.published(&s.fx.run_with(env), what);
+    assert_eq!(seq_scans(&s.fx) - before, scans, "{expected}");
+}
+
 /// `dpone plan` of the fixture, text and JSON.
 fn plan(fx: &Fixture) -> (String, serde_json::Value) {
     let m = fx.manifest.display().to_string();
@@ -70,9 +85,8 @@ fn plan(fx: &Fixture) -> (String, serde_json::Value) {
 
 #[test]
 fn an_unindexed_source_is_read_with_one_scan_for_the_whole_window() {
-    let s = Standard::new("scan_one");
+    let s = serial("scan_one");
     let fx = &s.fx;
-    set_parallelism(fx, 1);
 
     let (text, json) = plan(fx);
     assert!(
@@ -85,9 +99,13 @@ fn an_unindexed_source_is_read_with_one_scan_for_the_whole_window() {
     assert_eq!(access["partitioned"], false, "{json:#}");
     assert_eq!((access["chunks_per_scan"].as_u64(), access["scans"].as_u64()), (Some(3), Some(1)), "{json:#}");
 
-    let before = seq_scans(fx);
-    s.published(&fx.run(), "a run reading the window with one scan");
-    assert_eq!(seq_scans(fx) - before, 1, "expected one scan of the source for the three chunks");
+    assert_published_with_scans(
+        &s,
+        &[],
+        "a run reading the window with one scan",
+        1,
+        "expected one scan of the source for the three chunks",
+    );
     s.finish();
 }
 
@@ -98,17 +116,20 @@ fn groups_of_two_chunks_and_a_chunk_on_its_own_give_exactly_the_window() {
     let (text, json) = plan(fx);
     assert!(text.contains("one scan per chunk group (up to 2 chunks per scan, 2 scans)"), "{text}");
     assert_eq!(json["access"]["scans"], 2, "{json:#}");
-    let before = seq_scans(fx);
-    s.published(&fx.run(), "a run reading chunks 0-1 with one scan and chunk 2 with another");
-    assert_eq!(seq_scans(fx) - before, 2, "expected two scans of the source: the group 0-1 and chunk 2");
+    assert_published_with_scans(
+        &s,
+        &[],
+        "a run reading chunks 0-1 with one scan and chunk 2 with another",
+        2,
+        "expected two scans of the source: the group 0-1 and chunk 2",
+    );
     s.finish();
 }
 
 #[test]
 fn an_indexed_or_partitioned_source_keeps_per_chunk_range_reads() {
-    let s = Standard::new("scan_idx");
+    let s = serial("scan_idx");
     let fx = &s.fx;
-    set_parallelism(fx, 1);
     fx.pg_exec(&format!("CREATE INDEX t_ts_idx ON {}.t (ts)", fx.schema));
     let (text, json) = plan(fx);
     assert!(
@@ -142,9 +163,8 @@ fn an_indexed_or_partitioned_source_keeps_per_chunk_range_reads() {
 #[test]
 fn a_crash_in_the_middle_of_a_group_read_is_resumed_exactly() {
     for (point, spec) in [("staging.mid_stream", "staging.mid_stream"), ("checkpoint.after_write", "checkpoint.after_write:2")] {
-        let s = Standard::new("scan_crash");
+        let s = serial("scan_crash");
         let fx = &s.fx;
-        set_parallelism(fx, 1);
         fx.run_with(&[("DPONE_FAILPOINT", spec)]).assert_aborted_at(point);
         assert_same_rows(&s.before, &fx.target_rows(), &format!("{point}: the target after the crash (untouched)"));
         s.published(&fx.run(), &format!("the run after a crash at {spec}"));
@@ -154,13 +174,11 @@ fn a_crash_in_the_middle_of_a_group_read_is_resumed_exactly() {
 
 #[test]
 fn a_chunk_of_a_group_that_fails_transiently_is_read_again_on_its_own() {
-    let s = Standard::new("scan_retry");
-    let fx = &s.fx;
-    set_parallelism(fx, 1);
-    let before = seq_scans(fx);
+    let s = serial("scan_retry");
     // The first load fails transiently: its chunk is retried with a
     // per-chunk range read, the other chunks of the group keep the scan's rows.
-    s.published(&fx.run_with(&[("DPONE_TARGET_FAULTS", "load:transient:1")]), "a run with a failed chunk load");
-    assert_eq!(seq_scans(fx) - before, 2, "expected the group's scan and one more read for the retried chunk");
+    let faults = [("DPONE_TARGET_FAULTS", "load:transient:1")];
+    let expected = "expected the group's scan and one more read for the retried chunk";
+    assert_published_with_scans(&s, &faults, "a run with a failed chunk load", 2, expected);
     s.finish();
 }

@@ -10,6 +10,7 @@
 //! inside it), compared row by row with every value and storage class.
 
 mod common;
+mod harness;
 
 use common::{INTERVAL_END, Row, canonical, dpone, dump, expected_after_replace, multiset_diff, owned_tables, rendered_in_window};
 use std::path::Path;

@@ -4,6 +4,12 @@
 use super::{CHUNK_BOUNDS, Col, Fixture, Row, Setup, V, col, date, dec, in_window, int, rows_per_chunk, text, ts, uuid};
 use crate::harness::WindowReport;
 
+/// `id`, a window column `ts` NOT NULL in the source and a string `s`:
+/// the table of the tests that fill it with their own rows.
+pub fn id_ts_s_cols() -> Vec<Col> {
+    vec![col("id", "Int64", "bigint NOT NULL"), col("ts", "DateTime64(6, 'UTC')", "timestamptz"), col("s", "String", "text")]
+}
+
 /// Columns of the standard table: ClickHouse source type, PostgreSQL target type.
 pub fn event_cols() -> Vec<Col> {
     vec![
@@ -104,6 +110,12 @@ pub fn standard_target() -> Vec<Row> {
 /// The standard fixture: [`event_cols`], source and target pre-filled.
 pub fn standard_fixture(prefix: &'static str) -> Fixture {
     standard_fixture_on(Setup::new(prefix, event_cols()))
+}
+
+/// [`standard_fixture`] and the rows it holds: the fixture,
+/// [`standard_source`] and [`standard_target`].
+pub fn standard_fixture_with_rows(prefix: &'static str) -> (Fixture, Vec<Row>, Vec<Row>) {
+    (standard_fixture(prefix), standard_source(), standard_target())
 }
 
 /// The standard table, RANGE-partitioned on `ts`: one partition `t_window`

@@ -422,24 +422,10 @@ impl Fixture {
         let publication = o.publication.map(|p| format!("\n  options:\n    postgres: {{publication: {p}}}")).unwrap_or_default();
         let staging = o.staging_schema.as_ref().map(|s| format!("\n  staging: {{schema: {}}}", q(s))).unwrap_or_default();
         // Names as JSON strings: YAML must not read them as booleans or numbers.
-        let yaml = format!(
-            "kind: dpone.batch.v1
-source:
-  type: clickhouse
-  connection: {{connection_type: env, connection_id: CH}}
-  table: {{schema: {db}, name: {table}}}{options_block}
-sink:
-  type: postgres
-  connection: {{connection_type: env, connection_id: PG}}
-  table: {{schema: {schema}, name: {table}}}{staging}
-  strategy:{strategy}{publication}
-runtime:
-  storage: {{work_dir: {work}}}
-",
-            db = q(&self.db),
-            schema = q(&self.schema),
-            table = q(TABLE),
-            work = q(&self.work_dir().display().to_string()),
+        let yaml = crate::harness::env_manifest(
+            ["clickhouse", "CH", &q(&self.db), &q(TABLE), &options_block],
+            ["postgres", "PG", &q(&self.schema), &q(TABLE), &format!("{staging}\n  strategy:{strategy}{publication}")],
+            &q(&self.work_dir().display().to_string()),
         );
         std::fs::write(&self.manifest, yaml).expect("write the manifest");
     }

@@ -6,10 +6,11 @@
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-/// The binary under test.
-pub const DPONE: &str = env!("CARGO_BIN_EXE_dpone");
+/// The binary under test (every test binary declaring `common` declares
+/// `harness` too).
+pub const DPONE: &str = crate::harness::DPONE;
 
 /// The interval end every test passes explicitly.
 pub const INTERVAL_END: &str = "2026-09-09T00:00:00Z";
@@ -51,20 +52,10 @@ impl Run {
     }
 }
 
-/// Runs `dpone` in `cwd` with a clean `DPONE_*` environment plus `env`.
-/// `RUST_BACKTRACE=1` makes any panic visible in stderr.
+/// Runs `dpone` in `cwd` with a clean `DPONE_*` environment plus `env`
+/// ([`crate::harness::command`]).
 pub fn dpone(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut cmd = Command::new(DPONE);
-    cmd.args(args).current_dir(cwd).env("RUST_BACKTRACE", "1").env_remove("DPONE_LOG");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("DPONE_") {
-            cmd.env_remove(k);
-        }
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let Output { status, stdout, stderr } = cmd.output().expect("the dpone binary starts");
+    let Output { status, stdout, stderr } = crate::harness::command(cwd, args, env).output().expect("the dpone binary starts");
     Run {
         args: args.iter().map(|s| s.to_string()).collect(),
         code: status.code(),
@@ -95,6 +86,45 @@ source:
     mode: replace
     window: {{{window}}}
 {runtime}"
+    )
+}
+
+/// A batch manifest in the original's form over the quick start's
+/// `events` (`dpone_sqlite::demo`): `main.events` into target.db and
+/// `events_b` into target_b.db, replaced over weekly windows. `defaults`
+/// starts with `name` (a line, "" for none), the source gets the lines
+/// `source_options` (indented six spaces, "" for none), and the entries
+/// `more_tables` (lines indented six spaces) follow those two.
+pub fn quickstart_batch_manifest(name: &str, source_options: &str, more_tables: &str) -> String {
+    let source_options = if source_options.is_empty() { String::new() } else { format!("    options:\n{source_options}") };
+    format!(
+        r#"kind: dpone.batch.v1
+vars:
+  target_db: target
+defaults:
+{name}  source:
+    type: sqlite
+    connection_type: params
+    connection_id: '{{"path": "source.db"}}'
+{source_options}  sink:
+    type: sqlite
+    connection_type: params
+    connection_id: '{{"path": "{{{{ target_db }}}}.db"}}'
+    table: {{name: "{{{{ src_table }}}}"}}
+    strategy:
+      mode: replace
+      atomicity: target_atomic
+      window: {{column: event_ts, anchor: data_interval_end, lookback: P7D}}
+runtime:
+  storage: {{work_dir: work}}
+schemas:
+  main:
+    tables:
+      - events
+      - table: events
+        id: events_b
+        vars: {{target_db: target_b}}
+{more_tables}"#
     )
 }
 
@@ -138,7 +168,12 @@ pub fn dump(db: &Path, table: &str) -> Vec<Row> {
 }
 
 pub fn dump_conn(conn: &Connection, table: &str) -> Vec<Row> {
-    let mut stmt = conn.prepare(&format!("SELECT * FROM \"{table}\"")).expect("select all rows");
+    query_rows(conn, &format!("SELECT * FROM \"{table}\""))
+}
+
+/// The rows `sql` selects, rendered, sorted: an exact multiset.
+pub fn query_rows(conn: &Connection, sql: &str) -> Vec<Row> {
+    let mut stmt = conn.prepare(sql).unwrap_or_else(|e| panic!("prepare `{sql}`: {e}"));
     let n = stmt.column_count();
     let mut rows: Vec<Row> = stmt
         .query_map([], |r| (0..n).map(|i| r.get_ref(i).map(render)).collect::<rusqlite::Result<Row>>())
@@ -151,37 +186,29 @@ pub fn dump_conn(conn: &Connection, table: &str) -> Vec<Row> {
 
 /// Index of `column` in `table`.
 pub fn column_index(db: &Path, table: &str, column: &str) -> usize {
-    let conn = open_existing(db);
-    let names: Vec<String> = conn
-        .prepare(&format!("SELECT name FROM pragma_table_info('{table}') ORDER BY cid"))
-        .expect("table info")
-        .query_map([], |r| r.get(0))
-        .expect("query table info")
-        .collect::<rusqlite::Result<_>>()
-        .expect("read table info");
+    let names = strings(db, &format!("SELECT name FROM pragma_table_info('{table}') ORDER BY cid"));
     names.iter().position(|n| n == column).unwrap_or_else(|| panic!("{table} has no column {column}: {names:?}"))
 }
 
 /// Names of tables dpone owns (`_dpone_*`) left in a database.
 pub fn owned_tables(db: &Path) -> Vec<String> {
-    let conn = open_existing(db);
-    conn.prepare("SELECT name FROM sqlite_master WHERE name LIKE '\\_dpone\\_%' ESCAPE '\\' ORDER BY name")
-        .expect("list tables")
-        .query_map([], |r| r.get(0))
-        .expect("query tables")
-        .collect::<rusqlite::Result<_>>()
-        .expect("read tables")
+    strings(db, "SELECT name FROM sqlite_master WHERE name LIKE '\\_dpone\\_%' ESCAPE '\\' ORDER BY name")
 }
 
 /// The `CREATE` statements of a database, to prove its definition did not change.
 pub fn schema_sql(db: &Path) -> Vec<String> {
+    strings(db, "SELECT coalesce(sql, '') FROM sqlite_master ORDER BY type, name")
+}
+
+/// The first column of every row `sql` selects, as text.
+fn strings(db: &Path, sql: &str) -> Vec<String> {
     let conn = open_existing(db);
-    conn.prepare("SELECT coalesce(sql, '') FROM sqlite_master ORDER BY type, name")
-        .expect("list schema")
+    conn.prepare(sql)
+        .unwrap_or_else(|e| panic!("prepare `{sql}`: {e}"))
         .query_map([], |r| r.get(0))
-        .expect("query schema")
+        .unwrap_or_else(|e| panic!("query `{sql}`: {e}"))
         .collect::<rusqlite::Result<_>>()
-        .expect("read schema")
+        .unwrap_or_else(|e| panic!("read `{sql}`: {e}"))
 }
 
 /// Canonical text of a window bound, as SQLite stores timestamps.

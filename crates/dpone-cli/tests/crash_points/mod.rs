@@ -3,22 +3,10 @@
 //! (`crash_matrix.rs`) and of `ch_postgres_recovery.rs`.
 #![allow(dead_code)]
 
-/// Every abort failpoint, in run order (crates/dpone-core/src/failpoint.rs).
-pub const ABORT_POINTS: [&str; 13] = [
-    "plan.after_persist",
-    "staging.before_write",
-    "staging.mid_stream",
-    "staging.after_ack",
-    "chunk.after_verify",
-    "checkpoint.after_write",
-    "generation.after_build",
-    "publish.before_intent",
-    "publish.before_exchange",
-    "publish.after_exchange",
-    "evidence.before_write",
-    "evidence.after_write",
-    "state.after_succeeded",
-];
+/// `point` as the `'static` name `dpone_core::failpoint::POINTS` declares.
+fn declared(point: &str) -> &'static str {
+    dpone_core::failpoint::POINTS.iter().find(|p| **p == point).expect("a declared point")
+}
 
 /// What a crash at an abort point leaves behind: the journal state that
 /// `dpone status` reports, and whether the new data is already visible.
@@ -45,8 +33,7 @@ pub fn crash_point(point: &str) -> CrashPoint {
         "state.after_succeeded" => ("succeeded", true),
         other => panic!("`{other}` is not an abort failpoint"),
     };
-    let point = ABORT_POINTS.iter().find(|p| **p == point).expect("a listed point");
-    CrashPoint { point, state, published }
+    CrashPoint { point: declared(point), state, published }
 }
 
 /// [`crash_point`] of a direct publication (`postgres.publication:
@@ -59,8 +46,7 @@ pub fn crash_point_direct(point: &str) -> Option<CrashPoint> {
         "publish.before_intent" => "staging",
         _ => return Some(crash_point(point)),
     };
-    let point = ABORT_POINTS.iter().find(|p| **p == point).expect("a listed point");
-    Some(CrashPoint { point, state, published: false })
+    Some(CrashPoint { point: declared(point), state, published: false })
 }
 
 /// Simulated faults (no abort): a stopped lease renewal, a shortened wait.

@@ -171,6 +171,19 @@ fn owned(args: &[&str], env: &[(&str, &str)]) -> (Vec<String>, Vec<(String, Stri
     )
 }
 
+/// A manifest between two endpoints reached by env connections, working
+/// in `work_dir`. `source` and `sink` are each `[type, connection id,
+/// schema, table, rest]`: schema and table as YAML scalars, `rest` the
+/// lines after the table, each beginning with a newline.
+pub fn env_manifest(source: [&str; 5], sink: [&str; 5], work_dir: &str) -> String {
+    let side = |name: &str, [system, id, schema, table, rest]: [&str; 5]| {
+        format!(
+            "{name}:\n  type: {system}\n  connection: {{connection_type: env, connection_id: {id}}}\n  table: {{schema: {schema}, name: {table}}}{rest}\n"
+        )
+    };
+    format!("kind: dpone.batch.v1\n{}{}runtime:\n  storage: {{work_dir: {work_dir}}}\n", side("source", source), side("sink", sink))
+}
+
 /// Longest one invocation may take (they take about a second): a stalled
 /// run is killed and fails its test instead of hanging the suite.
 pub const DPONE_TIMEOUT: Duration = Duration::from_secs(60);

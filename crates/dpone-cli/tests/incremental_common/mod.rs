@@ -317,6 +317,23 @@ pub fn check_append<R: IncrementalRoute>(fx: &R, run: &Run, before: &[Row], batc
     doc
 }
 
+/// A run of `route` crashed at `point`; `tamper` changes one of its tables
+/// (it gets the run's status and says what it did): the resumed run is
+/// refused with `error_code`, the target stays `target`, no mark is stored.
+pub fn assert_tampered_resume_refused<R: IncrementalRoute>(
+    route: &R,
+    target: &[Row],
+    point: &str,
+    tamper: impl FnOnce(&serde_json::Value) -> String,
+    error_code: &str,
+) {
+    route.run_with(&[("DPONE_FAILPOINT", point)]).assert_aborted_at(point);
+    let what = tamper(&route.status());
+    route.run().assert_failed(&what, 1, error_code);
+    route.assert_target(target, "target unchanged");
+    assert!(route.mark().is_none(), "no mark stored");
+}
+
 /// A refused `dpone state reset`: exit 2, naming `code`.
 pub fn assert_reset_refused(run: &Run, code: &str, what: &str) {
     assert_eq!(run.code, Some(2), "{what}: expected exit 2:\n{}", run.describe());

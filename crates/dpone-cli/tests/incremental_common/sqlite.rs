@@ -3,7 +3,7 @@
 
 use super::{Cell, Endpoints, IncrementalRoute, Row};
 use crate::harness::assert_same_rows;
-use rusqlite::types::{Value as Sql, ValueRef};
+use rusqlite::types::Value as Sql;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 
@@ -11,30 +11,16 @@ const DDL: &str = "CREATE TABLE t (id INTEGER, ts TIMESTAMP, name TEXT)";
 const MERGE_DDL: &str = "CREATE TABLE t (id INTEGER, region TEXT, ver INTEGER, ts TIMESTAMP, name TEXT)";
 
 /// A row as the test compares it: each value rendered with its storage class.
-pub type Rendered = Vec<String>;
+pub type Rendered = common::Row;
 
-pub fn render(v: ValueRef<'_>) -> String {
-    match v {
-        ValueRef::Null => "null".to_string(),
-        ValueRef::Integer(i) => format!("int:{i}"),
-        ValueRef::Real(f) => format!("real:{f:?}"),
-        ValueRef::Text(t) => format!("text:{:?}", String::from_utf8_lossy(t)),
-        ValueRef::Blob(b) => format!("blob:{b:?}"),
-    }
-}
+/// Rendering and dumping SQLite rows.
+#[path = "../common/mod.rs"]
+mod common;
 
 /// The rows of `sql`, rendered, sorted.
 pub fn dump(db: &Path, sql: &str) -> Vec<Rendered> {
     let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY).expect("open read-only");
-    let mut stmt = conn.prepare(sql).expect("prepare");
-    let n = stmt.column_count();
-    let mut rows: Vec<Rendered> = stmt
-        .query_map([], |r| (0..n).map(|i| r.get_ref(i).map(render)).collect::<rusqlite::Result<Rendered>>())
-        .expect("query")
-        .collect::<rusqlite::Result<_>>()
-        .expect("rows");
-    rows.sort();
-    rows
+    common::query_rows(&conn, sql)
 }
 
 /// An instant as the tables store it: text with six fractional digits.

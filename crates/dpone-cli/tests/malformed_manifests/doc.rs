@@ -69,8 +69,24 @@ pub fn full() -> Doc {
         .set_quiet("sink.strategy.mode", "full_refresh")
 }
 
+/// The ClickHouse side of [`PG_TO_CH`] (its sink) and [`CH_TO_PG`] (its
+/// source): table `default.events`, connection `CH_DISCARD` by env.
+macro_rules! ch_discard_events {
+    () => {
+        r#"  type: clickhouse
+  connection:
+    connection_type: env
+    connection_id: CH_DISCARD
+  table:
+    schema: default
+    name: events
+"#
+    };
+}
+
 /// postgres -> clickhouse window replace; PostgreSQL by params, ClickHouse by env.
-pub const PG_TO_CH: &str = r#"kind: dpone.batch.v1
+pub const PG_TO_CH: &str = concat!(
+    r#"kind: dpone.batch.v1
 source:
   type: postgres
   connection:
@@ -85,14 +101,9 @@ source:
     schema: public
     name: events
 sink:
-  type: clickhouse
-  connection:
-    connection_type: env
-    connection_id: CH_DISCARD
-  table:
-    schema: default
-    name: events
-  strategy:
+"#,
+    ch_discard_events!(),
+    r#"  strategy:
     mode: replace
     window:
       column: event_ts
@@ -102,19 +113,16 @@ sink:
 runtime:
   storage:
     work_dir: "{DB}/work"
-"#;
+"#
+);
 
 /// clickhouse -> postgres full refresh, both by env.
-pub const CH_TO_PG: &str = r#"kind: dpone.batch.v1
+pub const CH_TO_PG: &str = concat!(
+    r#"kind: dpone.batch.v1
 source:
-  type: clickhouse
-  connection:
-    connection_type: env
-    connection_id: CH_DISCARD
-  table:
-    schema: default
-    name: events
-sink:
+"#,
+    ch_discard_events!(),
+    r#"sink:
   type: postgres
   connection:
     connection_type: env
@@ -127,7 +135,8 @@ sink:
 runtime:
   storage:
     work_dir: "{DB}/work"
-"#;
+"#
+);
 
 /// Connection URLs for the env-based templates: the discard port, with a password.
 pub fn discard_env() -> Vec<(&'static str, String)> {

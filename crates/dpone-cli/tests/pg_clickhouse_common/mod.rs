@@ -10,15 +10,16 @@
 //! chunks of one day (`BOUNDS`).
 #![allow(dead_code)]
 
+mod manifest;
 mod render;
 mod values;
+pub use manifest::*;
 #[allow(unused_imports)] // not every test binary compares text
 pub use render::*;
 pub use values::*;
 
 use crate::harness::{DPONE_TIMEOUT, Run};
 use dpone_clickhouse::{ChClient, ClickhouseConfig, Idempotence};
-use dpone_core::rowbinary::{decode_row, encode_row};
 use dpone_core::time::Timestamp;
 use dpone_core::types::{ColumnType, DType, parse_clickhouse_type};
 use dpone_core::value::Value;
@@ -115,49 +116,6 @@ impl Setup {
             table_extra: String::new(),
             clickhouse_url: dpone_testkit::clickhouse_url(),
             drop_sync: true,
-        }
-    }
-}
-
-/// Manifest knobs the tests vary.
-#[derive(Debug, Clone)]
-pub struct ManifestOptions {
-    pub window_column: String,
-    pub parallelism: u32,
-    /// Frame size in rows; small values make chunks span several frames.
-    pub block_rows: Option<u64>,
-    /// Frame size in bytes; an INSERT request carries at most 64 frames.
-    pub block_bytes: Option<u64>,
-    pub staging_schema: Option<String>,
-    /// `source.options.columns`: move only these columns.
-    pub columns: Option<Vec<String>>,
-    /// Source relation name (default `t`), e.g. a view.
-    pub source_table: Option<String>,
-    /// `execution.verification.digest` (default: not written, sha256).
-    pub digest: Option<String>,
-    /// Write `execution.chunking` (bounded_window, [`Self::parallelism`]);
-    /// false leaves the route's default chunking.
-    pub chunking: bool,
-    /// The window's `lookback` (default P3D).
-    pub lookback: String,
-    /// The window's `chunk_interval` (default P1D).
-    pub chunk_interval: String,
-}
-
-impl Default for ManifestOptions {
-    fn default() -> Self {
-        ManifestOptions {
-            window_column: "ts".into(),
-            parallelism: 2,
-            block_rows: Some(3),
-            block_bytes: None,
-            staging_schema: None,
-            columns: None,
-            source_table: None,
-            digest: None,
-            chunking: true,
-            lookback: "P3D".into(),
-            chunk_interval: "P1D".into(),
         }
     }
 }
@@ -268,10 +226,7 @@ impl Fixture {
 
     /// One text column of a query, in order.
     pub fn ch_strings(&self, sql: &str) -> Vec<String> {
-        let out = self
-            .block_on(self.ch.query_text(&format!("{sql} FORMAT TabSeparatedRaw"), Idempotence::Safe))
-            .unwrap_or_else(|e| panic!("ClickHouse refused `{sql}`: {e}"));
-        out.lines().map(str::to_string).collect()
+        values::ch_strings(&self.rt, &self.ch, sql)
     }
 
     /// Inserts rows (in source column order) into the PostgreSQL table.
@@ -285,15 +240,11 @@ impl Fixture {
         if rows.is_empty() {
             return;
         }
-        let values: Vec<String> = rows
-            .iter()
-            .map(|r| {
-                assert_eq!(r.len(), columns.len(), "a source row must have one value per column {columns:?}");
-                format!("({})", r.iter().map(pg_literal).collect::<Vec<_>>().join(", "))
-            })
-            .collect();
+        for r in rows {
+            assert_eq!(r.len(), columns.len(), "a source row must have one value per column {columns:?}");
+        }
         let columns: Vec<String> = columns.iter().map(|c| pg_ident(c)).collect();
-        self.pg_exec(&format!("INSERT INTO {}.{TABLE} ({}) VALUES {}", self.schema, columns.join(", "), values.join(",\n")));
+        self.pg_exec(&format!("INSERT INTO {}.{TABLE} ({}) VALUES {}", self.schema, columns.join(", "), pg_values(rows)));
     }
 
     /// Target columns the table stores (MATERIALIZED / ALIAS / EPHEMERAL left out).
@@ -319,17 +270,8 @@ impl Fixture {
     /// Inserts `rows` into the table `name` of the test database, a table
     /// like the target (e.g. dpone's previous target).
     pub fn insert_into(&self, name: &str, rows: &[Row]) {
-        if rows.is_empty() {
-            return;
-        }
-        let types = self.target_types();
-        let mut body = Vec::new();
-        for r in rows {
-            encode_row(&mut body, &types, r).unwrap_or_else(|(i, e)| panic!("target test row {r:?}: column {i}: {e}"));
-        }
         let table = format!("{}.{name} ({})", self.db, self.target_column_list());
-        self.block_on(self.ch.insert_rowbinary(&table, reqwest::Body::from(body), &dpone_testkit::unique_name("pgch_insert")))
-            .unwrap_or_else(|e| panic!("inserting target rows failed: {e}"));
+        values::ch_insert_rows(&self.rt, &self.ch, &table, &self.target_types(), rows, "pgch_insert");
     }
 
     /// Every row of the target (stored columns), decoded from RowBinary.
@@ -340,15 +282,7 @@ impl Fixture {
     /// Every row of `table` in the target's database, decoded under the
     /// target's stored column types.
     pub fn table_rows(&self, table: &str) -> Vec<Row> {
-        let types = self.target_types();
-        let sql = format!("SELECT {} FROM {}.{table} FORMAT RowBinary", self.target_column_list(), self.db);
-        let bytes = self.block_on(self.ch.query_bytes(&sql)).unwrap_or_else(|e| panic!("reading {table} failed: {e}"));
-        let mut input = &bytes[..];
-        let mut rows = Vec::new();
-        while !input.is_empty() {
-            rows.push(decode_row(&mut input, &types).unwrap_or_else(|e| panic!("decoding a row of {table}: {e}")));
-        }
-        rows
+        values::ch_rows(&self.rt, &self.ch, &self.target_column_list(), &self.db, table, &self.target_types())
     }
 
     /// Every table in the target's database, sorted.
@@ -365,52 +299,7 @@ impl Fixture {
 
     /// Writes the manifest for this fixture's tables.
     pub fn write_manifest(&self, o: &ManifestOptions) {
-        let q = |s: &str| serde_json::to_string(s).expect("a JSON string");
-        let limits: Vec<String> = [("block_rows", o.block_rows), ("block_bytes", o.block_bytes)]
-            .iter()
-            .filter_map(|(k, v)| v.map(|v| format!("{k}: {v}")))
-            .collect();
-        let wire = if limits.is_empty() { String::new() } else { format!("\n      wire: {{{}}}", limits.join(", ")) };
-        let staging = o.staging_schema.as_ref().map(|s| format!("\n  staging: {{schema: {}}}", q(s))).unwrap_or_default();
-        let columns = o
-            .columns
-            .as_ref()
-            .map(|c| format!("\n    columns: [{}]", c.iter().map(|n| q(n)).collect::<Vec<_>>().join(", ")))
-            .unwrap_or_default();
-        let source_table = q(o.source_table.as_deref().unwrap_or(TABLE));
-        let chunking = o.chunking.then(|| format!("\n        chunking: {{mode: bounded_window, parallelism: {}}}", o.parallelism));
-        let verification = o.digest.as_ref().map(|d| format!("\n        verification: {{digest: {}}}", q(d)));
-        let execution = match (chunking, verification) {
-            (None, None) => String::new(),
-            (c, v) => format!("\n      execution:{}{}", c.unwrap_or_default(), v.unwrap_or_default()),
-        };
-        let yaml = format!(
-            r#"kind: dpone.batch.v1
-source:
-  type: postgres
-  connection: {{connection_type: env, connection_id: PG}}
-  table: {{schema: {schema}, name: {source_table}}}
-  options:{columns}
-    native_transfer:{wire}{execution}
-sink:
-  type: clickhouse
-  connection: {{connection_type: env, connection_id: CH}}
-  table: {{schema: {db}, name: {TABLE}}}{staging}
-  strategy:
-    mode: replace
-    atomicity: target_atomic
-    window: {{column: {column}, anchor: data_interval_end, lookback: {lookback}, chunk_interval: {chunk_interval}}}
-runtime:
-  storage: {{work_dir: {work}}}
-"#,
-            schema = self.schema,
-            db = self.db,
-            column = q(&o.window_column),
-            lookback = o.lookback,
-            chunk_interval = o.chunk_interval,
-            work = self.work_dir().display(),
-        );
-        std::fs::write(&self.manifest, yaml).expect("write the manifest");
+        std::fs::write(&self.manifest, manifest_yaml(o, &self.schema, &self.db, &self.work_dir())).expect("write the manifest");
     }
 
     pub fn work_dir(&self) -> PathBuf {

@@ -3,7 +3,10 @@
 //! (`recovery_common::pgch`, which includes this file by path).
 #![allow(dead_code)]
 
+use dpone_clickhouse::{ChClient, Idempotence};
+use dpone_core::rowbinary::{decode_row, encode_row};
 use dpone_core::time::Timestamp;
+use dpone_core::types::ColumnType;
 use dpone_core::value::{Value, format_date, format_decimal, format_uuid, parse_date, parse_decimal, parse_uuid, rescale};
 
 pub type Row = Vec<Value>;
@@ -143,4 +146,50 @@ pub fn expected_after_replace_in(target_before: &[Row], source: &[Row], window_c
 /// Source rows inside each chunk, in chunk order.
 pub fn rows_per_chunk(source: &[Row], window_col: usize) -> Vec<u64> {
     BOUNDS.windows(2).map(|b| source.iter().filter(|r| in_range(&r[window_col], micros(b[0]), micros(b[1]))).count() as u64).collect()
+}
+
+// ---------------------------------------------------------------------------
+// Rows in and out of the servers
+// ---------------------------------------------------------------------------
+
+/// `VALUES` tuples of PostgreSQL literals, one per row.
+pub fn pg_values(rows: &[Row]) -> String {
+    let values: Vec<String> = rows.iter().map(|r| format!("({})", r.iter().map(pg_literal).collect::<Vec<_>>().join(", "))).collect();
+    values.join(",\n")
+}
+
+/// One text column of a ClickHouse query, in order.
+pub fn ch_strings(rt: &tokio::runtime::Runtime, ch: &ChClient, sql: &str) -> Vec<String> {
+    let out = rt
+        .block_on(ch.query_text(&format!("{sql} FORMAT TabSeparatedRaw"), Idempotence::Safe))
+        .unwrap_or_else(|e| panic!("ClickHouse refused `{sql}`: {e}"));
+    out.lines().map(str::to_string).collect()
+}
+
+/// Inserts `rows` as RowBinary encoded by `dpone_core::rowbinary::encode_row`
+/// under `types` into `table` (`db.name (columns)`); `query_id` prefixes
+/// the insert's unique query id.
+pub fn ch_insert_rows(rt: &tokio::runtime::Runtime, ch: &ChClient, table: &str, types: &[ColumnType], rows: &[Row], query_id: &str) {
+    if rows.is_empty() {
+        return;
+    }
+    let mut body = Vec::new();
+    for r in rows {
+        encode_row(&mut body, types, r).unwrap_or_else(|(i, e)| panic!("target test row {r:?}: column {i}: {e}"));
+    }
+    rt.block_on(ch.insert_rowbinary(table, reqwest::Body::from(body), &dpone_testkit::unique_name(query_id)))
+        .unwrap_or_else(|e| panic!("inserting target rows failed: {e}"));
+}
+
+/// The rows of `columns` of the ClickHouse table `db.table`, decoded from
+/// RowBinary under `types`.
+pub fn ch_rows(rt: &tokio::runtime::Runtime, ch: &ChClient, columns: &str, db: &str, table: &str, types: &[ColumnType]) -> Vec<Row> {
+    let sql = format!("SELECT {columns} FROM {db}.{table} FORMAT RowBinary");
+    let bytes = rt.block_on(ch.query_bytes(&sql)).unwrap_or_else(|e| panic!("reading {table} failed: {e}"));
+    let mut input = &bytes[..];
+    let mut rows = Vec::new();
+    while !input.is_empty() {
+        rows.push(decode_row(&mut input, types).unwrap_or_else(|e| panic!("decoding a row of {table}: {e}")));
+    }
+    rows
 }

@@ -10,10 +10,11 @@
 
 use crate::harness::{Background, Run, WindowReport};
 
+#[path = "../pg_clickhouse_common/manifest.rs"]
+mod manifest;
 #[path = "../pg_clickhouse_common/values.rs"]
 mod values;
 use dpone_clickhouse::{ChClient, ClickhouseConfig, Idempotence};
-use dpone_core::rowbinary::{decode_row, encode_row};
 use dpone_core::types::{ColumnType, parse_clickhouse_type};
 use dpone_core::value::Value;
 use std::path::{Path, PathBuf};
@@ -241,19 +242,14 @@ impl Fixture {
 
     /// One text column of a query, in order.
     pub fn ch_strings(&self, sql: &str) -> Vec<String> {
-        let out = self
-            .block_on(self.ch.query_text(&format!("{sql} FORMAT TabSeparatedRaw"), Idempotence::Safe))
-            .unwrap_or_else(|e| panic!("ClickHouse refused `{sql}`: {e}"));
-        out.lines().map(str::to_string).collect()
+        values::ch_strings(&self.rt, &self.ch, sql)
     }
 
     /// Inserts rows (in [`COLUMNS`] order) into the PostgreSQL table.
     pub fn insert_source(&self, rows: &[Row]) {
-        if rows.is_empty() {
-            return;
+        if !rows.is_empty() {
+            self.pg_exec(&format!("INSERT INTO {}.{TABLE} VALUES {}", self.schema, pg_values(rows)));
         }
-        let values: Vec<String> = rows.iter().map(|r| format!("({})", r.iter().map(pg_literal).collect::<Vec<_>>().join(", "))).collect();
-        self.pg_exec(&format!("INSERT INTO {}.{TABLE} VALUES {}", self.schema, values.join(",\n")));
     }
 
     /// The target's column types, as rows are encoded and decoded.
@@ -267,17 +263,8 @@ impl Fixture {
 
     /// Inserts rows into the ClickHouse target as RowBinary.
     pub fn insert_target(&self, rows: &[Row]) {
-        if rows.is_empty() {
-            return;
-        }
-        let types = Self::target_types();
-        let mut body = Vec::new();
-        for r in rows {
-            encode_row(&mut body, &types, r).unwrap_or_else(|(i, e)| panic!("target test row {r:?}: column {i}: {e}"));
-        }
         let table = format!("{}.{TABLE} ({})", self.db, Self::column_list());
-        self.block_on(self.ch.insert_rowbinary(&table, reqwest::Body::from(body), &dpone_testkit::unique_name("recovery_insert")))
-            .unwrap_or_else(|e| panic!("inserting target rows failed: {e}"));
+        values::ch_insert_rows(&self.rt, &self.ch, &table, &Self::target_types(), rows, "recovery_insert");
     }
 
     /// Every row of the target, decoded from RowBinary.
@@ -287,15 +274,7 @@ impl Fixture {
 
     /// Every row of `table` in the target's database.
     pub fn table_rows(&self, table: &str) -> Vec<Row> {
-        let types = Self::target_types();
-        let sql = format!("SELECT {} FROM {}.{} FORMAT RowBinary", Self::column_list(), self.db, dpone_clickhouse::quote_ident(table));
-        let bytes = self.block_on(self.ch.query_bytes(&sql)).unwrap_or_else(|e| panic!("reading {table} failed: {e}"));
-        let mut input = &bytes[..];
-        let mut rows = Vec::new();
-        while !input.is_empty() {
-            rows.push(decode_row(&mut input, &types).unwrap_or_else(|e| panic!("decoding a row of {table}: {e}")));
-        }
-        rows
+        values::ch_rows(&self.rt, &self.ch, &Self::column_list(), &self.db, &dpone_clickhouse::quote_ident(table), &Self::target_types())
     }
 
     /// The target table's UUID.
@@ -327,33 +306,10 @@ impl Fixture {
         owned.into_iter().next()
     }
 
+    /// Writes the route tests' default manifest (`ManifestOptions::default()`:
+    /// frames of 3 rows, chunks of a day two at a time, lookback P3D).
     fn write_manifest(&self) {
-        let yaml = format!(
-            r#"kind: dpone.batch.v1
-source:
-  type: postgres
-  connection: {{connection_type: env, connection_id: PG}}
-  table: {{schema: {schema}, name: {TABLE}}}
-  options:
-    native_transfer:
-      wire: {{block_rows: 3}}
-      execution:
-        chunking: {{mode: bounded_window, parallelism: 2}}
-sink:
-  type: clickhouse
-  connection: {{connection_type: env, connection_id: CH}}
-  table: {{schema: {db}, name: {TABLE}}}
-  strategy:
-    mode: replace
-    atomicity: target_atomic
-    window: {{column: ts, anchor: data_interval_end, lookback: P3D, chunk_interval: P1D}}
-runtime:
-  storage: {{work_dir: {work}}}
-"#,
-            schema = self.schema,
-            db = self.db,
-            work = self.work_dir().display(),
-        );
+        let yaml = manifest::manifest_yaml(&manifest::ManifestOptions::default(), &self.schema, &self.db, &self.work_dir());
         std::fs::write(&self.manifest, yaml).expect("write the manifest");
     }
 

@@ -35,10 +35,9 @@ pub const DEFAULT_DISK_RESERVE_BYTES: u64 = 1 << 30;
 use crate::client::{ChClient, Idempotence, named, quote_ident, quote_str, table_is};
 use dpone_core::Diagnostic;
 use dpone_core::digest::{DigestAlgorithm, RowDigest};
-use dpone_core::incremental::StoredMark;
 use dpone_core::ports::{
-    AdapterError, Contents, EligibilityRequest, FrameRx, GenerationBuild, GenerationEstimate, MarkedPublication, MergeCounts, MergeKey,
-    PartIdentity, PublicationOutcome, Result, RowFilter, TableRole, Target, WindowStats,
+    AdapterError, Contents, EligibilityRequest, FrameRx, GenerationBuild, GenerationEstimate, PartIdentity, PublicationOutcome, Result,
+    RowFilter, TableRole, Target, WindowStats,
 };
 use dpone_core::time::Timestamp;
 use dpone_core::types::{Column, parse_clickhouse_type};
@@ -509,25 +508,7 @@ impl Target for ClickhouseTarget {
         })
     }
 
-    async fn read_mark(&self) -> Result<Option<StoredMark>> {
-        self.read_mark_now().await
-    }
-
-    async fn publish_append(&self, publication: MarkedPublication<'_>, rows: u64) -> Result<PublicationOutcome> {
-        self.publish_append_now(publication, rows).await
-    }
-
-    async fn check_merge(&self, generation: &str, key: &MergeKey) -> Result<MergeCounts> {
-        self.check_merge_now(generation, key).await
-    }
-
-    async fn publish_merge(&self, publication: MarkedPublication<'_>, key: &MergeKey, expected: MergeCounts) -> Result<PublicationOutcome> {
-        self.publish_merge_now(publication, key, expected).await
-    }
-
-    async fn reset_mark(&self, before: Option<&StoredMark>, after: Option<&StoredMark>) -> Result<()> {
-        self.reset_mark_now(before, after).await
-    }
+    dpone_core::target_marks! { read_mark_now, publish_append_now, check_merge_now, publish_merge_now, reset_mark_now }
 
     async fn drop_tables(&self, names: &[String]) -> Result<()> {
         for n in names {

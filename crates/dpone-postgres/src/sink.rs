@@ -44,8 +44,8 @@ use dpone_core::identity::OWNED_PREFIX;
 use dpone_core::incremental::StoredMark;
 use dpone_core::manifest::TableRef;
 use dpone_core::ports::{
-    AdapterError, Contents, EligibilityRequest, ErrorClass, FrameRx, GenerationBuild, MarkedPublication, MergeCounts, MergeKey,
-    PublicationOutcome, Result, RowFilter, TableRole, Target, WindowStats,
+    AdapterError, Contents, EligibilityRequest, ErrorClass, FrameRx, GenerationBuild, PublicationOutcome, Result, RowFilter, TableRole,
+    Target, WindowStats,
 };
 use dpone_core::time::Timestamp;
 use dpone_core::types::{Column, DType};
@@ -558,27 +558,9 @@ impl Target for PostgresTarget {
         client.batch_execute(&sql).await.map_err(|e| classify("dropping owned tables", e))
     }
 
-    async fn read_mark(&self) -> Result<Option<StoredMark>> {
-        self.read_final_mark().await
-    }
-
     async fn peek_mark(&self) -> Result<Option<StoredMark>> {
         self.peek_final_mark().await
     }
 
-    async fn publish_append(&self, publication: MarkedPublication<'_>, rows: u64) -> Result<PublicationOutcome> {
-        self.append_in_transaction(publication, rows).await
-    }
-
-    async fn check_merge(&self, generation: &str, key: &MergeKey) -> Result<MergeCounts> {
-        self.check_merge_here(generation, key).await
-    }
-
-    async fn publish_merge(&self, publication: MarkedPublication<'_>, key: &MergeKey, expected: MergeCounts) -> Result<PublicationOutcome> {
-        self.merge_in_transaction(publication, key, expected).await
-    }
-
-    async fn reset_mark(&self, before: Option<&StoredMark>, after: Option<&StoredMark>) -> Result<()> {
-        self.reset_mark_in_transaction(before, after).await
-    }
+    dpone_core::target_marks! { read_final_mark, append_in_transaction, check_merge_here, merge_in_transaction, reset_mark_in_transaction }
 }

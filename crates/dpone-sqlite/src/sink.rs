@@ -439,25 +439,7 @@ impl Target for SqliteTarget {
         .await
     }
 
-    async fn read_mark(&self) -> Result<Option<StoredMark>> {
-        self.read_mark_here().await
-    }
-
-    async fn publish_append(&self, publication: MarkedPublication<'_>, rows: u64) -> Result<PublicationOutcome> {
-        self.publish_append_here(publication, rows).await
-    }
-
-    async fn check_merge(&self, generation: &str, key: &MergeKey) -> Result<MergeCounts> {
-        self.check_merge_here(generation, key).await
-    }
-
-    async fn publish_merge(&self, publication: MarkedPublication<'_>, key: &MergeKey, expected: MergeCounts) -> Result<PublicationOutcome> {
-        self.publish_merge_here(publication, key, expected).await
-    }
-
-    async fn reset_mark(&self, before: Option<&StoredMark>, after: Option<&StoredMark>) -> Result<()> {
-        self.reset_mark_here(before, after).await
-    }
+    dpone_core::target_marks! { read_mark_here, publish_append_here, check_merge_here, publish_merge_here, reset_mark_here }
 
     async fn drop_tables(&self, names: &[String]) -> Result<()> {
         let sql: String = names.iter().map(|n| format!("DROP TABLE IF EXISTS {};", self.owned_sql(n))).collect();

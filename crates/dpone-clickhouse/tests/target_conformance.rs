@@ -6,9 +6,7 @@ use dpone_clickhouse::{ChClient, ClickhouseConfig, ClickhouseTarget, Idempotence
 use dpone_core::ports::TableRole;
 use dpone_core::rowbinary::decode_row;
 use dpone_testkit::rows::{Row, encode, multiset, types_of};
-use dpone_testkit::target_conformance::{self, Caps, ColumnNames, TargetFixture, TargetHarness, columns};
-
-const TABLE: &str = "events";
+use dpone_testkit::target_conformance::{self, ColumnNames, TABLE, TargetFixture, TargetHarness, columns, table_name};
 
 struct Harness;
 
@@ -30,10 +28,6 @@ fn columns_ddl(n: &ColumnNames) -> String {
 impl TargetHarness for Harness {
     type Fixture = Fixture;
 
-    fn caps(&self) -> Caps {
-        Caps::FULL
-    }
-
     async fn fresh(&self, names: ColumnNames) -> Fixture {
         let client = ChClient::new(ClickhouseConfig::from_url(&dpone_testkit::clickhouse_url()).unwrap()).unwrap();
         let database = dpone_testkit::unique_name("dpone_conf");
@@ -47,11 +41,7 @@ impl TargetHarness for Harness {
 
 impl Fixture {
     fn table_sql(&self, table: TableRole<'_>) -> String {
-        let name = match table {
-            TableRole::Target => TABLE,
-            TableRole::Owned(n) => n,
-        };
-        format!("{}.{}", quote_ident(&self.database), quote_ident(name))
+        format!("{}.{}", quote_ident(&self.database), quote_ident(table_name(table)))
     }
 
     fn col(&self, i: usize) -> String {

@@ -10,11 +10,9 @@ use dpone_core::value::{Value, format_decimal, parse_decimal, rescale};
 use dpone_postgres::PostgresTarget;
 use dpone_postgres::source::quote_ident;
 use dpone_testkit::rows::{Row, multiset};
-use dpone_testkit::target_conformance::{self, Caps, ColumnNames, TargetFixture, TargetHarness};
+use dpone_testkit::target_conformance::{self, ColumnNames, TABLE, TargetFixture, TargetHarness, table_name};
 use std::str::FromStr;
 use tokio_postgres::{Client, NoTls};
-
-const TABLE: &str = "events";
 
 struct Harness;
 
@@ -41,10 +39,6 @@ fn columns_ddl(n: &ColumnNames) -> String {
 impl TargetHarness for Harness {
     type Fixture = Fixture;
 
-    fn caps(&self) -> Caps {
-        Caps::FULL
-    }
-
     async fn fresh(&self, names: ColumnNames) -> Fixture {
         let config = tokio_postgres::Config::from_str(&dpone_testkit::postgres_url()).unwrap();
         let client = connect(&config).await;
@@ -60,11 +54,7 @@ impl TargetHarness for Harness {
 
 impl Fixture {
     fn table_sql(&self, table: TableRole<'_>) -> String {
-        let name = match table {
-            TableRole::Target => TABLE,
-            TableRole::Owned(n) => n,
-        };
-        format!("{}.{}", quote_ident(&self.schema), quote_ident(name))
+        format!("{}.{}", quote_ident(&self.schema), quote_ident(table_name(table)))
     }
 
     fn col(&self, i: usize) -> String {
@@ -165,10 +155,6 @@ struct DirectHarness;
 
 impl TargetHarness for DirectHarness {
     type Fixture = Fixture;
-
-    fn caps(&self) -> Caps {
-        Caps::FULL
-    }
 
     async fn fresh(&self, names: ColumnNames) -> Fixture {
         let mut f = Harness.fresh(names).await;

@@ -18,27 +18,9 @@ use dpone_testkit::target_conformance::{DAY0, row, target_rows};
 use world::World;
 
 /// The same tables as the window runs, appended by the cursor `id`.
-const MANIFEST: &str = r#"
-kind: dpone.batch.v1
-source:
-  type: sqlite
-  connection: {connection_type: params, params: {path: source.db}}
-  table: {name: events}
-  options:
-    incremental_column: id
-    native_transfer:
-      execution:
-        native_chunks: {max_rows: 1, max_bytes: 65536, stage_allocated_bytes_stop_threshold: 100000000}
-sink:
-  type: sqlite
-  connection: {connection_type: params, params: {path: target.db}}
-  table: {name: events}
-  strategy:
-    mode: incremental_append
-"#;
-
 fn world(model: Publication) -> World {
-    World::with_manifest(model, MANIFEST, Interval { end: None, start: None })
+    let text = world::manifest("    incremental_column: id\n", "", "    mode: incremental_append\n");
+    World::with_manifest(model, &text, Interval { end: None, start: None })
 }
 
 fn new_rows(ids: std::ops::RangeInclusive<i64>) -> Vec<Row> {
@@ -175,9 +157,7 @@ impl dpone_core::failpoint::Injector for OnPoint {
 // ---------------------------------------------------------------------------
 
 fn merge_world(model: Publication) -> World {
-    let text = MANIFEST
-        .replace("incremental_column: id", "incremental_column: ts")
-        .replace("    mode: incremental_append\n", "    mode: incremental_merge\n    unique_key: [id]\n");
+    let text = world::manifest("    incremental_column: ts\n", "", "    mode: incremental_merge\n    unique_key: [id]\n");
     World::with_manifest(model, &text, Interval { end: None, start: None })
 }
 

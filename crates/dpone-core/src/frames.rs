@@ -412,6 +412,29 @@ impl Assembly {
         self.frame.reserved = covered(&self.buffer);
     }
 
+    /// Parses what `unparsed` holds into the frame until it is full, the
+    /// stream needs more bytes or ended, or a row is rerouted (the
+    /// [`Parsed`] returned). On the way: the guard ([`FrameSink::check`])
+    /// every [`LEASE_CHECK_ROWS`] rows, a value error refused through
+    /// `sink`, and a row larger than the frame's reservation waits for
+    /// budget rather than over-allocate.
+    async fn parse<T: Transcoder, S: FrameSink>(&mut self, unparsed: &mut Unparsed, transcoder: &mut T, sink: &mut S) -> Result<Parsed> {
+        loop {
+            let parsed = unparsed.parse_into(transcoder, &mut self.frame).map_err(|e| sink.refused(e.at_row(self.rows_so_far() + 1)))?;
+            if self.guard_due() {
+                sink.check()?;
+            }
+            match parsed {
+                Parsed::GuardDue => {}
+                Parsed::NeedBudget(bytes) => {
+                    sink.grow(&mut self.buffer, bytes as u64).await?;
+                    self.grown();
+                }
+                other => return Ok(other),
+            }
+        }
+    }
+
     /// Makes the parser stop where the guard falls due inside this frame.
     fn pause_at_guard(&mut self) {
         let until_check = self.next_check.saturating_sub(self.stats.rows);
@@ -470,24 +493,16 @@ where
     let mut a = Assembly::new(columns, limits);
     a.install(sink.buffer(limits.flush_bytes as u64).await?);
     loop {
-        let parsed = unparsed.parse_into(transcoder, &mut a.frame).map_err(|e| sink.refused(e.at_row(a.rows_so_far() + 1)))?;
-        if a.guard_due() {
-            sink.check()?;
-        }
+        let parsed = a.parse(&mut unparsed, transcoder, sink).await?;
         match parsed {
-            Parsed::GuardDue => {}
+            // Handled by `Assembly::parse`.
+            Parsed::GuardDue | Parsed::NeedBudget(_) => {}
             Parsed::FrameFull => {
                 // Hand the full frame on *before* reserving the next buffer:
                 // a reader waiting for budget must hold none, or readers
                 // could wait on each other forever.
                 sink.send(a.seal()).await?;
                 a.install(sink.buffer(limits.flush_bytes as u64).await?);
-            }
-            Parsed::NeedBudget(bytes) => {
-                // A row larger than the frame's reservation: wait for budget
-                // rather than over-allocate.
-                sink.grow(&mut a.buffer, bytes as u64).await?;
-                a.grown();
             }
             Parsed::Reroute(_) => return Err(AdapterError::internal("a row was rerouted in a read that routes no rows")),
             Parsed::Finished | Parsed::NeedMore => {

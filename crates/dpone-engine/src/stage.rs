@@ -284,8 +284,22 @@ struct StagedChunk {
 pub(crate) fn frame_guard<S: Source, T: Target>(ctx: &Ctx<S, T>) -> FrameGuard {
     let limits = &ctx.plan.limits;
     let (lease, cancel, failpoints) = (ctx.lease.clone(), ctx.options.cancel.clone(), ctx.options.failpoints.clone());
-    let (total, max_total, stop_at) =
-        (ctx.encoded_total.clone(), limits.max_total_encoded_bytes, limits.stage_allocated_bytes_stop_threshold);
+    let total = ctx.encoded_total.clone();
+    // The byte limits on what the run encoded: (limit, its name, what the bytes are, hint).
+    let byte_limits = [
+        (
+            limits.max_total_encoded_bytes,
+            "max_total_encoded_bytes",
+            "the run encoded",
+            "raise native_chunks.max_total_encoded_bytes or move a smaller window",
+        ),
+        (
+            limits.stage_allocated_bytes_stop_threshold,
+            "stage_allocated_bytes_stop_threshold",
+            "the staging area would hold",
+            "raise the threshold or move a smaller window",
+        ),
+    ];
     let progress = ctx.options.progress.clone();
     let sent = Arc::new(AtomicU64::new(0));
     Arc::new(move |frame: Option<&Frame>| {
@@ -293,23 +307,13 @@ pub(crate) fn frame_guard<S: Source, T: Target>(ctx: &Ctx<S, T>) -> FrameGuard {
         cancel.check()?;
         let Some(frame) = frame else { return Ok(()) };
         let now = total.fetch_add(frame.bytes.len() as u64, Ordering::Relaxed) + frame.bytes.len() as u64;
-        if let Some(max) = max_total
-            && now > max
-        {
-            return Err(AdapterError::limit(
-                "limit_exceeded:max_total_encoded_bytes",
-                format!("the run encoded {now} bytes, more than max_total_encoded_bytes = {max}"),
-            )
-            .hint("raise native_chunks.max_total_encoded_bytes or move a smaller window"));
-        }
-        if let Some(stop) = stop_at
-            && now > stop
-        {
-            return Err(AdapterError::limit(
-                "limit_exceeded:stage_allocated_bytes_stop_threshold",
-                format!("the staging area would hold {now} bytes, more than stage_allocated_bytes_stop_threshold = {stop}"),
-            )
-            .hint("raise the threshold or move a smaller window"));
+        for (limit, name, what, hint) in byte_limits {
+            if let Some(limit) = limit
+                && now > limit
+            {
+                let message = format!("{what} {now} bytes, more than {name} = {limit}");
+                return Err(AdapterError::limit(format!("limit_exceeded:{name}"), message).hint(hint));
+            }
         }
         if let Some(p) = &progress {
             p.frame(frame.rows, frame.bytes.len() as u64);

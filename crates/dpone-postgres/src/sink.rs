@@ -502,17 +502,7 @@ impl Target for PostgresTarget {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    async fn claim(&self, request: &dpone_core::ports::ClaimRequest) -> Result<dpone_core::ports::ClaimAttempt> {
-        self.claim_impl(request).await
-    }
-
-    async fn renew_claim(&self, claim: &dpone_core::ports::TargetClaim, ttl_ms: u64, run: &str) -> Result<()> {
-        self.renew_claim_impl(claim, ttl_ms, run).await
-    }
-
-    async fn release_claim(&self, claim: &dpone_core::ports::TargetClaim) -> Result<()> {
-        self.release_claim_impl(claim).await
-    }
+    dpone_core::target_claims! { claim_impl, renew_claim_impl, release_claim_impl }
 
     async fn window_stats(&self, f: &RowFilter) -> Result<WindowStats> {
         let c = quote_ident(&f.column);

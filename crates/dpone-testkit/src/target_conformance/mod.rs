@@ -72,6 +72,33 @@ pub fn table_name(table: TableRole<'_>) -> &str {
     }
 }
 
+/// A fixture's tables and columns as SQL: its own database or schema
+/// `container`, the standard schema's column `names`, quoted by the
+/// vendor's `quote`.
+#[derive(Debug, Clone)]
+pub struct FixtureSql {
+    pub container: String,
+    pub names: ColumnNames,
+    pub quote: fn(&str) -> String,
+}
+
+impl FixtureSql {
+    /// `container.table` of `table`, quoted.
+    pub fn table(&self, table: TableRole<'_>) -> String {
+        format!("{}.{}", (self.quote)(&self.container), (self.quote)(table_name(table)))
+    }
+
+    /// Column `i` of the standard schema, quoted.
+    pub fn col(&self, i: usize) -> String {
+        (self.quote)(self.names[i])
+    }
+
+    /// Every column, quoted, in order: `a, b, c, d`.
+    pub fn list(&self) -> String {
+        self.names.iter().map(|c| (self.quote)(c)).collect::<Vec<_>>().join(", ")
+    }
+}
+
 /// Makes fresh fixtures of one target implementation.
 pub trait TargetHarness {
     type Fixture: TargetFixture;

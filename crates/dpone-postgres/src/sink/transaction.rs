@@ -113,6 +113,12 @@ pub(super) async fn serializable<'c>(client: &'c mut Client, what: &str) -> Resu
     client.build_transaction().isolation_level(IsolationLevel::Serializable).start().await.map_err(|e| classify(what, e))
 }
 
+/// Whether the relation `relation` (quoted and qualified) exists.
+pub(super) async fn relation_exists(client: &impl GenericClient, relation: &str, what: &str) -> Result<bool> {
+    let row = client.query_one("SELECT to_regclass($1) IS NOT NULL", &[&relation]).await.map_err(|e| classify(what, e))?;
+    Ok(row.get(0))
+}
+
 /// The rows a publication inserts (`inserted`) must be the verified ones.
 pub(super) fn check_generation(generation: &str, inserted: Fingerprint, expected: Fingerprint) -> Result<()> {
     if inserted != expected {

@@ -23,8 +23,8 @@ use crate::failure::Step;
 use crate::journal::Journal;
 use dpone_core::identity::{self, OWNED_PREFIX};
 use dpone_core::ports::{
-    AccessPlan, AdapterError, ErrorClass, ErrorKind, Frame, FrameGuard, ReadRequest, ReadStats, RowFilter, Source, TableRole, Target,
-    guarded_frame_channel,
+    AccessPlan, AdapterError, Contents, ErrorClass, ErrorKind, Frame, FrameGuard, ReadRequest, ReadStats, RowFilter, Source, TableRole,
+    Target, guarded_frame_channel,
 };
 use dpone_core::state::{CHUNK_BACKOFF_MS, ChunkRecord, ChunkState, MAX_CHUNK_ATTEMPTS, RunState};
 use dpone_core::time::Timestamp;
@@ -514,16 +514,12 @@ async fn verify_attempt<S: Source, T: Target>(
     let verify_started = Instant::now();
     let parts_before = crate::parts::read(ctx, staging).await;
     let staged = ctx.target.inspect(TableRole::Owned(staging), None).await?;
-    if staged.rows != stats.rows || staged.digest != stats.digest {
-        return Err(AdapterError::verification(
-            "staging_verification_failed",
-            format!(
-                "chunk {index}: the staging table holds {} ({}), but the stream carried {} ({})",
-                staged.rows, staged.digest, stats.rows, stats.digest
-            ),
-        )
-        .hint("the target did not store exactly what was sent; nothing was published"));
-    }
+    let carried = Contents { rows: stats.rows, digest: stats.digest.clone() };
+    staged
+        .check_is(&carried, "staging_verification_failed", |held, carried| {
+            format!("chunk {index}: the staging table holds {held}, but the stream carried {carried}")
+        })
+        .map_err(|e| e.hint("the target did not store exactly what was sent; nothing was published"))?;
     if let (Some(w), Some(c)) = (&ctx.plan.window, chunk) {
         let outside = RowFilter { column: w.column.clone(), start: c.start, end: c.end, inside: false };
         let n = ctx.target.count(TableRole::Owned(staging), Some(&outside)).await?;

@@ -157,6 +157,18 @@ pub struct Contents {
     pub digest: RowDigest,
 }
 
+impl Contents {
+    /// A `Verification` error `code` unless `self` is `expected`; `message`
+    /// words it from both, each printed as `rows (digest)`.
+    pub fn check_is(&self, expected: &Contents, code: &str, message: impl FnOnce(String, String) -> String) -> Result<()> {
+        if self == expected {
+            return Ok(());
+        }
+        let text = |c: &Contents| format!("{} ({})", c.rows, c.digest);
+        Err(AdapterError::verification(code, message(text(self), text(expected))))
+    }
+}
+
 /// Facts about the published target, for evidence.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct WindowStats {

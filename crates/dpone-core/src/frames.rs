@@ -412,12 +412,10 @@ impl Assembly {
         self.frame.reserved = covered(&self.buffer);
     }
 
-    /// Parses what `unparsed` holds into the frame until it is full, the
-    /// stream needs more bytes or ended, or a row is rerouted (the
-    /// [`Parsed`] returned). On the way: the guard ([`FrameSink::check`])
-    /// every [`LEASE_CHECK_ROWS`] rows, a value error refused through
-    /// `sink`, and a row larger than the frame's reservation waits for
-    /// budget rather than over-allocate.
+    /// Parses `unparsed` into the frame until it is full, more bytes are
+    /// needed, the stream ended or a row is rerouted; on the way the guard
+    /// runs every [`LEASE_CHECK_ROWS`] rows, a value error is refused through
+    /// `sink`, a row larger than the reservation waits for budget.
     async fn parse<T: Transcoder, S: FrameSink>(&mut self, unparsed: &mut Unparsed, transcoder: &mut T, sink: &mut S) -> Result<Parsed> {
         loop {
             let parsed = unparsed.parse_into(transcoder, &mut self.frame).map_err(|e| sink.refused(e.at_row(self.rows_so_far() + 1)))?;

@@ -57,14 +57,22 @@ pub struct OptInJob {
     pub suggested: bool,
 }
 
+/// What a plan classified and how: carried unchanged into the receipt
+/// that verifies it (in both documents these are top-level fields).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Plan {
-    pub schema_version: String,
+pub struct PlanBasis {
     pub classifier_version: String,
     pub base_sha: String,
     pub head_sha: String,
     pub classification: Classification,
     pub preserve_existing_required_checks: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    pub schema_version: String,
+    #[serde(flatten)]
+    pub basis: PlanBasis,
     /// Routes whose smoke the plan requires.
     pub routes: Vec<String>,
     pub files: Vec<FileRecord>,
@@ -177,11 +185,13 @@ pub fn build(base_sha: &str, head_sha: &str, mut files: Vec<FileRecord>) -> Plan
         .collect();
     Plan {
         schema_version: PLAN_SCHEMA_VERSION.into(),
-        classifier_version: CLASSIFIER_VERSION.into(),
-        base_sha: base_sha.into(),
-        head_sha: head_sha.into(),
-        classification: class,
-        preserve_existing_required_checks: true,
+        basis: PlanBasis {
+            classifier_version: CLASSIFIER_VERSION.into(),
+            base_sha: base_sha.into(),
+            head_sha: head_sha.into(),
+            classification: class,
+            preserve_existing_required_checks: true,
+        },
         routes: smoked,
         files,
         required_checks: checks,
@@ -201,12 +211,12 @@ fn short(sha: &str) -> &str {
 /// The plan as Markdown (for a pull-request comment or job summary).
 pub fn markdown(plan: &Plan) -> String {
     let mut s = String::new();
-    s.push_str(&format!("# dpone ci plan: `{}`\n\n", plan.classification.as_str()));
+    s.push_str(&format!("# dpone ci plan: `{}`\n\n", plan.basis.classification.as_str()));
     s.push_str(&format!(
         "Base `{}` -> head `{}`, classifier `{}`, plan `{}`.\n\n",
-        short(&plan.base_sha),
-        short(&plan.head_sha),
-        plan.classifier_version,
+        short(&plan.basis.base_sha),
+        short(&plan.basis.head_sha),
+        plan.basis.classifier_version,
         plan.schema_version
     ));
     if plan.files.is_empty() {
@@ -287,16 +297,16 @@ pub(crate) mod tests {
     #[test]
     fn no_changes_keeps_only_the_gates() {
         let p = build("a", "b", vec![]);
-        assert_eq!(p.classification, Classification::NoChanges);
+        assert_eq!(p.basis.classification, Classification::NoChanges);
         assert_eq!(ids(&p), GATES);
-        assert!(p.preserve_existing_required_checks);
+        assert!(p.basis.preserve_existing_required_checks);
         assert!(p.required_checks.iter().all(|c| c.status == "UNVERIFIED"));
     }
 
     #[test]
     fn schedule_only_adds_the_contracts_and_no_transfer() {
         let p = build("a", "b", vec![record("m.yaml", FileClass::ScheduleOnly, &[], &[])]);
-        assert_eq!(p.classification, Classification::ScheduleOnly);
+        assert_eq!(p.basis.classification, Classification::ScheduleOnly);
         assert_eq!(ids(&p), [&GATES[..], &CONTRACTS[..]].concat());
         assert!(p.routes.is_empty());
         assert!(p.opt_in_jobs.iter().all(|j| !j.required && !j.suggested));
@@ -313,7 +323,7 @@ pub(crate) mod tests {
                 record("a.yaml", FileClass::ScheduleOnly, &[], &[]),
             ],
         );
-        assert_eq!(p.classification, Classification::RouteScoped);
+        assert_eq!(p.basis.classification, Classification::RouteScoped);
         assert_eq!(ids(&p), [&GATES[..], &CONTRACTS[..], &["smoke.postgres-clickhouse"]].concat());
         assert_eq!(p.files[0].path, "a.yaml", "files are sorted");
         assert_eq!(p.routes, vec!["postgres->clickhouse"]);
@@ -326,7 +336,7 @@ pub(crate) mod tests {
     #[test]
     fn broad_requires_everything() {
         let p = build("a", "b", vec![record("x.rs", FileClass::Broad, &[], &[]), record("m.yaml", FileClass::ScheduleOnly, &[], &[])]);
-        assert_eq!(p.classification, Classification::Broad);
+        assert_eq!(p.basis.classification, Classification::Broad);
         assert_eq!(ids(&p).len(), 3 + 4 + catalog::ROUTES.len() + 1);
         assert_eq!(*ids(&p).last().unwrap(), "broad.workspace");
         assert!(p.required_checks.last().unwrap().infrastructure.contains(&"postgresql".to_string()));

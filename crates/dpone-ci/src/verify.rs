@@ -10,7 +10,7 @@
 
 use crate::catalog::{self, Group, SuiteProof};
 use crate::junit::{self, Outcome, Suite};
-use crate::report::{self, Classification, Plan, UNVERIFIED};
+use crate::report::{self, Plan, PlanBasis, UNVERIFIED};
 use crate::{CLASSIFIER_VERSION, PLAN_SCHEMA_VERSION, RECEIPT_SCHEMA_VERSION, git, sha256_hex};
 use dpone_core::Diagnostic;
 use serde::{Deserialize, Serialize};
@@ -151,11 +151,9 @@ pub struct PlanRef {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Receipt {
     pub schema_version: String,
-    pub classifier_version: String,
-    pub base_sha: String,
-    pub head_sha: String,
-    pub classification: Classification,
-    pub preserve_existing_required_checks: bool,
+    /// The plan's.
+    #[serde(flatten)]
+    pub basis: PlanBasis,
     pub plan: PlanRef,
     pub artifacts: Vec<ArtifactRecord>,
     pub checks: Vec<CheckResult>,
@@ -183,18 +181,18 @@ pub fn read_plan(bytes: &[u8]) -> Result<Plan, Diagnostic> {
         .hint("make the plan with the same dpone version that verifies it"));
     }
     let plan: Plan = serde_json::from_value(value).map_err(|e| invalid(format!("the plan does not have the plan shape: {e}")))?;
-    if plan.classifier_version != CLASSIFIER_VERSION {
+    if plan.basis.classifier_version != CLASSIFIER_VERSION {
         return Err(Diagnostic::new(
             "classifier_version_mismatch",
             "--plan",
-            format!("the plan was made by classifier `{}`; this dpone is `{CLASSIFIER_VERSION}`", plan.classifier_version),
+            format!("the plan was made by classifier `{}`; this dpone is `{CLASSIFIER_VERSION}`", plan.basis.classifier_version),
         )
         .hint("make the plan with the same dpone version that verifies it"));
     }
-    if !git::is_full_sha(&plan.base_sha) || !git::is_full_sha(&plan.head_sha) {
+    if !git::is_full_sha(&plan.basis.base_sha) || !git::is_full_sha(&plan.basis.head_sha) {
         return Err(invalid("base_sha and head_sha must be full commit ids"));
     }
-    if !plan.preserve_existing_required_checks {
+    if !plan.basis.preserve_existing_required_checks {
         return Err(invalid("preserve_existing_required_checks must be true"));
     }
     if let Some(c) = plan.required_checks.iter().find(|c| c.status != UNVERIFIED) {
@@ -213,14 +211,14 @@ pub fn read_plan(bytes: &[u8]) -> Result<Plan, Diagnostic> {
             .hint("pass the plan.json written by `dpone ci plan`, unedited"));
         }
     }
-    let rebuilt = report::build(&plan.base_sha, &plan.head_sha, plan.files.clone());
+    let rebuilt = report::build(&plan.basis.base_sha, &plan.basis.head_sha, plan.files.clone());
     let ids = |p: &Plan| p.required_checks.iter().map(|c| c.id.clone()).collect::<Vec<_>>();
-    if rebuilt.classification != plan.classification || ids(&rebuilt) != ids(&plan) {
+    if rebuilt.basis.classification != plan.basis.classification || ids(&rebuilt) != ids(&plan) {
         return Err(invalid(format!(
             "the plan's classification and checks ({}: {}) are not what its file records require ({}: {})",
-            plan.classification.as_str(),
+            plan.basis.classification.as_str(),
             ids(&plan).join(", "),
-            rebuilt.classification.as_str(),
+            rebuilt.basis.classification.as_str(),
             ids(&rebuilt).join(", ")
         )));
     }
@@ -300,11 +298,7 @@ pub fn verify(plan: &Plan, plan_ref: PlanRef, inputs: Vec<ArtifactInput>) -> Rec
     let all_passed = !checks.is_empty() && checks.iter().all(|c| c.status == Status::Pass);
     Receipt {
         schema_version: RECEIPT_SCHEMA_VERSION.into(),
-        classifier_version: plan.classifier_version.clone(),
-        base_sha: plan.base_sha.clone(),
-        head_sha: plan.head_sha.clone(),
-        classification: plan.classification,
-        preserve_existing_required_checks: plan.preserve_existing_required_checks,
+        basis: plan.basis.clone(),
         plan: plan_ref,
         artifacts,
         checks,
@@ -398,10 +392,10 @@ pub fn markdown(r: &Receipt) -> String {
         "Plan `{}` (sha256 `{}`), classification `{}`, base `{}` -> head `{}`, classifier `{}`.\n\n",
         report::cell(&r.plan.path),
         &r.plan.sha256[..r.plan.sha256.len().min(12)],
-        r.classification.as_str(),
-        r.base_sha,
-        r.head_sha,
-        r.classifier_version
+        r.basis.classification.as_str(),
+        r.basis.base_sha,
+        r.basis.head_sha,
+        r.basis.classifier_version
     ));
     s.push_str("| check | status | reason |\n|---|---|---|\n");
     for c in &r.checks {

@@ -115,7 +115,7 @@ fn plan(repo: &Path, base: &str, head: &str, out: Option<&Path>, markdown: Optio
     if out.is_some() {
         println!(
             "{}: {} file(s) changed, {} required check(s){}",
-            plan.classification.as_str(),
+            plan.basis.classification.as_str(),
             plan.files.len(),
             plan.required_checks.len(),
             if plan.routes.is_empty() { String::new() } else { format!(", routes {}", plan.routes.join(", ")) }
@@ -193,14 +193,19 @@ fn verify(
         Err(d) => return fail(&d),
     };
     if let Some(dir) = repo {
-        match Repo::open(dir).and_then(|r| make_plan(&r, &plan.base_sha, &plan.head_sha)) {
+        match Repo::open(dir).and_then(|r| make_plan(&r, &plan.basis.base_sha, &plan.basis.head_sha)) {
             Ok(fresh) if fresh == plan => {}
             Ok(_) => {
                 return fail(
                     &Diagnostic::new(
                         "plan_mismatch",
                         "--plan",
-                        format!("the plan is not what classifying {}..{} in {} gives", plan.base_sha, plan.head_sha, dir.display()),
+                        format!(
+                            "the plan is not what classifying {}..{} in {} gives",
+                            plan.basis.base_sha,
+                            plan.basis.head_sha,
+                            dir.display()
+                        ),
                     )
                     .hint("make the plan again with `dpone ci plan` and verify the new one"),
                 );

@@ -35,10 +35,9 @@ pub const DEFAULT_DISK_RESERVE_BYTES: u64 = 1 << 30;
 use crate::client::{ChClient, Idempotence, named, quote_ident, quote_str, table_is};
 use dpone_core::Diagnostic;
 use dpone_core::digest::{DigestAlgorithm, RowDigest};
-use dpone_core::incremental::StoredMark;
 use dpone_core::ports::{
-    AdapterError, Contents, EligibilityRequest, FrameRx, GenerationBuild, GenerationEstimate, MarkedPublication, MergeCounts, MergeKey,
-    PartIdentity, PublicationOutcome, Result, RowFilter, TableRole, Target, WindowStats,
+    AdapterError, Contents, EligibilityRequest, FrameRx, GenerationBuild, GenerationEstimate, PartIdentity, PublicationOutcome, Result,
+    RowFilter, TableRole, Target, WindowStats,
 };
 use dpone_core::time::Timestamp;
 use dpone_core::types::{Column, parse_clickhouse_type};
@@ -428,17 +427,7 @@ impl Target for ClickhouseTarget {
         Ok(rows.iter().map(|r| text(r, "name")).collect())
     }
 
-    async fn claim(&self, request: &dpone_core::ports::ClaimRequest) -> Result<dpone_core::ports::ClaimAttempt> {
-        self.claim_impl(request).await
-    }
-
-    async fn renew_claim(&self, claim: &dpone_core::ports::TargetClaim, ttl_ms: u64, run: &str) -> Result<()> {
-        self.renew_claim_impl(claim, ttl_ms, run).await
-    }
-
-    async fn release_claim(&self, claim: &dpone_core::ports::TargetClaim) -> Result<()> {
-        self.release_claim_impl(claim).await
-    }
+    dpone_core::target_claims! { claim_impl, renew_claim_impl, release_claim_impl }
 
     async fn after_publication(&self, generation: &str, backup: &str) -> Result<()> {
         // After EXCHANGE the generation's name holds the previous target:
@@ -509,25 +498,7 @@ impl Target for ClickhouseTarget {
         })
     }
 
-    async fn read_mark(&self) -> Result<Option<StoredMark>> {
-        self.read_mark_now().await
-    }
-
-    async fn publish_append(&self, publication: MarkedPublication<'_>, rows: u64) -> Result<PublicationOutcome> {
-        self.publish_append_now(publication, rows).await
-    }
-
-    async fn check_merge(&self, generation: &str, key: &MergeKey) -> Result<MergeCounts> {
-        self.check_merge_now(generation, key).await
-    }
-
-    async fn publish_merge(&self, publication: MarkedPublication<'_>, key: &MergeKey, expected: MergeCounts) -> Result<PublicationOutcome> {
-        self.publish_merge_now(publication, key, expected).await
-    }
-
-    async fn reset_mark(&self, before: Option<&StoredMark>, after: Option<&StoredMark>) -> Result<()> {
-        self.reset_mark_now(before, after).await
-    }
+    dpone_core::target_marks! { read_mark_now, publish_append_now, check_merge_now, publish_merge_now, reset_mark_now }
 
     async fn drop_tables(&self, names: &[String]) -> Result<()> {
         for n in names {

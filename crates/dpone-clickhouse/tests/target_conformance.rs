@@ -6,16 +6,13 @@ use dpone_clickhouse::{ChClient, ClickhouseConfig, ClickhouseTarget, Idempotence
 use dpone_core::ports::TableRole;
 use dpone_core::rowbinary::decode_row;
 use dpone_testkit::rows::{Row, encode, multiset, types_of};
-use dpone_testkit::target_conformance::{self, Caps, ColumnNames, TargetFixture, TargetHarness, columns};
-
-const TABLE: &str = "events";
+use dpone_testkit::target_conformance::{self, ColumnNames, FixtureSql, TABLE, TargetFixture, TargetHarness, columns};
 
 struct Harness;
 
 struct Fixture {
     client: ChClient,
-    database: String,
-    names: ColumnNames,
+    sql: FixtureSql,
     target: ClickhouseTarget,
 }
 
@@ -30,10 +27,6 @@ fn columns_ddl(n: &ColumnNames) -> String {
 impl TargetHarness for Harness {
     type Fixture = Fixture;
 
-    fn caps(&self) -> Caps {
-        Caps::FULL
-    }
-
     async fn fresh(&self, names: ColumnNames) -> Fixture {
         let client = ChClient::new(ClickhouseConfig::from_url(&dpone_testkit::clickhouse_url()).unwrap()).unwrap();
         let database = dpone_testkit::unique_name("dpone_conf");
@@ -41,21 +34,7 @@ impl TargetHarness for Harness {
         let ddl = format!("CREATE TABLE {}.{} {}", quote_ident(&database), quote_ident(TABLE), columns_ddl(&names));
         client.execute(&ddl, Idempotence::Safe).await.unwrap();
         let target = ClickhouseTarget::new(client.clone(), database.clone(), TABLE.into(), None, 1 << 20);
-        Fixture { client, database, names, target }
-    }
-}
-
-impl Fixture {
-    fn table_sql(&self, table: TableRole<'_>) -> String {
-        let name = match table {
-            TableRole::Target => TABLE,
-            TableRole::Owned(n) => n,
-        };
-        format!("{}.{}", quote_ident(&self.database), quote_ident(name))
-    }
-
-    fn col(&self, i: usize) -> String {
-        quote_ident(self.names[i])
+        Fixture { client, sql: FixtureSql { container: database, names, quote: quote_ident }, target }
     }
 }
 
@@ -67,19 +46,19 @@ impl TargetFixture for Fixture {
     }
 
     async fn insert_target_rows(&self, rows: &[Row]) {
-        let types = types_of(&columns(self.names));
+        let types = types_of(&columns(self.sql.names));
         let mut body = Vec::new();
         for r in rows {
             body.extend(encode(&types, r).unwrap());
         }
         let query_id = dpone_testkit::unique_name("conf_insert");
-        self.client.insert_rowbinary(&self.table_sql(TableRole::Target), reqwest::Body::from(body), &query_id).await.unwrap();
+        self.client.insert_rowbinary(&self.sql.table(TableRole::Target), reqwest::Body::from(body), &query_id).await.unwrap();
     }
 
     async fn rows(&self, table: TableRole<'_>) -> Vec<Row> {
-        let types = types_of(&columns(self.names));
-        let list = self.names.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
-        let bytes = self.client.query_bytes(&format!("SELECT {list} FROM {} FORMAT RowBinary", self.table_sql(table))).await.unwrap();
+        let types = types_of(&columns(self.sql.names));
+        let list = self.sql.list();
+        let bytes = self.client.query_bytes(&format!("SELECT {list} FROM {} FORMAT RowBinary", self.sql.table(table))).await.unwrap();
         let mut input = &bytes[..];
         let mut rows = Vec::new();
         while !input.is_empty() {
@@ -91,31 +70,31 @@ impl TargetFixture for Fixture {
     async fn tamper(&self, table: TableRole<'_>, id: i64) {
         let sql = format!(
             "ALTER TABLE {} UPDATE {} = 'tampered' WHERE {} = {id} SETTINGS mutations_sync = 2",
-            self.table_sql(table),
-            self.col(2),
-            self.col(0)
+            self.sql.table(table),
+            self.sql.col(2),
+            self.sql.col(0)
         );
         self.client.execute(&sql, Idempotence::Safe).await.unwrap();
     }
 
     async fn create_foreign_owned_table(&self, name: &str) {
-        let sql = format!("CREATE TABLE {} AS {}", self.table_sql(TableRole::Owned(name)), self.table_sql(TableRole::Target));
+        let sql = format!("CREATE TABLE {} AS {}", self.sql.table(TableRole::Owned(name)), self.sql.table(TableRole::Target));
         self.client.execute(&sql, Idempotence::Safe).await.unwrap();
     }
 
     async fn create_unowned_table(&self, name: &str) {
-        let sql = format!("CREATE TABLE {} (x Int32) ENGINE = MergeTree ORDER BY x", self.table_sql(TableRole::Owned(name)));
+        let sql = format!("CREATE TABLE {} (x Int32) ENGINE = MergeTree ORDER BY x", self.sql.table(TableRole::Owned(name)));
         self.client.execute(&sql, Idempotence::Safe).await.unwrap();
     }
 
     async fn table_exists(&self, name: &str) -> bool {
         let sql =
-            format!("SELECT count() FROM system.tables WHERE database = {} AND name = {}", quote_str(&self.database), quote_str(name));
+            format!("SELECT count() FROM system.tables WHERE database = {} AND name = {}", quote_str(&self.sql.container), quote_str(name));
         self.client.scalar(&sql).await.unwrap() != "0"
     }
 
     async fn cleanup(self) {
-        self.client.execute(&format!("DROP DATABASE {} SYNC", quote_ident(&self.database)), Idempotence::Safe).await.unwrap();
+        self.client.execute(&format!("DROP DATABASE {} SYNC", quote_ident(&self.sql.container)), Idempotence::Safe).await.unwrap();
     }
 }
 

@@ -412,6 +412,27 @@ impl Assembly {
         self.frame.reserved = covered(&self.buffer);
     }
 
+    /// Parses `unparsed` into the frame until it is full, more bytes are
+    /// needed, the stream ended or a row is rerouted; on the way the guard
+    /// runs every [`LEASE_CHECK_ROWS`] rows, a value error is refused through
+    /// `sink`, a row larger than the reservation waits for budget.
+    async fn parse<T: Transcoder, S: FrameSink>(&mut self, unparsed: &mut Unparsed, transcoder: &mut T, sink: &mut S) -> Result<Parsed> {
+        loop {
+            let parsed = unparsed.parse_into(transcoder, &mut self.frame).map_err(|e| sink.refused(e.at_row(self.rows_so_far() + 1)))?;
+            if self.guard_due() {
+                sink.check()?;
+            }
+            match parsed {
+                Parsed::GuardDue => {}
+                Parsed::NeedBudget(bytes) => {
+                    sink.grow(&mut self.buffer, bytes as u64).await?;
+                    self.grown();
+                }
+                other => return Ok(other),
+            }
+        }
+    }
+
     /// Makes the parser stop where the guard falls due inside this frame.
     fn pause_at_guard(&mut self) {
         let until_check = self.next_check.saturating_sub(self.stats.rows);
@@ -470,24 +491,16 @@ where
     let mut a = Assembly::new(columns, limits);
     a.install(sink.buffer(limits.flush_bytes as u64).await?);
     loop {
-        let parsed = unparsed.parse_into(transcoder, &mut a.frame).map_err(|e| sink.refused(e.at_row(a.rows_so_far() + 1)))?;
-        if a.guard_due() {
-            sink.check()?;
-        }
+        let parsed = a.parse(&mut unparsed, transcoder, sink).await?;
         match parsed {
-            Parsed::GuardDue => {}
+            // Handled by `Assembly::parse`.
+            Parsed::GuardDue | Parsed::NeedBudget(_) => {}
             Parsed::FrameFull => {
                 // Hand the full frame on *before* reserving the next buffer:
                 // a reader waiting for budget must hold none, or readers
                 // could wait on each other forever.
                 sink.send(a.seal()).await?;
                 a.install(sink.buffer(limits.flush_bytes as u64).await?);
-            }
-            Parsed::NeedBudget(bytes) => {
-                // A row larger than the frame's reservation: wait for budget
-                // rather than over-allocate.
-                sink.grow(&mut a.buffer, bytes as u64).await?;
-                a.grown();
             }
             Parsed::Reroute(_) => return Err(AdapterError::internal("a row was rerouted in a read that routes no rows")),
             Parsed::Finished | Parsed::NeedMore => {

@@ -23,8 +23,8 @@ use crate::failure::Step;
 use crate::journal::Journal;
 use dpone_core::identity::{self, OWNED_PREFIX};
 use dpone_core::ports::{
-    AccessPlan, AdapterError, ErrorClass, ErrorKind, Frame, FrameGuard, ReadRequest, ReadStats, RowFilter, Source, TableRole, Target,
-    guarded_frame_channel,
+    AccessPlan, AdapterError, Contents, ErrorClass, ErrorKind, Frame, FrameGuard, ReadRequest, ReadStats, RowFilter, Source, TableRole,
+    Target, guarded_frame_channel,
 };
 use dpone_core::state::{CHUNK_BACKOFF_MS, ChunkRecord, ChunkState, MAX_CHUNK_ATTEMPTS, RunState};
 use dpone_core::time::Timestamp;
@@ -284,8 +284,22 @@ struct StagedChunk {
 pub(crate) fn frame_guard<S: Source, T: Target>(ctx: &Ctx<S, T>) -> FrameGuard {
     let limits = &ctx.plan.limits;
     let (lease, cancel, failpoints) = (ctx.lease.clone(), ctx.options.cancel.clone(), ctx.options.failpoints.clone());
-    let (total, max_total, stop_at) =
-        (ctx.encoded_total.clone(), limits.max_total_encoded_bytes, limits.stage_allocated_bytes_stop_threshold);
+    let total = ctx.encoded_total.clone();
+    // The byte limits on what the run encoded: (limit, its name, what the bytes are, hint).
+    let byte_limits = [
+        (
+            limits.max_total_encoded_bytes,
+            "max_total_encoded_bytes",
+            "the run encoded",
+            "raise native_chunks.max_total_encoded_bytes or move a smaller window",
+        ),
+        (
+            limits.stage_allocated_bytes_stop_threshold,
+            "stage_allocated_bytes_stop_threshold",
+            "the staging area would hold",
+            "raise the threshold or move a smaller window",
+        ),
+    ];
     let progress = ctx.options.progress.clone();
     let sent = Arc::new(AtomicU64::new(0));
     Arc::new(move |frame: Option<&Frame>| {
@@ -293,23 +307,13 @@ pub(crate) fn frame_guard<S: Source, T: Target>(ctx: &Ctx<S, T>) -> FrameGuard {
         cancel.check()?;
         let Some(frame) = frame else { return Ok(()) };
         let now = total.fetch_add(frame.bytes.len() as u64, Ordering::Relaxed) + frame.bytes.len() as u64;
-        if let Some(max) = max_total
-            && now > max
-        {
-            return Err(AdapterError::limit(
-                "limit_exceeded:max_total_encoded_bytes",
-                format!("the run encoded {now} bytes, more than max_total_encoded_bytes = {max}"),
-            )
-            .hint("raise native_chunks.max_total_encoded_bytes or move a smaller window"));
-        }
-        if let Some(stop) = stop_at
-            && now > stop
-        {
-            return Err(AdapterError::limit(
-                "limit_exceeded:stage_allocated_bytes_stop_threshold",
-                format!("the staging area would hold {now} bytes, more than stage_allocated_bytes_stop_threshold = {stop}"),
-            )
-            .hint("raise the threshold or move a smaller window"));
+        for (limit, name, what, hint) in byte_limits {
+            if let Some(limit) = limit
+                && now > limit
+            {
+                let message = format!("{what} {now} bytes, more than {name} = {limit}");
+                return Err(AdapterError::limit(format!("limit_exceeded:{name}"), message).hint(hint));
+            }
         }
         if let Some(p) = &progress {
             p.frame(frame.rows, frame.bytes.len() as u64);
@@ -510,16 +514,12 @@ async fn verify_attempt<S: Source, T: Target>(
     let verify_started = Instant::now();
     let parts_before = crate::parts::read(ctx, staging).await;
     let staged = ctx.target.inspect(TableRole::Owned(staging), None).await?;
-    if staged.rows != stats.rows || staged.digest != stats.digest {
-        return Err(AdapterError::verification(
-            "staging_verification_failed",
-            format!(
-                "chunk {index}: the staging table holds {} ({}), but the stream carried {} ({})",
-                staged.rows, staged.digest, stats.rows, stats.digest
-            ),
-        )
-        .hint("the target did not store exactly what was sent; nothing was published"));
-    }
+    let carried = Contents { rows: stats.rows, digest: stats.digest.clone() };
+    staged
+        .check_is(&carried, "staging_verification_failed", |held, carried| {
+            format!("chunk {index}: the staging table holds {held}, but the stream carried {carried}")
+        })
+        .map_err(|e| e.hint("the target did not store exactly what was sent; nothing was published"))?;
     if let (Some(w), Some(c)) = (&ctx.plan.window, chunk) {
         let outside = RowFilter { column: w.column.clone(), start: c.start, end: c.end, inside: false };
         let n = ctx.target.count(TableRole::Owned(staging), Some(&outside)).await?;

@@ -404,12 +404,7 @@ async fn a_window_beyond_the_servers_datetime64_range_is_refused_before_any_writ
 async fn a_value_beyond_the_servers_datetime64_range_fails_the_run_naming_the_column() {
     use dpone_core::rowbinary::DateTime64Range;
     use dpone_testkit::target_conformance::DAY0;
-    let manifest = world::MANIFEST
-        .replace("        chunking: {mode: bounded_window, parallelism: 2, checkpointing: resumable}\n", "")
-        .replace(
-        "    mode: replace\n    atomicity: target_atomic\n    window: {column: ts, anchor: data_interval_end, lookback: P2D, chunk_interval: P1D, timezone: UTC}\n",
-        "    mode: full_refresh\n",
-    );
+    let manifest = world::manifest("", "", "    mode: full_refresh\n");
     for model in Publication::ALL {
         let w = World::with_manifest(model, &manifest, dpone_core::plan::Interval::default());
         let day0 = DAY0.0 / 1_000_000;

@@ -21,18 +21,33 @@ fn group_reads(w: &World) -> usize {
     w.source.calls().iter().filter(|c| matches!(c, SourceCall::ReadGroup { .. })).count()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unindexed_source_is_read_in_one_group_on_every_model() {
+/// A world whose source is read by groups of chunks.
+fn unindexed_world(model: Publication) -> World {
+    let w = World::new(model);
+    w.source.set_access(Some(unindexed()));
+    w
+}
+
+/// On every model, the window is read by one group read (its first
+/// failing with `fault`, if any) and every chunk is verified at `attempt`.
+async fn read_in_one_group(fault: Option<ReadFault>, attempt: u32, what: &str) {
     for model in Publication::ALL {
         let m = model.name();
-        let w = World::new(model);
-        w.source.set_access(Some(unindexed()));
+        let w = unindexed_world(model);
+        if let Some(fault) = fault {
+            w.source.fail_read(fault);
+        }
         let r = w.run().await.unwrap_or_else(|f| panic!("{m}: {f}"));
-        w.assert_succeeded(&r, "a group read");
+        w.assert_succeeded(&r, what);
         assert_eq!(group_reads(&w), 1, "{m}: one group read of both chunks: {:?}", w.source.calls());
         let j = w.journal().unwrap();
-        assert!(j.chunks.values().all(|c| c.attempt == 1), "{m}: every chunk verified at its first attempt");
+        assert!(j.chunks.values().all(|c| c.attempt == attempt), "{m}: every chunk verified at attempt {attempt}: {:?}", j.chunks);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unindexed_source_is_read_in_one_group_on_every_model() {
+    read_in_one_group(None, 1, "a group read").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,8 +68,7 @@ async fn an_indexed_source_is_read_chunk_by_chunk() {
 async fn a_misrouted_group_read_is_refused_by_the_staging_verification() {
     for model in Publication::ALL {
         let m = model.name();
-        let w = World::new(model);
-        w.source.set_access(Some(unindexed()));
+        let w = unindexed_world(model);
         w.source.misroute(true);
         let f = match w.run().await {
             Err(f) => f,
@@ -72,17 +86,7 @@ async fn a_misrouted_group_read_is_refused_by_the_staging_verification() {
 /// chunk is then read again on its own (per-chunk range reads).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_read_that_fails_transiently_is_retried_chunk_by_chunk() {
-    for model in Publication::ALL {
-        let m = model.name();
-        let w = World::new(model);
-        w.source.set_access(Some(unindexed()));
-        w.source.fail_read(ReadFault { nth: 1, class: ErrorClass::Transient, after_rows: 1 });
-        let r = w.run().await.unwrap_or_else(|f| panic!("{m}: {f}"));
-        w.assert_succeeded(&r, "a retried group");
-        assert_eq!(group_reads(&w), 1, "{m}: the group is read once: {:?}", w.source.calls());
-        let j = w.journal().unwrap();
-        assert!(j.chunks.values().all(|c| c.attempt == 2), "{m}: each chunk verified at its second attempt: {:?}", j.chunks);
-    }
+    read_in_one_group(Some(ReadFault { nth: 1, class: ErrorClass::Transient, after_rows: 1 }), 2, "a retried group").await;
 }
 
 /// A crash after the first chunk of the group is journaled, then the same
@@ -91,8 +95,7 @@ async fn a_group_read_that_fails_transiently_is_retried_chunk_by_chunk() {
 async fn a_crash_inside_a_group_is_resumed_exactly() {
     for model in Publication::ALL {
         for (point, nth) in [("checkpoint.after_write", 1), ("staging.mid_stream", 1), ("chunk.after_verify", 2)] {
-            let w = World::new(model);
-            w.source.set_access(Some(unindexed()));
+            let w = unindexed_world(model);
             w.crash_at(point, nth).await;
             w.assert_target_untouched(point);
             let r = w.run().await.unwrap_or_else(|f| panic!("{}: after a crash at {point}: {f}", model.name()));

@@ -17,28 +17,13 @@ use dpone_testkit::rows::{Row, multiset};
 use dpone_testkit::target_conformance::{DAY0, row, target_rows};
 use world::World;
 
-/// The same tables as the window runs, appended by the cursor `id`.
-const MANIFEST: &str = r#"
-kind: dpone.batch.v1
-source:
-  type: sqlite
-  connection: {connection_type: params, params: {path: source.db}}
-  table: {name: events}
-  options:
-    incremental_column: id
-    native_transfer:
-      execution:
-        native_chunks: {max_rows: 1, max_bytes: 65536, stage_allocated_bytes_stop_threshold: 100000000}
-sink:
-  type: sqlite
-  connection: {connection_type: params, params: {path: target.db}}
-  table: {name: events}
-  strategy:
-    mode: incremental_append
-"#;
-
-fn world(model: Publication) -> World {
-    World::with_manifest(model, MANIFEST, Interval { end: None, start: None })
+/// The same tables as the window runs, appended by the cursor `id`, the
+/// source holding `source_rows`.
+fn world(model: Publication, source_rows: Vec<Row>) -> World {
+    let text = world::manifest("    incremental_column: id\n", "", "    mode: incremental_append\n");
+    let w = World::with_manifest(model, &text, Interval { end: None, start: None });
+    w.source.set_rows(source_rows);
+    w
 }
 
 fn new_rows(ids: std::ops::RangeInclusive<i64>) -> Vec<Row> {
@@ -63,27 +48,17 @@ fn mark_of(w: &World) -> Option<i64> {
 /// (4..=6, mark 6) exactly once, and the next run appends 7.
 async fn crash_then_rerun(model: Publication, point: &str) {
     let what = format!("{}: crash at {point}", model.name());
-    let w = world(model);
     let first = new_rows(1..=3);
-    w.source.set_rows(first.clone());
+    let w = world(model, first.clone());
     w.run().await.unwrap_or_else(|f| panic!("{what}: first run: {f}"));
     assert_eq!(mark_of(&w), Some(3), "{what}: first mark");
     let second = new_rows(4..=6);
     w.source.insert_rows(second.clone());
     w.crash_at(point, 1).await;
-    let published = w.target.target_rows() != expected(&[&first]);
-    if published {
-        assert_eq!(w.target.target_rows(), expected(&[&first, &second]), "{what}: all of the batch or nothing");
-        assert_eq!(mark_of(&w), Some(6), "{what}: rows and mark together");
-    } else {
-        assert_eq!(mark_of(&w), Some(3), "{what}: no rows, no new mark");
-    }
+    assert_all_or_nothing(&w, expected(&[&first]), expected(&[&first, &second]), mark_of, (3, 6), &what);
     let third = new_rows(7..=7);
     w.source.insert_rows(third.clone());
-    let finished = w.state() == Some(RunState::Succeeded);
-    let report = w.run().await.unwrap_or_else(|f| panic!("{what}: the rerun failed: {f}"));
-    assert_eq!(report.resumed, !finished, "{what}: the rerun continues the crashed run");
-    if finished {
+    if rerun(&w, &what).await {
         assert_eq!(w.target.target_rows(), expected(&[&first, &second, &third]), "{what}: the run after a finished one");
         assert_eq!(mark_of(&w), Some(7), "{what}");
         return;
@@ -94,6 +69,26 @@ async fn crash_then_rerun(model: Publication, point: &str) {
     assert_eq!(w.target.target_rows(), expected(&[&first, &second, &third]), "{what}: the next run appends what arrived");
     assert_eq!(mark_of(&w), Some(7), "{what}");
     assert!(w.owned_tables().iter().all(|t| t.starts_with("_dpone_bak_")), "{what}: {:?}", w.owned_tables());
+}
+
+/// After a crash in the second run: its batch is published with its mark
+/// (the target `after`, mark `marks.1`) or not at all (`before`, `marks.0`).
+fn assert_all_or_nothing(w: &World, before: Vec<Row>, after: Vec<Row>, mark: fn(&World) -> Option<i64>, marks: (i64, i64), what: &str) {
+    if w.target.target_rows() != before {
+        assert_eq!(w.target.target_rows(), after, "{what}: all of the batch or nothing");
+        assert_eq!(mark(w), Some(marks.1), "{what}: rows and mark together");
+    } else {
+        assert_eq!(mark(w), Some(marks.0), "{what}: no rows, no new mark");
+    }
+}
+
+/// Runs again after the crash: a crashed run is resumed, a finished one
+/// is not. Returns whether the crashed run had finished.
+async fn rerun(w: &World, what: &str) -> bool {
+    let finished = w.state() == Some(RunState::Succeeded);
+    let report = w.run().await.unwrap_or_else(|f| panic!("{what}: the rerun failed: {f}"));
+    assert_eq!(report.resumed, !finished, "{what}: the rerun continues the crashed run");
+    finished
 }
 
 #[tokio::test]
@@ -115,8 +110,7 @@ fn foreign_mark(value: i64) -> Option<StoredMark> {
 async fn a_mark_moved_before_the_intent_stops_the_run() {
     for model in Publication::ALL {
         let what = model.name();
-        let w = world(model);
-        w.source.set_rows(new_rows(1..=3));
+        let w = world(model, new_rows(1..=3));
         w.crash_at("generation.after_build", 1).await;
         w.target.set_mark(foreign_mark(2));
         let f = w.run().await.expect_err("a moved mark refuses the run");
@@ -133,8 +127,7 @@ async fn a_mark_moved_before_the_intent_stops_the_run() {
 async fn a_mark_moved_under_the_publication_ends_failed_not_unknown() {
     for model in Publication::ALL {
         let what = model.name();
-        let w = world(model);
-        w.source.set_rows(new_rows(1..=3));
+        let w = world(model, new_rows(1..=3));
         let target = w.target.clone();
         let hook = dpone_core::failpoint::Failpoints::new(std::sync::Arc::new(OnPoint {
             point: "publish.before_exchange",
@@ -175,9 +168,7 @@ impl dpone_core::failpoint::Injector for OnPoint {
 // ---------------------------------------------------------------------------
 
 fn merge_world(model: Publication) -> World {
-    let text = MANIFEST
-        .replace("incremental_column: id", "incremental_column: ts")
-        .replace("    mode: incremental_append\n", "    mode: incremental_merge\n    unique_key: [id]\n");
+    let text = world::manifest("    incremental_column: ts\n", "", "    mode: incremental_merge\n    unique_key: [id]\n");
     World::with_manifest(model, &text, Interval { end: None, start: None })
 }
 
@@ -228,19 +219,10 @@ async fn merge_crash_then_rerun(model: Publication, point: &str) {
     ]);
     let second = vec![version(101, 5, "b5"), version(102, 5, "c")];
     w.crash_at(point, 1).await;
-    let published = w.target.target_rows() != merged(&[&first]);
-    if published {
-        assert_eq!(w.target.target_rows(), merged(&[&first, &second]), "{what}: all of the merge or nothing");
-        assert_eq!(merge_mark(&w), Some(5), "{what}: rows and mark together");
-    } else {
-        assert_eq!(merge_mark(&w), Some(3), "{what}: no rows, no new mark");
-    }
+    assert_all_or_nothing(&w, merged(&[&first]), merged(&[&first, &second]), merge_mark, (3, 5), &what);
     w.source.insert_rows(vec![version(100, 6, "a6")]);
     let third = vec![version(100, 6, "a6")];
-    let finished = w.state() == Some(RunState::Succeeded);
-    let report = w.run().await.unwrap_or_else(|f| panic!("{what}: the rerun failed: {f}"));
-    assert_eq!(report.resumed, !finished, "{what}: the rerun continues the crashed run");
-    if !finished {
+    if !rerun(&w, &what).await {
         assert_eq!(w.target.target_rows(), merged(&[&first, &second]), "{what}: the resumed run merges its journaled batch once");
         assert_eq!(merge_mark(&w), Some(5), "{what}: the journaled batch's mark");
         w.run().await.unwrap_or_else(|f| panic!("{what}: the next run failed: {f}"));

@@ -44,8 +44,8 @@ use dpone_core::identity::OWNED_PREFIX;
 use dpone_core::incremental::StoredMark;
 use dpone_core::manifest::TableRef;
 use dpone_core::ports::{
-    AdapterError, Contents, EligibilityRequest, ErrorClass, FrameRx, GenerationBuild, MarkedPublication, MergeCounts, MergeKey,
-    PublicationOutcome, Result, RowFilter, TableRole, Target, WindowStats,
+    AdapterError, Contents, EligibilityRequest, ErrorClass, FrameRx, GenerationBuild, PublicationOutcome, Result, RowFilter, TableRole,
+    Target, WindowStats,
 };
 use dpone_core::time::Timestamp;
 use dpone_core::types::{Column, DType};
@@ -502,17 +502,7 @@ impl Target for PostgresTarget {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    async fn claim(&self, request: &dpone_core::ports::ClaimRequest) -> Result<dpone_core::ports::ClaimAttempt> {
-        self.claim_impl(request).await
-    }
-
-    async fn renew_claim(&self, claim: &dpone_core::ports::TargetClaim, ttl_ms: u64, run: &str) -> Result<()> {
-        self.renew_claim_impl(claim, ttl_ms, run).await
-    }
-
-    async fn release_claim(&self, claim: &dpone_core::ports::TargetClaim) -> Result<()> {
-        self.release_claim_impl(claim).await
-    }
+    dpone_core::target_claims! { claim_impl, renew_claim_impl, release_claim_impl }
 
     async fn window_stats(&self, f: &RowFilter) -> Result<WindowStats> {
         let c = quote_ident(&f.column);
@@ -558,27 +548,9 @@ impl Target for PostgresTarget {
         client.batch_execute(&sql).await.map_err(|e| classify("dropping owned tables", e))
     }
 
-    async fn read_mark(&self) -> Result<Option<StoredMark>> {
-        self.read_final_mark().await
-    }
-
     async fn peek_mark(&self) -> Result<Option<StoredMark>> {
         self.peek_final_mark().await
     }
 
-    async fn publish_append(&self, publication: MarkedPublication<'_>, rows: u64) -> Result<PublicationOutcome> {
-        self.append_in_transaction(publication, rows).await
-    }
-
-    async fn check_merge(&self, generation: &str, key: &MergeKey) -> Result<MergeCounts> {
-        self.check_merge_here(generation, key).await
-    }
-
-    async fn publish_merge(&self, publication: MarkedPublication<'_>, key: &MergeKey, expected: MergeCounts) -> Result<PublicationOutcome> {
-        self.merge_in_transaction(publication, key, expected).await
-    }
-
-    async fn reset_mark(&self, before: Option<&StoredMark>, after: Option<&StoredMark>) -> Result<()> {
-        self.reset_mark_in_transaction(before, after).await
-    }
+    dpone_core::target_marks! { read_final_mark, append_in_transaction, check_merge_here, merge_in_transaction, reset_mark_in_transaction }
 }

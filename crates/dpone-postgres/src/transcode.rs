@@ -171,21 +171,20 @@ impl RowCodec {
                     _ => out.extend(b.iter().rev()),
                 }
             }
-            FieldCodec::Float32 => {
-                expect_len(4)?;
-                let v = f32::from_be_bytes(b.try_into().expect("checked"));
+            FieldCodec::Float32 | FieldCodec::Float64 => {
+                // Widened to f64 only to check it (a non-finite f32 stays one).
+                let v = if let FieldCodec::Float32 = col.codec {
+                    expect_len(4)?;
+                    f64::from(f32::from_be_bytes(b.try_into().expect("checked")))
+                } else {
+                    expect_len(8)?;
+                    f64::from_be_bytes(b.try_into().expect("checked"))
+                };
                 if !v.is_finite() {
                     return Err(err(format!("{v} is not finite; dpone refuses NaN and infinities")));
                 }
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-            FieldCodec::Float64 => {
-                expect_len(8)?;
-                let v = f64::from_be_bytes(b.try_into().expect("checked"));
-                if !v.is_finite() {
-                    return Err(err(format!("{v} is not finite; dpone refuses NaN and infinities")));
-                }
-                out.extend_from_slice(&v.to_le_bytes());
+                // The big-endian bytes reversed are the little-endian ones.
+                out.extend(b.iter().rev());
             }
             FieldCodec::Bool => {
                 expect_len(1)?;

@@ -9,7 +9,7 @@ use dpone_core::value::{Value, format_date, format_decimal, format_uuid};
 use dpone_postgres::PostgresSource;
 use dpone_postgres::source::{quote_ident, quote_literal};
 use dpone_testkit::rows::Row;
-use dpone_testkit::source_conformance::{self, Consistency, SourceFixture, SourceHarness};
+use dpone_testkit::source_conformance::{self, SourceFixture, SourceHarness, declared};
 use std::str::FromStr;
 
 struct Harness;
@@ -51,33 +51,28 @@ impl SourceHarness for Harness {
         Some("jsonb".into())
     }
 
-    fn consistency(&self) -> Consistency {
-        Consistency::Snapshot
-    }
-
     fn type_matrix(&self) -> Vec<(String, ColumnType)> {
         let utc = || Some("UTC".to_string());
-        let t = |native: &str, dtype: DType| (native.to_string(), ColumnType::new(dtype, !native.ends_with("NOT NULL")));
         vec![
-            t("bigint NOT NULL", DType::Int64),
-            t("timestamptz", DType::DateTime64 { precision: 6, tz: utc() }),
-            t("text", DType::String),
-            t("numeric(15,4) NOT NULL", DType::Decimal { precision: 15, scale: 4 }),
-            t("smallint", DType::Int16),
-            t("integer NOT NULL", DType::Int32),
-            t("bigint", DType::Int64),
-            t("real", DType::Float32),
-            t("double precision NOT NULL", DType::Float64),
-            t("numeric(9,2)", DType::Decimal { precision: 9, scale: 2 }),
-            t("numeric(38,0) NOT NULL", DType::Decimal { precision: 38, scale: 0 }),
-            t("numeric(76,20)", DType::Decimal { precision: 76, scale: 20 }),
-            t("numeric(76,76) NOT NULL", DType::Decimal { precision: 76, scale: 76 }),
-            t("boolean", DType::Bool),
-            t("varchar(40) NOT NULL", DType::String),
-            t("uuid", DType::Uuid),
-            t("date", DType::Date),
-            t("timestamp NOT NULL", DType::DateTime64 { precision: 6, tz: None }),
-            t("timestamptz NOT NULL", DType::DateTime64 { precision: 6, tz: utc() }),
+            declared("bigint NOT NULL", DType::Int64),
+            declared("timestamptz", DType::DateTime64 { precision: 6, tz: utc() }),
+            declared("text", DType::String),
+            declared("numeric(15,4) NOT NULL", DType::Decimal { precision: 15, scale: 4 }),
+            declared("smallint", DType::Int16),
+            declared("integer NOT NULL", DType::Int32),
+            declared("bigint", DType::Int64),
+            declared("real", DType::Float32),
+            declared("double precision NOT NULL", DType::Float64),
+            declared("numeric(9,2)", DType::Decimal { precision: 9, scale: 2 }),
+            declared("numeric(38,0) NOT NULL", DType::Decimal { precision: 38, scale: 0 }),
+            declared("numeric(76,20)", DType::Decimal { precision: 76, scale: 20 }),
+            declared("numeric(76,76) NOT NULL", DType::Decimal { precision: 76, scale: 76 }),
+            declared("boolean", DType::Bool),
+            declared("varchar(40) NOT NULL", DType::String),
+            declared("uuid", DType::Uuid),
+            declared("date", DType::Date),
+            declared("timestamp NOT NULL", DType::DateTime64 { precision: 6, tz: None }),
+            declared("timestamptz NOT NULL", DType::DateTime64 { precision: 6, tz: utc() }),
         ]
     }
 

@@ -10,18 +10,15 @@ use dpone_core::value::{Value, format_decimal, parse_decimal, rescale};
 use dpone_postgres::PostgresTarget;
 use dpone_postgres::source::quote_ident;
 use dpone_testkit::rows::{Row, multiset};
-use dpone_testkit::target_conformance::{self, Caps, ColumnNames, TargetFixture, TargetHarness};
+use dpone_testkit::target_conformance::{self, ColumnNames, FixtureSql, TABLE, TargetFixture, TargetHarness};
 use std::str::FromStr;
 use tokio_postgres::{Client, NoTls};
-
-const TABLE: &str = "events";
 
 struct Harness;
 
 struct Fixture {
     client: Client,
-    schema: String,
-    names: ColumnNames,
+    sql: FixtureSql,
     target: PostgresTarget,
 }
 
@@ -41,10 +38,6 @@ fn columns_ddl(n: &ColumnNames) -> String {
 impl TargetHarness for Harness {
     type Fixture = Fixture;
 
-    fn caps(&self) -> Caps {
-        Caps::FULL
-    }
-
     async fn fresh(&self, names: ColumnNames) -> Fixture {
         let config = tokio_postgres::Config::from_str(&dpone_testkit::postgres_url()).unwrap();
         let client = connect(&config).await;
@@ -54,21 +47,7 @@ impl TargetHarness for Harness {
             .await
             .unwrap();
         let target = PostgresTarget::new(config, TableRef { schema: Some(schema.clone()), name: TABLE.into() }, None, false);
-        Fixture { client, schema, names, target }
-    }
-}
-
-impl Fixture {
-    fn table_sql(&self, table: TableRole<'_>) -> String {
-        let name = match table {
-            TableRole::Target => TABLE,
-            TableRole::Owned(n) => n,
-        };
-        format!("{}.{}", quote_ident(&self.schema), quote_ident(name))
-    }
-
-    fn col(&self, i: usize) -> String {
-        quote_ident(self.names[i])
+        Fixture { client, sql: FixtureSql { container: schema, names, quote: quote_ident }, target }
     }
 }
 
@@ -103,7 +82,7 @@ impl TargetFixture for Fixture {
     }
 
     async fn insert_target_rows(&self, rows: &[Row]) {
-        let sql = format!("INSERT INTO {} VALUES ($1, $2::text::timestamptz, $3, $4::text::numeric)", self.table_sql(TableRole::Target));
+        let sql = format!("INSERT INTO {} VALUES ($1, $2::text::timestamptz, $3, $4::text::numeric)", self.sql.table(TableRole::Target));
         for r in rows {
             let (id, ts, s, d) = text_params(r);
             self.client.execute(&sql, &[&id, &ts, &s, &d]).await.unwrap();
@@ -113,11 +92,11 @@ impl TargetFixture for Fixture {
     async fn rows(&self, table: TableRole<'_>) -> Vec<Row> {
         let sql = format!(
             "SELECT {}, (extract(epoch FROM {}) * 1000000)::int8, {}, {}::text FROM {}",
-            self.col(0),
-            self.col(1),
-            self.col(2),
-            self.col(3),
-            self.table_sql(table)
+            self.sql.col(0),
+            self.sql.col(1),
+            self.sql.col(2),
+            self.sql.col(3),
+            self.sql.table(table)
         );
         let rows = self.client.query(&sql, &[]).await.unwrap();
         multiset(rows.iter().map(|r| {
@@ -132,26 +111,26 @@ impl TargetFixture for Fixture {
     }
 
     async fn tamper(&self, table: TableRole<'_>, id: i64) {
-        let sql = format!("UPDATE {} SET {} = 'tampered' WHERE {} = $1", self.table_sql(table), self.col(2), self.col(0));
+        let sql = format!("UPDATE {} SET {} = 'tampered' WHERE {} = $1", self.sql.table(table), self.sql.col(2), self.sql.col(0));
         assert!(self.client.execute(&sql, &[&id]).await.unwrap() > 0, "no row {id} to tamper with");
     }
 
     async fn create_foreign_owned_table(&self, name: &str) {
-        let sql = format!("CREATE TABLE {} (LIKE {})", self.table_sql(TableRole::Owned(name)), self.table_sql(TableRole::Target));
+        let sql = format!("CREATE TABLE {} (LIKE {})", self.sql.table(TableRole::Owned(name)), self.sql.table(TableRole::Target));
         self.client.batch_execute(&sql).await.unwrap();
     }
 
     async fn create_unowned_table(&self, name: &str) {
-        self.client.batch_execute(&format!("CREATE TABLE {} (x int)", self.table_sql(TableRole::Owned(name)))).await.unwrap();
+        self.client.batch_execute(&format!("CREATE TABLE {} (x int)", self.sql.table(TableRole::Owned(name)))).await.unwrap();
     }
 
     async fn table_exists(&self, name: &str) -> bool {
         let sql = "SELECT to_regclass($1) IS NOT NULL";
-        self.client.query_one(sql, &[&self.table_sql(TableRole::Owned(name))]).await.unwrap().get(0)
+        self.client.query_one(sql, &[&self.sql.table(TableRole::Owned(name))]).await.unwrap().get(0)
     }
 
     async fn cleanup(self) {
-        self.client.batch_execute(&format!("DROP SCHEMA {} CASCADE", quote_ident(&self.schema))).await.unwrap();
+        self.client.batch_execute(&format!("DROP SCHEMA {} CASCADE", quote_ident(&self.sql.container))).await.unwrap();
     }
 }
 
@@ -165,10 +144,6 @@ struct DirectHarness;
 
 impl TargetHarness for DirectHarness {
     type Fixture = Fixture;
-
-    fn caps(&self) -> Caps {
-        Caps::FULL
-    }
 
     async fn fresh(&self, names: ColumnNames) -> Fixture {
         let mut f = Harness.fresh(names).await;
@@ -198,7 +173,7 @@ async fn staging_tables_are_unlogged() {
             row.get::<_, String>(0)
         }
     };
-    assert_eq!(persistence(fx.table_sql(TableRole::Owned(name))).await, "u", "a staging table is UNLOGGED");
-    assert_eq!(persistence(fx.table_sql(TableRole::Target)).await, "p", "the target is untouched (permanent)");
+    assert_eq!(persistence(fx.sql.table(TableRole::Owned(name))).await, "u", "a staging table is UNLOGGED");
+    assert_eq!(persistence(fx.sql.table(TableRole::Target)).await, "p", "the target is untouched (permanent)");
     fx.cleanup().await;
 }

@@ -388,17 +388,7 @@ impl Target for SqliteTarget {
         .await
     }
 
-    async fn claim(&self, request: &dpone_core::ports::ClaimRequest) -> Result<dpone_core::ports::ClaimAttempt> {
-        self.claim_impl(request).await
-    }
-
-    async fn renew_claim(&self, claim: &dpone_core::ports::TargetClaim, ttl_ms: u64, run: &str) -> Result<()> {
-        self.renew_claim_impl(claim, ttl_ms, run).await
-    }
-
-    async fn release_claim(&self, claim: &dpone_core::ports::TargetClaim) -> Result<()> {
-        self.release_claim_impl(claim).await
-    }
+    dpone_core::target_claims! { claim_impl, renew_claim_impl, release_claim_impl }
 
     async fn window_stats(&self, filter: &RowFilter) -> Result<WindowStats> {
         let target_sql = self.table_sql();
@@ -439,25 +429,7 @@ impl Target for SqliteTarget {
         .await
     }
 
-    async fn read_mark(&self) -> Result<Option<StoredMark>> {
-        self.read_mark_here().await
-    }
-
-    async fn publish_append(&self, publication: MarkedPublication<'_>, rows: u64) -> Result<PublicationOutcome> {
-        self.publish_append_here(publication, rows).await
-    }
-
-    async fn check_merge(&self, generation: &str, key: &MergeKey) -> Result<MergeCounts> {
-        self.check_merge_here(generation, key).await
-    }
-
-    async fn publish_merge(&self, publication: MarkedPublication<'_>, key: &MergeKey, expected: MergeCounts) -> Result<PublicationOutcome> {
-        self.publish_merge_here(publication, key, expected).await
-    }
-
-    async fn reset_mark(&self, before: Option<&StoredMark>, after: Option<&StoredMark>) -> Result<()> {
-        self.reset_mark_here(before, after).await
-    }
+    dpone_core::target_marks! { read_mark_here, publish_append_here, check_merge_here, publish_merge_here, reset_mark_here }
 
     async fn drop_tables(&self, names: &[String]) -> Result<()> {
         let sql: String = names.iter().map(|n| format!("DROP TABLE IF EXISTS {};", self.owned_sql(n))).collect();

@@ -8,7 +8,7 @@ use dpone_core::manifest::TableRef;
 use dpone_core::types::{Column, ColumnType, DType};
 use dpone_sqlite::{SqliteConfig, SqliteSource, quote_ident, to_sql};
 use dpone_testkit::rows::Row;
-use dpone_testkit::source_conformance::{self, Consistency, SourceFixture, SourceHarness};
+use dpone_testkit::source_conformance::{self, SourceFixture, SourceHarness, declared};
 use dpone_testkit::target_conformance::WINDOW_COLUMN;
 use rusqlite::Connection;
 use std::path::PathBuf;
@@ -29,30 +29,25 @@ impl SourceHarness for Harness {
         Some("BLOB".into())
     }
 
-    fn consistency(&self) -> Consistency {
-        Consistency::Snapshot
-    }
-
     fn type_matrix(&self) -> Vec<(String, ColumnType)> {
-        let t = |native: &str, dtype: DType| (native.to_string(), ColumnType::new(dtype, !native.ends_with("NOT NULL")));
         let ts = || DType::DateTime64 { precision: 6, tz: Some("UTC".into()) };
         vec![
-            t("INTEGER NOT NULL", DType::Int64),
-            t("TIMESTAMP", ts()),
-            t("TEXT", DType::String),
-            t("DECIMAL(15, 4) NOT NULL", DType::Decimal { precision: 15, scale: 4 }),
-            t("INTEGER", DType::Int64),
-            t("SMALLINT", DType::Int16),
-            t("SMALLINT NOT NULL", DType::Int16),
-            t("BOOLEAN", DType::Bool),
-            t("REAL", DType::Float64),
-            t("DOUBLE NOT NULL", DType::Float64),
-            t("VARCHAR(40) NOT NULL", DType::String),
-            t("DECIMAL(9, 2)", DType::Decimal { precision: 9, scale: 2 }),
-            t("NUMERIC(15, 0) NOT NULL", DType::Decimal { precision: 15, scale: 0 }),
-            t("DATE", DType::Date32),
-            t("DATETIME NOT NULL", ts()),
-            t("UUID", DType::Uuid),
+            declared("INTEGER NOT NULL", DType::Int64),
+            declared("TIMESTAMP", ts()),
+            declared("TEXT", DType::String),
+            declared("DECIMAL(15, 4) NOT NULL", DType::Decimal { precision: 15, scale: 4 }),
+            declared("INTEGER", DType::Int64),
+            declared("SMALLINT", DType::Int16),
+            declared("SMALLINT NOT NULL", DType::Int16),
+            declared("BOOLEAN", DType::Bool),
+            declared("REAL", DType::Float64),
+            declared("DOUBLE NOT NULL", DType::Float64),
+            declared("VARCHAR(40) NOT NULL", DType::String),
+            declared("DECIMAL(9, 2)", DType::Decimal { precision: 9, scale: 2 }),
+            declared("NUMERIC(15, 0) NOT NULL", DType::Decimal { precision: 15, scale: 0 }),
+            declared("DATE", DType::Date32),
+            declared("DATETIME NOT NULL", ts()),
+            declared("UUID", DType::Uuid),
         ]
     }
 

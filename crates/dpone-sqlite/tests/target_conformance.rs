@@ -7,12 +7,11 @@ use dpone_core::time::Timestamp;
 use dpone_core::value::{Value, format_decimal, parse_decimal, rescale};
 use dpone_sqlite::{SqliteConfig, SqliteTarget, quote_ident};
 use dpone_testkit::rows::{Row, multiset};
-use dpone_testkit::target_conformance::{self, Caps, ColumnNames, TargetFixture, TargetHarness};
+use dpone_testkit::target_conformance::{self, ColumnNames, TABLE, TargetFixture, TargetHarness, table_name};
 use rusqlite::Connection;
 use rusqlite::types::{Value as Sql, ValueRef};
 use std::path::PathBuf;
 
-const TABLE: &str = "events";
 const SCALE: u8 = 4;
 
 struct Harness;
@@ -34,21 +33,10 @@ impl Fixture {
     fn conn(&self) -> Connection {
         Connection::open(&self.path).unwrap()
     }
-
-    fn name(table: TableRole<'_>) -> String {
-        match table {
-            TableRole::Target => TABLE.to_string(),
-            TableRole::Owned(n) => n.to_string(),
-        }
-    }
 }
 
 impl TargetHarness for Harness {
     type Fixture = Fixture;
-
-    fn caps(&self) -> Caps {
-        Caps::FULL
-    }
 
     async fn fresh(&self, names: ColumnNames) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
@@ -109,14 +97,14 @@ impl TargetFixture for Fixture {
     async fn rows(&self, table: TableRole<'_>) -> Vec<Row> {
         let conn = self.conn();
         let list = self.names.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
-        let mut stmt = conn.prepare(&format!("SELECT {list} FROM {}", quote_ident(&Self::name(table)))).unwrap();
+        let mut stmt = conn.prepare(&format!("SELECT {list} FROM {}", quote_ident(table_name(table)))).unwrap();
         let rows: Vec<Row> = stmt.query_map([], |r| Ok(from_sql(r))).unwrap().map(Result::unwrap).collect();
         multiset(rows)
     }
 
     async fn tamper(&self, table: TableRole<'_>, id: i64) {
         let (id_col, label) = (quote_ident(self.names[0]), quote_ident(self.names[2]));
-        let sql = format!("UPDATE {} SET {label} = 'tampered' WHERE {id_col} = ?1", quote_ident(&Self::name(table)));
+        let sql = format!("UPDATE {} SET {label} = 'tampered' WHERE {id_col} = ?1", quote_ident(table_name(table)));
         assert!(self.conn().execute(&sql, [id]).unwrap() > 0, "no row {id} to tamper with");
     }
 

@@ -13,7 +13,7 @@
 //! ([`FaultySource::calls`], [`FaultySource::log`]). A fault fires once.
 
 use crate::faulty::FaultKind;
-use crate::schedule::{Faulty, PortOp, Scheduled, injected_error};
+use crate::schedule::{Faulty, PortFault, PortOp, Scheduled, injected_error};
 use dpone_core::ports::{AdapterError, Source};
 use std::fmt;
 
@@ -112,14 +112,8 @@ impl fmt::Display for SourceFault {
 
 impl Scheduled for SourceFault {
     type Op = SourceOp;
-    fn op(&self) -> SourceOp {
-        self.op
-    }
-    fn nth(&self) -> u32 {
-        self.nth
-    }
-    fn performs(&self) -> bool {
-        self.kind.performs()
+    fn fault(&self) -> PortFault<SourceOp> {
+        PortFault::new(self.op, self.kind, self.nth)
     }
     fn error(&self) -> AdapterError {
         if self.snapshot_lost {

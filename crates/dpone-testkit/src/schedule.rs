@@ -23,12 +23,16 @@ pub(crate) fn injected_error(kind: FaultKind, op: &str, nth: u32, spec: &dyn fmt
 
 /// A fault a wrapper schedules: which call of which operation, how it fails.
 pub trait Scheduled: Copy + fmt::Display + fmt::Debug + Send + Sync + 'static {
-    type Op: Copy + Ord + fmt::Debug + Send + Sync + 'static;
-    fn op(&self) -> Self::Op;
-    fn nth(&self) -> u32;
-    /// Whether the wrapped call runs before the error is returned.
-    fn performs(&self) -> bool;
-    fn error(&self) -> AdapterError;
+    type Op: Copy + Ord + fmt::Debug + fmt::Display + Send + Sync + 'static;
+    /// Which call of which operation fails, and how (whether the wrapped
+    /// call runs before the error is returned: [`FaultKind::performs`]).
+    fn fault(&self) -> PortFault<Self::Op>;
+    /// The error the failed call returns: by default the injected fault's
+    /// ([`FaultKind`]'s code and class).
+    fn error(&self) -> AdapterError {
+        let f = self.fault();
+        injected_error(f.kind, &f.op.to_string(), f.nth, self)
+    }
 }
 
 /// A port operation whose calls a [`Faulty`] wrapper of an async port
@@ -61,17 +65,8 @@ impl<Op: fmt::Display> fmt::Display for PortFault<Op> {
 
 impl<Op: Copy + Ord + fmt::Debug + fmt::Display + Send + Sync + 'static> Scheduled for PortFault<Op> {
     type Op = Op;
-    fn op(&self) -> Op {
-        self.op
-    }
-    fn nth(&self) -> u32 {
-        self.nth
-    }
-    fn performs(&self) -> bool {
-        self.kind.performs()
-    }
-    fn error(&self) -> AdapterError {
-        injected_error(self.kind, &self.op.to_string(), self.nth, self)
+    fn fault(&self) -> Self {
+        *self
     }
 }
 
@@ -183,7 +178,7 @@ impl<F: Scheduled> Schedule<F> {
         let n = s.calls.entry(op).or_insert(0);
         *n += 1;
         let n = *n;
-        let i = s.pending.iter().position(|f| f.op() == op && f.nth() == n)?;
+        let i = s.pending.iter().position(|f| f.fault().op == op && f.fault().nth == n)?;
         let f = s.pending.remove(i);
         s.fired.push(f);
         if self.announce {
@@ -199,7 +194,7 @@ impl<F: Scheduled> Schedule<F> {
         match self.due(op) {
             None => call.await,
             Some(f) => {
-                if f.performs() {
+                if f.fault().kind.performs() {
                     let _ = call.await;
                 }
                 Err(f.error())
@@ -217,7 +212,7 @@ impl<F: Scheduled> Schedule<F> {
         match self.due(op) {
             None => call(),
             Some(f) => {
-                if f.performs() {
+                if f.fault().kind.performs() {
                     let _ = call();
                 }
                 Err(error(f.error()))

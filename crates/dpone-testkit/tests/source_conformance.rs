@@ -34,9 +34,6 @@ impl<F: SourceFixture> SourceHarness for Claiming<F> {
     fn consistency(&self) -> Consistency {
         self.consistency
     }
-    fn unsupported_type(&self) -> Option<String> {
-        None
-    }
     fn type_matrix(&self) -> Vec<(String, ColumnType)> {
         MemSourceHarness::default().type_matrix()
     }

@@ -432,16 +432,12 @@ impl ClickhouseTarget {
             self.pausable_failpoint("reconcile.after_fill").await?;
             let expected = self.contents_where_with(&carried, "1", EXTERNAL_GROUP_BY).await?;
             let got = self.contents_where(&carry_sql, "1").await?;
-            if got != expected {
-                return Err(AdapterError::verification(
-                    "reconciliation_verification_failed",
-                    format!(
-                        "the rows to carry into the published target hold {} ({}) in {carry}, but the previous target's new rows are {} ({})",
-                        got.rows, got.digest, expected.rows, expected.digest
-                    ),
-                )
-                .hint("someone changed dpone's carry table; the publication happened and the previous target is kept: run the same command again to carry the rows anew"));
-            }
+            got.check_is(&expected, "reconciliation_verification_failed", |held, new| {
+                format!("the rows to carry into the published target hold {held} in {carry}, but the previous target's new rows are {new}")
+            })
+            .map_err(|e| {
+                e.hint("someone changed dpone's carry table; the publication happened and the previous target is kept: run the same command again to carry the rows anew")
+            })?;
             record = CarryRecord {
                 rows: got.rows,
                 changed: if count_changed { changed } else { 0 },

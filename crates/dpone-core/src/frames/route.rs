@@ -144,20 +144,14 @@ where
     installed[0] = true;
     loop {
         let (a, sink) = (&mut open[cur], &mut sinks[cur]);
-        let parsed = unparsed.parse_into(transcoder, &mut a.frame).map_err(|e| sink.refused(e.at_row(a.rows_so_far() + 1)))?;
-        if a.guard_due() {
-            sink.check()?;
-        }
+        let parsed = a.parse(&mut unparsed, transcoder, sink).await?;
         match parsed {
-            Parsed::GuardDue => {}
+            // Handled by `Assembly::parse`.
+            Parsed::GuardDue | Parsed::NeedBudget(_) => {}
             Parsed::FrameFull => {
                 // Send before reserving the next buffer (see `assemble`).
                 deliver(sink, a.seal(), &mut closed, cur).await?;
                 a.install(sink.buffer(limits.flush_bytes as u64).await?);
-            }
-            Parsed::NeedBudget(bytes) => {
-                sink.grow(&mut a.buffer, bytes as u64).await?;
-                a.grown();
             }
             Parsed::Reroute(value) => {
                 let next = router.route(value)?;

@@ -101,6 +101,27 @@ impl ClaimRecord {
     }
 }
 
+/// The claim methods of [`Target`](super::Target) (`claim`, `renew_claim`,
+/// `release_claim`), inside an `impl Target` block, each calling the
+/// target's own method named in that order, as [`crate::target_marks!`]
+/// does for the marks.
+#[macro_export]
+macro_rules! target_claims {
+    ($claim:ident, $renew:ident, $release:ident $(,)?) => {
+        async fn claim(&self, request: &$crate::ports::ClaimRequest) -> $crate::ports::Result<$crate::ports::ClaimAttempt> {
+            self.$claim(request).await
+        }
+
+        async fn renew_claim(&self, claim: &$crate::ports::TargetClaim, ttl_ms: u64, run: &str) -> $crate::ports::Result<()> {
+            self.$renew(claim, ttl_ms, run).await
+        }
+
+        async fn release_claim(&self, claim: &$crate::ports::TargetClaim) -> $crate::ports::Result<()> {
+            self.$release(claim).await
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

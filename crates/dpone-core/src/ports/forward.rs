@@ -165,22 +165,25 @@ macro_rules! __port_impl {
 ///   the field `inner`, through the wrapper's [`Intercept`] impl.
 #[macro_export]
 macro_rules! forward_target {
-    (enum $Enum:ident { $($V:ident),* $(,)? }) => {
-        $crate::__target_methods!($crate::__port_impl, [Target enum [$Enum $($V)*] [] $Enum]);
-    };
-    (impl[$($gen:tt)*] $ty:ty => wrap($field:ident)) => {
-        $crate::__target_methods!($crate::__port_impl, [Target wrap [$field] [$($gen)*] $ty]);
-    };
+    ($($how:tt)*) => { $crate::__forward_port!{ $crate::__target_methods, Target, $($how)* } };
 }
 
 /// Implements [`Source`](crate::ports::Source) by forwarding every method,
 /// as [`forward_target!`] does for targets.
 #[macro_export]
 macro_rules! forward_source {
-    (enum $Enum:ident { $($V:ident),* $(,)? }) => {
-        $crate::__source_methods!($crate::__port_impl, [Source enum [$Enum $($V)*] [] $Enum]);
+    ($($how:tt)*) => { $crate::__forward_port!{ $crate::__source_methods, Source, $($how)* } };
+}
+
+/// [`forward_target!`] and [`forward_source!`] of the port `$Trait` whose
+/// method list is `$methods`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __forward_port {
+    ($methods:path, $Trait:ident, enum $Enum:ident { $($V:ident),* $(,)? }) => {
+        $methods!($crate::__port_impl, [$Trait enum [$Enum $($V)*] [] $Enum]);
     };
-    (impl[$($gen:tt)*] $ty:ty => wrap($field:ident)) => {
-        $crate::__source_methods!($crate::__port_impl, [Source wrap [$field] [$($gen)*] $ty]);
+    ($methods:path, $Trait:ident, impl[$($gen:tt)*] $ty:ty => wrap($field:ident)) => {
+        $methods!($crate::__port_impl, [$Trait wrap [$field] [$($gen)*] $ty]);
     };
 }

@@ -37,6 +37,7 @@ mod error;
 pub mod forward;
 mod generation;
 mod mark;
+mod merge;
 mod source;
 mod tally;
 mod target;
@@ -47,6 +48,7 @@ pub use tally::WindowTally;
 
 pub use forward::Intercept;
 pub use mark::{MarkedPublication, RESET_MOVED_HINT, check_publication_unmoved, check_reset_unmoved};
+pub use merge::{MergeApplied, MergeSql, check_merge_unchanged, merge_failed};
 pub use source::Source;
 pub use target::Target;
 
@@ -153,6 +155,18 @@ pub enum TableRole<'a> {
 pub struct Contents {
     pub rows: u64,
     pub digest: RowDigest,
+}
+
+impl Contents {
+    /// A `Verification` error `code` unless `self` is `expected`; `message`
+    /// words it from both, each printed as `rows (digest)`.
+    pub fn check_is(&self, expected: &Contents, code: &str, message: impl FnOnce(String, String) -> String) -> Result<()> {
+        if self == expected {
+            return Ok(());
+        }
+        let text = |c: &Contents| format!("{} ({})", c.rows, c.digest);
+        Err(AdapterError::verification(code, message(text(self), text(expected))))
+    }
 }
 
 /// Facts about the published target, for evidence.

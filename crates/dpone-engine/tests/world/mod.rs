@@ -21,28 +21,41 @@ use std::sync::{Arc, Mutex};
 
 pub const DAY: i64 = 86_400_000_000;
 
-/// The window `[DAY0, DAY0 + 2 days)` in two chunks of one day, frames of one row.
-pub const MANIFEST: &str = r#"
+/// A manifest over the fakes' `events` tables (the sqlite routes), frames
+/// of one row: `options` are lines of `source.options` (before its
+/// `native_transfer`), `execution` lines of its `execution` (before
+/// `native_chunks`), `strategy` the lines of `sink.strategy`, each indented.
+pub fn manifest(options: &str, execution: &str, strategy: &str) -> String {
+    format!(
+        r#"
 kind: dpone.batch.v1
 source:
   type: sqlite
-  connection: {connection_type: params, params: {path: source.db}}
-  table: {name: events}
+  connection: {{connection_type: params, params: {{path: source.db}}}}
+  table: {{name: events}}
   options:
-    native_transfer:
+{options}    native_transfer:
       execution:
-        chunking: {mode: bounded_window, parallelism: 2, checkpointing: resumable}
-        # One row per frame, so that every chunk streams several frames.
-        native_chunks: {max_rows: 1, max_bytes: 65536, stage_allocated_bytes_stop_threshold: 100000000}
+{execution}        # One row per frame, so that every chunk streams several frames.
+        native_chunks: {{max_rows: 1, max_bytes: 65536, stage_allocated_bytes_stop_threshold: 100000000}}
 sink:
   type: sqlite
-  connection: {connection_type: params, params: {path: target.db}}
-  table: {name: events}
+  connection: {{connection_type: params, params: {{path: target.db}}}}
+  table: {{name: events}}
   strategy:
-    mode: replace
-    atomicity: target_atomic
-    window: {column: ts, anchor: data_interval_end, lookback: P2D, chunk_interval: P1D, timezone: UTC}
-"#;
+{strategy}"#
+    )
+}
+
+/// The window `[DAY0, DAY0 + 2 days)` in two chunks of one day.
+pub fn window_manifest() -> String {
+    manifest(
+        "",
+        "        chunking: {mode: bounded_window, parallelism: 2, checkpointing: resumable}\n",
+        "    mode: replace\n    atomicity: target_atomic\n    \
+         window: {column: ts, anchor: data_interval_end, lookback: P2D, chunk_interval: P1D, timezone: UTC}\n",
+    )
+}
 
 pub struct World {
     pub model: Publication,
@@ -76,7 +89,7 @@ pub fn source_rows() -> Vec<Row> {
 impl World {
     pub fn new(model: Publication) -> World {
         let end = dpone_core::time::Timestamp(DAY0.0 + 2 * DAY).to_string();
-        World::with_manifest(model, MANIFEST, Interval { end: Some((end, "--interval-end")), start: None })
+        World::with_manifest(model, &window_manifest(), Interval { end: Some((end, "--interval-end")), start: None })
     }
 
     /// A world running `manifest_text` (same source, target and rows).

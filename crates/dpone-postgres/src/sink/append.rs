@@ -29,7 +29,7 @@
 
 use super::PostgresTarget;
 use super::fingerprint::{Fingerprint, query, select_sql};
-use super::transaction::{LOCK_WAIT, Waited, check_generation, commit_outcome, lock_text, rolled_back, serializable};
+use super::transaction::{LOCK_WAIT, Waited, check_generation, commit_outcome, lock_text, relation_exists, rolled_back, serializable};
 use crate::error::classify;
 use crate::source::quote_ident;
 use dpone_core::incremental::StoredMark;
@@ -51,12 +51,7 @@ impl PostgresTarget {
 
     /// The mark of this target (None: no row, or no marks table).
     async fn read_mark_in(&self, client: &impl GenericClient) -> Result<Option<StoredMark>> {
-        let exists: bool = client
-            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&self.marks_sql()])
-            .await
-            .map_err(|e| classify("reading the mark", e))?
-            .get(0);
-        if !exists {
+        if !relation_exists(client, &self.marks_sql(), "reading the mark").await? {
             return Ok(None);
         }
         let row = client

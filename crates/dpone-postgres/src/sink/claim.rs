@@ -100,12 +100,7 @@ impl PostgresTarget {
         let tx = client.transaction().await.map_err(|e| classify("releasing the target's claim", e))?;
         let claims = self.claims_sql();
         tx.batch_execute(&self.claims_lock_sql()).await.map_err(|e| classify("releasing the target's claim", e))?;
-        let exists: bool = tx
-            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&claims])
-            .await
-            .map_err(|e| classify("releasing the target's claim", e))?
-            .get(0);
-        if !exists {
+        if !super::transaction::relation_exists(&tx, &claims, "releasing the target's claim").await? {
             // Taken over and released by another run since: nothing of ours is left.
             return Ok(());
         }

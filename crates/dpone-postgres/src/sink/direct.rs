@@ -138,13 +138,14 @@ impl PostgresTarget {
                         self.check_published(client, keep, rows).await?;
                         if let (Some(k), Some(before)) = (keep, kept_before) {
                             let now = self.kept_fingerprint(client, k).await?;
-                            if now != before {
-                                return Err(AdapterError::verification(
-                                    "kept_rows_changed",
-                                    format!("the target's rows outside the window changed inside the publishing transaction: {before}, then {now}"),
-                                )
-                                .hint("a trigger or rule of the target changed rows outside the window; nothing was published"));
-                            }
+                            now.check_is(
+                                before,
+                                "kept_rows_changed",
+                                |now, before| {
+                                    format!("the target's rows outside the window changed inside the publishing transaction: {before}, then {now}")
+                                },
+                                "a trigger or rule of the target changed rows outside the window; nothing was published",
+                            )?;
                         }
                     }
                     if let Some(facts) = outside_facts.take() {

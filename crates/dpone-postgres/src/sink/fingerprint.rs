@@ -69,6 +69,23 @@ pub(crate) struct Fingerprint {
     pub sum: i128,
 }
 
+impl Fingerprint {
+    /// A `Verification` error `code` (with `hint`) unless `self` is
+    /// `expected`; `message` words it from both.
+    pub(crate) fn check_is(
+        self,
+        expected: Fingerprint,
+        code: &str,
+        message: impl FnOnce(Fingerprint, Fingerprint) -> String,
+        hint: &str,
+    ) -> Result<()> {
+        if self == expected {
+            return Ok(());
+        }
+        Err(AdapterError::verification(code, message(self, expected)).hint(hint))
+    }
+}
+
 impl std::fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} rows, hash sum {}", self.rows, self.sum)

@@ -41,35 +41,11 @@ use super::fingerprint::{query, select_sql};
 use super::transaction::{check_generation, commit_outcome, rolled_back, serializable};
 use crate::error::classify;
 use crate::source::{quote_ident, quote_literal};
-use dpone_core::ports::{AdapterError, MarkedPublication, MergeCounts, MergeKey, PublicationOutcome, Result};
+use dpone_core::ports::{
+    MarkedPublication, MergeApplied, MergeCounts, MergeKey, MergeSql, PublicationOutcome, Result, check_merge_unchanged,
+};
 use dpone_core::types::Column;
 use tokio_postgres::GenericClient;
-
-/// `incremental_merge`'s SQL over the generation and the target.
-struct MergeSql {
-    /// The key columns, quoted: `"a", "b"`.
-    key: String,
-    /// The batch resolved to one row per key: the rows at their key's
-    /// greatest cursor, identical rows once (a tie leaves two rows of one key).
-    resolved: String,
-    /// Target rows whose key is in the batch.
-    in_batch: String,
-}
-
-impl MergeSql {
-    fn new(target_sql: &str, gen_sql: &str, cols: &str, key: &MergeKey) -> MergeSql {
-        let k = key.unique_key.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
-        let c = quote_ident(&key.cursor);
-        MergeSql {
-            resolved: format!(
-                "SELECT DISTINCT {cols} FROM (SELECT {cols}, max({c}) OVER (PARTITION BY {k}) AS _dpone_top FROM {gen_sql}) AS b \
-                 WHERE {c} = _dpone_top"
-            ),
-            in_batch: format!("FROM {target_sql} WHERE ({k}) IN (SELECT {k} FROM {gen_sql})"),
-            key: k,
-        }
-    }
-}
 
 /// A column's value as text in a message: numbers bare, anything else
 /// quoted as a literal (`id = 5, region = 'eu'`).
@@ -87,7 +63,7 @@ async fn count(client: &impl GenericClient, sql: &str, what: &str) -> Result<u64
 /// refuses a NULL key column and a tie, counts the rows to insert and replace.
 async fn resolve(client: &impl GenericClient, target_sql: &str, gen_sql: &str, columns: &[Column], key: &MergeKey) -> Result<MergeCounts> {
     let cols = columns.iter().map(|c| quote_ident(&c.name)).collect::<Vec<_>>().join(", ");
-    let sql = MergeSql::new(target_sql, gen_sql, &cols, key);
+    let sql = MergeSql::new(target_sql, gen_sql, &cols, key, quote_ident);
     let what = "resolving the merge batch";
     // One scan counts the NULLs of every key column.
     let nulls = key.unique_key.iter().map(|k| format!("count(*) FILTER (WHERE {} IS NULL)", quote_ident(k))).collect::<Vec<_>>();
@@ -151,19 +127,9 @@ impl PostgresTarget {
             let (t, gen_sql, list) = (self.target_sql(), self.owned_sql(generation), self.column_list()?);
             let now = query(&tx, &select_sql(self.columns()?, &gen_sql, None), "fingerprinting the generation").await?;
             check_generation(generation, now, verified)?;
-            let failed = |what: String| {
-                AdapterError::verification("publication_verification_failed", what)
-                    .hint("another writer changed the target's rows of the batch's keys during the run (or a trigger did); nothing was published: run again")
-            };
             // The batch resolved again, under the lock: what the run checked before its intent.
-            let counts = resolve(&tx, &t, &gen_sql, columns, key).await?;
-            if counts != expected {
-                return Err(failed(format!(
-                    "the merge would insert {} and replace {} rows, but the run checked {} and {} before its intent",
-                    counts.inserted, counts.replaced, expected.inserted, expected.replaced
-                )));
-            }
-            let sql = MergeSql::new(&t, &gen_sql, &list, key);
+            check_merge_unchanged(resolve(&tx, &t, &gen_sql, columns, key).await?, expected)?;
+            let sql = MergeSql::new(&t, &gen_sql, &list, key, quote_ident);
             let what = "verifying the merge";
             let rows_before = count(&tx, &format!("SELECT count(*) FROM {t}"), what).await?;
             let deleted =
@@ -174,26 +140,10 @@ impl PostgresTarget {
                 .map_err(|e| classify("inserting the merged rows", e))?;
             let rows_after = count(&tx, &format!("SELECT count(*) FROM {t}"), what).await?;
             // Each key of the batch exactly once, every resolved row present.
-            let not_once = count(
-                &tx,
-                &format!("SELECT count(*) FROM (SELECT 1 {} GROUP BY {} HAVING count(*) <> 1) AS k", sql.in_batch, sql.key),
-                what,
-            )
-            .await?;
+            let not_once = count(&tx, &sql.not_once(), what).await?;
             let missing =
                 count(&tx, &format!("SELECT count(*) FROM ({} EXCEPT ALL SELECT {list} FROM {t}) AS m", sql.resolved), what).await?;
-            if deleted != expected.replaced
-                || inserted != expected.inserted
-                || rows_after + deleted != rows_before + inserted
-                || not_once != 0
-                || missing != 0
-            {
-                return Err(failed(format!(
-                    "the merge deleted {deleted} rows and inserted {inserted} (expected {} and {}); the target went from {rows_before} to {rows_after} rows; \
-                     {not_once} batch keys do not appear exactly once; {missing} batch rows are missing",
-                    expected.replaced, expected.inserted
-                )));
-            }
+            MergeApplied { rows_before, deleted, inserted, rows_after, not_once, missing }.check(expected)?;
             self.store_mark(&tx, after, inserted).await
         };
         // Nothing was committed: whatever failed, the transaction rolls back.

@@ -8,6 +8,7 @@
 //! committed, so a lost commit acknowledgement is judged by the receipt.
 
 use super::fingerprint::{self, Fingerprint, Recorded, SESSION};
+use super::transaction::relation_exists;
 use super::{PostgresTarget, filter_sql, ts_literal};
 use crate::error::classify;
 use crate::source::{quote_ident, quote_literal};
@@ -246,23 +247,14 @@ impl PostgresTarget {
         let client = self.connect().await?;
         match table {
             TableRole::Owned(name) => {
-                let exists: bool = client
-                    .query_one("SELECT to_regclass($1) IS NOT NULL", &[&self.owned_sql(name)])
-                    .await
-                    .map_err(|e| classify("looking up a table", e))?
-                    .get(0);
+                let exists = relation_exists(&client, &self.owned_sql(name), "looking up a table").await?;
                 Ok(exists.then(|| format!("receipt:{name}")))
             }
             TableRole::Target => {
                 // A publishing session still running (its client may have
                 // died) could commit after this read: wait for it first.
                 self.wait_for_publishers(&client).await?;
-                let has_receipts: bool = client
-                    .query_one("SELECT to_regclass($1) IS NOT NULL", &[&self.receipts_sql()])
-                    .await
-                    .map_err(|e| classify("looking up receipts", e))?
-                    .get(0);
-                if !has_receipts {
+                if !relation_exists(&client, &self.receipts_sql(), "looking up receipts").await? {
                     return Ok(Some("receipt:none".into()));
                 }
                 let row = client

@@ -113,16 +113,20 @@ pub(super) async fn serializable<'c>(client: &'c mut Client, what: &str) -> Resu
     client.build_transaction().isolation_level(IsolationLevel::Serializable).start().await.map_err(|e| classify(what, e))
 }
 
+/// Whether the relation `relation` (quoted and qualified) exists.
+pub(super) async fn relation_exists(client: &impl GenericClient, relation: &str, what: &str) -> Result<bool> {
+    let row = client.query_one("SELECT to_regclass($1) IS NOT NULL", &[&relation]).await.map_err(|e| classify(what, e))?;
+    Ok(row.get(0))
+}
+
 /// The rows a publication inserts (`inserted`) must be the verified ones.
 pub(super) fn check_generation(generation: &str, inserted: Fingerprint, expected: Fingerprint) -> Result<()> {
-    if inserted != expected {
-        return Err(AdapterError::verification(
-            "generation_verification_failed",
-            format!("the generation {generation} holds {inserted}, but its verified staging held {expected}"),
-        )
-        .hint("someone changed dpone's staging or generation tables; nothing was published; abandon the run and rerun"));
-    }
-    Ok(())
+    inserted.check_is(
+        expected,
+        "generation_verification_failed",
+        |inserted, expected| format!("the generation {generation} holds {inserted}, but its verified staging held {expected}"),
+        "someone changed dpone's staging or generation tables; nothing was published; abandon the run and rerun",
+    )
 }
 
 /// How waiting for a target's running publications ended.
@@ -247,14 +251,12 @@ impl PostgresTarget {
         let recorded = recorded.ok_or_else(|| AdapterError::internal("the generation carries no fingerprint of the kept rows"))?;
         let filter = filter_sql(&RowFilter { inside: false, ..keep.clone() });
         let now = query(tx, &select_sql(self.columns()?, &self.target_sql(), Some(&filter)), "fingerprinting the kept rows").await?;
-        if now != recorded {
-            return Err(AdapterError::verification(
-                "kept_rows_changed",
-                format!("the target's rows outside the window changed since the generation was built: {now}, then {recorded}"),
-            )
-            .hint("another writer changed the target during the run; nothing was published; run again"));
-        }
-        Ok(())
+        now.check_is(
+            recorded,
+            "kept_rows_changed",
+            |now, recorded| format!("the target's rows outside the window changed since the generation was built: {now}, then {recorded}"),
+            "another writer changed the target during the run; nothing was published; run again",
+        )
     }
 
     /// Whether the target, a partition or an inheritance child of it has a

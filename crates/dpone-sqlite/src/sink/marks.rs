@@ -4,6 +4,7 @@
 //! mark, and an operator's reset of the mark.
 
 use super::*;
+use dpone_core::ports::{MergeApplied, MergeSql, check_merge_unchanged};
 
 /// The table beside an incrementally appended target that holds its
 /// high-water mark, one row per target table of the database, written
@@ -88,35 +89,10 @@ fn commit_publication(tx: rusqlite::Transaction) -> Result<PublicationOutcome> {
     tx.commit().map(|()| PublicationOutcome::Published).map_err(|e| classify("committing the publication", e))
 }
 
-/// `incremental_merge`'s SQL over a verified batch table and the target.
-struct MergeSql {
-    /// The key columns, quoted: `"a", "b"`.
-    key: String,
-    /// The batch resolved to one row per key: the rows at their key's
-    /// greatest cursor, identical rows once (a tie leaves two rows of one key).
-    resolved: String,
-    /// Target rows whose key is in the batch.
-    in_batch: String,
-}
-
-impl MergeSql {
-    fn new(target_sql: &str, gen_sql: &str, cols: &str, key: &MergeKey) -> MergeSql {
-        let k = key.unique_key.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
-        let c = quote_ident(&key.cursor);
-        MergeSql {
-            resolved: format!(
-                "SELECT DISTINCT {cols} FROM (SELECT {cols}, max({c}) OVER (PARTITION BY {k}) AS _dpone_top FROM {gen_sql}) WHERE {c} = _dpone_top"
-            ),
-            in_batch: format!("FROM {target_sql} WHERE ({k}) IN (SELECT {k} FROM {gen_sql})"),
-            key: k,
-        }
-    }
-}
-
 /// Resolves the batch in `gen_sql` (see [`Target::check_merge`]): refuses
 /// a NULL key column and a tie, counts the rows to insert and replace.
 fn resolve_merge(conn: &Connection, target_sql: &str, gen_sql: &str, columns: &[Column], key: &MergeKey) -> Result<MergeCounts> {
-    let sql = MergeSql::new(target_sql, gen_sql, &select_list(columns), key);
+    let sql = MergeSql::new(target_sql, gen_sql, &select_list(columns), key, quote_ident);
     let count = |q: String| -> Result<u64> {
         conn.query_row(&q, [], |r| r.get::<_, i64>(0)).map(|n| n as u64).map_err(|e| classify("resolving the merge batch", e))
     };
@@ -213,20 +189,10 @@ impl SqliteTarget {
         let ((before, after), key) = (publication.owned_marks(), key.clone());
         self.with_conn(move |conn| {
             let cols = select_list(&columns);
-            let sql = MergeSql::new(&target_sql, &gen_sql, &cols, &key);
+            let sql = MergeSql::new(&target_sql, &gen_sql, &cols, &key, quote_ident);
             let tx = begin_publication(conn, &marks_sql, &schema, &target, before.as_ref())?;
-            let failed = |what: String| {
-                AdapterError::verification("publication_verification_failed", what)
-                    .hint("another writer changed the target's rows of the batch's keys during the run (or a trigger did); nothing was published: run again")
-            };
             // The batch resolved again, under the lock: what the run checked before its intent.
-            let counts = resolve_merge(&tx, &target_sql, &gen_sql, &columns, &key)?;
-            if counts != expected {
-                return Err(failed(format!(
-                    "the merge would insert {} and replace {} rows, but the run checked {} and {} before its intent",
-                    counts.inserted, counts.replaced, expected.inserted, expected.replaced
-                )));
-            }
+            check_merge_unchanged(resolve_merge(&tx, &target_sql, &gen_sql, &columns, &key)?, expected)?;
             let count = |q: String| -> Result<u64> {
                 tx.query_row(&q, [], |r| r.get::<_, i64>(0)).map(|n| n as u64).map_err(|e| classify("verifying the merge", e))
             };
@@ -237,19 +203,9 @@ impl SqliteTarget {
                 .map_err(|e| classify("publishing", e))? as u64;
             let rows_after = count(format!("SELECT count(*) FROM {target_sql}"))?;
             // Each key of the batch exactly once, every resolved row present.
-            let not_once = count(format!("SELECT count(*) FROM (SELECT 1 {} GROUP BY {} HAVING count(*) <> 1)", sql.in_batch, sql.key))?;
+            let not_once = count(sql.not_once())?;
             let missing = count(format!("SELECT count(*) FROM ({} EXCEPT SELECT {cols} FROM {target_sql})", sql.resolved))?;
-            if deleted != expected.replaced
-                || inserted != expected.inserted
-                || rows_after + deleted != rows_before + inserted
-                || not_once != 0
-                || missing != 0
-            {
-                return Err(failed(format!(
-                    "the merge deleted {deleted} rows and inserted {inserted} (expected {} and {}); the target went from {rows_before} to {rows_after} rows; {not_once} batch keys do not appear exactly once; {missing} batch rows are missing",
-                    expected.replaced, expected.inserted
-                )));
-            }
+            MergeApplied { rows_before, deleted, inserted, rows_after, not_once, missing }.check(expected)?;
             store_mark(&tx, &marks_sql, &target, &after, inserted)?;
             commit_publication(tx)
         })

@@ -2,7 +2,7 @@
 //! [`FaultySource`] (no fault unless the harness schedules some), so that
 //! the wrapper the engine's fault tests use is shown to pass every read on.
 
-use super::{Consistency, SourceFixture, SourceHarness};
+use super::{SourceFixture, SourceHarness};
 use crate::faulty_source::{FaultySource, SourceFault};
 use crate::mem_source::MemSource;
 use crate::rows::Row;
@@ -16,14 +16,6 @@ pub struct MemSourceHarness {
 
 impl SourceHarness for MemSourceHarness {
     type Fixture = MemSourceFixture;
-
-    fn consistency(&self) -> Consistency {
-        Consistency::Snapshot
-    }
-
-    fn unsupported_type(&self) -> Option<String> {
-        None
-    }
 
     /// Every canonical type `MemSource` encodes: all of them, nullable or not.
     fn type_matrix(&self) -> Vec<(String, ColumnType)> {

@@ -26,7 +26,7 @@ pub use values::{matrix_rows, values_of};
 use crate::rows::Row;
 use crate::target_conformance::{standard_columns, target_rows};
 use dpone_core::ports::Source;
-use dpone_core::types::{Column, ColumnType};
+use dpone_core::types::{Column, ColumnType, DType};
 use std::future::Future;
 
 /// What a source promises about rows committed after [`Source::open_snapshot`].
@@ -60,21 +60,32 @@ impl SourceCaps {
     pub const FULL: SourceCaps = SourceCaps { excluded_columns_may_have_any_type: true };
 }
 
+/// An entry of a [type matrix](SourceHarness::type_matrix): the column
+/// declaration `native` and `dtype`, nullable unless declared `NOT NULL`.
+pub fn declared(native: &str, dtype: DType) -> (String, ColumnType) {
+    (native.to_string(), ColumnType::new(dtype, !native.ends_with("NOT NULL")))
+}
+
 /// Makes fresh fixtures of one source implementation.
 pub trait SourceHarness {
     type Fixture: SourceFixture;
 
-    /// What the source promises about later commits.
-    fn consistency(&self) -> Consistency;
+    /// What the source promises about later commits: by default the
+    /// stronger promise, a snapshot.
+    fn consistency(&self) -> Consistency {
+        Consistency::Snapshot
+    }
 
     /// The source's documented gaps.
     fn caps(&self) -> SourceCaps {
         SourceCaps::FULL
     }
 
-    /// A column declaration the source does not read (None: every type
-    /// its tables can hold is read, as `MemSource`'s).
-    fn unsupported_type(&self) -> Option<String>;
+    /// A column declaration the source does not read (None, the default:
+    /// every type its tables can hold is read, as `MemSource`'s).
+    fn unsupported_type(&self) -> Option<String> {
+        None
+    }
 
     /// Every type the source reads: the vendor's column declaration and
     /// the canonical type `describe` reports for it. It holds the types of

@@ -1,6 +1,6 @@
 //! The conformance harness of [`MemTarget`], one per publication model.
 
-use super::{Caps, ColumnNames, TargetFixture, TargetHarness, columns};
+use super::{ColumnNames, TABLE, TargetFixture, TargetHarness, columns};
 use crate::mem_target::{MemTarget, Publication};
 use crate::rows::Row;
 use dpone_core::ports::TableRole;
@@ -15,12 +15,8 @@ pub struct MemHarness {
 impl TargetHarness for MemHarness {
     type Fixture = MemFixture;
 
-    fn caps(&self) -> Caps {
-        Caps::FULL
-    }
-
     async fn fresh(&self, names: ColumnNames) -> MemFixture {
-        MemFixture { target: MemTarget::new(self.model, "events", columns(names)) }
+        MemFixture { target: MemTarget::new(self.model, TABLE, columns(names)) }
     }
 }
 
@@ -32,12 +28,8 @@ pub struct MemDirectHarness;
 impl TargetHarness for MemDirectHarness {
     type Fixture = MemFixture;
 
-    fn caps(&self) -> Caps {
-        Caps::FULL
-    }
-
     async fn fresh(&self, names: ColumnNames) -> MemFixture {
-        let target = MemTarget::new(Publication::InPlaceReceipt, "events", columns(names));
+        let target = MemTarget::new(Publication::InPlaceReceipt, TABLE, columns(names));
         target.set_direct(true);
         MemFixture { target }
     }

@@ -59,12 +59,54 @@ pub const STANDARD_NAMES: ColumnNames = ["id", WINDOW_COLUMN, "label", "amount"]
 /// Names equal to aliases adapters use in their SQL (`w`, `s`, `d`).
 pub const ALIAS_LIKE_NAMES: ColumnNames = ["w", WINDOW_COLUMN, "s", "d"];
 
+/// The target table's name in every fixture (in its own database, schema
+/// or file).
+pub const TABLE: &str = "events";
+
+/// The bare name of `table` in a fixture: [`TABLE`] for the target, an
+/// owned table's own name.
+pub fn table_name(table: TableRole<'_>) -> &str {
+    match table {
+        TableRole::Target => TABLE,
+        TableRole::Owned(n) => n,
+    }
+}
+
+/// A fixture's tables and columns as SQL: its own database or schema
+/// `container`, the standard schema's column `names`, quoted by the
+/// vendor's `quote`.
+#[derive(Debug, Clone)]
+pub struct FixtureSql {
+    pub container: String,
+    pub names: ColumnNames,
+    pub quote: fn(&str) -> String,
+}
+
+impl FixtureSql {
+    /// `container.table` of `table`, quoted.
+    pub fn table(&self, table: TableRole<'_>) -> String {
+        format!("{}.{}", (self.quote)(&self.container), (self.quote)(table_name(table)))
+    }
+
+    /// Column `i` of the standard schema, quoted.
+    pub fn col(&self, i: usize) -> String {
+        (self.quote)(self.names[i])
+    }
+
+    /// Every column, quoted, in order: `a, b, c, d`.
+    pub fn list(&self) -> String {
+        self.names.iter().map(|c| (self.quote)(c)).collect::<Vec<_>>().join(", ")
+    }
+}
+
 /// Makes fresh fixtures of one target implementation.
 pub trait TargetHarness {
     type Fixture: TargetFixture;
 
-    /// The implementation's documented gaps.
-    fn caps(&self) -> Caps;
+    /// The implementation's documented gaps (none by default).
+    fn caps(&self) -> Caps {
+        Caps::FULL
+    }
 
     /// A new, empty target table of the standard schema with column
     /// `names` ([`columns`]), nothing described yet, in a database or

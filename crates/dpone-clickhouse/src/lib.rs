@@ -11,6 +11,7 @@
 
 pub mod client;
 pub mod config;
+pub mod delivery;
 mod descriptor;
 pub mod error;
 pub mod sink;

@@ -21,11 +21,13 @@ use crate::client::{ChClient, quote_ident, quote_str, table_is};
 use crate::sink::filter_sql;
 use crate::transcode::{ColumnCodec, RowParser, codec_for};
 use bytes::Bytes;
+use dpone_core::delivery::ChunkFingerprints;
 use dpone_core::digest::{DigestAlgorithm, RowDigest};
 use dpone_core::frames::{self, ByteInput, FrameLimits, Need};
 use dpone_core::incremental::{CursorBatch, CursorKind, CursorValue, Lower};
 use dpone_core::ports::{AdapterError, FrameTx, ReadRequest, ReadStats, Result, RowFilter, Source, SourceVersion, select_columns};
 use dpone_core::types::{Column, DType, parse_clickhouse_type};
+use dpone_core::window::Chunk;
 use std::sync::OnceLock;
 
 /// Frames are flushed at this size (or earlier at `block_rows`).
@@ -250,6 +252,10 @@ impl Source for ClickhouseSource {
 
     async fn close_snapshot(&self) -> Result<()> {
         Ok(())
+    }
+
+    async fn chunk_fingerprints(&self, window_column: &str, chunks: &[Chunk]) -> Result<Option<ChunkFingerprints>> {
+        crate::delivery::read(&self.client, &self.database, &self.table, window_column, chunks).await.map(Some)
     }
 
     /// The cursor's maximum now, with the count of NULL cursors in the same

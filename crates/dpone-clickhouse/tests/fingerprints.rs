@@ -5,16 +5,7 @@
 use dpone_clickhouse::{ChClient, ClickhouseConfig, ClickhouseSource, Idempotence, quote_ident};
 use dpone_core::delivery::Fingerprint;
 use dpone_core::ports::Source;
-use dpone_core::time::Timestamp;
-use dpone_core::window::Chunk;
-
-const DAY: i64 = 86_400_000_000;
-/// 2026-09-01 00:00:00 UTC.
-const START: i64 = 1_788_220_800_000_000;
-
-fn chunks(n: u32) -> Vec<Chunk> {
-    (0..n).map(|i| Chunk { index: i, start: Timestamp(START + i as i64 * DAY), end: Timestamp(START + (i as i64 + 1) * DAY) }).collect()
-}
+use dpone_testkit::delivery::{changed, days};
 
 struct Fixture {
     client: ChClient,
@@ -48,7 +39,7 @@ impl Fixture {
     }
 
     async fn fingerprints(&self) -> Vec<Fingerprint> {
-        let f = self.source.chunk_fingerprints("ts", &chunks(5)).await.unwrap().expect("ClickHouse has an authority");
+        let f = self.source.chunk_fingerprints("ts", &days(5)).await.unwrap().expect("ClickHouse has an authority");
         assert_eq!(f.authority, "clickhouse.parts.v1");
         f.chunks
     }
@@ -56,10 +47,6 @@ impl Fixture {
     async fn cleanup(self) {
         self.exec(&format!("DROP DATABASE {} SYNC", quote_ident(&self.database))).await;
     }
-}
-
-fn changed(before: &[Fingerprint], after: &[Fingerprint]) -> Vec<usize> {
-    (0..before.len()).filter(|&i| before[i] != after[i]).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,19 +5,10 @@
 use dpone_core::delivery::Fingerprint;
 use dpone_core::manifest::TableRef;
 use dpone_core::ports::Source;
-use dpone_core::time::Timestamp;
-use dpone_core::window::Chunk;
 use dpone_postgres::PostgresSource;
 use dpone_postgres::source::quote_ident;
+use dpone_testkit::delivery::{changed, days};
 use std::str::FromStr;
-
-const DAY: i64 = 86_400_000_000;
-/// 2026-09-01 00:00:00 UTC.
-const START: i64 = 1_788_220_800_000_000;
-
-fn chunks(n: u32) -> Vec<Chunk> {
-    (0..n).map(|i| Chunk { index: i, start: Timestamp(START + i as i64 * DAY), end: Timestamp(START + (i as i64 + 1) * DAY) }).collect()
-}
 
 struct Fixture {
     client: tokio_postgres::Client,
@@ -51,7 +42,7 @@ impl Fixture {
     /// The fingerprints of the five days, in a snapshot of their own.
     async fn fingerprints(&self) -> Vec<Fingerprint> {
         self.source.open_snapshot().await.unwrap();
-        let f = self.source.chunk_fingerprints("ts", &chunks(5)).await.unwrap().expect("PostgreSQL has an authority");
+        let f = self.source.chunk_fingerprints("ts", &days(5)).await.unwrap().expect("PostgreSQL has an authority");
         self.source.close_snapshot().await.unwrap();
         assert_eq!(f.authority, "postgres.mvcc.v1");
         f.chunks
@@ -63,10 +54,6 @@ impl Fixture {
 }
 
 /// The days whose fingerprints differ.
-fn changed(before: &[Fingerprint], after: &[Fingerprint]) -> Vec<usize> {
-    (0..before.len()).filter(|&i| before[i] != after[i]).collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunk_fingerprint_moves_on_every_change_of_the_chunk_and_only_then() {
     let f = Fixture::new().await;
@@ -104,10 +91,10 @@ async fn a_chunk_fingerprint_moves_on_every_change_of_the_chunk_and_only_then() 
 async fn fingerprints_are_read_in_the_runs_snapshot() {
     let f = Fixture::new().await;
     f.source.open_snapshot().await.unwrap();
-    let before = f.source.chunk_fingerprints("ts", &chunks(5)).await.unwrap().unwrap();
+    let before = f.source.chunk_fingerprints("ts", &days(5)).await.unwrap().unwrap();
     // A change committed after the snapshot was taken is not seen by it.
     f.exec("DELETE FROM {t} WHERE id = 24").await;
-    let again = f.source.chunk_fingerprints("ts", &chunks(5)).await.unwrap().unwrap();
+    let again = f.source.chunk_fingerprints("ts", &days(5)).await.unwrap().unwrap();
     f.source.close_snapshot().await.unwrap();
     assert_eq!(before, again);
     assert_ne!(f.fingerprints().await[0], before.chunks[0]);

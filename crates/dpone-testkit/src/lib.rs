@@ -114,6 +114,7 @@ pub fn unique_name(prefix: &str) -> String {
 }
 
 pub mod conformance;
+pub mod delivery;
 pub mod faulty;
 pub mod faulty_source;
 pub mod faulty_store;

@@ -9,9 +9,10 @@
 //! target's chunk identity equals the record's. Every other outcome
 //! transfers the chunk: a doubt costs a transfer, never a skipped change.
 //!
-//! Status: the decision is built and tested; no run makes it yet (the
-//! manifest has no `delivery` key until the adapters read fingerprints and
-//! publish carried chunks).
+//! Status: the decision is built and tested, and the PostgreSQL and
+//! ClickHouse sources compute fingerprints; no run makes the decision yet
+//! (the manifest has no `delivery` key until records are stored and the
+//! targets publish carried chunks).
 
 use crate::time::Timestamp;
 use crate::types::Column;

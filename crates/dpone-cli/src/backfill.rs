@@ -373,7 +373,7 @@ fn run_windows(args: &BackfillArgs, kind: &str, jobs: u32, b: &Backfill) -> u8 {
             continue;
         }
         let interval = IntervalArgs { interval_end: Some(w.end.to_string()), interval_start: None };
-        let run_args = RunArgs { jobs, run_id: Some(b.run_id(w)), retry_attempts: 0, retry_backoff_seconds: 0.0 };
+        let run_args = RunArgs { jobs, run_id: Some(b.run_id(w)), retry_attempts: 0, retry_backoff_seconds: 0.0, delivery: None };
         let request = crate::run::Request {
             path: &args.manifest,
             interval: &interval,

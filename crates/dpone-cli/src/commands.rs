@@ -426,7 +426,7 @@ pub fn quickstart(dir: &Path, format: Format) -> u8 {
         }
     }
     let args = IntervalArgs { interval_end: Some(QUICKSTART_INTERVAL_END.to_string()), interval_start: None };
-    let run_args = crate::RunArgs { jobs: 1, run_id: None, retry_attempts: 0, retry_backoff_seconds: 0.0 };
+    let run_args = crate::RunArgs { jobs: 1, run_id: None, retry_attempts: 0, retry_backoff_seconds: 0.0, delivery: None };
     let format = if format == Format::Json { crate::RunFormat::Json } else { crate::RunFormat::Text };
     crate::run::run(&crate::run::Request {
         path: &manifest_path,

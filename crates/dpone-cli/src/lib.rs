@@ -97,6 +97,26 @@ pub struct RunArgs {
     /// Seconds to wait before each retry.
     #[arg(long, value_name = "SECONDS", default_value_t = 0.0, value_parser = non_negative_seconds)]
     pub retry_backoff_seconds: f64,
+    /// Overrides `sink.strategy.window.delivery`: `all` transfers every chunk of the window (a run resumed keeps the
+    /// decisions it journaled).
+    #[arg(long, value_enum, value_name = "all|changed")]
+    pub delivery: Option<DeliveryArg>,
+}
+
+/// `--delivery`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryArg {
+    All,
+    Changed,
+}
+
+impl DeliveryArg {
+    pub fn delivery(self) -> dpone_core::delivery::Delivery {
+        match self {
+            DeliveryArg::All => dpone_core::delivery::Delivery::All,
+            DeliveryArg::Changed => dpone_core::delivery::Delivery::Changed,
+        }
+    }
 }
 
 fn non_negative_seconds(s: &str) -> Result<f64, String> {

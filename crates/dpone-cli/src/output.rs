@@ -105,6 +105,13 @@ pub fn print_plan(plan: &Plan, format: Format) {
             w.chunk_interval,
             w.anchor
         );
+        if w.delivery == dpone_core::delivery::Delivery::Changed {
+            println!(
+                "delivery    changed: a chunk whose source fingerprint ({}) and target rows equal the record of its last publication is \
+                 carried from the target; every other chunk is transferred (`dpone run --delivery all` transfers all)",
+                w.authority.unwrap_or("none")
+            );
+        }
         println!("chunks      {} (parallelism {})", w.chunk_count, plan.staging.parallelism);
         let show = |c: &dpone_core::window::Chunk| println!("  #{:<5} [{}, {})", c.index, c.start, c.end);
         if w.chunks.len() <= 24 {
@@ -333,6 +340,12 @@ pub fn print_success(plan: &Plan, r: &RunReport) {
         match (c.start, c.end) {
             (Some(s), Some(e)) => println!("  chunk {:<4} [{s}, {e})  {:>10} rows", c.index, thousands(c.rows)),
             _ => println!("  chunk {:<4} whole table  {:>10} rows", c.index, thousands(c.rows)),
+        }
+    }
+    if let Some(d) = &r.delivery {
+        println!("delivery    changed ({}): {}", safe(&d.authority), d.summary());
+        for c in d.chunks.iter().filter(|c| c.decision.transfers()) {
+            println!("  chunk {:<4} [{}, {})  {}", c.index, c.start, c.end, c.decision.as_str());
         }
     }
     if let Some(w) = &plan.window {

@@ -170,7 +170,11 @@ pub fn run_collect(req: &Request, echo: bool) -> (u8, Vec<Value>) {
             continue;
         }
         match commands::prepare(req.path, &p.manifest, req.interval) {
-            Ok((plan, adapters)) if plan.refusals.is_empty() => {
+            Ok((mut plan, adapters)) if plan.refusals.is_empty() => {
+                // `--delivery` overrides the manifest's window delivery.
+                if let (Some(d), Some(w)) = (req.args.delivery, plan.window.as_mut()) {
+                    w.delivery = d.delivery();
+                }
                 jobs.push(Job { process: p, work_dir: commands::work_dir(&p.manifest, req.path), plan, adapters, store })
             }
             Ok((plan, _)) => {

@@ -12,8 +12,11 @@ use dpone_core::url::{component_userinfo, percent_encode};
 /// ClickHouse, as manifests name it.
 pub const SYSTEM: System = System::new("clickhouse", "ClickHouse");
 
-pub static SOURCE: SourceDescriptor =
-    SourceDescriptor { component_url, ..SourceDescriptor::new(SYSTEM, "ClickHouse RowBinary over HTTP (re-read checked after EOF)") };
+pub static SOURCE: SourceDescriptor = SourceDescriptor {
+    component_url,
+    delivery_authority: Some(crate::delivery::AUTHORITY),
+    ..SourceDescriptor::new(SYSTEM, "ClickHouse RowBinary over HTTP (re-read checked after EOF)")
+};
 
 pub static TARGET: TargetDescriptor = TargetDescriptor {
     append: Some(

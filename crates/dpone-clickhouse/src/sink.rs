@@ -213,16 +213,16 @@ impl ClickhouseTarget {
 }
 
 pub(crate) fn filter_sql(f: &RowFilter) -> String {
-    let c = quote_ident(&f.column);
-    let lit = |t: Timestamp| format!("toDateTime64({}, 6, 'UTC')", quote_str(&t.to_canonical()));
-    if f.inside {
-        format!("({c} >= {} AND {c} < {})", lit(f.start), lit(f.end))
-    } else {
-        format!("({c} IS NULL OR {c} < {} OR {c} >= {})", lit(f.start), lit(f.end))
-    }
+    f.to_sql(&quote_ident(&f.column), |t: Timestamp| format!("toDateTime64({}, 6, 'UTC')", quote_str(&t.to_canonical())))
 }
 
 impl Target for ClickhouseTarget {
+    fn carries_unchanged_chunks(&self) -> bool {
+        // The generation links (or copies) the carried chunks' rows as it
+        // does history (`generation.rs`).
+        true
+    }
+
     async fn describe(&self) -> Result<Option<Vec<Column>>> {
         let rows = self
             .client

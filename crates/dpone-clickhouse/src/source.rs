@@ -212,7 +212,7 @@ impl Source for ClickhouseSource {
         let filters: Vec<String> = request
             .bounds
             .as_ref()
-            .map(|(col, chunk)| filter_sql(&RowFilter { column: col.clone(), start: chunk.start, end: chunk.end, inside: true }))
+            .map(|(col, chunk)| filter_sql(&RowFilter::new(col, chunk.start, chunk.end, true)))
             .into_iter()
             .chain(request.cursor.as_ref().map(batch_filter))
             .collect();

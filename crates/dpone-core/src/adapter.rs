@@ -63,6 +63,9 @@ pub struct SourceDescriptor {
     /// `wire.source_native_format` applies to it.
     pub native_format: bool,
     pub component_url: ComponentUrl,
+    /// The authority of its chunk fingerprints (`Source::chunk_fingerprints`),
+    /// if it has one: `delivery: changed` is refused without.
+    pub delivery_authority: Option<&'static str>,
 }
 
 /// What a target adapter is.
@@ -115,7 +118,14 @@ impl SourceDescriptor {
     /// A source of `system` reading cursors, with no native format and no
     /// component URL; adapters override fields with `..`.
     pub const fn new(system: System, transport: &'static str) -> Self {
-        SourceDescriptor { system, transport, reads_cursor: true, native_format: false, component_url: no_component_url }
+        SourceDescriptor {
+            system,
+            transport,
+            reads_cursor: true,
+            native_format: false,
+            component_url: no_component_url,
+            delivery_authority: None,
+        }
     }
 }
 

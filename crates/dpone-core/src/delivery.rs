@@ -2,22 +2,39 @@
 //! target's last verified publication per chunk and the decision whether a
 //! chunk of a new run must be transferred. Pure: the fingerprints and the
 //! target identities are read by the adapters, the records kept by the
-//! state store and the target; this module only compares them.
+//! state store; this module only compares them.
 //!
-//! A chunk is `Unchanged` only when a valid record of the same key exists
-//! in both copies, the source's fingerprint equals the record's and the
-//! target's chunk identity equals the record's. Every other outcome
-//! transfers the chunk: a doubt costs a transfer, never a skipped change.
-//!
-//! Status: the decision is built and tested, and the PostgreSQL and
-//! ClickHouse sources compute fingerprints; no run makes the decision yet
-//! (the manifest has no `delivery` key until records are stored and the
-//! targets publish carried chunks).
+//! A chunk is `Unchanged` only when a valid record of the same key exists,
+//! the source's fingerprint equals the record's and the target's chunk
+//! identity (its rows' count and digest) equals the record's. Every other
+//! outcome transfers the chunk: a doubt costs a transfer, never a skipped
+//! change.
 
 use crate::time::Timestamp;
 use crate::types::Column;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+/// `sink.strategy.window.delivery`: which chunks of a window a run moves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    /// Every chunk is staged, verified and published (the default).
+    #[default]
+    All,
+    /// Only chunks that may have changed since the target's last verified
+    /// publication; the others are carried from the target.
+    Changed,
+}
+
+impl Delivery {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Delivery::All => "all",
+            Delivery::Changed => "changed",
+        }
+    }
+}
 
 /// The version of the record format and of the checksum over it.
 pub const RECORD_VERSION: u32 = 1;
@@ -88,13 +105,73 @@ pub struct ChunkFingerprints {
     pub chunks: Vec<Fingerprint>,
 }
 
-/// What the target holds of a chunk: its incarnation (a ClickHouse table
-/// UUID, a PostgreSQL table OID and receipt) and the chunk's identity in it
-/// (part identities, or count and digest).
+/// What the target holds of a chunk: the digest it is identified by (the
+/// row hash of the run's digests, so that a record of another algorithm is
+/// no record) and the chunk's identity (count, digest sum and NULL counts
+/// of its rows, computed by the target over its stored rows).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TargetIdentity {
     pub incarnation: String,
     pub chunk: String,
+}
+
+impl TargetIdentity {
+    /// The identity of rows with `contents`.
+    pub fn of(contents: &crate::ports::Contents) -> TargetIdentity {
+        let d = &contents.digest;
+        TargetIdentity {
+            incarnation: format!("content.{}", d.algorithm.name()),
+            chunk: format!("{}:{}:{:?}", contents.rows, d.sum_hex(), d.null_counts),
+        }
+    }
+}
+
+/// One chunk's decision, as journaled, reported and written to evidence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkDelivery {
+    pub index: u32,
+    pub start: Timestamp,
+    pub end: Timestamp,
+    pub decision: Decision,
+    /// The source's fingerprint in the run's snapshot (None: the query failed).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub fingerprint: Option<Fingerprint>,
+    /// An `unchanged` chunk's identity in the target when it was decided:
+    /// the carried rows must still have it when they are published.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub carried: Option<TargetIdentity>,
+}
+
+/// The decisions of a `delivery: changed` run, journaled before any chunk
+/// is staged; a resumed run keeps them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryDecisions {
+    /// The authority of the fingerprints (`postgres.mvcc.v1`, ...).
+    pub authority: String,
+    pub chunks: Vec<ChunkDelivery>,
+}
+
+impl DeliveryDecisions {
+    /// The `[start, end)` of the carried (`unchanged`) chunks, in order.
+    pub fn carried_ranges(&self) -> Vec<(Timestamp, Timestamp)> {
+        self.chunks.iter().filter(|c| c.decision == Decision::Unchanged).map(|c| (c.start, c.end)).collect()
+    }
+
+    pub fn is_carried(&self, index: u32) -> bool {
+        self.chunks.iter().any(|c| c.index == index && c.decision == Decision::Unchanged)
+    }
+
+    /// How many chunks had each decision, e.g. `unchanged: 27, changed: 3`.
+    pub fn summary(&self) -> String {
+        let mut counts: Vec<(Decision, usize)> = Vec::new();
+        for c in &self.chunks {
+            match counts.iter_mut().find(|(d, _)| *d == c.decision) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((c.decision, 1)),
+            }
+        }
+        counts.iter().map(|(d, n)| format!("{}: {n}", d.as_str())).collect::<Vec<_>>().join(", ")
+    }
 }
 
 /// The record of one chunk, written after its publication was judged
@@ -136,7 +213,7 @@ impl ChunkRecord {
 }
 
 /// Whether a chunk moves, and why.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Decision {
     /// Carried from the target: nothing of it changed on either side.
@@ -159,6 +236,17 @@ impl Decision {
     pub fn transfers(self) -> bool {
         self != Decision::Unchanged
     }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Unchanged => "unchanged",
+            Decision::Changed => "changed",
+            Decision::NoRecord => "no_record",
+            Decision::TargetChanged => "target_changed",
+            Decision::RecordInvalid => "record_invalid",
+            Decision::FingerprintError => "fingerprint_error",
+        }
+    }
 }
 
 /// What a run knows of one chunk when it decides.
@@ -167,38 +255,45 @@ pub struct Evidence<'a> {
     pub key: &'a ChunkKey,
     /// The record's body in the state store, if any.
     pub stored: Option<&'a str>,
-    /// The record's body beside the target's rows, if any.
-    pub target_copy: Option<&'a str>,
     /// The source's fingerprint in the run's snapshot (Err: the query failed).
     pub fingerprint: Result<&'a Fingerprint, ()>,
-    /// The target's identity of the chunk now.
-    pub identity: &'a TargetIdentity,
+}
+
+/// The first half of a decision, before the target is read: the record if
+/// the chunk may be `unchanged` (a valid record of this key whose source
+/// fingerprint equals the source's now), else the decision. The target's
+/// identity is read only for the chunks this returns a record for.
+pub fn candidate(e: Evidence<'_>) -> Result<ChunkRecord, Decision> {
+    let Some(body) = e.stored else { return Err(Decision::NoRecord) };
+    let Some(record) = ChunkRecord::parse(body) else { return Err(Decision::RecordInvalid) };
+    if record.key != *e.key {
+        return Err(Decision::NoRecord);
+    }
+    let Ok(fingerprint) = e.fingerprint else { return Err(Decision::FingerprintError) };
+    if record.source != *fingerprint {
+        return Err(Decision::Changed);
+    }
+    Ok(record)
+}
+
+/// The second half: a candidate is `unchanged` when the target's identity
+/// of the chunk now is the record's.
+pub fn confirm(record: &ChunkRecord, identity: &TargetIdentity) -> Decision {
+    if record.target.incarnation != identity.incarnation {
+        Decision::NoRecord
+    } else if record.target.chunk != identity.chunk {
+        Decision::TargetChanged
+    } else {
+        Decision::Unchanged
+    }
 }
 
 /// The decision for one chunk (docs/changed-delivery.md, "The contract").
-pub fn decide(e: Evidence<'_>) -> Decision {
-    let (stored, copy) = match (e.stored, e.target_copy) {
-        (None, None) => return Decision::NoRecord,
-        (Some(s), Some(c)) => (ChunkRecord::parse(s), ChunkRecord::parse(c)),
-        // One copy without the other: a publication whose records were
-        // not both written (a crash between them), or a copy removed.
-        _ => return Decision::RecordInvalid,
-    };
-    let record = match (stored, copy) {
-        (Some(s), Some(c)) if s == c => s,
-        _ => return Decision::RecordInvalid,
-    };
-    if record.key != *e.key || record.target.incarnation != e.identity.incarnation {
-        return Decision::NoRecord;
+pub fn decide(e: Evidence<'_>, identity: &TargetIdentity) -> Decision {
+    match candidate(e) {
+        Ok(record) => confirm(&record, identity),
+        Err(d) => d,
     }
-    let Ok(fingerprint) = e.fingerprint else { return Decision::FingerprintError };
-    if record.target.chunk != e.identity.chunk {
-        return Decision::TargetChanged;
-    }
-    if record.source != *fingerprint {
-        return Decision::Changed;
-    }
-    Decision::Unchanged
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -71,6 +71,10 @@ pub struct PhaseTimers {
     /// (the wait for inserts in flight included).
     pub reconcile: f64,
     pub evidence: f64,
+    /// `delivery: changed`: the source's fingerprints, the records and the
+    /// target's carried chunks read to decide, and the carried chunks
+    /// checked in the generation.
+    pub fingerprint: f64,
     pub wall: f64,
 }
 
@@ -231,6 +235,9 @@ pub struct Evidence {
     pub incremental: Option<IncrementalEvidence>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window: Option<WindowEvidence>,
+    /// `delivery: changed`: each chunk's fingerprint and decision.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<crate::delivery::DeliveryDecisions>,
     pub interval_end_origin: Option<String>,
     pub schema_fingerprint: String,
     pub columns: Vec<Column>,

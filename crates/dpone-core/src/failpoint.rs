@@ -71,6 +71,11 @@ pub const REPLACE_POINTS: &[&str] = &["generation.after_copy", "replace.before_e
 /// the published target.
 pub const RECONCILE_POINTS: &[&str] = &["reconcile.after_fill", "reconcile.before_move"];
 
+/// Abort points of a `delivery: changed` run (docs/changed-delivery.md):
+/// after the chunks' decisions were journaled, and after the records of a
+/// published run were written (before its evidence).
+pub const DELIVERY_POINTS: &[&str] = &["delivery.after_decide", "delivery.after_records"];
+
 /// Abort points: where a crash can be injected ([`POINTS`] minus faults).
 pub fn abort_points() -> impl Iterator<Item = &'static str> {
     POINTS.iter().copied().filter(|p| !is_fault(p))
@@ -110,7 +115,8 @@ impl Failpoints {
                 || BUILD_POINTS.contains(&point)
                 || APPEND_POINTS.contains(&point)
                 || REPLACE_POINTS.contains(&point)
-                || RECONCILE_POINTS.contains(&point),
+                || RECONCILE_POINTS.contains(&point)
+                || DELIVERY_POINTS.contains(&point),
             "unknown failpoint {point}"
         );
         self.0.as_ref().and_then(|i| i.at(point))

@@ -51,6 +51,24 @@ pub fn fate(range: PartitionRange, start: Timestamp, end: Timestamp) -> Partitio
     }
 }
 
+/// The fate of a partition with `range` when the rows of `replaced` (sorted,
+/// disjoint half-open ranges: a window less its carried chunks) are
+/// replaced: linked when no replaced range meets it, not taken when one
+/// replaced range holds all of it, copied otherwise. With the one range
+/// `[start, end)` this is [`fate`].
+pub fn fate_in(range: PartitionRange, replaced: &[(Timestamp, Timestamp)]) -> PartitionFate {
+    let (Some(min), Some(max)) = (range.min, range.max) else {
+        return PartitionFate::Link;
+    };
+    if !replaced.iter().any(|&(a, b)| max >= a && min < b) {
+        PartitionFate::Link
+    } else if !range.has_nulls && replaced.iter().any(|&(a, b)| min >= a && max < b) {
+        PartitionFate::Replace
+    } else {
+        PartitionFate::Copy
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,6 +94,23 @@ mod tests {
         assert_eq!(fate(nulls, S, E), PartitionFate::Link, "NULL window values are kept");
         let mixed = PartitionRange { has_nulls: true, ..r(1_200, 1_300) };
         assert_eq!(fate(mixed, S, E), PartitionFate::Copy, "a NULL among window rows is kept");
+    }
+
+    #[test]
+    fn carried_chunks_are_linked_like_history() {
+        // The window [1000, 2000) with [1200, 1400) carried.
+        let replaced = [(S, Timestamp(1_200)), (Timestamp(1_400), E)];
+        assert_eq!(fate_in(r(1_200, 1_399), &replaced), PartitionFate::Link, "exactly the carried chunk");
+        assert_eq!(fate_in(r(1_000, 1_199), &replaced), PartitionFate::Replace, "a replaced chunk");
+        assert_eq!(fate_in(r(1_100, 1_300), &replaced), PartitionFate::Copy, "across a carried bound");
+        assert_eq!(fate_in(r(1_300, 1_500), &replaced), PartitionFate::Copy, "across the other bound");
+        assert_eq!(fate_in(r(0, 999), &replaced), PartitionFate::Link, "history");
+        assert_eq!(fate_in(r(1_000, 1_999), &[]), PartitionFate::Link, "every chunk carried");
+        for lo in (0..3_000).step_by(250) {
+            for hi in (lo..3_000).step_by(250) {
+                assert_eq!(fate_in(r(lo, hi), &[(S, E)]), fate(r(lo, hi), S, E), "one range is `fate`: {lo}..{hi}");
+            }
+        }
     }
 
     proptest! {

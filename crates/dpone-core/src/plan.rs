@@ -39,6 +39,12 @@ pub struct WindowPlan {
     pub end: Timestamp,
     pub chunk_count: usize,
     pub chunks: Vec<Chunk>,
+    /// `all` or `changed` (docs/changed-delivery.md).
+    pub delivery: crate::delivery::Delivery,
+    /// `delivery: changed`: what the source's chunk fingerprints are
+    /// computed from (`postgres.mvcc.v1`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub authority: Option<&'static str>,
 }
 
 /// `incremental_append`: the cursor and where a first run starts. The
@@ -177,7 +183,7 @@ impl Plan {
     pub fn build(manifest: &Manifest, interval: &Interval, registry: &Registry) -> Result<Plan, Diagnostic> {
         // Validated when the manifest was loaded.
         let limits = crate::limits::resolve(manifest).map_err(|mut errors| errors.remove(0))?;
-        let window = match manifest.window() {
+        let mut window = match manifest.window() {
             Some(w) => {
                 let (end_text, end_origin) = interval.end.clone().ok_or_else(|| {
                     Diagnostic::new("missing_interval_end", "--interval-end", "a rolling window needs its anchor: the interval end")
@@ -220,6 +226,8 @@ impl Plan {
                     end: resolved.end,
                     chunk_count: resolved.chunks.len(),
                     chunks: resolved.chunks,
+                    delivery: w.delivery,
+                    authority: None,
                 })
             }
             None => None,
@@ -277,6 +285,19 @@ impl Plan {
                 )
                 .hint("use `auto` or `stream`"),
             );
+        }
+        if let Some(w) = window.as_mut().filter(|w| w.delivery == crate::delivery::Delivery::Changed) {
+            w.authority = source.and_then(|s| s.delivery_authority);
+            if w.authority.is_none() {
+                refusals.push(
+                    Diagnostic::new(
+                        "delivery_unsupported",
+                        "sink.strategy.window.delivery",
+                        format!("`delivery: changed` needs a source that fingerprints its chunks; a {} source has none", src.system),
+                    )
+                    .hint("use `delivery: all` (the default); PostgreSQL and ClickHouse sources support `changed`"),
+                );
+            }
         }
         if src.system == snk.system && src.connection == snk.connection && src.table == snk.table {
             refusals.push(

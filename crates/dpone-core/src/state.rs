@@ -346,6 +346,10 @@ pub struct RunJournal {
     /// creation), so cleanup never misses one and never touches another's.
     #[serde(default)]
     pub owned: std::collections::BTreeSet<String>,
+    /// `delivery: changed`: each chunk's decision, taken before any chunk
+    /// was staged; a resumed run keeps them.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub delivery: Option<crate::delivery::DeliveryDecisions>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub generation: Option<GenerationRecord>,
     #[serde(skip_serializing_if = "Option::is_none", default)]

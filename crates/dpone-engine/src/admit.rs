@@ -289,6 +289,7 @@ pub(crate) fn new_journal<S: Source, T: Target>(
         limits: ctx.plan.limits_stored.clone(),
         chunks: Default::default(),
         owned: Default::default(),
+        delivery: None,
         generation: None,
         intent: None,
         publication: None,

@@ -197,6 +197,9 @@ pub(crate) struct Ctx<S, T> {
     /// staging stop threshold).
     pub encoded_total: Arc<AtomicU64>,
     pub resumption: Resumption,
+    /// `delivery: changed`: the window ranges carried from the target (its
+    /// `unchanged` chunks), from the journaled decisions; empty otherwise.
+    pub carried: std::sync::Mutex<Vec<(dpone_core::time::Timestamp, dpone_core::time::Timestamp)>>,
 }
 
 impl<S: Source, T: Target> Ctx<S, T> {
@@ -216,6 +219,7 @@ impl<S: Source, T: Target> Ctx<S, T> {
             importers: Arc::new(tokio::sync::Semaphore::new(plan.limits.import_parallelism.max(1) as usize)),
             encoded_total: Arc::new(AtomicU64::new(0)),
             resumption: Resumption::default(),
+            carried: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -242,8 +246,11 @@ impl<S: Source, T: Target> Ctx<S, T> {
         Some(dpone_core::ports::MergeKey { unique_key: key.to_vec(), cursor: inc.column.clone() })
     }
 
+    /// The window's rows (`inside`) or the others; the chunks a `delivery:
+    /// changed` run carries count as outside (they are kept like history).
     pub fn window_filter(&self, inside: bool) -> Option<RowFilter> {
-        self.plan.window.as_ref().map(|w| RowFilter { column: w.column.clone(), start: w.start, end: w.end, inside })
+        let carried = self.carried.lock().expect("carried lock").clone();
+        self.plan.window.as_ref().map(|w| RowFilter { carried, ..RowFilter::new(&w.column, w.start, w.end, inside) })
     }
 
     /// The run's chunks; a run without a window has one chunk, None.

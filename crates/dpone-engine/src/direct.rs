@@ -305,8 +305,7 @@ async fn load_one<S: Source, T: Target>(
     following: Option<Option<Chunk>>,
 ) -> (Result<Loaded, AdapterError>, Option<Reading>) {
     let Reading { mut reader, frames } = reading;
-    let range = chunk
-        .and_then(|c| ctx.plan.window.as_ref().map(|w| RowFilter { column: w.column.clone(), start: c.start, end: c.end, inside: true }));
+    let range = chunk.and_then(|c| ctx.plan.window.as_ref().map(|w| RowFilter::new(&w.column, c.start, c.end, true)));
     let load_started = Instant::now();
     let load = driver.load(index, range, frames);
     futures_util::pin_mut!(load);

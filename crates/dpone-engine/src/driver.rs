@@ -38,6 +38,8 @@ use std::sync::atomic::Ordering;
 
 pub(crate) async fn drive<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, claim: &ClaimGuard) -> Result<RunReport, RunFailure> {
     let mut resuming = ctx.resumption.resumed.load(Ordering::SeqCst);
+    // A resumed `delivery: changed` run carries the chunks it decided to.
+    crate::delivery::restore(ctx, &journal.snapshot().await);
     loop {
         let state = journal.state().await;
         // A resume step that stops ends the run as admission would: the

@@ -54,6 +54,7 @@ pub(crate) fn build_evidence<S: Source, T: Target>(
             lookback: w.lookback,
             chunk_interval: w.chunk_interval,
         }),
+        delivery: j.delivery.clone(),
         interval_end_origin: ctx.options.interval_origin.clone(),
         schema_fingerprint: j.schema_fingerprint.clone(),
         columns: ctx.probe.target_columns.clone(),

@@ -25,10 +25,12 @@ pub(crate) async fn write_evidence<S: Source, T: Target>(ctx: &Ctx<S, T>, journa
     reconcile_concurrent(ctx, journal, &j, &intent, &generation).await?;
     // The journal now holds the reconciliation the evidence reports.
     let j = journal.snapshot().await;
+    crate::delivery::write_records(ctx, journal, &j).await?;
     ctx.target.after_publication(&intent.generation_table, &intent.backup_table).await?;
     ctx.failpoint("evidence.before_write").await?;
     let started = Instant::now();
-    let stats = match ctx.window_filter(true) {
+    // The whole window, carried chunks included (`delivery: changed`).
+    let stats = match ctx.window_filter(true).map(|f| dpone_core::ports::RowFilter { carried: Vec::new(), ..f }) {
         // Counted by the publishing transaction itself (a direct one).
         Some(_) if generation.target_stats.is_some() => generation.target_stats.clone().expect("checked"),
         Some(f) => ctx.target.window_stats(&f).await?,

@@ -31,6 +31,9 @@ pub(crate) async fn prepare<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jou
         window_digest.merge(&c.digest().ok_or_else(|| AdapterError::internal("unreadable chunk digest in the journal"))?);
     }
     build(ctx, journal, &generation, &window_digest).await?;
+    let carried_started = Instant::now();
+    crate::delivery::check_carried(ctx, &j, &generation).await?;
+    ctx.add_phase(|p| p.fingerprint += carried_started.elapsed().as_secs_f64());
     check_kept_rows(ctx, &generation).await?;
     ctx.add_phase(|p| p.prepare += started.elapsed().as_secs_f64());
     ctx.may_write()?;
@@ -133,6 +136,8 @@ pub(crate) async fn reverify<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jo
     };
     let recorded = dpone_core::state::digest_from(record.rows, &record.digest_sum, &record.null_counts)
         .ok_or_else(|| AdapterError::internal("unreadable generation digest in the journal"))?;
+    // The carried chunks' rows are not in the window digest: checked on their own.
+    crate::delivery::check_carried(ctx, &j, &record.table).await?;
     match record.check {
         // A copied generation is digested whole (once, on this rare path):
         // a count misses a changed value in a linked part. So is one whose

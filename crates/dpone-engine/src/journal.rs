@@ -113,6 +113,13 @@ impl Journal {
         }
     }
 
+    /// The record `key` beside the journal, if any.
+    pub async fn get_record(&self, key: &str) -> Result<Option<String>, AdapterError> {
+        let (store, key) = (self.store.clone(), key.to_string());
+        let found = tokio::task::spawn_blocking(move || store.get(&key)).await.map_err(|e| AdapterError::internal(e.to_string()))?;
+        Ok(found.map_err(store_error)?.map(|v| v.body))
+    }
+
     /// Saves `body` as the record `key` under this run's lease (a record
     /// beside the journal, e.g. the evidence document), replacing what an
     /// earlier attempt of this execution left there.

@@ -27,6 +27,7 @@
 mod admit;
 mod batch;
 mod context;
+mod delivery;
 mod direct;
 mod driver;
 mod evidence;

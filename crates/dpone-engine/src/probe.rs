@@ -244,12 +244,24 @@ async fn probe_inner<S: Source, T: Target>(
             }
             p.refusals.extend(window_range_refusal(plan, p.datetime64_range));
         }
+        if plan.window.as_ref().is_some_and(|w| w.delivery == dpone_core::delivery::Delivery::Changed) && !target.carries_unchanged_chunks()
+        {
+            p.refusals.push(
+                Diagnostic::new(
+                    "delivery_unsupported",
+                    "sink.strategy.window.delivery",
+                    "`delivery: changed` carries unchanged chunks from the target, but this target's publication replaces the window as a \
+                     unit (a partition swap or a direct load)",
+                )
+                .hint("use `sink.options.postgres.publication: delete_insert`, or `delivery: all`"),
+            );
+        }
         if p.refusals.is_empty() {
             let types: Vec<_> = p.target_columns.iter().map(|c| c.ty.clone()).collect();
             p.refusals.extend(source.conversion_refusals(&p.read_columns, &types));
         }
         if p.refusals.is_empty() {
-            let keep = plan.window.as_ref().map(|w| RowFilter { column: w.column.clone(), start: w.start, end: w.end, inside: false });
+            let keep = plan.window.as_ref().map(|w| RowFilter::new(&w.column, w.start, w.end, false));
             if let Some(col) = &plan.window.as_ref().map(|w| w.column.clone()) {
                 match source.access_path(col).await {
                     Ok(a) => p.access = a,

@@ -38,11 +38,20 @@ use std::time::Instant;
 
 /// Stages the chunks that are not verified yet, then records `verified`.
 pub(crate) async fn stage_all<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> Step {
+    // `delivery: changed`: every chunk decided before the first is staged.
+    crate::delivery::decide(ctx, journal).await?;
     if journal.state().await == RunState::Planned {
         journal.set_state(RunState::Staging).await?;
     }
     let j = journal.snapshot().await;
-    let done: BTreeSet<u32> = j.chunks.values().filter(|c| c.state == ChunkState::Verified).map(|c| c.index).collect();
+    let carried = |i: &u32| j.delivery.as_ref().is_some_and(|d| d.is_carried(*i));
+    let done: BTreeSet<u32> = j
+        .chunks
+        .values()
+        .filter(|c| c.state == ChunkState::Verified)
+        .map(|c| c.index)
+        .chain((0..ctx.chunks().len() as u32).filter(carried))
+        .collect();
     let todo: Vec<(u32, Option<Chunk>)> =
         ctx.chunks().into_iter().enumerate().map(|(i, c)| (i as u32, c)).filter(|(i, _)| !done.contains(i)).collect();
     tracing::info!(run_id = %j.run_id, chunks = todo.len(), reused = done.len(), "staging");
@@ -521,7 +530,7 @@ async fn verify_attempt<S: Source, T: Target>(
         })
         .map_err(|e| e.hint("the target did not store exactly what was sent; nothing was published"))?;
     if let (Some(w), Some(c)) = (&ctx.plan.window, chunk) {
-        let outside = RowFilter { column: w.column.clone(), start: c.start, end: c.end, inside: false };
+        let outside = RowFilter::new(&w.column, c.start, c.end, false);
         let n = ctx.target.count(TableRole::Owned(staging), Some(&outside)).await?;
         if n != 0 {
             return Err(AdapterError::verification(

@@ -12,8 +12,11 @@ use dpone_core::url::{component_userinfo, percent_encode};
 /// PostgreSQL, as manifests name it.
 pub const SYSTEM: System = System::new("postgres", "PostgreSQL");
 
-pub static SOURCE: SourceDescriptor =
-    SourceDescriptor { component_url, ..SourceDescriptor::new(SYSTEM, "PostgreSQL binary COPY (shared snapshot)") };
+pub static SOURCE: SourceDescriptor = SourceDescriptor {
+    component_url,
+    delivery_authority: Some(crate::delivery::AUTHORITY),
+    ..SourceDescriptor::new(SYSTEM, "PostgreSQL binary COPY (shared snapshot)")
+};
 
 pub static TARGET: TargetDescriptor = TargetDescriptor {
     direct_transport: Some("PostgreSQL binary COPY into the target, inside the publishing transaction"),

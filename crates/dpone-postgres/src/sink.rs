@@ -106,12 +106,7 @@ fn ts_literal(t: Timestamp) -> String {
 }
 
 fn filter_sql(f: &RowFilter) -> String {
-    let c = quote_ident(&f.column);
-    if f.inside {
-        format!("({c} >= {} AND {c} < {})", ts_literal(f.start), ts_literal(f.end))
-    } else {
-        format!("({c} IS NULL OR {c} < {} OR {c} >= {})", ts_literal(f.start), ts_literal(f.end))
-    }
+    f.to_sql(&quote_ident(&f.column), ts_literal)
 }
 
 impl PostgresTarget {
@@ -447,6 +442,12 @@ impl Target for PostgresTarget {
 
     fn publishes_direct(&self) -> bool {
         self.direct
+    }
+
+    fn carries_unchanged_chunks(&self) -> bool {
+        // delete_insert deletes only the replaced ranges; a swap or a
+        // direct load replaces the window as a unit.
+        !self.direct && !self.partition_swap
     }
 
     async fn publish_direct(

@@ -86,8 +86,15 @@ impl SqliteTarget {
 
 fn filter_sql(filter: &RowFilter) -> (String, [String; 2]) {
     let c = quote_ident(&filter.column);
+    let params = [filter.start.to_canonical(), filter.end.to_canonical()];
+    if !filter.carried.is_empty() {
+        // Carried ranges (`delivery: changed`): canonical text literals,
+        // compared as the stored canonical text is; ?1 and ?2 stay bound.
+        let lit = |t: Timestamp| format!("'{}'", t.to_canonical());
+        return (format!("(?1 IS NOT NULL AND ?2 IS NOT NULL AND {})", filter.to_sql(&c, lit)), params);
+    }
     let sql = if filter.inside { format!("{c} >= ?1 AND {c} < ?2") } else { format!("({c} IS NULL OR {c} < ?1 OR {c} >= ?2)") };
-    (sql, [filter.start.to_canonical(), filter.end.to_canonical()])
+    (sql, params)
 }
 
 /// Appends ` WHERE <filter>` to `sql` (nothing without a filter); the
@@ -153,6 +160,11 @@ fn staging_ddl(table_sql: &str, columns: &[Column]) -> String {
 }
 
 impl Target for SqliteTarget {
+    fn carries_unchanged_chunks(&self) -> bool {
+        // The window replace deletes and inserts by the filter's ranges.
+        true
+    }
+
     async fn describe(&self) -> Result<Option<Vec<Column>>> {
         if !self.config.path.exists() {
             return Ok(None);

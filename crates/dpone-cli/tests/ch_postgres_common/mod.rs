@@ -104,6 +104,8 @@ pub struct Options {
     pub staging_schema: Option<String>,
     /// `execution.verification.digest` (default: not written, sha256).
     pub digest: Option<&'static str>,
+    /// The window's `delivery` (default: not written, `all`).
+    pub delivery: Option<&'static str>,
 }
 
 impl Default for Options {
@@ -119,6 +121,7 @@ impl Default for Options {
             columns: None,
             staging_schema: None,
             digest: None,
+            delivery: None,
         }
     }
 }
@@ -405,8 +408,11 @@ impl Fixture {
                     o.digest.map(|d| format!("\n        verification: {{digest: {d}}}")).unwrap_or_default()
                 ),
                 format!(
-                    "\n    mode: replace\n    atomicity: target_atomic\n    window: {{column: {:?}, anchor: data_interval_end, lookback: {}, chunk_interval: {}}}",
-                    o.window_column, o.lookback, o.chunk_interval
+                    "\n    mode: replace\n    atomicity: target_atomic\n    window: {{column: {:?}, anchor: data_interval_end, lookback: {}, chunk_interval: {}{}}}",
+                    o.window_column,
+                    o.lookback,
+                    o.chunk_interval,
+                    o.delivery.map(|d| format!(", delivery: {d}")).unwrap_or_default()
                 ),
             )
         };

@@ -30,6 +30,8 @@ pub struct ManifestOptions {
     pub lookback: String,
     /// The window's `chunk_interval` (default P1D).
     pub chunk_interval: String,
+    /// The window's `delivery` (default: not written, `all`).
+    pub delivery: Option<String>,
 }
 
 impl Default for ManifestOptions {
@@ -46,6 +48,7 @@ impl Default for ManifestOptions {
             chunking: true,
             lookback: "P3D".into(),
             chunk_interval: "P1D".into(),
+            delivery: None,
         }
     }
 }
@@ -72,8 +75,9 @@ pub fn manifest_yaml(o: &ManifestOptions, schema: &str, db: &str, work_dir: &Pat
         (c, v) => format!("\n      execution:{}{}", c.unwrap_or_default(), v.unwrap_or_default()),
     };
     let source_rest = format!("\n  options:{columns}\n    native_transfer:{wire}{execution}");
+    let delivery = o.delivery.as_ref().map(|d| format!(", delivery: {d}")).unwrap_or_default();
     let strategy = format!(
-        "{staging}\n  strategy:\n    mode: replace\n    atomicity: target_atomic\n    window: {{column: {}, anchor: data_interval_end, lookback: {}, chunk_interval: {}}}",
+        "{staging}\n  strategy:\n    mode: replace\n    atomicity: target_atomic\n    window: {{column: {}, anchor: data_interval_end, lookback: {}, chunk_interval: {}{delivery}}}",
         q(&o.window_column),
         o.lookback,
         o.chunk_interval

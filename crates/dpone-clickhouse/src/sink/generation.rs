@@ -27,7 +27,7 @@ use super::{ClickhouseTarget, filter_sql, num, text};
 use crate::client::{Idempotence, named, quote_ident, quote_str, table_is};
 use dpone_core::digest::RowDigest;
 use dpone_core::failpoint::Action;
-use dpone_core::partition::{PartitionFate, PartitionRange, fate};
+use dpone_core::partition::{PartitionFate, PartitionRange, fate_in};
 use dpone_core::ports::{
     AdapterError, Contents, ErrorKind, GenerationEstimate, GenerationMethod, LinkReport, PartIdentity, Result, RowFilter, TableRole,
 };
@@ -63,8 +63,9 @@ struct Fates {
 impl Fates {
     fn of(partitions: Vec<Partition>, keep: &RowFilter) -> Fates {
         let mut f = Fates::default();
+        let replaced = keep.replaced_ranges();
         for p in partitions {
-            match fate(p.range, keep.start, keep.end) {
+            match fate_in(p.range, &replaced) {
                 PartitionFate::Link => f.link.push(p),
                 PartitionFate::Copy => f.copy.push(p),
                 PartitionFate::Replace => f.replace.push(p),

@@ -33,12 +33,11 @@ fn record() -> String {
     ChunkRecord::new(key(), fingerprint(10), identity("parts-a"), "run-1").body()
 }
 
-/// The decision with both copies equal to `body`, the source at `fp` and
-/// the target at `chunk`.
+/// The decision with the stored record `body`, the source at `fp` and the
+/// target at `chunk`.
 fn decide_with(body: Option<&str>, fp: Result<&Fingerprint, ()>, chunk: &str) -> Decision {
     let k = key();
-    let id = identity(chunk);
-    decide(Evidence { key: &k, stored: body, target_copy: body, fingerprint: fp, identity: &id })
+    decide(Evidence { key: &k, stored: body, fingerprint: fp }, &identity(chunk))
 }
 
 #[test]
@@ -65,7 +64,7 @@ fn a_record_of_another_key_or_incarnation_is_no_record() {
     let id = identity("parts-a");
     let other = |k: ChunkKey, incarnation: &str| {
         let body = ChunkRecord::new(k, fp.clone(), TargetIdentity { incarnation: incarnation.into(), ..id.clone() }, "run-1").body();
-        decide(Evidence { key: &key(), stored: Some(&body), target_copy: Some(&body), fingerprint: Ok(&fp), identity: &id })
+        decide(Evidence { key: &key(), stored: Some(&body), fingerprint: Ok(&fp) }, &id)
     };
     assert_eq!(other(key(), "uuid-1"), Decision::Unchanged);
     // A column added on both sides: every chunk moves.
@@ -77,30 +76,41 @@ fn a_record_of_another_key_or_incarnation_is_no_record() {
     assert_eq!(other(key(), "uuid-2"), Decision::NoRecord);
 }
 
-/// A record edited, truncated or present in one copy only is never trusted:
-/// the chunk is transferred.
+/// A record edited or truncated is never trusted: the chunk is transferred.
 #[test]
 fn a_tampered_record_transfers_the_chunk() {
     let (k, id, fp) = (key(), identity("parts-a"), fingerprint(10));
     let body = record();
-    let check = |stored: Option<&str>, copy: Option<&str>| {
-        decide(Evidence { key: &k, stored, target_copy: copy, fingerprint: Ok(&fp), identity: &id })
-    };
+    let check = |stored: Option<&str>, fp: &Fingerprint| decide(Evidence { key: &k, stored, fingerprint: Ok(fp) }, &id);
     // The fingerprint rewritten to match a changed source, checksum kept.
     let forged = body.replace("\"d10\"", "\"d11\"");
     assert_ne!(forged, body);
-    let changed_source = fingerprint(11);
-    let forged_check =
-        decide(Evidence { key: &k, stored: Some(&forged), target_copy: Some(&forged), fingerprint: Ok(&changed_source), identity: &id });
-    assert_eq!(forged_check, Decision::RecordInvalid);
-    assert_eq!(check(Some(&body[..body.len() - 2]), Some(&body)), Decision::RecordInvalid);
-    assert_eq!(check(Some("not json"), Some("not json")), Decision::RecordInvalid);
-    assert_eq!(check(Some(&body), None), Decision::RecordInvalid);
-    assert_eq!(check(None, Some(&body)), Decision::RecordInvalid);
-    // Two valid copies of different publications disagree.
-    let older = ChunkRecord::new(key(), fingerprint(10), identity("parts-a"), "run-0").body();
-    assert_eq!(check(Some(&body), Some(&older)), Decision::RecordInvalid);
-    assert_eq!(check(Some(&body), Some(&body)), Decision::Unchanged);
+    assert_eq!(check(Some(&forged), &fingerprint(11)), Decision::RecordInvalid);
+    assert_eq!(check(Some(&body[..body.len() - 2]), &fp), Decision::RecordInvalid);
+    assert_eq!(check(Some("not json"), &fp), Decision::RecordInvalid);
+    assert_eq!(check(Some(&body), &fp), Decision::Unchanged);
+    // The target's identity is only read for a candidate.
+    assert_eq!(candidate(Evidence { key: &k, stored: Some(&forged), fingerprint: Ok(&fp) }), Err(Decision::RecordInvalid));
+    assert!(candidate(Evidence { key: &k, stored: Some(&body), fingerprint: Ok(&fp) }).is_ok());
+}
+
+#[test]
+fn decisions_summarise_and_name_their_carried_ranges() {
+    let chunk = |index: u32, decision: Decision| ChunkDelivery {
+        index,
+        start: Timestamp(index as i64 * 10),
+        end: Timestamp(index as i64 * 10 + 10),
+        decision,
+        fingerprint: None,
+        carried: None,
+    };
+    let d = DeliveryDecisions {
+        authority: "postgres.mvcc.v1".into(),
+        chunks: vec![chunk(0, Decision::Unchanged), chunk(1, Decision::Changed), chunk(2, Decision::Unchanged)],
+    };
+    assert_eq!(d.summary(), "unchanged: 2, changed: 1");
+    assert_eq!(d.carried_ranges(), vec![(Timestamp(0), Timestamp(10)), (Timestamp(20), Timestamp(30))]);
+    assert!(d.is_carried(2) && !d.is_carried(1));
 }
 
 #[test]

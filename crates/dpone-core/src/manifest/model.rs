@@ -235,6 +235,9 @@ pub struct WindowSpec {
     pub column: String,
     pub lookback: FixedDuration,
     pub chunk_interval: FixedDuration,
+    /// `sink.strategy.window.delivery`: every chunk (`all`, the default) or
+    /// only the chunks that changed since the last publication (`changed`).
+    pub delivery: crate::delivery::Delivery,
 }
 
 impl Serialize for FixedDuration {

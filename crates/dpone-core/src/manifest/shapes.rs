@@ -182,6 +182,11 @@ fn strategy_object() -> Shape {
                 required("lookback", Shape::String { format: Some("duration") }, "ISO-8601 duration with D/H/M/S, e.g. P7D"),
                 field("chunk_interval", Shape::String { format: Some("duration") }, "ISO-8601 duration with D/H/M/S (default P1D)"),
                 field("timezone", Shape::Enum(&["UTC"]), "Only UTC"),
+                field(
+                    "delivery",
+                    Shape::Enum(&["all", "changed"]),
+                    "all (default): every chunk is transferred; changed: only chunks whose source rows changed since the target's last verified publication (docs/changed-delivery.md)",
+                ),
             ]),
             "Rolling window [end - lookback, end)",
         ),

@@ -131,7 +131,8 @@ pub struct MergeCounts {
     pub replaced: u64,
 }
 
-/// Which rows of a table to inspect, relative to `[start, end)` on `column`.
+/// Which rows of a table to inspect, relative to `[start, end)` on `column`
+/// less the `carried` ranges.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RowFilter {
     pub column: String,
@@ -139,6 +140,55 @@ pub struct RowFilter {
     pub end: Timestamp,
     /// `true`: rows inside; `false`: rows outside, NULL window values included.
     pub inside: bool,
+    /// Half-open ranges of the window that a `delivery: changed` run carries
+    /// from the target (its `unchanged` chunks): their rows count as
+    /// outside. Sorted, disjoint, within `[start, end)`; empty otherwise.
+    pub carried: Vec<(Timestamp, Timestamp)>,
+}
+
+impl RowFilter {
+    pub fn new(column: &str, start: Timestamp, end: Timestamp, inside: bool) -> RowFilter {
+        RowFilter { column: column.to_string(), start, end, inside, carried: Vec::new() }
+    }
+
+    /// The ranges whose rows are inside: `[start, end)` less the carried
+    /// ones, sorted and disjoint (empty when every chunk is carried).
+    pub fn replaced_ranges(&self) -> Vec<(Timestamp, Timestamp)> {
+        let mut out = Vec::new();
+        let mut from = self.start;
+        for &(a, b) in &self.carried {
+            if a > from {
+                out.push((from, a.min(self.end)));
+            }
+            from = from.max(b);
+        }
+        if from < self.end {
+            out.push((from, self.end));
+        }
+        out
+    }
+
+    /// Whether a row with window value `value` (None: NULL) is selected.
+    pub fn selects(&self, value: Option<Timestamp>) -> bool {
+        let inside = value.is_some_and(|v| self.replaced_ranges().iter().any(|&(a, b)| a <= v && v < b));
+        inside == self.inside
+    }
+
+    /// The filter as SQL over the quoted column `c`, with `lit` rendering a
+    /// bound as a literal: today's one-range forms without carried ranges.
+    pub fn to_sql(&self, c: &str, lit: impl Fn(Timestamp) -> String) -> String {
+        let ranges = self.replaced_ranges();
+        let inside = match ranges.as_slice() {
+            [] => "1 = 0".to_string(),
+            rs => rs.iter().map(|&(a, b)| format!("({c} >= {} AND {c} < {})", lit(a), lit(b))).collect::<Vec<_>>().join(" OR "),
+        };
+        match (self.inside, self.carried.is_empty()) {
+            (true, true) => format!("({c} >= {} AND {c} < {})", lit(self.start), lit(self.end)),
+            (false, true) => format!("({c} IS NULL OR {c} < {} OR {c} >= {})", lit(self.start), lit(self.end)),
+            (true, false) => format!("({inside})"),
+            (false, false) => format!("({c} IS NULL OR NOT ({inside}))"),
+        }
+    }
 }
 
 /// Which table of a target an operation reads.

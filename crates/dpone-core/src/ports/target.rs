@@ -115,6 +115,15 @@ macro_rules! __target_methods {
             /// publication took effect must not use that kind.
             async fn publish(&self, generation: &str, keep: Option<&RowFilter>, backup: &str) -> Result<PublicationOutcome>;
 
+            /// Whether a window replace keeps rows of `RowFilter::carried`
+            /// ranges like rows outside the window (a `delivery: changed` run
+            /// carries its unchanged chunks that way). A target that replaces
+            /// the window as a unit (a partition swap, a direct load) says
+            /// false, and `delivery: changed` is refused before any write.
+            fn carries_unchanged_chunks(&self) -> bool {
+                false
+            }
+
             /// Whether this target loads the chunks inside its publishing
             /// transaction ([`Target::publish_direct`]) instead of staging them:
             /// the engine then creates no staging table and no generation.

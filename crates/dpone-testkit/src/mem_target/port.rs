@@ -176,6 +176,10 @@ impl Target for MemTarget {
         self.model == Publication::InPlaceReceipt
     }
 
+    fn carries_unchanged_chunks(&self) -> bool {
+        !self.publishes_direct()
+    }
+
     fn publication_check(&self) -> PublicationCheck {
         match self.model {
             Publication::Exchange => PublicationCheck::TableIdentity,

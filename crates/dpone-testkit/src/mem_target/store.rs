@@ -182,10 +182,6 @@ fn window_value(row: &[Value], i: usize) -> Result<Option<Timestamp>> {
 }
 
 /// Whether a row falls in `[start, end)`; NULL never does.
-fn inside(ts: Option<Timestamp>, f: &RowFilter) -> bool {
-    ts.is_some_and(|t| f.start <= t && t < f.end)
-}
-
 /// The rows of `rows` that `filter` selects (all when None): inside =
 /// `start <= v < end`; outside = the rest, NULL window values included.
 pub(crate) fn select(columns: &[Column], rows: Vec<Vec<u8>>, filter: Option<&RowFilter>) -> Result<Vec<Vec<u8>>> {
@@ -194,7 +190,7 @@ pub(crate) fn select(columns: &[Column], rows: Vec<Vec<u8>>, filter: Option<&Row
     let mut out = Vec::new();
     for r in rows {
         let ts = window_value(&decode_stored(columns, &r)?, i)?;
-        if inside(ts, f) == f.inside {
+        if f.selects(ts) {
             out.push(r);
         }
     }
@@ -228,12 +224,13 @@ pub(crate) fn multiplicity_difference(a: &[Vec<u8>], b: &[Vec<u8>]) -> u64 {
 pub(crate) fn window_stats(columns: &[Column], rows: &[Vec<u8>], filter: &RowFilter) -> Result<WindowStats> {
     let i = window_index(columns, &filter.column)?;
     let mut s = WindowStats::default();
+    let inside = RowFilter { inside: true, ..filter.clone() };
     for r in rows {
         let ts = window_value(&decode_stored(columns, r)?, i)?;
         s.total_rows += 1;
         match ts {
             None => s.null_window_rows += 1,
-            Some(t) if inside(Some(t), filter) => {
+            Some(t) if inside.selects(Some(t)) => {
                 s.window_rows += 1;
                 *s.rows_per_utc_day.entry(t.to_canonical()[..10].to_string()).or_default() += 1;
                 s.min = Some(s.min.map_or(t, |m| m.min(t)));

@@ -112,7 +112,7 @@ fn named_types(columns: &[Column]) -> Vec<(String, ColumnType)> {
 
 /// The rows of `rows` inside `c` on the window column.
 fn inside(rows: &[Row], c: &Chunk) -> Vec<Row> {
-    multiset(filtered(rows, &RowFilter { column: WINDOW_COLUMN.into(), start: c.start, end: c.end, inside: true }))
+    multiset(filtered(rows, &RowFilter::new(WINDOW_COLUMN, c.start, c.end, true)))
 }
 
 pub async fn describe_reports_the_columns<H: SourceHarness>(h: &H) {

@@ -204,7 +204,7 @@ const HOUR: i64 = 3_600_000_000;
 
 /// The standard window `[DAY0, DAY0 + 2 days)`.
 pub fn window(inside: bool) -> RowFilter {
-    RowFilter { column: WINDOW_COLUMN.into(), start: DAY0, end: Timestamp(DAY0.0 + 2 * MICROS_PER_DAY), inside }
+    RowFilter::new(WINDOW_COLUMN, DAY0, Timestamp(DAY0.0 + 2 * MICROS_PER_DAY), inside)
 }
 
 /// A row of the standard schema; the decimal is `d * 10^-4`.

@@ -362,7 +362,11 @@ pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: Strin
                     "add it to source.options.columns",
                 );
             }
-            Strategy::Replace { window: WindowSpec { column, lookback, chunk_interval } }
+            let delivery = match str_at(Some(w), "delivery") {
+                Some("changed") => crate::delivery::Delivery::Changed,
+                _ => crate::delivery::Delivery::All,
+            };
+            Strategy::Replace { window: WindowSpec { column, lookback, chunk_interval, delivery } }
         }
         "incremental_append" | "incremental_merge" => incremental(&mut r, mode, strat_n, src_opts, columns.as_deref(), sink_system)?,
         other => {

@@ -1,0 +1,179 @@
+//! `delivery: changed` on ClickHouse 26.x -> PostgreSQL 15 (issue 30,
+//! docs/changed-delivery.md): a 30-day window in daily chunks from a
+//! daily-partitioned ClickHouse source (authority `clickhouse.parts.v1`).
+//! After a first run, a rerun moves exactly the chunks whose source parts
+//! changed or whose target rows someone else changed; the PostgreSQL
+//! publication deletes and inserts only those chunks, and the target's
+//! window always equals the source's.
+
+mod ch_postgres_common;
+mod harness;
+
+use ch_postgres_common::{Fixture, INTERVAL_END, Options, col};
+use std::collections::BTreeSet;
+
+const WINDOW_START: &str = "2026-08-10 00:00:00";
+const WINDOW_END: &str = "2026-09-09 00:00:00";
+
+/// A source partitioned by day with four rows a day from 2026-08-08, a
+/// target holding history before the window, a `delivery: changed` manifest.
+fn fixture(prefix: &'static str) -> Fixture {
+    let cols = vec![
+        col("id", "Int64", "bigint NOT NULL"),
+        col("ts", "DateTime64(6, 'UTC')", "timestamptz NOT NULL"),
+        col("v", "String", "text NOT NULL"),
+    ];
+    let fx = Fixture::new(prefix, cols);
+    let src = fx.source_sql();
+    fx.ch_exec(&format!("DROP TABLE {src} SYNC"));
+    fx.ch_exec(&format!(
+        "CREATE TABLE {src} (id Int64, ts DateTime64(6, 'UTC'), v String) ENGINE = MergeTree PARTITION BY toYYYYMMDD(ts) ORDER BY id"
+    ));
+    fx.ch_exec(&format!(
+        "INSERT INTO {src} SELECT number, toDateTime64('2026-08-08 00:00:00', 6, 'UTC') + toIntervalHour(number * 6), concat('v', toString(number)) \
+         FROM numbers(128)"
+    ));
+    fx.pg_exec(&format!(
+        "INSERT INTO {} SELECT 100000 + g, '2026-08-01 00:00:00+00'::timestamptz + g * interval '8 hours', 'history' FROM generate_series(0, 20) g",
+        fx.target_sql()
+    ));
+    fx.write_manifest(&Options { lookback: "P30D", block_rows: None, delivery: Some("changed"), ..Options::default() });
+    fx
+}
+
+/// The partition id of chunk `day` (`toYYYYMMDD`).
+fn partition(fx: &Fixture, day: i64) -> String {
+    fx.ch_exec(&format!("SELECT toYYYYMMDD(toDate('{WINDOW_START}') + {day})")).trim().to_string()
+}
+
+/// The instant `hours` into chunk `day`, as ClickHouse SQL.
+fn in_day(day: i64, hours: i64) -> String {
+    format!("toDateTime64('{WINDOW_START}', 6, 'UTC') + toIntervalDay({day}) + toIntervalHour({hours})")
+}
+
+fn window_rows(fx: &Fixture) -> (Vec<String>, Vec<String>) {
+    let ch = fx.ch_exec(&format!(
+        "SELECT concat(toString(id), '|', toString(ts), '|', v) FROM {} WHERE ts >= toDateTime64('{WINDOW_START}', 6, 'UTC') \
+         AND ts < toDateTime64('{WINDOW_END}', 6, 'UTC') FORMAT TSVRaw",
+        fx.source_sql()
+    ));
+    let pg = fx
+        .pg_scalar(&format!(
+            "SELECT coalesce(string_agg(id || '|' || to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') || '|' || v, E'\\n'), '') \
+             FROM {} WHERE ts >= '{WINDOW_START}+00' AND ts < '{WINDOW_END}+00'",
+            fx.target_sql()
+        ))
+        .unwrap_or_default();
+    let sorted = |s: &str| {
+        let mut v: Vec<String> = s.lines().filter(|l| !l.is_empty()).map(str::to_string).collect();
+        v.sort();
+        v
+    };
+    (sorted(&ch), sorted(&pg))
+}
+
+fn assert_window_equal(fx: &Fixture, what: &str) {
+    let (source, target) = window_rows(fx);
+    assert_eq!(target, source, "{what}: the target's window differs from the source's");
+    let history = fx.pg_scalar(&format!("SELECT count(*) FROM {} WHERE v = 'history'", fx.target_sql()));
+    assert_eq!(history.as_deref(), Some("21"), "{what}: the history before the window is kept");
+}
+
+fn run(fx: &Fixture, extra: &[&str]) -> serde_json::Value {
+    let m = fx.manifest.display().to_string();
+    let mut args = vec!["run", m.as_str(), "--interval-end", INTERVAL_END, "--format", "json"];
+    args.extend_from_slice(extra);
+    fx.dpone(&args, &[]).assert_succeeded("a changed-delivery run")
+}
+
+fn staged(doc: &serde_json::Value) -> BTreeSet<u64> {
+    doc["chunks"].as_array().expect("chunks").iter().map(|c| c["index"].as_u64().unwrap()).collect()
+}
+
+fn moved(doc: &serde_json::Value) -> Vec<(u64, String)> {
+    doc["delivery"]["chunks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a delivery report: {doc}"))
+        .iter()
+        .map(|c| (c["index"].as_u64().unwrap(), c["decision"].as_str().unwrap().to_string()))
+        .filter(|(_, d)| d != "unchanged")
+        .collect()
+}
+
+fn set(ix: &[u64]) -> BTreeSet<u64> {
+    ix.iter().copied().collect()
+}
+
+#[test]
+fn a_rerun_moves_exactly_the_changed_chunks_into_postgres() {
+    let fx = fixture("chpg_changed");
+    let plan = fx.plan();
+    assert_eq!(plan.code, Some(0), "{}", plan.describe());
+    assert_eq!(plan.json()["window"]["authority"], "clickhouse.parts.v1");
+
+    let first = run(&fx, &[]);
+    assert_eq!(staged(&first).len(), 30);
+    assert_window_equal(&fx, "first run");
+
+    // (a) No change: nothing staged, the target untouched.
+    let before = fx.pg_scalar(&format!("SELECT string_agg(xmin::text || ctid::text, ',' ORDER BY ctid) FROM {}", fx.target_sql()));
+    let replay = run(&fx, &[]);
+    assert_eq!((staged(&replay), moved(&replay)), (set(&[]), vec![]), "a replay moves nothing");
+    let after = fx.pg_scalar(&format!("SELECT string_agg(xmin::text || ctid::text, ',' ORDER BY ctid) FROM {}", fx.target_sql()));
+    assert_eq!(after, before, "no target row was rewritten by a replay");
+
+    // (b) One update in day 12, one delete in day 3, one late row in day 27,
+    // each a mutation or insert of its own partition.
+    let src = fx.source_sql();
+    fx.ch_exec(&format!(
+        "ALTER TABLE {src} UPDATE v = 'corrected' IN PARTITION ID '{}' WHERE ts = {} SETTINGS mutations_sync = 2",
+        partition(&fx, 12),
+        in_day(12, 6)
+    ));
+    fx.ch_exec(&format!("DELETE FROM {src} IN PARTITION ID '{}' WHERE ts = {}", partition(&fx, 3), in_day(3, 18)));
+    fx.ch_exec(&format!("INSERT INTO {src} SELECT 9001, {} + toIntervalMinute(1), 'late'", in_day(27, 0)));
+    let changed = run(&fx, &[]);
+    assert_eq!(staged(&changed), set(&[3, 12, 27]), "{:?}", moved(&changed));
+    assert_eq!(moved(&changed), vec![(3, "changed".into()), (12, "changed".into()), (27, "changed".into())]);
+    assert_window_equal(&fx, "three changed days");
+
+    // (c) Another writer changes the target's day 5.
+    fx.pg_exec(&format!("INSERT INTO {} VALUES (7777, '2026-08-15 01:00:00+00', 'foreign')", fx.target_sql()));
+    let repaired = run(&fx, &[]);
+    assert_eq!((staged(&repaired), moved(&repaired)), (set(&[5]), vec![(5, "target_changed".into())]));
+    assert_window_equal(&fx, "the target's day 5 changed by another writer");
+
+    // (d) A column added on both sides: every chunk is transferred.
+    fx.ch_exec(&format!("ALTER TABLE {src} ADD COLUMN x Int32 DEFAULT 7"));
+    fx.pg_exec(&format!("ALTER TABLE {} ADD COLUMN x integer", fx.target_sql()));
+    let widened = run(&fx, &[]);
+    assert_eq!(staged(&widened).len(), 30, "a new column list has no record");
+    assert_eq!(
+        fx.pg_scalar(&format!("SELECT count(*) FROM {} WHERE x IS DISTINCT FROM 7 AND v <> 'history'", fx.target_sql())).as_deref(),
+        Some("0")
+    );
+    assert_window_equal(&fx, "a column added");
+    assert_eq!(moved(&run(&fx, &[])), vec![], "and a replay after it moves nothing");
+    fx.finish();
+}
+
+/// Kill -9 at each moment of a changed run, then the same command: exact.
+#[test]
+fn a_changed_run_into_postgres_killed_at_any_moment_resumes_exact() {
+    let fx = fixture("chpg_changed_crash");
+    run(&fx, &[]);
+    let src = fx.source_sql();
+    let points =
+        ["delivery.after_decide", "checkpoint.after_write", "publish.before_intent", "publish.after_exchange", "delivery.after_records"];
+    let m = fx.manifest.display().to_string();
+    for (n, point) in points.iter().enumerate() {
+        fx.ch_exec(&format!("INSERT INTO {src} SELECT {}, {}, 'late {point}'", 9100 + n, in_day(2 + 5 * n as i64, 3)));
+        let args = ["run", m.as_str(), "--interval-end", INTERVAL_END, "--format", "json"];
+        let crashed = fx.dpone(&args, &[("DPONE_FAILPOINT", point)]);
+        assert_ne!(crashed.code, Some(0), "{point}: the run must crash:\n{}", crashed.describe());
+        run(&fx, &[]);
+        assert_window_equal(&fx, point);
+        assert_eq!(moved(&run(&fx, &[])), vec![], "{point}: a replay after the resume moves nothing");
+    }
+    fx.finish();
+}

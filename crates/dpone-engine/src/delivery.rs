@@ -1,0 +1,149 @@
+//! `delivery: changed` (docs/changed-delivery.md): before any chunk is
+//! staged, each chunk of the window is decided from the source's
+//! fingerprint in the run's snapshot, the record of the target's last
+//! verified publication and the target's rows of the chunk now; the
+//! decisions are journaled (a resumed run keeps them) and the `unchanged`
+//! chunks are carried from the target like the rows outside the window
+//! (`Ctx::window_filter`). Before the publication, the generation's rows of
+//! every carried chunk must still be the ones decided on; after it, a
+//! record per published chunk is written to the state store.
+
+use crate::context::Ctx;
+use crate::journal::Journal;
+use dpone_core::delivery::{
+    ChunkDelivery, ChunkKey, ChunkRecord, Decision, Delivery, DeliveryDecisions, Evidence, Fingerprint, TargetIdentity, candidate, confirm,
+};
+use dpone_core::ports::{AdapterError, Contents, RowFilter, Source, TableRole, Target};
+use dpone_core::state::RunJournal;
+use std::time::Instant;
+
+/// The window's column and chunks of a `delivery: changed` run.
+fn changed_window<S: Source, T: Target>(ctx: &Ctx<S, T>) -> Option<&dpone_core::plan::WindowPlan> {
+    ctx.plan.window.as_ref().filter(|w| w.delivery == Delivery::Changed)
+}
+
+/// Makes the journaled decisions the run's carried ranges (a resumed run).
+pub(crate) fn restore<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal) {
+    if let Some(d) = &j.delivery {
+        *ctx.carried.lock().expect("carried lock") = d.carried_ranges();
+    }
+}
+
+/// Decides every chunk once per run, before the first is staged.
+pub(crate) async fn decide<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> Result<(), AdapterError> {
+    let Some(w) = changed_window(ctx) else { return Ok(()) };
+    let j = journal.snapshot().await;
+    if j.delivery.is_some() || !j.chunks.is_empty() {
+        // Decided by an earlier invocation (kept), or staging began without
+        // decisions: every chunk is transferred then.
+        restore(ctx, &j);
+        return Ok(());
+    }
+    let started = Instant::now();
+    let fingerprints = match ctx.source.chunk_fingerprints(&w.column, &w.chunks).await {
+        Ok(Some(f)) if f.chunks.len() == w.chunks.len() => Ok(f),
+        Ok(Some(f)) => return Err(AdapterError::internal(format!("{} fingerprints of {} chunks", f.chunks.len(), w.chunks.len()))),
+        Ok(None) => {
+            return Err(AdapterError::permanent(
+                "delivery_unsupported",
+                "`sink.strategy.window.delivery: changed` needs a source that fingerprints its chunks; this source has no authority",
+            )
+            .hint("use `delivery: all` (the default) with this source; see docs/changed-delivery.md"));
+        }
+        Err(e) if e.keeps_run() || ctx.options.cancel.is_cancelled() => return Err(e),
+        Err(e) => {
+            tracing::warn!("the chunks' fingerprints could not be read ({}): every chunk is transferred", e.message);
+            Err(e)
+        }
+    };
+    let authority = fingerprints.as_ref().map(|f| f.authority).unwrap_or("");
+    let scope = ctx.target.scope();
+    let mut chunks = Vec::with_capacity(w.chunks.len());
+    for (i, c) in w.chunks.iter().enumerate() {
+        let key = ChunkKey::new(&scope, &w.column, c.start, c.end, &ctx.probe.target_columns, authority);
+        let stored = journal.get_record(&key.store_key()).await?;
+        let fingerprint: Option<&Fingerprint> = fingerprints.as_ref().ok().map(|f| &f.chunks[i]);
+        let (decision, carried) = match candidate(Evidence { key: &key, stored: stored.as_deref(), fingerprint: fingerprint.ok_or(()) }) {
+            Err(d) => (d, None),
+            Ok(record) => {
+                let now = TargetIdentity::of(&chunk_contents(ctx, TableRole::Target, &w.column, c).await?);
+                let d = confirm(&record, &now);
+                (d, (d == Decision::Unchanged).then_some(now))
+            }
+        };
+        chunks.push(ChunkDelivery { index: c.index, start: c.start, end: c.end, decision, fingerprint: fingerprint.cloned(), carried });
+    }
+    let decisions = DeliveryDecisions { authority: authority.to_string(), chunks };
+    tracing::info!(authority, seconds = started.elapsed().as_secs_f64(), "changed-window delivery: {}", decisions.summary());
+    ctx.add_phase(|p| p.fingerprint += started.elapsed().as_secs_f64());
+    journal.update(|j| j.delivery = Some(decisions)).await?;
+    restore(ctx, &journal.snapshot().await);
+    ctx.failpoint("delivery.after_decide").await
+}
+
+/// The rows of `table` in chunk `c`, counted and digested by the target.
+async fn chunk_contents<S: Source, T: Target>(
+    ctx: &Ctx<S, T>,
+    table: TableRole<'_>,
+    column: &str,
+    c: &dpone_core::window::Chunk,
+) -> Result<Contents, AdapterError> {
+    ctx.target.inspect(table, Some(&RowFilter::new(column, c.start, c.end, true))).await
+}
+
+/// Right after the generation is built (and before a resumed run
+/// publishes it): the generation's rows of every carried chunk are exactly
+/// those decided on, so a writer that changed the target's chunk between
+/// the decision and the build is refused rather than published as if the
+/// source had it.
+pub(crate) async fn check_carried<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal, generation: &str) -> Result<(), AdapterError> {
+    // The journaled decisions, whatever this invocation's `--delivery`.
+    let (Some(w), Some(d)) = (ctx.plan.window.as_ref(), &j.delivery) else { return Ok(()) };
+    for c in d.chunks.iter().filter(|c| c.decision == Decision::Unchanged) {
+        let chunk = dpone_core::window::Chunk { index: c.index, start: c.start, end: c.end };
+        let now = TargetIdentity::of(&chunk_contents(ctx, TableRole::Owned(generation), &w.column, &chunk).await?);
+        if c.carried.as_ref() != Some(&now) {
+            return Err(AdapterError::verification(
+                "target_changed_since_decision",
+                format!(
+                    "the target's rows of chunk {} [{}, {}) changed after the run decided to carry them (now {}, decided {})",
+                    c.index,
+                    c.start,
+                    c.end,
+                    now.chunk,
+                    c.carried.as_ref().map(|i| i.chunk.as_str()).unwrap_or("none")
+                ),
+            )
+            .hint("another writer changed the target's window during the run; nothing was published: run again (the chunk is then transferred)"));
+        }
+    }
+    Ok(())
+}
+
+/// After the publication was judged published: the record of every chunk
+/// of the window, so that the next run can tell which changed. A staged
+/// chunk's target identity is its verified staging digest (the rows the
+/// publication made visible), a carried one's the identity it was decided
+/// on. A chunk whose fingerprint failed gets no record (an older one stays
+/// and can only match rows that still equal it).
+pub(crate) async fn write_records<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, j: &RunJournal) -> Result<(), AdapterError> {
+    // The journaled decisions, whatever this invocation's `--delivery`.
+    let (Some(w), Some(d)) = (ctx.plan.window.as_ref(), &j.delivery) else { return Ok(()) };
+    let scope = ctx.target.scope();
+    for c in &d.chunks {
+        let Some(fingerprint) = &c.fingerprint else { continue };
+        let identity = match (&c.carried, j.chunks.get(&c.index)) {
+            (Some(carried), _) if c.decision == Decision::Unchanged => carried.clone(),
+            (_, Some(staged)) => {
+                let digest = staged.digest().ok_or_else(|| AdapterError::internal("unreadable chunk digest in the journal"))?;
+                TargetIdentity::of(&Contents { rows: staged.rows, digest })
+            }
+            (_, None) => return Err(AdapterError::internal(format!("chunk {} was neither carried nor staged", c.index))),
+        };
+        let key = ChunkKey::new(&scope, &w.column, c.start, c.end, &ctx.probe.target_columns, &d.authority);
+        let record = ChunkRecord::new(key, fingerprint.clone(), identity, &j.run_id);
+        journal.put_record(&record.key.store_key(), record.body()).await?;
+    }
+    ctx.failpoint("delivery.after_records").await?;
+    Ok(())
+}

@@ -1,14 +1,17 @@
 //! The `parts` authority of changed-window delivery
-//! (docs/changed-delivery.md): a chunk's fingerprint is the set of the
-//! table's parts that hold rows of the chunk, each with its visible row
-//! count and its `hash_of_all_files`, and the table's UUID.
+//! (docs/changed-delivery.md): a chunk's fingerprint is the multiset of
+//! the visible row count and `hash_of_all_files` of the table's parts that
+//! hold rows of the chunk, and the table's UUID.
 //!
-//! A part never changes: an insert makes a new part, a mutation or a
-//! lightweight delete a new version of a part (another name), a merge new
-//! parts of the rows it merged. So a chunk whose set of parts is the
-//! recorded one holds the recorded rows. A merge that leaves the rows
-//! alone still reads as a change: a transfer not needed, never a change
-//! missed. Which parts hold a chunk is read from the rows (the window
+//! A part's files never change: an insert makes a new part, a mutation or
+//! a lightweight delete new files (its `_row_exists` mask) under a new
+//! name, a merge new parts of the rows it merged. So a chunk whose parts
+//! have the recorded files holds the recorded rows. Names are left out: a
+//! mutation renames every part of the table (a new data version), also
+//! those whose rows it did not touch (checked on 26.9, even with `IN
+//! PARTITION`), and their files stay the same. A merge that leaves the
+//! rows alone still reads as a change: a transfer not needed, never a
+//! change missed. Which parts hold a chunk is read from the rows (the window
 //! column's range per part, `GROUP BY _part`), not from the partition key,
 //! which need not be the window column.
 
@@ -20,7 +23,7 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
 /// The authority's name and version, part of every record's key.
-pub const AUTHORITY: &str = "clickhouse.parts.v1";
+pub const AUTHORITY: &str = "clickhouse.parts.v2";
 
 /// One part as the scan of the window column saw it: its visible rows and
 /// the range of the window column in it (microseconds; None: only NULLs).
@@ -39,7 +42,7 @@ pub fn fingerprints(uuid: &str, chunks: &[Chunk], parts: &[PartRange], hashes: &
     let mut out = Vec::with_capacity(chunks.len());
     for chunk in chunks {
         let (start, end) = (chunk.start.0, chunk.end.0);
-        let mut held: Vec<(&str, u64, &str)> = Vec::new();
+        let mut held: Vec<(u64, &str)> = Vec::new();
         for p in parts {
             let Some((lo, hi)) = p.range else { continue };
             if lo < end && hi >= start {
@@ -50,17 +53,17 @@ pub fn fingerprints(uuid: &str, chunks: &[Chunk], parts: &[PartRange], hashes: &
                     )
                     .hint("the fingerprints are read again")
                 })?;
-                held.push((&p.name, p.rows, hash));
+                held.push((p.rows, hash));
             }
         }
         held.sort();
         let mut h = Sha256::new();
         h.update(uuid.as_bytes());
-        for (name, rows, hash) in &held {
-            h.update(format!("\n{name} {rows} {hash}").as_bytes());
+        for (rows, hash) in &held {
+            h.update(format!("\n{rows} {hash}").as_bytes());
         }
         let digest: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
-        out.push(Fingerprint { rows: held.iter().map(|p| p.1).sum(), digest });
+        out.push(Fingerprint { rows: held.iter().map(|p| p.0).sum(), digest });
     }
     Ok(ChunkFingerprints { authority: AUTHORITY, chunks: out })
 }
@@ -129,6 +132,16 @@ mod tests {
         assert!(fingerprints("v", &chunks, &parts, &hashes).unwrap().chunks.iter().zip(&f.chunks).all(|(x, y)| x != y));
         let rehashed: BTreeMap<String, String> = hashes.keys().map(|k| (k.clone(), "other".to_string())).collect();
         assert_ne!(fingerprints("u", &chunks, &parts, &rehashed).unwrap().chunks[2], f.chunks[2]);
+        // A part renamed by a mutation that left its files alone: unchanged.
+        let renamed = [&parts[..3], &[part("n_2", 4, None)]].concat();
+        let mut hashes_r = hashes.clone();
+        hashes_r.insert("n_2".into(), "hn".into());
+        let r = [part("a_2", 5, Some((3, 12))), part("b_2", 2, Some((10, 10))), part("c_2", 1, Some((25, 25)))];
+        for (k, v) in [("a_2", "ha"), ("b_2", "hb"), ("c_2", "hc")] {
+            hashes_r.insert(k.into(), v.into());
+        }
+        let all_renamed = [&r[..], &renamed[3..]].concat();
+        assert_eq!(fingerprints("u", &chunks, &all_renamed, &hashes_r).unwrap(), f);
         // A part the scan saw that is no longer active: read again.
         let gone: BTreeMap<String, String> = hashes.into_iter().filter(|(k, _)| k != "c").collect();
         let err = fingerprints("u", &chunks, &parts, &gone).unwrap_err();

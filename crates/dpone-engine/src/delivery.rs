@@ -92,16 +92,19 @@ async fn chunk_contents<S: Source, T: Target>(
 }
 
 /// Right after the generation is built (and before a resumed run
-/// publishes it): the generation's rows of every carried chunk are exactly
-/// those decided on, so a writer that changed the target's chunk between
-/// the decision and the build is refused rather than published as if the
-/// source had it.
+/// publishes it): the rows of every carried chunk are exactly those decided
+/// on, so a writer that changed the target's chunk between the decision and
+/// the build is refused rather than published as if the source had it. A
+/// generation that copied or linked them holds them; a target that keeps
+/// rows in place still holds them itself, and its publishing transaction
+/// re-checks them with the other kept rows (`Target::compare_kept`).
 pub(crate) async fn check_carried<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal, generation: &str) -> Result<(), AdapterError> {
     // The journaled decisions, whatever this invocation's `--delivery`.
     let (Some(w), Some(d)) = (ctx.plan.window.as_ref(), &j.delivery) else { return Ok(()) };
+    let table = if ctx.target.keeps_rows_in_place() { TableRole::Target } else { TableRole::Owned(generation) };
     for c in d.chunks.iter().filter(|c| c.decision == Decision::Unchanged) {
         let chunk = dpone_core::window::Chunk { index: c.index, start: c.start, end: c.end };
-        let now = TargetIdentity::of(&chunk_contents(ctx, TableRole::Owned(generation), &w.column, &chunk).await?);
+        let now = TargetIdentity::of(&chunk_contents(ctx, table, &w.column, &chunk).await?);
         if c.carried.as_ref() != Some(&now) {
             return Err(AdapterError::verification(
                 "target_changed_since_decision",

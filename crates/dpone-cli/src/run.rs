@@ -174,6 +174,21 @@ pub fn run_collect(req: &Request, echo: bool) -> (u8, Vec<Value>) {
                 // `--delivery` overrides the manifest's window delivery.
                 if let (Some(d), Some(w)) = (req.args.delivery, plan.window.as_mut()) {
                     w.delivery = d.delivery();
+                    let source = dpone_core::adapter::installed().and_then(|r| r.source(p.manifest.source.system));
+                    w.authority = source.and_then(|s| s.delivery_authority);
+                    if w.delivery == dpone_core::delivery::Delivery::Changed && w.authority.is_none() {
+                        let d = dpone_core::Diagnostic::new(
+                            "delivery_unsupported",
+                            "--delivery",
+                            format!(
+                                "`--delivery changed` needs a source that fingerprints its chunks; a {} source has none",
+                                p.manifest.source.system
+                            ),
+                        )
+                        .hint("use `--delivery all`; PostgreSQL and ClickHouse sources support `changed`");
+                        refused.push((p, Some(plan), Diagnostics::one(d)));
+                        continue;
+                    }
                 }
                 jobs.push(Job { process: p, work_dir: commands::work_dir(&p.manifest, req.path), plan, adapters, store })
             }

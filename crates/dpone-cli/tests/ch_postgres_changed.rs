@@ -177,3 +177,24 @@ fn a_changed_run_into_postgres_killed_at_any_moment_resumes_exact() {
     }
     fx.finish();
 }
+
+/// A partition swap replaces the window as a unit: it cannot carry chunks,
+/// and `delivery: changed` is refused before any write.
+#[test]
+fn a_partition_swap_refuses_changed_delivery() {
+    let fx = fixture("chpg_changed_swap");
+    fx.write_manifest(&Options {
+        lookback: "P30D",
+        block_rows: None,
+        delivery: Some("changed"),
+        publication: Some("partition_swap"),
+        ..Options::default()
+    });
+    let run = fx.run();
+    assert_eq!(run.code, Some(2), "refused before any write:\n{}", run.describe());
+    let doc = run.json();
+    let error = doc["errors"].as_array().and_then(|e| e.iter().find(|e| e["code"] == "delivery_unsupported")).cloned().unwrap_or_default();
+    assert_eq!(error["path"], "sink.strategy.window.delivery", "{doc:#}");
+    assert_eq!(fx.pg_scalar(&format!("SELECT count(*) FROM {}", fx.target_sql())).as_deref(), Some("21"), "nothing written");
+    fx.finish();
+}

@@ -6,7 +6,10 @@
 //! - `window_column_missing`: the window column is not a source column
 //!   (reported at `sink.strategy.window.column`);
 //! - `no_journal`: `dpone resolve` / `dpone abandon` of a target no run
-//!   ever touched.
+//!   ever touched;
+//! - `delivery_unsupported`: `delivery: changed` from a source without
+//!   chunk fingerprints (SQLite), in the manifest (refused by the plan) or
+//!   by `--delivery changed` (refused by the run before any write).
 
 mod common;
 mod harness;
@@ -76,4 +79,26 @@ fn resolving_or_abandoning_a_target_without_a_run_is_refused() {
         assert!(all.contains("no_journal"), "`dpone {}` names `no_journal`:\n{}", args.join(" "), out.describe());
     }
     assert_eq!(target_ids(dir.path()), vec![2], "the target is untouched");
+}
+
+#[test]
+fn changed_delivery_from_a_source_without_fingerprints_is_refused() {
+    let dir = setup("t", "ts");
+    let manifest = dir.path().join("manifest.yaml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, text.replace("chunk_interval: P1D", "chunk_interval: P1D, delivery: changed")).unwrap();
+    let doc = run(dir.path()).assert_failed("delivery: changed from SQLite", 2, "delivery_unsupported");
+    let error = doc["errors"].as_array().and_then(|e| e.iter().find(|e| e["code"] == "delivery_unsupported")).cloned().unwrap_or_default();
+    assert_eq!(error["path"], "sink.strategy.window.delivery", "{doc:#}");
+    assert_eq!(target_ids(dir.path()), vec![2], "the target is untouched");
+    // The manifest says `all`; the command line asks for `changed`.
+    std::fs::write(&manifest, text).unwrap();
+    let args = ["run", "manifest.yaml", "--interval-end", "2026-09-07T00:00:00Z", "--format", "json", "--delivery", "changed"];
+    let doc = dpone(dir.path(), &args).assert_failed("--delivery changed from SQLite", 2, "delivery_unsupported");
+    assert!(harness::messages(&doc["errors"]).contains("--delivery changed"), "{doc:#}");
+    assert_eq!(target_ids(dir.path()), vec![2], "the target is untouched");
+    // `--delivery all` runs it.
+    let args = ["run", "manifest.yaml", "--interval-end", "2026-09-07T00:00:00Z", "--format", "json", "--delivery", "all"];
+    dpone(dir.path(), &args).assert_succeeded("--delivery all");
+    assert_eq!(target_ids(dir.path()), vec![1]);
 }

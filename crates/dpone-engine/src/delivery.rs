@@ -43,13 +43,8 @@ pub(crate) async fn decide<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jour
     let fingerprints = match ctx.source.chunk_fingerprints(&w.column, &w.chunks).await {
         Ok(Some(f)) if f.chunks.len() == w.chunks.len() => Ok(f),
         Ok(Some(f)) => return Err(AdapterError::internal(format!("{} fingerprints of {} chunks", f.chunks.len(), w.chunks.len()))),
-        Ok(None) => {
-            return Err(AdapterError::permanent(
-                "delivery_unsupported",
-                "`sink.strategy.window.delivery: changed` needs a source that fingerprints its chunks; this source has no authority",
-            )
-            .hint("use `delivery: all` (the default) with this source; see docs/changed-delivery.md"));
-        }
+        // The plan refused a source whose descriptor names no authority.
+        Ok(None) => return Err(AdapterError::internal("a source with a delivery authority computed no fingerprints")),
         Err(e) if e.keeps_run() || ctx.options.cancel.is_cancelled() => return Err(e),
         Err(e) => {
             tracing::warn!("the chunks' fingerprints could not be read ({}): every chunk is transferred", e.message);

@@ -285,3 +285,37 @@ pub struct EligibilityRequest {
     /// Prefix of this run's owned objects (to detect other runs' leftovers).
     pub owned_prefix: String,
 }
+
+#[cfg(test)]
+mod row_filter_tests {
+    use super::*;
+
+    const T: fn(i64) -> Timestamp = Timestamp;
+
+    fn lit(t: Timestamp) -> String {
+        t.0.to_string()
+    }
+
+    #[test]
+    fn carried_ranges_count_as_outside() {
+        let mut f = RowFilter::new("ts", T(0), T(100), true);
+        assert_eq!(f.to_sql("c", lit), "(c >= 0 AND c < 100)", "without carried ranges: today's form");
+        assert_eq!(RowFilter { inside: false, ..f.clone() }.to_sql("c", lit), "(c IS NULL OR c < 0 OR c >= 100)");
+        f.carried = vec![(T(0), T(10)), (T(40), T(60))];
+        assert_eq!(f.replaced_ranges(), vec![(T(10), T(40)), (T(60), T(100))]);
+        assert_eq!(f.to_sql("c", lit), "((c >= 10 AND c < 40) OR (c >= 60 AND c < 100))");
+        let outside = RowFilter { inside: false, ..f.clone() };
+        assert!(outside.to_sql("c", lit).starts_with("(c IS NULL OR NOT ("));
+        for (v, inside) in
+            [(None, false), (Some(5), false), (Some(10), true), (Some(39), true), (Some(40), false), (Some(99), true), (Some(100), false)]
+        {
+            assert_eq!(f.selects(v.map(T)), inside, "{v:?} inside");
+            assert_eq!(outside.selects(v.map(T)), !inside, "{v:?} outside");
+        }
+        // Every chunk carried: nothing is inside.
+        f.carried = vec![(T(0), T(100))];
+        assert_eq!(f.replaced_ranges(), vec![]);
+        assert_eq!(f.to_sql("c", lit), "(1 = 0)");
+        assert!(!f.selects(Some(T(50))));
+    }
+}

@@ -59,7 +59,7 @@ pub struct RunReport {
     /// `delivery: changed`: each chunk's decision (the `unchanged` ones were
     /// carried from the target, not staged).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub delivery: Option<dpone_core::delivery::DeliveryDecisions>,
+    pub delivery: Option<Box<dpone_core::delivery::DeliveryDecisions>>,
     pub publication: PublicationOutcome,
     /// How the publication was confirmed.
     pub publication_check: PublicationCheck,
@@ -126,7 +126,7 @@ pub(crate) fn report<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal) -> R
             .values()
             .map(|c| ChunkSummary { index: c.index, start: c.start, end: c.end, rows: c.rows, attempt: c.attempt })
             .collect(),
-        delivery: j.delivery.clone(),
+        delivery: j.delivery.clone().map(Box::new),
         publication: PublicationOutcome::Published,
         publication_check: ctx.target.publication_check(),
         evidence_path: evidence_path(ctx, j),

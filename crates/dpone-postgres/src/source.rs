@@ -62,6 +62,8 @@ pub struct PostgresSource {
     /// Column name -> type oid, filled by `describe`.
     oids: OnceLock<HashMap<String, u32>>,
     keeper: Mutex<Option<std::sync::Arc<Keeper>>>,
+    /// The fewest heap blocks worth a fingerprint part of its own.
+    fingerprint_part_blocks: i64,
 }
 
 /// A binary COPY response as the byte input of frame assembly. Its errors
@@ -99,7 +101,21 @@ pub(crate) fn timestamptz_literal(t: Timestamp) -> String {
 
 impl PostgresSource {
     pub fn new(config: tokio_postgres::Config, table: TableRef) -> Self {
-        PostgresSource { config, tls: Default::default(), table, oids: OnceLock::new(), keeper: Mutex::new(None) }
+        PostgresSource {
+            config,
+            tls: Default::default(),
+            table,
+            oids: OnceLock::new(),
+            keeper: Mutex::new(None),
+            fingerprint_part_blocks: crate::delivery::MIN_PART_BLOCKS,
+        }
+    }
+
+    /// Splits the fingerprint scan into parts of as few as `blocks` heap
+    /// blocks (tests split small tables; runs keep `MIN_PART_BLOCKS`).
+    pub fn with_fingerprint_part_blocks(mut self, blocks: i64) -> Self {
+        self.fingerprint_part_blocks = blocks;
+        self
     }
 
     fn table_sql(&self) -> String {
@@ -138,10 +154,11 @@ impl PostgresSource {
         Ok(RowCodec::for_server(columns, request.datetime64_range))
     }
 
-    /// A reader connection inside the run's snapshot, and the COPY of `request`.
-    async fn copy_session(&self, request: &ReadRequest) -> Result<(Client, String)> {
+    /// A connection (for `purpose`) inside the run's snapshot: a
+    /// transaction that imported the keeper's exported snapshot.
+    async fn snapshot_session(&self, purpose: &str) -> Result<Client> {
         let keeper = self.keeper()?;
-        let client = self.connect("chunk reader").await?;
+        let client = self.connect(purpose).await?;
         client
             .batch_execute(&format!(
                 "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
@@ -154,6 +171,12 @@ impl PostgresSource {
                 err.hint = Some("the snapshot keeper ended; the run must re-extract the window under a new snapshot".into());
                 err
             })?;
+        Ok(client)
+    }
+
+    /// A reader connection inside the run's snapshot, and the COPY of `request`.
+    async fn copy_session(&self, request: &ReadRequest) -> Result<(Client, String)> {
+        let client = self.snapshot_session("chunk reader").await?;
         let columns = request.columns.iter().map(|c| quote_ident(&c.name)).collect::<Vec<_>>().join(", ");
         let mut filters = Vec::new();
         if let Some((col, chunk)) = &request.bounds {
@@ -319,11 +342,38 @@ impl Source for PostgresSource {
         crate::cursor::max_from(column, kind, row.get(0), row.get(2))
     }
 
+    /// Read in the run's snapshot: the keeper first locks the table (ACCESS
+    /// SHARE, held until the snapshot closes, as any query of the keeper
+    /// holds it) so that no rewrite moves rows between the parts' reads,
+    /// then reads the first part while connections that imported the
+    /// snapshot read the others (`crate::delivery::parts`).
     async fn chunk_fingerprints(&self, window_column: &str, chunks: &[Chunk]) -> Result<Option<ChunkFingerprints>> {
         let keeper = self.keeper()?;
-        let sql = crate::delivery::fingerprint_sql(&self.table_sql(), window_column, chunks)?;
-        let rows = keeper.client.query(&sql, &[]).await.map_err(|e| classify("reading the chunks' fingerprints", e))?;
-        let rows: Vec<(i32, i64, String, String)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect();
+        let table = self.table_sql();
+        let read = |e| classify("reading the chunks' fingerprints", e);
+        keeper.client.batch_execute(&format!("LOCK TABLE {table} IN ACCESS SHARE MODE")).await.map_err(read)?;
+        let layout = keeper.client.query_one(crate::delivery::LAYOUT_SQL, &[&table]).await.map_err(read)?;
+        let layout = crate::delivery::Layout {
+            version: layout.get(0),
+            workers_per_gather: layout.get(1),
+            blocks: layout.get::<_, Option<i64>>(2).unwrap_or(0),
+        };
+        let parts = crate::delivery::parts(layout, self.fingerprint_part_blocks);
+        let reads = parts.iter().enumerate().map(|(i, part)| {
+            let keeper = keeper.clone();
+            let (table, layout) = (&table, &layout);
+            async move {
+                let sql = crate::delivery::fingerprint_sql(table, window_column, chunks, layout.version, *part)?;
+                let own = if i == 0 { None } else { Some(self.snapshot_session("chunk fingerprints").await?) };
+                let client = own.as_ref().unwrap_or(&keeper.client);
+                let rows = client.query(&sql, &[]).await.map_err(read)?;
+                if let Some(own) = &own {
+                    own.batch_execute("COMMIT").await.map_err(read)?;
+                }
+                Ok::<_, AdapterError>(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect::<Vec<(i32, i64, String)>>())
+            }
+        });
+        let rows: Vec<(i32, i64, String)> = futures_util::future::try_join_all(reads).await?.into_iter().flatten().collect();
         crate::delivery::fingerprints(chunks, &rows).map(Some)
     }
 

@@ -5,7 +5,9 @@
 use dpone_core::delivery::Fingerprint;
 use dpone_core::manifest::TableRef;
 use dpone_core::ports::Source;
+use dpone_core::window::Chunk;
 use dpone_postgres::PostgresSource;
+use dpone_postgres::delivery::{Blocks, fingerprint_sql, fingerprints};
 use dpone_postgres::source::quote_ident;
 use dpone_testkit::delivery::{changed, days};
 use std::str::FromStr;
@@ -44,8 +46,24 @@ impl Fixture {
         self.source.open_snapshot().await.unwrap();
         let f = self.source.chunk_fingerprints("ts", &days(5)).await.unwrap().expect("PostgreSQL has an authority");
         self.source.close_snapshot().await.unwrap();
-        assert_eq!(f.authority, "postgres.mvcc.v1");
+        assert_eq!(f.authority, "postgres.mvcc.v2");
         f.chunks
+    }
+
+    /// The fingerprints of `chunks` read by the test's own connection with
+    /// the query of `version`, split into the heap block ranges `parts`,
+    /// after the session statements `settings`.
+    async fn direct(&self, chunks: &[Chunk], version: i32, parts: &[Option<Blocks>], settings: &str) -> Vec<Fingerprint> {
+        let table = format!("{}.events", quote_ident(&self.schema));
+        self.client.batch_execute(&format!("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; {settings}")).await.unwrap();
+        let mut rows = Vec::new();
+        for part in parts {
+            let sql = fingerprint_sql(&table, "ts", chunks, version, *part).unwrap();
+            let got = self.client.query(&sql, &[]).await.unwrap();
+            rows.extend(got.iter().map(|r| (r.get::<_, i32>(0), r.get::<_, i64>(1), r.get::<_, String>(2))));
+        }
+        self.client.batch_execute("COMMIT").await.unwrap();
+        fingerprints(chunks, &rows).unwrap().chunks
     }
 
     async fn cleanup(self) {
@@ -98,5 +116,77 @@ async fn fingerprints_are_read_in_the_runs_snapshot() {
     f.source.close_snapshot().await.unwrap();
     assert_eq!(before, again);
     assert_ne!(f.fingerprints().await[0], before.chunks[0]);
+    f.cleanup().await;
+}
+
+/// What the cheaper query must not depend on: the transaction that reads
+/// it (its reference xid moves between runs), freezing, the plan (forced
+/// parallel, no `date_bin` before PostgreSQL 14), the split into block
+/// ranges, and chunks of unequal length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_digest_depends_on_the_row_versions_only() {
+    let f = Fixture::new().await;
+    // More row versions, over many pages and many transactions.
+    for k in 0..4 {
+        f.exec(&format!("INSERT INTO {{t}} SELECT 10000 + g, '2026-09-01 00:00:00+00'::timestamptz + (g * 97 % 432000) * interval '1 second', repeat('p', 200) FROM generate_series({}, 1999, 4) g", k)).await;
+    }
+    let first = f.fingerprints().await;
+    assert_eq!(first.iter().map(|c| c.rows).sum::<u64>(), 5 * 24 + 2000);
+
+    // Transaction ids consumed elsewhere move age()'s reference, not the digest.
+    for _ in 0..5 {
+        f.exec("CREATE TEMP TABLE burn (x int); DROP TABLE burn").await;
+    }
+    assert_eq!(f.fingerprints().await, first);
+    // Freezing keeps xmin (PostgreSQL 9.4+ marks it frozen in the infomask).
+    f.exec("VACUUM (FREEZE) {t}").await;
+    assert_eq!(f.fingerprints().await, first);
+
+    let days = days(5);
+    let whole = [None];
+    assert_eq!(f.direct(&days, 150000, &whole, "").await, first);
+    // width_bucket instead of date_bin (servers before 14) reads the same.
+    assert_eq!(f.direct(&days, 130000, &whole, "").await, first);
+    // A plan forced parallel: age() stays in the leader (parallel restricted).
+    let parallel = "SET LOCAL parallel_setup_cost = 0; SET LOCAL parallel_tuple_cost = 0; \
+                    SET LOCAL min_parallel_table_scan_size = 0; SET LOCAL force_parallel_mode = on";
+    assert_eq!(f.direct(&days, 150000, &whole, parallel).await, first);
+    // Block ranges that cover the heap add up to the whole, however split.
+    let split = [Some(Blocks { start: 0, end: Some(3) }), Some(Blocks { start: 3, end: Some(4) }), Some(Blocks { start: 4, end: None })];
+    assert_eq!(f.direct(&days, 150000, &split, "").await, first);
+
+    // Chunks of unequal length (width_bucket over their bounds): each is the sum of its days.
+    let uneven = [
+        Chunk { index: 0, start: days[0].start, end: days[0].end },
+        Chunk { index: 1, start: days[1].start, end: days[3].end },
+        Chunk { index: 2, start: days[4].start, end: days[4].end },
+    ];
+    let merged = f.direct(&uneven, 150000, &whole, "").await;
+    let add = |a: &Fingerprint, b: &Fingerprint, c: &Fingerprint| {
+        let d = |x: &Fingerprint| x.digest.parse::<i128>().unwrap();
+        Fingerprint { rows: a.rows + b.rows + c.rows, digest: (d(a) + d(b) + d(c)).to_string() }
+    };
+    assert_eq!(merged[0], first[0]);
+    assert_eq!(merged[1], add(&first[1], &first[2], &first[3]));
+    assert_eq!(merged[2], first[4]);
+
+    // The source itself split into parts of 2 blocks (the server allows
+    // max_parallel_workers_per_gather + 1 parts), read on connections that
+    // imported the run's snapshot: the same fingerprints, and a change
+    // committed after the snapshot is seen by none of them.
+    let config = tokio_postgres::Config::from_str(&dpone_testkit::postgres_url()).unwrap();
+    let table = TableRef { schema: Some(f.schema.clone()), name: "events".into() };
+    let split_source = PostgresSource::new(config, table).with_fingerprint_part_blocks(2);
+    split_source.open_snapshot().await.unwrap();
+    assert_eq!(split_source.chunk_fingerprints("ts", &days).await.unwrap().unwrap().chunks, first);
+    f.exec("DELETE FROM {t} WHERE id = 10000 + 1998").await;
+    assert_eq!(split_source.chunk_fingerprints("ts", &days).await.unwrap().unwrap().chunks, first);
+    split_source.close_snapshot().await.unwrap();
+    let first = f.fingerprints().await;
+
+    // And the split still moves with a change in any part.
+    f.exec("UPDATE {t} SET v = v WHERE id = 10000 + 1999").await;
+    let moved = f.direct(&days, 150000, &split, "").await;
+    assert_eq!(changed(&first, &moved).len(), 1);
     f.cleanup().await;
 }

@@ -115,7 +115,7 @@ fn a_rerun_moves_exactly_the_changed_chunks_and_the_target_stays_equal_to_the_so
     let plan = fx.plan();
     assert_eq!(plan.code, Some(0), "{}", plan.describe());
     assert_eq!(plan.json()["window"]["delivery"], "changed", "{}", plan.json()["window"]);
-    assert_eq!(plan.json()["window"]["authority"], "postgres.mvcc.v1");
+    assert_eq!(plan.json()["window"]["authority"], "postgres.mvcc.v2");
 
     // First run: no record, every chunk transferred.
     let first = run(&fx, &[]);

@@ -51,7 +51,7 @@ pub struct ChunkKey {
     pub end: i64,
     /// SHA-256 of the column names and canonical types, in order.
     pub columns: String,
-    /// The authority and its algorithm version (`postgres.mvcc.v1`, ...).
+    /// The authority and its algorithm version (`postgres.mvcc.v2`, ...).
     pub authority: String,
 }
 
@@ -99,7 +99,7 @@ pub struct Fingerprint {
 /// A source's fingerprints of adjacent chunks, by one authority.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChunkFingerprints {
-    /// `postgres.mvcc.v1`, ...: part of every record's key.
+    /// `postgres.mvcc.v2`, ...: part of every record's key.
     pub authority: &'static str,
     /// One per chunk, in the chunks' order.
     pub chunks: Vec<Fingerprint>,
@@ -146,7 +146,7 @@ pub struct ChunkDelivery {
 /// is staged; a resumed run keeps them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeliveryDecisions {
-    /// The authority of the fingerprints (`postgres.mvcc.v1`, ...).
+    /// The authority of the fingerprints (`postgres.mvcc.v2`, ...).
     pub authority: String,
     pub chunks: Vec<ChunkDelivery>,
 }

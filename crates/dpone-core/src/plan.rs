@@ -42,7 +42,7 @@ pub struct WindowPlan {
     /// `all` or `changed` (docs/changed-delivery.md).
     pub delivery: crate::delivery::Delivery,
     /// `delivery: changed`: what the source's chunk fingerprints are
-    /// computed from (`postgres.mvcc.v1`, ...).
+    /// computed from (`postgres.mvcc.v2`, ...).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub authority: Option<&'static str>,
 }

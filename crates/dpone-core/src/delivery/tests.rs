@@ -17,7 +17,7 @@ fn key() -> ChunkKey {
         Timestamp(86_400_000_000),
         Timestamp(2 * 86_400_000_000),
         &columns(false),
-        "postgres.mvcc.v1",
+        "postgres.mvcc.v2",
     )
 }
 
@@ -105,7 +105,7 @@ fn decisions_summarise_and_name_their_carried_ranges() {
         carried: None,
     };
     let d = DeliveryDecisions {
-        authority: "postgres.mvcc.v1".into(),
+        authority: "postgres.mvcc.v2".into(),
         chunks: vec![chunk(0, Decision::Unchanged), chunk(1, Decision::Changed), chunk(2, Decision::Unchanged)],
     };
     assert_eq!(d.summary(), "unchanged: 2, changed: 1");

@@ -7,6 +7,7 @@ use crate::adapters::{self, Adapters, AnyTarget};
 use crate::output;
 use crate::state::StoreChoice;
 use crate::{Format, IntervalArgs};
+use dpone_core::delivery::Delivery;
 use dpone_core::manifest::select::{self, Selection};
 use dpone_core::manifest::{self, ExpandInput, Loaded, Manifest, Process};
 use dpone_core::plan::{Interval, Plan};
@@ -255,12 +256,14 @@ fn plan_one(path: &Path, manifest: &Manifest, args: &IntervalArgs, offline: bool
         let probed = runtime().block_on(async {
             let (s, t) = (adapters.source.as_ref(), adapters.target.as_ref());
             // Tables recorded by this target's journal are not foreign.
-            let ours = match StoreChoice::of(manifest, path).ok().map(|s| s.open(false)) {
-                Some(Ok(Some(store))) => {
-                    dpone_engine::read_journal(store.as_ref(), &t.scope()).ok().flatten().map(|(_, j)| j.owned).unwrap_or_default()
-                }
-                _ => Default::default(),
+            let store = match StoreChoice::of(manifest, path).ok().map(|s| s.open(false)) {
+                Some(Ok(Some(store))) => Some(store),
+                _ => None,
             };
+            let ours = store
+                .as_ref()
+                .and_then(|store| dpone_engine::read_journal(store.as_ref(), &t.scope()).ok().flatten().map(|(_, j)| j.owned))
+                .unwrap_or_default();
             let p = dpone_engine::probe(manifest, &plan, Some(s), t, Some(&ours)).await?;
             // An append's plan names the stored mark and the batch a run
             // would read now (read-only: the source's snapshot is a read
@@ -275,10 +278,27 @@ fn plan_one(path: &Path, manifest: &Manifest, args: &IntervalArgs, offline: bool
                 }
                 _ => None,
             };
-            Ok::<_, dpone_core::ports::AdapterError>((p, batch))
+            // `delivery: changed`: what a run would decide now (read-only).
+            let decisions = match plan.window.as_ref().filter(|w| w.delivery == Delivery::Changed && p.refusals.is_empty()) {
+                Some(w) => {
+                    let records = match &store {
+                        Some(store) => dpone_engine::read_records(store.as_ref(), &dpone_engine::records_prefix(&t.scope(), &w.column))?,
+                        None => Default::default(),
+                    };
+                    s.open_snapshot().await?;
+                    let d = dpone_engine::decisions(s, t, w, &p.target_columns, &records).await;
+                    let _ = s.close_snapshot().await;
+                    Some(d?)
+                }
+                None => None,
+            };
+            Ok::<_, dpone_core::ports::AdapterError>((p, batch, decisions))
         });
         match probed {
-            Ok((mut p, batch)) => {
+            Ok((mut p, batch, decisions)) => {
+                if let Some(w) = plan.window.as_mut() {
+                    w.decisions = decisions;
+                }
                 if let (Some(inc), Some(b)) = (plan.incremental.as_mut(), batch) {
                     // A mark the manifest's cursor cannot continue refuses the run.
                     p.refusals.extend(b.previous.as_ref().and_then(|m| dpone_core::incremental::mark_mismatch(&inc.column, b.kind, m)));

@@ -111,6 +111,12 @@ pub fn print_plan(plan: &Plan, format: Format) {
                  carried from the target; every other chunk is transferred (`dpone run --delivery all` transfers all)",
                 w.authority.unwrap_or("none")
             );
+            if let Some(d) = &w.decisions {
+                println!("  a run now: {}", d.summary());
+                for c in d.chunks.iter().filter(|c| c.decision.transfers()) {
+                    println!("  chunk {:<4} [{}, {})  {}", c.index, c.start, c.end, c.decision.as_str());
+                }
+            }
         }
         println!("chunks      {} (parallelism {})", w.chunk_count, plan.staging.parallelism);
         let show = |c: &dpone_core::window::Chunk| println!("  #{:<5} [{}, {})", c.index, c.start, c.end);

@@ -92,9 +92,14 @@ fn staged(doc: &serde_json::Value) -> BTreeSet<u64> {
 }
 
 fn decisions(doc: &serde_json::Value) -> Vec<(u64, String)> {
-    doc["delivery"]["chunks"]
+    decided(&doc["delivery"])
+}
+
+/// `(index, decision)` of a `DeliveryDecisions` document.
+fn decided(d: &serde_json::Value) -> Vec<(u64, String)> {
+    d["chunks"]
         .as_array()
-        .unwrap_or_else(|| panic!("a delivery report: {doc}"))
+        .unwrap_or_else(|| panic!("delivery decisions: {d}"))
         .iter()
         .map(|c| (c["index"].as_u64().unwrap(), c["decision"].as_str().unwrap().to_string()))
         .collect()
@@ -138,6 +143,13 @@ fn a_rerun_moves_exactly_the_changed_chunks_and_the_target_stays_equal_to_the_so
     fx.pg_exec(&format!("UPDATE {s}.t SET v = 'corrected' WHERE ts = {}", in_day(12, 6), s = fx.schema));
     fx.pg_exec(&format!("DELETE FROM {s}.t WHERE ts = {}", in_day(3, 18), s = fx.schema));
     fx.pg_exec(&format!("INSERT INTO {s}.t VALUES (9001, {} + interval '1 minute', 'late')", in_day(27, 0), s = fx.schema));
+    // `dpone plan` shows what a run would decide now, and writes nothing.
+    let preview = fx.plan();
+    assert_eq!(preview.code, Some(0), "{}", preview.describe());
+    let expected: Vec<(u64, String)> = vec![(3, "changed".into()), (12, "changed".into()), (27, "changed".into())];
+    let previewed: Vec<(u64, String)> =
+        decided(&preview.json()["window"]["decisions"]).into_iter().filter(|(_, d)| d != "unchanged").collect();
+    assert_eq!(previewed, expected, "the plan's decisions");
     let changed = run(&fx, &[]);
     assert_eq!(staged(&changed), set(&[3, 12, 27]), "exactly the three changed days are staged");
     assert_eq!(moved(&changed), vec![(3, "changed".into()), (12, "changed".into()), (27, "changed".into())]);

@@ -45,6 +45,11 @@ pub struct WindowPlan {
     /// computed from (`postgres.mvcc.v2`, ...).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub authority: Option<&'static str>,
+    /// `delivery: changed`, after probing: what a run would decide for
+    /// each chunk now (from the source's fingerprints, the records of the
+    /// last publication and the target's rows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decisions: Option<crate::delivery::DeliveryDecisions>,
 }
 
 /// `incremental_append`: the cursor and where a first run starts. The
@@ -228,6 +233,7 @@ impl Plan {
                     chunks: resolved.chunks,
                     delivery: w.delivery,
                     authority: None,
+                    decisions: None,
                 })
             }
             None => None,

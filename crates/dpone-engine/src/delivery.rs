@@ -13,12 +13,16 @@ use crate::journal::Journal;
 use dpone_core::delivery::{
     ChunkDelivery, ChunkKey, ChunkRecord, Decision, Delivery, DeliveryDecisions, Evidence, Fingerprint, TargetIdentity, candidate, confirm,
 };
-use dpone_core::ports::{AdapterError, Contents, RowFilter, Source, TableRole, Target};
-use dpone_core::state::RunJournal;
+use dpone_core::plan::WindowPlan;
+use dpone_core::ports::{AdapterError, Contents, ErrorKind, RowFilter, Source, TableRole, Target};
+use dpone_core::state::{RunJournal, StateStore};
+use dpone_core::types::Column;
+use dpone_core::window::Chunk;
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 /// The window's column and chunks of a `delivery: changed` run.
-fn changed_window<S: Source, T: Target>(ctx: &Ctx<S, T>) -> Option<&dpone_core::plan::WindowPlan> {
+fn changed_window<S: Source, T: Target>(ctx: &Ctx<S, T>) -> Option<&WindowPlan> {
     ctx.plan.window.as_ref().filter(|w| w.delivery == Delivery::Changed)
 }
 
@@ -40,50 +44,79 @@ pub(crate) async fn decide<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jour
         return Ok(());
     }
     let started = Instant::now();
-    let fingerprints = match ctx.source.chunk_fingerprints(&w.column, &w.chunks).await {
-        Ok(Some(f)) if f.chunks.len() == w.chunks.len() => Ok(f),
-        Ok(Some(f)) => return Err(AdapterError::internal(format!("{} fingerprints of {} chunks", f.chunks.len(), w.chunks.len()))),
-        // The plan refused a source whose descriptor names no authority.
-        Ok(None) => return Err(AdapterError::internal("a source with a delivery authority computed no fingerprints")),
-        Err(e) if e.keeps_run() || ctx.options.cancel.is_cancelled() => return Err(e),
-        Err(e) => {
-            tracing::warn!("the chunks' fingerprints could not be read ({}): every chunk is transferred", e.message);
-            Err(e)
-        }
-    };
-    let authority = fingerprints.as_ref().map(|f| f.authority).unwrap_or("");
-    let scope = ctx.target.scope();
-    let mut chunks = Vec::with_capacity(w.chunks.len());
-    for (i, c) in w.chunks.iter().enumerate() {
-        let key = ChunkKey::new(&scope, &w.column, c.start, c.end, &ctx.probe.target_columns, authority);
-        let stored = journal.get_record(&key.store_key()).await?;
-        let fingerprint: Option<&Fingerprint> = fingerprints.as_ref().ok().map(|f| &f.chunks[i]);
-        let (decision, carried) = match candidate(Evidence { key: &key, stored: stored.as_deref(), fingerprint: fingerprint.ok_or(()) }) {
-            Err(d) => (d, None),
-            Ok(record) => {
-                let now = TargetIdentity::of(&chunk_contents(ctx, TableRole::Target, &w.column, c).await?);
-                let d = confirm(&record, &now);
-                (d, (d == Decision::Unchanged).then_some(now))
-            }
-        };
-        chunks.push(ChunkDelivery { index: c.index, start: c.start, end: c.end, decision, fingerprint: fingerprint.cloned(), carried });
-    }
-    let decisions = DeliveryDecisions { authority: authority.to_string(), chunks };
-    tracing::info!(authority, seconds = started.elapsed().as_secs_f64(), "changed-window delivery: {}", decisions.summary());
+    let records = journal.records_under(&records_prefix(&ctx.target.scope(), &w.column)).await?;
+    let columns = &ctx.probe.target_columns;
+    let decisions = decisions(ctx.source.as_ref(), ctx.target.as_ref(), w, columns, &records).await?;
+    ctx.options.cancel.check()?;
+    tracing::info!(authority = %decisions.authority, seconds = started.elapsed().as_secs_f64(), "changed-window delivery: {}", decisions.summary());
     ctx.add_phase(|p| p.fingerprint += started.elapsed().as_secs_f64());
     journal.update(|j| j.delivery = Some(decisions)).await?;
     restore(ctx, &journal.snapshot().await);
     ctx.failpoint("delivery.after_decide").await
 }
 
+/// The state store prefix of a target's chunk records of `column` (the
+/// keys `ChunkKey::store_key` makes).
+pub fn records_prefix(target_scope: &str, column: &str) -> String {
+    format!("chunks/{target_scope}/{column}/")
+}
+
+/// The records under `prefix`, by key (read-only).
+pub fn read_records(store: &dyn StateStore, prefix: &str) -> Result<BTreeMap<String, String>, AdapterError> {
+    let mut out = BTreeMap::new();
+    for key in store.keys(prefix).map_err(crate::journal::store_error)? {
+        if let Some(v) = store.get(&key).map_err(crate::journal::store_error)? {
+            out.insert(key, v.body);
+        }
+    }
+    Ok(out)
+}
+
+/// The decision of every chunk of `w` (read-only; the source's snapshot
+/// must be open): the source's fingerprints, the `records`
+/// ([`read_records`]) and, for the chunks that may be unchanged, the
+/// target's rows of the chunk. `dpone plan` shows it; a run journals it.
+pub async fn decisions<S: Source, T: Target>(
+    source: &S,
+    target: &T,
+    w: &WindowPlan,
+    columns: &[Column],
+    records: &BTreeMap<String, String>,
+) -> Result<DeliveryDecisions, AdapterError> {
+    let fingerprints = match source.chunk_fingerprints(&w.column, &w.chunks).await {
+        Ok(Some(f)) if f.chunks.len() == w.chunks.len() => Ok(f),
+        Ok(Some(f)) => return Err(AdapterError::internal(format!("{} fingerprints of {} chunks", f.chunks.len(), w.chunks.len()))),
+        // The plan refused a source whose descriptor names no authority.
+        Ok(None) => return Err(AdapterError::internal("a source with a delivery authority computed no fingerprints")),
+        Err(e) if e.keeps_run() || e.kind == ErrorKind::Interrupted => return Err(e),
+        Err(e) => {
+            tracing::warn!("the chunks' fingerprints could not be read ({}): every chunk is transferred", e.message);
+            Err(e)
+        }
+    };
+    let authority = fingerprints.as_ref().map(|f| f.authority).unwrap_or("");
+    let scope = target.scope();
+    let mut chunks = Vec::with_capacity(w.chunks.len());
+    for (i, c) in w.chunks.iter().enumerate() {
+        let key = ChunkKey::new(&scope, &w.column, c.start, c.end, columns, authority);
+        let stored = records.get(&key.store_key()).map(String::as_str);
+        let fingerprint: Option<&Fingerprint> = fingerprints.as_ref().ok().map(|f| &f.chunks[i]);
+        let (decision, carried) = match candidate(Evidence { key: &key, stored, fingerprint: fingerprint.ok_or(()) }) {
+            Err(d) => (d, None),
+            Ok(record) => {
+                let now = TargetIdentity::of(&chunk_contents(target, TableRole::Target, &w.column, c).await?);
+                let d = confirm(&record, &now);
+                (d, (d == Decision::Unchanged).then_some(now))
+            }
+        };
+        chunks.push(ChunkDelivery { index: c.index, start: c.start, end: c.end, decision, fingerprint: fingerprint.cloned(), carried });
+    }
+    Ok(DeliveryDecisions { authority: authority.to_string(), chunks })
+}
+
 /// The rows of `table` in chunk `c`, counted and digested by the target.
-async fn chunk_contents<S: Source, T: Target>(
-    ctx: &Ctx<S, T>,
-    table: TableRole<'_>,
-    column: &str,
-    c: &dpone_core::window::Chunk,
-) -> Result<Contents, AdapterError> {
-    ctx.target.inspect(table, Some(&RowFilter::new(column, c.start, c.end, true))).await
+async fn chunk_contents<T: Target>(target: &T, table: TableRole<'_>, column: &str, c: &Chunk) -> Result<Contents, AdapterError> {
+    target.inspect(table, Some(&RowFilter::new(column, c.start, c.end, true))).await
 }
 
 /// Right after the generation is built (and before a resumed run
@@ -98,8 +131,8 @@ pub(crate) async fn check_carried<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &Run
     let (Some(w), Some(d)) = (ctx.plan.window.as_ref(), &j.delivery) else { return Ok(()) };
     let table = if ctx.target.keeps_rows_in_place() { TableRole::Target } else { TableRole::Owned(generation) };
     for c in d.chunks.iter().filter(|c| c.decision == Decision::Unchanged) {
-        let chunk = dpone_core::window::Chunk { index: c.index, start: c.start, end: c.end };
-        let now = TargetIdentity::of(&chunk_contents(ctx, table, &w.column, &chunk).await?);
+        let chunk = Chunk { index: c.index, start: c.start, end: c.end };
+        let now = TargetIdentity::of(&chunk_contents(ctx.target.as_ref(), table, &w.column, &chunk).await?);
         if c.carried.as_ref() != Some(&now) {
             return Err(AdapterError::verification(
                 "target_changed_since_decision",

@@ -113,11 +113,12 @@ impl Journal {
         }
     }
 
-    /// The record `key` beside the journal, if any.
-    pub async fn get_record(&self, key: &str) -> Result<Option<String>, AdapterError> {
-        let (store, key) = (self.store.clone(), key.to_string());
-        let found = tokio::task::spawn_blocking(move || store.get(&key)).await.map_err(|e| AdapterError::internal(e.to_string()))?;
-        Ok(found.map_err(store_error)?.map(|v| v.body))
+    /// The records beside the journal whose keys start with `prefix`.
+    pub async fn records_under(&self, prefix: &str) -> Result<std::collections::BTreeMap<String, String>, AdapterError> {
+        let (store, prefix) = (self.store.clone(), prefix.to_string());
+        tokio::task::spawn_blocking(move || crate::delivery::read_records(store.as_ref(), &prefix))
+            .await
+            .map_err(|e| AdapterError::internal(e.to_string()))?
     }
 
     /// Saves `body` as the record `key` under this run's lease (a record

@@ -47,6 +47,7 @@ mod stage;
 pub use admit::{StoreOpener, execute, journal_key, read_journal};
 pub use batch::{BatchRecord, ProcessRecord, read_batch, update_batch};
 pub use context::{Cancel, MemoryHost, Progress, RunHost, RunOptions};
+pub use delivery::{decisions, read_records, records_prefix};
 pub use failure::{EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, FailureKind, ProcessEnd, RunFailure, batch_exit_code};
 pub use operator::{MarkReset, Operator, abandon_unfinished, mark_reset_prefix, mark_resets, reset_mark, resolve_unknown};
 pub use probe::{Probe, probe};

@@ -221,15 +221,12 @@ fn a_tampered_record_never_lets_a_changed_chunk_be_skipped() {
     fx.finish();
 }
 
-/// The target's day changed between the decision and the publication: the
-/// run refuses (nothing published), and the next run transfers the day.
-#[test]
-fn a_target_changed_after_the_decision_is_refused_before_publication() {
-    let fx = fixture("pgch_changed_race");
-    run(&fx, &[]);
-    fx.pg_exec(&format!("UPDATE {s}.t SET v = 'corrected' WHERE ts = {}", in_day(2, 0), s = fx.schema));
+/// Runs `dpone run` paused for 4 s right after its decisions were
+/// journaled, calls `during` in the pause, and returns the run.
+fn run_pausing_after_decision(fx: &Fixture, during: impl FnOnce()) -> harness::Run {
     let m = fx.manifest.display().to_string();
     let paused = fx.dir().join("paused");
+    let _ = std::fs::remove_file(&paused);
     let env = [
         ("DPONE_CONN_PG", fx.postgres_url.as_str()),
         ("DPONE_CONN_CH", fx.clickhouse_url.as_str()),
@@ -243,15 +240,30 @@ fn a_target_changed_after_the_decision_is_refused_before_publication() {
         assert!(std::time::Instant::now() < deadline, "the run never reached delivery.after_decide");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    during();
+    child.wait_within(std::time::Duration::from_secs(120))
+}
+
+/// The target's day changed between the decision and the publication: the
+/// run refuses (nothing published), and the next run transfers the day.
+/// (The target's parts of the day changed, so the carried rows were
+/// checked by digest.)
+#[test]
+fn a_target_changed_after_the_decision_is_refused_before_publication() {
+    let fx = fixture("pgch_changed_race");
+    run(&fx, &[]);
+    fx.pg_exec(&format!("UPDATE {s}.t SET v = 'corrected' WHERE ts = {}", in_day(2, 0), s = fx.schema));
     // Another writer changes day 7, which the run decided to carry.
-    fx.ch_exec(&format!("INSERT INTO {}.t VALUES (7778, toDateTime64('2026-08-17 02:00:00', 6, 'UTC'), 'foreign')", fx.db));
-    let r = child.wait_within(std::time::Duration::from_secs(120));
+    let r = run_pausing_after_decision(&fx, || {
+        fx.ch_exec(&format!("INSERT INTO {}.t VALUES (7778, toDateTime64('2026-08-17 02:00:00', 6, 'UTC'), 'foreign')", fx.db))
+    });
     assert_eq!(r.code, Some(1), "the run must fail, nothing published:\n{}", r.describe());
     assert!(r.stdout.contains("target_changed_since_decision"), "{}", r.describe());
     assert_eq!(fx.ch_scalar(&format!("SELECT count() FROM {}.t WHERE v = 'corrected'", fx.db)), "0", "nothing was published");
     let next = run(&fx, &[]);
     assert_eq!(staged(&next), set(&[2, 7]), "day 2 (source) and day 7 (target) are transferred");
     assert_window_equal(&fx, "after the refused run");
+
     fx.finish();
 }
 

@@ -140,6 +140,11 @@ pub struct ChunkDelivery {
     /// the carried rows must still have it when they are published.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub carried: Option<TargetIdentity>,
+    /// The same rows' identity from the target's metadata when it has one
+    /// (`Target::range_part_identities`): a carried chunk whose identity
+    /// is still this one needs no digest before the publication.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub carried_parts: Option<String>,
 }
 
 /// The decisions of a `delivery: changed` run, journaled before any chunk

@@ -109,9 +109,15 @@ pub async fn decisions<S: Source, T: Target>(
                 (d, (d == Decision::Unchanged).then_some(now))
             }
         };
-        chunks.push(ChunkDelivery { index: c.index, start: c.start, end: c.end, decision, fingerprint: fingerprint.cloned(), carried });
+        let fingerprint = fingerprint.cloned();
+        chunks.push(ChunkDelivery { index: c.index, start: c.start, end: c.end, decision, fingerprint, carried, carried_parts: None });
     }
-    Ok(DeliveryDecisions { authority: authority.to_string(), chunks })
+    let mut decisions = DeliveryDecisions { authority: authority.to_string(), chunks };
+    let parts = target.range_part_identities(&w.column, &decisions.carried_ranges()).await?;
+    for (c, p) in decisions.chunks.iter_mut().filter(|c| c.decision == Decision::Unchanged).zip(parts) {
+        c.carried_parts = p;
+    }
+    Ok(decisions)
 }
 
 /// The rows of `table` in chunk `c`, counted and digested by the target.
@@ -130,7 +136,15 @@ pub(crate) async fn check_carried<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &Run
     // The journaled decisions, whatever this invocation's `--delivery`.
     let (Some(w), Some(d)) = (ctx.plan.window.as_ref(), &j.delivery) else { return Ok(()) };
     let table = if ctx.target.keeps_rows_in_place() { TableRole::Target } else { TableRole::Owned(generation) };
-    for c in d.chunks.iter().filter(|c| c.decision == Decision::Unchanged) {
+    // The target's metadata identity unchanged since the decision: the
+    // target was not written there, and the generation's build verified
+    // that it holds the target's rows outside the replaced chunks.
+    let parts = ctx.target.range_part_identities(&w.column, &d.carried_ranges()).await?;
+    let carried = d.chunks.iter().filter(|c| c.decision == Decision::Unchanged);
+    for (c, now) in carried.zip(parts) {
+        if now.is_some() && now == c.carried_parts {
+            continue;
+        }
         let chunk = Chunk { index: c.index, start: c.start, end: c.end };
         let now = TargetIdentity::of(&chunk_contents(ctx.target.as_ref(), table, &w.column, &chunk).await?);
         if c.carried.as_ref() != Some(&now) {

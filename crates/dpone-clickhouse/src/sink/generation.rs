@@ -338,6 +338,42 @@ impl ClickhouseTarget {
         self.active_parts(database, name).await
     }
 
+    /// Per range, a SHA-256 of the active parts (partition, rows,
+    /// `hash_of_all_files`) of the target's partitions that meet it, when
+    /// every one lies wholly inside it without NULL window values (then
+    /// they hold exactly the range's rows); None otherwise, or when the
+    /// target is not partitioned by `column`. Metadata only; a merge
+    /// between the two reads gives another identity, never an equal one
+    /// for other rows.
+    pub(super) async fn range_parts(&self, column: &str, ranges: &[(Timestamp, Timestamp)]) -> Result<Vec<Option<String>>> {
+        if ranges.is_empty() || !self.partitioned_by(column).await? {
+            return Ok(vec![None; ranges.len()]);
+        }
+        let partitions = self.partitions(column).await?;
+        let parts = self.part_list(TableRole::Target).await?;
+        Ok(ranges
+            .iter()
+            .map(|&(start, end)| {
+                let mut ids = BTreeSet::new();
+                for p in &partitions {
+                    let (Some(lo), Some(hi)) = (p.range.min, p.range.max) else { continue };
+                    if hi < start || lo >= end {
+                        continue;
+                    }
+                    if lo < start || hi >= end || p.range.has_nulls {
+                        return None;
+                    }
+                    ids.insert(p.id.as_str());
+                }
+                let mut h = <sha2::Sha256 as sha2::Digest>::new();
+                for part in parts.iter().filter(|part| ids.contains(part.partition.as_str())) {
+                    sha2::Digest::update(&mut h, format!("{} {} {}\n", part.partition, part.rows, part.hash).as_bytes());
+                }
+                Some(sha2::Digest::finalize(h).iter().map(|b| format!("{b:02x}")).collect())
+            })
+            .collect())
+    }
+
     /// The active parts of `database.name`, sorted (see [`PartIdentity`]).
     pub(super) async fn active_parts(&self, database: &str, name: &str) -> Result<Vec<PartIdentity>> {
         let rows = self

@@ -103,6 +103,7 @@ fn decisions_summarise_and_name_their_carried_ranges() {
         decision,
         fingerprint: None,
         carried: None,
+        carried_parts: None,
     };
     let d = DeliveryDecisions {
         authority: "postgres.mvcc.v2".into(),

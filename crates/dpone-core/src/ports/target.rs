@@ -53,6 +53,21 @@ macro_rules! __target_methods {
                 Ok(None)
             }
 
+            /// For each `[start, end)` range of `column`, an identity of the
+            /// target's rows in it read from metadata (e.g. the parts of the
+            /// partitions that lie wholly inside it, when they hold all its
+            /// rows), or None (the default, or a range not aligned with such
+            /// units). Equal identities mean equal rows; unequal ones say
+            /// nothing (a merge changes them). Read-only.
+            async fn range_part_identities(
+                &self,
+                column: &str,
+                ranges: &[($crate::time::Timestamp, $crate::time::Timestamp)],
+            ) -> Result<Vec<Option<String>>> {
+                let _ = column;
+                Ok(vec![None; ranges.len()])
+            }
+
             /// Number of rows of `table` (optionally filtered).
             async fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<u64>;
 

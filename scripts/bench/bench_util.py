@@ -23,6 +23,8 @@
                                       maxima of VmRSS, RssAnon, RssFile as JSON to OUT
   bench_util.py report-ch2pg META JSONL OUT
                                       the same for scripts/bench/ch_to_postgres.sh
+  bench_util.py report-changed-delivery META JSONL CHECKS OUT
+                                      the same for scripts/bench/changed_delivery.sh
 """
 
 import json
@@ -89,6 +91,19 @@ def dpone_result(path):
         "evidence_path": run.get("evidence_path"),
         "error_code": run.get("error_code"),
     }
+    # Changed-window delivery: the chunks this run staged, and the decisions.
+    out["staged"] = sorted(c.get("index") for c in run.get("chunks") or [] if c.get("index") is not None)
+    delivery = run.get("delivery")
+    if delivery:
+        decided = delivery.get("chunks") or []
+        counts = {}
+        for c in decided:
+            counts[c.get("decision")] = counts.get(c.get("decision"), 0) + 1
+        out["delivery"] = {
+            "authority": delivery.get("authority"),
+            "decisions": counts,
+            "moved": [[c.get("index"), c.get("decision")] for c in decided if c.get("decision") != "unchanged"],
+        }
     if run.get("errors"):
         out["errors"] = [{"code": e.get("code"), "message": e.get("message")} for e in run["errors"]]
     ev_path = run.get("evidence_path")
@@ -830,6 +845,99 @@ def report_window_cost(meta_path, jsonl_path, out_path):
     load_note(samples, meta)
 
 
+# changed_delivery.sh: the goals of issue 30, as ratios to the first run.
+CHANGED_DELIVERY_GOALS = {"nochange": 0.10, "changed3": 0.25}
+CHANGED_DELIVERY_CASES = ("first", "nochange", "changed3", "all")
+CHANGED_DELIVERY_LABELS = {
+    "first": "first run (no records: every chunk)",
+    "nochange": "rerun, no change",
+    "changed3": "rerun, 3 days changed",
+    "all": "`--delivery all` (every chunk)",
+}
+
+
+def report_changed_delivery(meta_path, jsonl_path, checks_path, out_path):
+    """changed_delivery.sh: per route, the first run, the no-change rerun and
+    the rerun after three changed days, their ratios to the first run
+    against the goals, the staged chunks and dpone's phases."""
+    with open(meta_path, encoding="utf-8") as f:
+        meta = json.load(f)
+    samples = load_samples(jsonl_path)
+    checks = []
+    if os.path.exists(checks_path):
+        with open(checks_path, encoding="utf-8") as f:
+            checks = [json.loads(l) for l in f if l.strip()]
+    routes = {}
+    for route in meta["routes"].split():
+        cases = {}
+        for case in CHANGED_DELIVERY_CASES:
+            runs = [s for s in samples if s["dataset"] == route and s["case"] == f"dpone_{case}" and s["ok"]]
+            if not runs:
+                continue
+            v = summarize(runs)
+            d = [r.get("dpone") or {} for r in runs]
+            v["staged"] = [x.get("staged") for x in d]
+            v["delivery"] = [x.get("delivery") for x in d]
+            v["phases"] = [x.get("phases") for x in d]
+            cases[case] = v
+        verdicts = {}
+        first = cases.get("first")
+        for case, goal in CHANGED_DELIVERY_GOALS.items():
+            if first and case in cases:
+                ratio = cases[case]["median_wall_s"] / first["median_wall_s"]
+                verdicts[case] = {"ratio_to_first": ratio, "goal": goal, "met": ratio <= goal}
+        routes[route] = {"rows": meta["rows"].get(route), "cases": cases, "verdicts": verdicts}
+    result = {"meta": meta, "routes": routes, "checks": checks, "samples": samples}
+    with open(out_path, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    header(meta, "dpone changed-window delivery: reruns of a 30-day window", out_path)
+    print(f"- window: 30 daily chunks; changes before the third run: {meta['changes']}")
+    print("- exactness: after every run the target's window equals the source's in count() and sum(v)")
+    print()
+    print("| route | rows | case | wall s | ratio to first | staged chunks | fingerprint s | peak RSS MiB | load1 before |")
+    print("|---|---:|---|---:|---:|---|---:|---:|---:|")
+    for route, r in routes.items():
+        first = r["cases"].get("first")
+        for case, v in r["cases"].items():
+            ratio = v["median_wall_s"] / first["median_wall_s"] if first else None
+            staged = v["staged"][0] if v["staged"] else None
+            staged_s = "all 30" if staged is not None and len(staged) == 30 else ("none" if not staged else ", ".join(map(str, staged)))
+            fp = [(p or {}).get("fingerprint") for p in v["phases"]]
+            fp_s = "/".join(fmt(x) for x in fp if x is not None) or "-"
+            walls = "/".join(fmt(w) for w in v["wall_s"])
+            loads = "/".join(fmt(x) for x in v["load1_before"])
+            print(
+                f"| {ROUTE_LABELS.get(route, route)} | {r['rows']:,} | {CHANGED_DELIVERY_LABELS[case]} | {walls} | "
+                f"{fmt(ratio)}x | {staged_s} | {fp_s} | {fmt(v['peak_rss_mib_max'], 1)} | {loads} |"
+            )
+    print()
+    print("Phases from the evidence (seconds; extract/load/verify summed over chunks, they overlap):")
+    print()
+    names = []
+    for r in routes.values():
+        for v in r["cases"].values():
+            for p in v["phases"]:
+                for k in p or {}:
+                    if k not in names:
+                        names.append(k)
+    print("| route | case | " + " | ".join(names) + " |")
+    print("|---|---|" + "---:|" * len(names))
+    for route, r in routes.items():
+        for case, v in r["cases"].items():
+            p = (v["phases"] or [None])[0] or {}
+            print(f"| {ROUTE_LABELS.get(route, route)} | {case} | " + " | ".join(fmt(p.get(k)) if isinstance(p.get(k), (int, float)) else "-" for k in names) + " |")
+    print()
+    for route, r in routes.items():
+        for case, v in r["verdicts"].items():
+            met = "met" if v["met"] else "NOT met"
+            print(
+                f"- {ROUTE_LABELS.get(route, route)}, {CHANGED_DELIVERY_LABELS[case]}: "
+                f"{fmt(v['ratio_to_first'])}x the first run; goal <= {v['goal']}x: {met}"
+            )
+    load_note(samples, meta)
+
+
 def main(argv):
     if len(argv) < 2:
         sys.exit(__doc__)
@@ -858,6 +966,8 @@ def main(argv):
         report_ch2pg(*args)
     elif cmd == "report-window-cost" and len(args) == 3:
         report_window_cost(*args)
+    elif cmd == "report-changed-delivery" and len(args) == 4:
+        report_changed_delivery(*args)
     else:
         sys.exit(__doc__)
 

@@ -1,0 +1,296 @@
+#!/usr/bin/env bash
+# Benchmark: changed-window delivery (issue 30, docs/changed-delivery.md).
+# Does a rerun of a `delivery: changed` window replace cost only what
+# changed? A 30-day window (lookback P30D, chunk_interval P1D: 30 chunks) of
+# narrow rows (id bigint, ts, v bigint, s text of 32 characters), spread
+# evenly over the window's 30 days, per route:
+#
+#   pg_to_clickhouse  PostgreSQL dpone_bench.cd_src_<ROWS> (primary key id, index
+#                     on ts) -> ClickHouse dpone_bench.cd_pgch
+#                     PARTITION BY toYYYYMMDD(ts) ORDER BY id
+#   ch_to_postgres    ClickHouse dpone_bench.cd_chsrc PARTITION BY
+#                     toYYYYMMDD(ts) ORDER BY id -> PostgreSQL
+#                     dpone_bench.cd_chpg (plain table, index on ts, the
+#                     default publication delete_insert)
+#
+#   scripts/bench/changed_delivery.sh
+#
+# Per route, each a `dpone run` timed with /usr/bin/time (wall seconds,
+# peak RSS), with a fresh state store and an empty target:
+#   first    delivery: changed, no records yet: every chunk is transferred
+#   nochange a rerun, nothing changed at the source
+#   changed3 a rerun after three changes at the source: an update of one row
+#            in day 12, a delete of one row in day 3, a late row inserted in
+#            day 27 (ClickHouse: `ALTER TABLE .. UPDATE .. IN PARTITION ID`
+#            with mutations_sync = 2, `DELETE FROM .. IN PARTITION ID` with
+#            lightweight_deletes_sync = 2, an INSERT)
+#   all      (FORCED_ALL=1) `--delivery all`: every chunk transferred again
+# After each run the target's window must equal the source's in count() and
+# sum(v) (the update changes v), and the staged chunks of nochange and
+# changed3 must be exactly {} and {3, 12, 27}.
+#
+# Environment (all optional; see pg_to_clickhouse.sh for the shared ones):
+#   ROWS           rows of the PostgreSQL source's window (default 30000000)
+#   ROWS_CH        rows of the ClickHouse source's window (default ROWS)
+#   ROUTES         default "pg_to_clickhouse ch_to_postgres"
+#   REPEAT         runs of nochange per route (default 1; each later one is
+#                  also a no-change rerun)
+#   FORCED_ALL     1 (default): also time a `--delivery all` run at the end
+#   PARALLELISM    dpone chunk parallelism (default 2)
+#   KEEP_TABLES=1  keep the bench tables (default: drop them at the end; a kept
+#                  PostgreSQL source is reused by a later run of the same ROWS)
+#   PG_URL, CH_URL, SKIP_BUILD, DPONE_SOURCE, OUT_DIR, KEEP_TMP, IDLE_WAIT_MAX, IDLE_BUSY_PCT, QUIESCE_QUIET_S
+#
+# Output: target/bench/changed_delivery-<UTC timestamp>.json and a Markdown
+# summary on stdout. Goals (issue 30): nochange at most 0.10x of first,
+# changed3 at most 0.25x.
+set -euo pipefail
+
+BENCH_NAME=changed_delivery
+# shellcheck source=scripts/bench/bench_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
+
+ROWS=${ROWS:-30000000}
+ROWS_CH=${ROWS_CH:-$ROWS}
+ROUTES=${ROUTES:-pg_to_clickhouse ch_to_postgres}
+REPEAT=${REPEAT:-1}
+FORCED_ALL=${FORCED_ALL:-1}
+PARALLELISM=${PARALLELISM:-2}
+positive_int ROWS ROWS_CH REPEAT PARALLELISM
+# The PostgreSQL source, one per size (reused by a later run when kept).
+PGSRC=cd_src_$ROWS
+
+CD_INTERVAL_END=2026-09-09T00:00:00Z
+# The window of CD_INTERVAL_END with lookback P30D.
+CD_START_PG="2026-08-10 00:00:00+00"
+CD_END_PG="2026-09-09 00:00:00+00"
+CD_START_CH="toDateTime64('2026-08-10 00:00:00', 6, 'UTC')"
+CD_END_CH="toDateTime64('2026-09-09 00:00:00', 6, 'UTC')"
+SPAN_US=$((30 * 86400 * 1000000))
+# The changed days (chunk indexes) and their partition ids.
+DAY_UPDATE=12 DAY_DELETE=3 DAY_LATE=27
+PART_UPDATE=20260822 PART_DELETE=20260813
+EXPECT_CHANGED="3,12,27"
+
+bench_init
+bench_build
+
+# The id of the row in the middle of day DAY of a source of N rows: row g
+# lies at (g - 1) * SPAN_US / N microseconds after the window's start.
+mid_id() { echo $(($1 * $2 / 30 + $2 / 60 + 1)); }
+
+# The timestamp of row g of a source of N rows, as PostgreSQL SQL (numeric:
+# (g - 1) * SPAN_US overflows bigint).
+pg_ts() { echo "timestamptz '$CD_START_PG' + div((g - 1)::numeric * $SPAN_US, $1)::bigint * interval '1 microsecond'"; }
+
+# ---------------------------------------------------------------- sources --
+
+# The PostgreSQL source, seeded once (its comment marks the seed) and
+# reused: the changes of an earlier run are undone first.
+seed_pg_source() {
+  local n=$1 marker="dpone bench changed_delivery seed v1: rows=$n" have t0 upd del
+  upd=$(mid_id $DAY_UPDATE "$n")
+  del=$(mid_id $DAY_DELETE "$n")
+  have=$(pgq "SELECT obj_description(to_regclass('dpone_bench.$PGSRC'), 'pg_class')" 2>/dev/null || true)
+  if [ "$have" = "$marker" ]; then
+    log "PostgreSQL dpone_bench.$PGSRC is seeded ($n rows): undoing an earlier run's changes"
+    pgq "DELETE FROM dpone_bench.$PGSRC WHERE id > $n" >/dev/null
+    pgq "INSERT INTO dpone_bench.$PGSRC SELECT g, $(pg_ts "$n"), \
+(g * 7919) % 1000000007, md5(g::text) FROM generate_series($del::bigint, $del) g ON CONFLICT (id) DO NOTHING" >/dev/null
+    pgq "UPDATE dpone_bench.$PGSRC SET v = (id * 7919) % 1000000007 WHERE id = $upd AND v <> (id * 7919) % 1000000007" >/dev/null
+    if [ "$(pgq "SELECT count(*) FROM dpone_bench.$PGSRC")" = "$n" ]; then
+      pgq "VACUUM ANALYZE dpone_bench.$PGSRC" >/dev/null
+      echo reused
+      return
+    fi
+    log "dpone_bench.$PGSRC does not hold $n rows, reseeding"
+  fi
+  log "seeding PostgreSQL dpone_bench.$PGSRC with $n rows"
+  t0=$(date +%s)
+  psql "$PG_URL" -X -q -v ON_ERROR_STOP=1 >&2 <<EOF
+DROP TABLE IF EXISTS dpone_bench.$PGSRC;
+CREATE TABLE dpone_bench.$PGSRC (id bigint NOT NULL, ts timestamptz NOT NULL, v bigint NOT NULL, s text NOT NULL);
+INSERT INTO dpone_bench.$PGSRC
+SELECT g, $(pg_ts "$n"),
+       (g * 7919) % 1000000007, md5(g::text)
+FROM generate_series(1::bigint, $n) g;
+ALTER TABLE dpone_bench.$PGSRC ADD PRIMARY KEY (id);
+CREATE INDEX ON dpone_bench.$PGSRC (ts);
+VACUUM ANALYZE dpone_bench.$PGSRC;
+COMMENT ON TABLE dpone_bench.$PGSRC IS '$marker';
+EOF
+  log "seeded in $(($(date +%s) - t0)) s"
+  echo "created in $(($(date +%s) - t0)) s"
+}
+
+# The ClickHouse source, created afresh (fast), one part per partition.
+seed_ch_source() {
+  local n=$1 t0
+  t0=$(date +%s)
+  log "seeding ClickHouse dpone_bench.cd_chsrc with $n rows"
+  chq "DROP TABLE IF EXISTS dpone_bench.cd_chsrc SYNC" >/dev/null
+  chq "CREATE TABLE dpone_bench.cd_chsrc (id Int64, ts DateTime64(6, 'UTC'), v Int64, s String) \
+ENGINE = MergeTree PARTITION BY toYYYYMMDD(ts) ORDER BY id" >/dev/null
+  chq "INSERT INTO dpone_bench.cd_chsrc SELECT g, addMicroseconds($CD_START_CH, toInt64(intDiv(toInt128(g - 1) * $SPAN_US, $n))), \
+(g * 7919) % 1000000007, lower(hex(MD5(toString(g)))) FROM (SELECT toInt64(number + 1) AS g FROM numbers($n)) \
+SETTINGS max_partitions_per_insert_block = 0" >/dev/null
+  chq "OPTIMIZE TABLE dpone_bench.cd_chsrc FINAL" >/dev/null
+  echo "created in $(($(date +%s) - t0)) s"
+}
+
+# --------------------------------------------------------------- changes --
+
+change_pg_source() {
+  local n=$1
+  pgq "UPDATE dpone_bench.$PGSRC SET v = v + 1 WHERE id = $(mid_id $DAY_UPDATE "$n")" >/dev/null
+  pgq "DELETE FROM dpone_bench.$PGSRC WHERE id = $(mid_id $DAY_DELETE "$n")" >/dev/null
+  pgq "INSERT INTO dpone_bench.$PGSRC VALUES ($((n + 1)), timestamptz '$CD_START_PG' + interval '$DAY_LATE days 1 minute', 42, md5('late'))" >/dev/null
+}
+
+change_ch_source() {
+  local n=$1
+  chq "ALTER TABLE dpone_bench.cd_chsrc UPDATE v = v + 1 IN PARTITION ID '$PART_UPDATE' WHERE id = $(mid_id $DAY_UPDATE "$n") \
+SETTINGS mutations_sync = 2" >/dev/null
+  chq "DELETE FROM dpone_bench.cd_chsrc IN PARTITION ID '$PART_DELETE' WHERE id = $(mid_id $DAY_DELETE "$n") \
+SETTINGS lightweight_deletes_sync = 2" >/dev/null
+  chq "INSERT INTO dpone_bench.cd_chsrc VALUES ($((n + 1)), addMinutes($CD_START_CH + toIntervalDay($DAY_LATE), 1), 42, lower(hex(MD5('late'))))" >/dev/null
+}
+
+# ---------------------------------------------------------- exactness ---
+
+# "count sum(v)" of the window.
+pg_window() { pgq "SELECT count(*) || ' ' || coalesce(sum(v), 0) FROM dpone_bench.$1 WHERE ts >= '$CD_START_PG' AND ts < '$CD_END_PG'"; }
+ch_window() { chq "SELECT count(), sum(v) FROM dpone_bench.$1 WHERE ts >= $CD_START_CH AND ts < $CD_END_CH FORMAT CSV" | tr ',' ' '; }
+
+# check_exact ROUTE CASE: the target's window equals the source's.
+check_exact() {
+  local route=$1 case=$2 src dst
+  if [ "$route" = pg_to_clickhouse ]; then
+    src=$(pg_window "$PGSRC")
+    dst=$(ch_window cd_pgch)
+  else
+    src=$(ch_window cd_chsrc)
+    dst=$(pg_window cd_chpg)
+  fi
+  [ "$src" = "$dst" ] || die "$route/$case: the target's window ($dst) differs from the source's ($src) (count sum(v))"
+  log "$route/$case: exact (count sum(v): $dst)"
+  echo "{\"route\": \"$route\", \"case\": \"$case\", \"source\": \"$src\", \"target\": \"$dst\"}" >>"$TMP/checks.jsonl"
+}
+
+# The staged chunk indexes of the run in $TMP/last.out, comma-separated.
+staged_of() {
+  python3 -c 'import json,sys; print(",".join(str(c["index"]) for c in sorted(json.load(open(sys.argv[1])).get("chunks") or [], key=lambda c: c["index"])))' "$TMP/last.out"
+}
+
+# ------------------------------------------------------------- manifests --
+
+write_manifest() {
+  local route=$1 src snk src_conn snk_conn src_t dst_t
+  if [ "$route" = pg_to_clickhouse ]; then
+    src=postgres src_conn=BENCH_PG snk=clickhouse snk_conn=BENCH_CH src_t=$PGSRC dst_t=cd_pgch
+  else
+    src=clickhouse src_conn=BENCH_CH snk=postgres snk_conn=BENCH_PG src_t=cd_chsrc dst_t=cd_chpg
+  fi
+  rm -rf "${TMP:?}/$route"
+  mkdir -p "$TMP/$route"
+  cat >"$TMP/$route/manifest.yaml" <<EOF
+# Written by scripts/bench/$BENCH_NAME.sh
+kind: dpone.batch.v1
+source:
+  type: $src
+  connection: {connection_type: env, connection_id: $src_conn}
+  table: {schema: dpone_bench, name: $src_t}
+  options:
+    native_transfer:
+      execution:
+        chunking: {mode: bounded_window, parallelism: $PARALLELISM, checkpointing: resumable}
+sink:
+  type: $snk
+  connection: {connection_type: env, connection_id: $snk_conn}
+  table: {schema: dpone_bench, name: $dst_t}
+  strategy:
+    mode: replace
+    atomicity: target_atomic
+    window: {column: ts, anchor: data_interval_end, lookback: P30D, chunk_interval: P1D, timezone: UTC, delivery: changed}
+runtime:
+  storage: {work_dir: work}
+EOF
+}
+
+# run_case ROUTE CASE REP EXPECT [ARGS...]: one timed run; EXPECT is the
+# comma-separated staged chunk indexes it must stage, or "all".
+run_case() {
+  local route=$1 case=$2 rep=$3 expect=$4 got
+  shift 4
+  [ "$route" = pg_to_clickhouse ] && bump_source_xid
+  drop_ch_backups
+  measure "$route" "dpone_$case" "$rep" -- "$DPONE" run "$TMP/$route/manifest.yaml" --interval-end "$CD_INTERVAL_END" --format json "$@" ||
+    die "$route/$case: dpone run failed: $(head -c 3000 "$TMP/last.out") $(tail -c 2000 "$TMP/last.err")"
+  [ "$(dpone_status)" = succeeded ] || die "$route/$case: status $(dpone_status)"
+  cp "$TMP/last.out" "$TMP/$route/$case-$rep.json"
+  got=$(staged_of)
+  if [ "$expect" = all ]; then
+    [ "$(echo "$got" | tr ',' '\n' | grep -c .)" = 30 ] || die "$route/$case: staged [$got], expected all 30 chunks"
+  else
+    [ "$got" = "$expect" ] || die "$route/$case: staged [$got], expected [$expect]"
+  fi
+  check_exact "$route" "$case"
+}
+
+: >"$TMP/checks.jsonl"
+drop_ch_leftovers
+for route in $ROUTES; do
+  case $route in
+    pg_to_clickhouse)
+      n=$ROWS
+      seed_pg_source "$n" >"$TMP/$route.seed"
+      chq "DROP TABLE IF EXISTS dpone_bench.cd_pgch SYNC" >/dev/null
+      chq "CREATE TABLE dpone_bench.cd_pgch (id Int64, ts DateTime64(6, 'UTC'), v Int64, s String) \
+ENGINE = MergeTree PARTITION BY toYYYYMMDD(ts) ORDER BY id" >/dev/null
+      ;;
+    ch_to_postgres)
+      n=$ROWS_CH
+      seed_ch_source "$n" >"$TMP/$route.seed"
+      pgq "DROP TABLE IF EXISTS dpone_bench.cd_chpg" >/dev/null
+      pgq "CREATE TABLE dpone_bench.cd_chpg (id bigint NOT NULL, ts timestamptz NOT NULL, v bigint NOT NULL, s text NOT NULL)" >/dev/null
+      pgq "CREATE INDEX ON dpone_bench.cd_chpg (ts)" >/dev/null
+      ;;
+    *) die "unknown route $route" ;;
+  esac
+  echo "$n" >"$TMP/$route.rows"
+  pg_checkpoint
+  write_manifest "$route"
+  run_case "$route" first 1 all
+  pg_checkpoint
+  for ((rep = 1; rep <= REPEAT; rep++)); do
+    run_case "$route" nochange "$rep" ""
+  done
+  if [ "$route" = pg_to_clickhouse ]; then change_pg_source "$n"; else change_ch_source "$n"; fi
+  pg_checkpoint
+  run_case "$route" changed3 1 "$EXPECT_CHANGED"
+  if [ "$FORCED_ALL" = 1 ]; then
+    pg_checkpoint
+    run_case "$route" all 1 all --delivery all
+  fi
+  drop_ch_backups
+done
+
+bench_meta \
+  "repeat=$REPEAT" "parallelism=$PARALLELISM" "routes=\"$ROUTES\"" \
+  "rows={$(for r in $ROUTES; do printf '"%s": %s, ' "$r" "$(cat "$TMP/$r.rows")"; done | sed 's/, $//')}" \
+  "seed={$(for r in $ROUTES; do printf '"%s": "%s", ' "$r" "$(cat "$TMP/$r.seed")"; done | sed 's/, $//')}" \
+  "window={\"column\": \"ts\", \"start\": \"2026-08-10T00:00:00Z\", \"end\": \"2026-09-09T00:00:00Z\", \"chunk_interval\": \"P1D\", \"delivery\": \"changed\"}" \
+  "changes=\"update of one row in day $DAY_UPDATE, delete of one row in day $DAY_DELETE, a late row inserted in day $DAY_LATE\"" \
+  >"$TMP/meta.json"
+OUT=$OUT_DIR/changed_delivery-$STAMP.json
+python3 "$UTIL" report-changed-delivery "$TMP/meta.json" "$RESULTS" "$TMP/checks.jsonl" "$OUT"
+
+if [ "${KEEP_TABLES:-0}" != 1 ]; then
+  log "dropping the bench tables (KEEP_TABLES=1 keeps them)"
+  chq "DROP TABLE IF EXISTS dpone_bench.cd_pgch SYNC" >/dev/null
+  chq "DROP TABLE IF EXISTS dpone_bench.cd_chsrc SYNC" >/dev/null
+  drop_ch_backups
+  pgq "DROP TABLE IF EXISTS dpone_bench.$PGSRC" >/dev/null
+  pgq "DROP TABLE IF EXISTS dpone_bench.cd_chpg" >/dev/null
+fi
+log "done in $(($(date +%s) - START_EPOCH)) s; results in $OUT"

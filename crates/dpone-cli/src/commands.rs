@@ -286,7 +286,7 @@ fn plan_one(path: &Path, manifest: &Manifest, args: &IntervalArgs, offline: bool
                         None => Default::default(),
                     };
                     s.open_snapshot().await?;
-                    let d = dpone_engine::decisions(s, t, w, &p.target_columns, &records).await;
+                    let d = dpone_engine::decisions(s, t, w, &p.target_columns, plan.staging.digest, &records).await;
                     let _ = s.close_snapshot().await;
                     Some(d?)
                 }

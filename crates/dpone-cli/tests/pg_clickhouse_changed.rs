@@ -134,6 +134,10 @@ fn a_rerun_moves_exactly_the_changed_chunks_and_the_target_stays_equal_to_the_so
     assert_eq!(replay["status"], "succeeded");
     assert_eq!(staged(&replay), set(&[]), "a replay stages nothing");
     assert_eq!(moved(&replay), vec![], "every chunk unchanged");
+    // Daily chunks of a daily-partitioned target are carried by their parts
+    // (metadata), as the first run's records named them.
+    let by_parts = replay["delivery"]["chunks"].as_array().unwrap().iter().filter(|c| c["carried_parts"].is_string()).count();
+    assert_eq!(by_parts, 30, "{}", replay["delivery"]);
     let after = fx.ch_strings(&format!("SELECT concat(toString(id), '|', toString(ts), '|', v) FROM {}.t ORDER BY id", fx.db));
     assert_eq!(after, before, "the target is identical after a replay");
     let left: Vec<String> = fx.owned_tables().into_iter().filter(|t| !t.starts_with("_dpone_bak_")).collect();

@@ -329,8 +329,13 @@ impl Target for ClickhouseTarget {
         Ok(Some(self.part_list(table).await?))
     }
 
-    async fn range_part_identities(&self, column: &str, ranges: &[(Timestamp, Timestamp)]) -> Result<Vec<Option<String>>> {
-        self.range_parts(column, ranges).await
+    async fn range_part_identities(
+        &self,
+        table: TableRole<'_>,
+        column: &str,
+        ranges: &[(Timestamp, Timestamp)],
+    ) -> Result<Vec<Option<String>>> {
+        self.range_parts(table, column, ranges).await
     }
 
     async fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<u64> {

@@ -113,6 +113,11 @@ pub struct ChunkFingerprints {
 pub struct TargetIdentity {
     pub incarnation: String,
     pub chunk: String,
+    /// The same rows' identity from the target's metadata when it has one
+    /// (`Target::range_part_identities`): equal parts mean the recorded
+    /// rows without reading them; other parts are read and digested.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub parts: Option<String>,
 }
 
 impl TargetIdentity {
@@ -120,9 +125,15 @@ impl TargetIdentity {
     pub fn of(contents: &crate::ports::Contents) -> TargetIdentity {
         let d = &contents.digest;
         TargetIdentity {
-            incarnation: format!("content.{}", d.algorithm.name()),
+            incarnation: Self::incarnation_of(d.algorithm),
             chunk: format!("{}:{}:{:?}", contents.rows, d.sum_hex(), d.null_counts),
+            parts: None,
         }
+    }
+
+    /// The `incarnation` of identities digested with `algorithm`.
+    pub fn incarnation_of(algorithm: crate::digest::DigestAlgorithm) -> String {
+        format!("content.{}", algorithm.name())
     }
 }
 
@@ -145,6 +156,10 @@ pub struct ChunkDelivery {
     /// is still this one needs no digest before the publication.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub carried_parts: Option<String>,
+    /// A staged chunk's parts identity in the verified generation (what the
+    /// target holds once it is published), for its record.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub published_parts: Option<String>,
 }
 
 /// The decisions of a `delivery: changed` run, journaled before any chunk

@@ -13,6 +13,7 @@ use crate::journal::Journal;
 use dpone_core::delivery::{
     ChunkDelivery, ChunkKey, ChunkRecord, Decision, Delivery, DeliveryDecisions, Evidence, Fingerprint, TargetIdentity, candidate, confirm,
 };
+use dpone_core::digest::DigestAlgorithm;
 use dpone_core::plan::WindowPlan;
 use dpone_core::ports::{AdapterError, Contents, ErrorKind, RowFilter, Source, TableRole, Target};
 use dpone_core::state::{RunJournal, StateStore};
@@ -46,7 +47,7 @@ pub(crate) async fn decide<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jour
     let started = Instant::now();
     let records = journal.records_under(&records_prefix(&ctx.target.scope(), &w.column)).await?;
     let columns = &ctx.probe.target_columns;
-    let decisions = decisions(ctx.source.as_ref(), ctx.target.as_ref(), w, columns, &records).await?;
+    let decisions = decisions(ctx.source.as_ref(), ctx.target.as_ref(), w, columns, ctx.plan.staging.digest, &records).await?;
     ctx.options.cancel.check()?;
     tracing::info!(authority = %decisions.authority, seconds = started.elapsed().as_secs_f64(), "changed-window delivery: {}", decisions.summary());
     ctx.add_phase(|p| p.fingerprint += started.elapsed().as_secs_f64());
@@ -81,8 +82,10 @@ pub async fn decisions<S: Source, T: Target>(
     target: &T,
     w: &WindowPlan,
     columns: &[Column],
+    digest: DigestAlgorithm,
     records: &BTreeMap<String, String>,
 ) -> Result<DeliveryDecisions, AdapterError> {
+    let incarnation = TargetIdentity::incarnation_of(digest);
     let fingerprints = match source.chunk_fingerprints(&w.column, &w.chunks).await {
         Ok(Some(f)) if f.chunks.len() == w.chunks.len() => Ok(f),
         Ok(Some(f)) => return Err(AdapterError::internal(format!("{} fingerprints of {} chunks", f.chunks.len(), w.chunks.len()))),
@@ -97,27 +100,53 @@ pub async fn decisions<S: Source, T: Target>(
     let authority = fingerprints.as_ref().map(|f| f.authority).unwrap_or("");
     let scope = target.scope();
     let mut chunks = Vec::with_capacity(w.chunks.len());
+    // Chunks whose record and fingerprint say unchanged, with their record.
+    let mut candidates = Vec::new();
     for (i, c) in w.chunks.iter().enumerate() {
         let key = ChunkKey::new(&scope, &w.column, c.start, c.end, columns, authority);
         let stored = records.get(&key.store_key()).map(String::as_str);
         let fingerprint: Option<&Fingerprint> = fingerprints.as_ref().ok().map(|f| &f.chunks[i]);
-        let (decision, carried) = match candidate(Evidence { key: &key, stored, fingerprint: fingerprint.ok_or(()) }) {
-            Err(d) => (d, None),
+        let decision = match candidate(Evidence { key: &key, stored, fingerprint: fingerprint.ok_or(()) }) {
+            Err(d) => d,
             Ok(record) => {
-                let now = TargetIdentity::of(&chunk_contents(target, TableRole::Target, &w.column, c).await?);
-                let d = confirm(&record, &now);
-                (d, (d == Decision::Unchanged).then_some(now))
+                candidates.push((i, record));
+                Decision::NoRecord
             }
         };
         let fingerprint = fingerprint.cloned();
-        chunks.push(ChunkDelivery { index: c.index, start: c.start, end: c.end, decision, fingerprint, carried, carried_parts: None });
+        let (carried, carried_parts, published_parts) = (None, None, None);
+        chunks.push(ChunkDelivery {
+            index: c.index,
+            start: c.start,
+            end: c.end,
+            decision,
+            fingerprint,
+            carried,
+            carried_parts,
+            published_parts,
+        });
     }
-    let mut decisions = DeliveryDecisions { authority: authority.to_string(), chunks };
-    let parts = target.range_part_identities(&w.column, &decisions.carried_ranges()).await?;
-    for (c, p) in decisions.chunks.iter_mut().filter(|c| c.decision == Decision::Unchanged).zip(parts) {
-        c.carried_parts = p;
+    // The target's rows of each candidate: by metadata when its parts are
+    // the recorded ones (same parts, same rows), else counted and digested.
+    let ranges: Vec<_> = candidates.iter().map(|(i, _)| (w.chunks[*i].start, w.chunks[*i].end)).collect();
+    let parts = target.range_part_identities(TableRole::Target, &w.column, &ranges).await?;
+    for ((i, record), now_parts) in candidates.into_iter().zip(parts) {
+        let same_parts = now_parts.is_some() && record.target.parts == now_parts && record.target.incarnation == incarnation;
+        let now = if same_parts {
+            record.target.clone()
+        } else {
+            let mut now = TargetIdentity::of(&chunk_contents(target, TableRole::Target, &w.column, &w.chunks[i]).await?);
+            now.parts = now_parts.clone();
+            now
+        };
+        let d = confirm(&record, &now);
+        let chunk = &mut chunks[i];
+        chunk.decision = d;
+        if d == Decision::Unchanged {
+            (chunk.carried, chunk.carried_parts) = (Some(now), now_parts);
+        }
     }
-    Ok(decisions)
+    Ok(DeliveryDecisions { authority: authority.to_string(), chunks })
 }
 
 /// The rows of `table` in chunk `c`, counted and digested by the target.
@@ -139,7 +168,7 @@ pub(crate) async fn check_carried<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &Run
     // The target's metadata identity unchanged since the decision: the
     // target was not written there, and the generation's build verified
     // that it holds the target's rows outside the replaced chunks.
-    let parts = ctx.target.range_part_identities(&w.column, &d.carried_ranges()).await?;
+    let parts = ctx.target.range_part_identities(TableRole::Target, &w.column, &d.carried_ranges()).await?;
     let carried = d.chunks.iter().filter(|c| c.decision == Decision::Unchanged);
     for (c, now) in carried.zip(parts) {
         if now.is_some() && now == c.carried_parts {
@@ -165,6 +194,35 @@ pub(crate) async fn check_carried<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &Run
     Ok(())
 }
 
+/// After the generation is verified: the parts identity of every staged
+/// chunk in it, which the target holds once it is published (the exchange
+/// renames no part), for the chunk's record. A merge before the exchange
+/// only makes the record's parts differ: the next run digests the chunk.
+pub(crate) async fn note_published_parts<S: Source, T: Target>(
+    ctx: &Ctx<S, T>,
+    journal: &Journal,
+    generation: &str,
+) -> Result<(), AdapterError> {
+    let j = journal.snapshot().await;
+    let (Some(w), Some(d)) = (ctx.plan.window.as_ref(), &j.delivery) else { return Ok(()) };
+    if ctx.target.keeps_rows_in_place() {
+        return Ok(());
+    }
+    let staged: Vec<&ChunkDelivery> = d.chunks.iter().filter(|c| c.decision != Decision::Unchanged).collect();
+    let ranges: Vec<_> = staged.iter().map(|c| (c.start, c.end)).collect();
+    let parts = ctx.target.range_part_identities(TableRole::Owned(generation), &w.column, &ranges).await?;
+    let noted: BTreeMap<u32, Option<String>> = staged.iter().map(|c| c.index).zip(parts).collect();
+    journal
+        .update(|j| {
+            for c in j.delivery.iter_mut().flat_map(|d| d.chunks.iter_mut()) {
+                if let Some(p) = noted.get(&c.index) {
+                    c.published_parts = p.clone();
+                }
+            }
+        })
+        .await
+}
+
 /// After the publication was judged published: the record of every chunk
 /// of the window, so that the next run can tell which changed. A staged
 /// chunk's target identity is its verified staging digest (the rows the
@@ -178,10 +236,10 @@ pub(crate) async fn write_records<S: Source, T: Target>(ctx: &Ctx<S, T>, journal
     for c in &d.chunks {
         let Some(fingerprint) = &c.fingerprint else { continue };
         let identity = match (&c.carried, j.chunks.get(&c.index)) {
-            (Some(carried), _) if c.decision == Decision::Unchanged => carried.clone(),
+            (Some(carried), _) if c.decision == Decision::Unchanged => TargetIdentity { parts: c.carried_parts.clone(), ..carried.clone() },
             (_, Some(staged)) => {
                 let digest = staged.digest().ok_or_else(|| AdapterError::internal("unreadable chunk digest in the journal"))?;
-                TargetIdentity::of(&Contents { rows: staged.rows, digest })
+                TargetIdentity { parts: c.published_parts.clone(), ..TargetIdentity::of(&Contents { rows: staged.rows, digest }) }
             }
             (_, None) => return Err(AdapterError::internal(format!("chunk {} was neither carried nor staged", c.index))),
         };

@@ -33,6 +33,7 @@ pub(crate) async fn prepare<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jou
     build(ctx, journal, &generation, &window_digest).await?;
     let carried_started = Instant::now();
     crate::delivery::check_carried(ctx, &j, &generation).await?;
+    crate::delivery::note_published_parts(ctx, journal, &generation).await?;
     ctx.add_phase(|p| p.fingerprint += carried_started.elapsed().as_secs_f64());
     check_kept_rows(ctx, &generation).await?;
     ctx.add_phase(|p| p.prepare += started.elapsed().as_secs_f64());

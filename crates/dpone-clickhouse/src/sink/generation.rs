@@ -99,20 +99,29 @@ impl ClickhouseTarget {
 
     /// The target's partitions and the range of `column` in each.
     pub(super) async fn partitions(&self, column: &str) -> Result<Vec<Partition>> {
+        self.partitions_of(TableRole::Target, column).await
+    }
+
+    /// The partitions of `table` and the range of `column` in each.
+    async fn partitions_of(&self, table: TableRole<'_>, column: &str) -> Result<Vec<Partition>> {
         let c = quote_ident(column);
+        let (database, name) = match table {
+            TableRole::Target => (self.database.as_str(), self.table.as_str()),
+            TableRole::Owned(n) => (self.owned_db(n), n),
+        };
+        let table_sql = self.role_sql(table);
         let ranges = self
             .client
             .query_rows(&format!(
                 "SELECT _partition_id AS id, count() AS n, toString(toUnixTimestamp64Micro(min({c}))) AS lo, \
-                 toString(toUnixTimestamp64Micro(max({c}))) AS hi FROM {} GROUP BY _partition_id",
-                self.target_sql()
+                 toString(toUnixTimestamp64Micro(max({c}))) AS hi FROM {table_sql} GROUP BY _partition_id"
             ))
             .await?;
         let bytes: BTreeMap<String, u64> = self
             .client
             .query_rows(&format!(
                 "SELECT partition_id AS id, sum(bytes_on_disk) AS b FROM system.parts WHERE {} AND active GROUP BY id",
-                table_is(&self.database, &self.table)
+                table_is(database, name)
             ))
             .await?
             .iter()
@@ -123,7 +132,7 @@ impl ClickhouseTarget {
         let nullable = self.columns()?.iter().any(|col| col.name == column && col.ty.nullable);
         let with_nulls: BTreeSet<String> = if nullable {
             self.client
-                .query_rows(&format!("SELECT DISTINCT _partition_id AS id FROM {} WHERE {c} IS NULL", self.target_sql()))
+                .query_rows(&format!("SELECT DISTINCT _partition_id AS id FROM {table_sql} WHERE {c} IS NULL"))
                 .await?
                 .iter()
                 .map(|r| text(r, "id"))
@@ -345,12 +354,17 @@ impl ClickhouseTarget {
     /// target is not partitioned by `column`. Metadata only; a merge
     /// between the two reads gives another identity, never an equal one
     /// for other rows.
-    pub(super) async fn range_parts(&self, column: &str, ranges: &[(Timestamp, Timestamp)]) -> Result<Vec<Option<String>>> {
+    pub(super) async fn range_parts(
+        &self,
+        table: TableRole<'_>,
+        column: &str,
+        ranges: &[(Timestamp, Timestamp)],
+    ) -> Result<Vec<Option<String>>> {
         if ranges.is_empty() || !self.partitioned_by(column).await? {
             return Ok(vec![None; ranges.len()]);
         }
-        let partitions = self.partitions(column).await?;
-        let parts = self.part_list(TableRole::Target).await?;
+        let partitions = self.partitions_of(table, column).await?;
+        let parts = self.part_list(table).await?;
         Ok(ranges
             .iter()
             .map(|&(start, end)| {

@@ -26,7 +26,7 @@ fn fingerprint(rows: u64) -> Fingerprint {
 }
 
 fn identity(chunk: &str) -> TargetIdentity {
-    TargetIdentity { incarnation: "uuid-1".into(), chunk: chunk.into() }
+    TargetIdentity { incarnation: "uuid-1".into(), chunk: chunk.into(), parts: None }
 }
 
 fn record() -> String {
@@ -104,6 +104,7 @@ fn decisions_summarise_and_name_their_carried_ranges() {
         fingerprint: None,
         carried: None,
         carried_parts: None,
+        published_parts: None,
     };
     let d = DeliveryDecisions {
         authority: "postgres.mvcc.v2".into(),

@@ -54,17 +54,18 @@ macro_rules! __target_methods {
             }
 
             /// For each `[start, end)` range of `column`, an identity of the
-            /// target's rows in it read from metadata (e.g. the parts of the
+            /// rows of `table` in it read from metadata (e.g. the parts of the
             /// partitions that lie wholly inside it, when they hold all its
             /// rows), or None (the default, or a range not aligned with such
             /// units). Equal identities mean equal rows; unequal ones say
             /// nothing (a merge changes them). Read-only.
             async fn range_part_identities(
                 &self,
+                table: TableRole<'_>,
                 column: &str,
                 ranges: &[($crate::time::Timestamp, $crate::time::Timestamp)],
             ) -> Result<Vec<Option<String>>> {
-                let _ = column;
+                let _ = (table, column);
                 Ok(vec![None; ranges.len()])
             }
 

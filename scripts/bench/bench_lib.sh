@@ -340,7 +340,8 @@ write_pg_ch_manifest() {
 # write_window_manifest SOURCE_TYPE SOURCE_CONN SINK_TYPE SINK_CONN NAME TABLE
 # [NATIVE_CHUNKS] [TARGET] [DIGEST FILE]: what write_pg_ch_manifest and
 # write_ch_pg_manifest write, for the given source and sink types and
-# connection ids.
+# connection ids; the window's lookback is ${LOOKBACK:-P7D} and, when
+# DELIVERY is set, its `delivery` is DELIVERY.
 write_window_manifest() {
   local src=$1 src_conn=$2 snk=$3 snk_conn=$4
   shift 4
@@ -369,7 +370,7 @@ sink:
   strategy:
     mode: replace
     atomicity: target_atomic
-    window: {column: ts, anchor: data_interval_end, lookback: P7D, chunk_interval: ${CHUNK_INTERVAL:-P1D}, timezone: UTC}
+    window: {column: ts, anchor: data_interval_end, lookback: ${LOOKBACK:-P7D}, chunk_interval: ${CHUNK_INTERVAL:-P1D}, timezone: UTC${DELIVERY:+, delivery: $DELIVERY}}
 runtime:
   storage: {work_dir: work}
 EOF

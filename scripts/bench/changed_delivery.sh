@@ -185,36 +185,13 @@ staged_of() {
 # ------------------------------------------------------------- manifests --
 
 write_manifest() {
-  local route=$1 src snk src_conn snk_conn src_t dst_t
-  if [ "$route" = pg_to_clickhouse ]; then
-    src=postgres src_conn=BENCH_PG snk=clickhouse snk_conn=BENCH_CH src_t=$PGSRC dst_t=cd_pgch
-  else
-    src=clickhouse src_conn=BENCH_CH snk=postgres snk_conn=BENCH_PG src_t=cd_chsrc dst_t=cd_chpg
-  fi
+  local route=$1
   rm -rf "${TMP:?}/$route"
-  mkdir -p "$TMP/$route"
-  cat >"$TMP/$route/manifest.yaml" <<EOF
-# Written by scripts/bench/$BENCH_NAME.sh
-kind: dpone.batch.v1
-source:
-  type: $src
-  connection: {connection_type: env, connection_id: $src_conn}
-  table: {schema: dpone_bench, name: $src_t}
-  options:
-    native_transfer:
-      execution:
-        chunking: {mode: bounded_window, parallelism: $PARALLELISM, checkpointing: resumable}
-sink:
-  type: $snk
-  connection: {connection_type: env, connection_id: $snk_conn}
-  table: {schema: dpone_bench, name: $dst_t}
-  strategy:
-    mode: replace
-    atomicity: target_atomic
-    window: {column: ts, anchor: data_interval_end, lookback: P30D, chunk_interval: P1D, timezone: UTC, delivery: changed}
-runtime:
-  storage: {work_dir: work}
-EOF
+  if [ "$route" = pg_to_clickhouse ]; then
+    LOOKBACK=P30D CHUNK_INTERVAL=P1D DELIVERY=changed write_window_manifest postgres BENCH_PG clickhouse BENCH_CH "$route" "$PGSRC" "" cd_pgch
+  else
+    LOOKBACK=P30D CHUNK_INTERVAL=P1D DELIVERY=changed write_window_manifest clickhouse BENCH_CH postgres BENCH_PG "$route" cd_chsrc "" cd_chpg
+  fi
 }
 
 # run_case ROUTE CASE REP EXPECT [ARGS...]: one timed run; EXPECT is the

@@ -27,15 +27,6 @@ pub enum Delivery {
     Changed,
 }
 
-impl Delivery {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Delivery::All => "all",
-            Delivery::Changed => "changed",
-        }
-    }
-}
-
 /// The version of the record format and of the checksum over it.
 pub const RECORD_VERSION: u32 = 1;
 

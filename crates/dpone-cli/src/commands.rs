@@ -278,6 +278,14 @@ fn plan_one(path: &Path, manifest: &Manifest, args: &IntervalArgs, offline: bool
                 }
                 _ => None,
             };
+            // A merge's plan says whether the target finds a key's rows by an index.
+            let merge = match (plan.incremental.as_ref().and_then(|i| i.unique_key.clone()), p.refusals.is_empty()) {
+                (Some(unique_key), true) => {
+                    let cursor = plan.incremental.as_ref().map(|i| i.column.clone()).unwrap_or_default();
+                    t.merge_shape(&dpone_core::ports::MergeKey { unique_key, cursor }).await?
+                }
+                _ => None,
+            };
             // `delivery: changed`: what a run would decide now (read-only).
             let decisions = match plan.window.as_ref().filter(|w| w.delivery == Delivery::Changed && p.refusals.is_empty()) {
                 Some(w) => {
@@ -292,12 +300,15 @@ fn plan_one(path: &Path, manifest: &Manifest, args: &IntervalArgs, offline: bool
                 }
                 None => None,
             };
-            Ok::<_, dpone_core::ports::AdapterError>((p, batch, decisions))
+            Ok::<_, dpone_core::ports::AdapterError>((p, batch, decisions, merge))
         });
         match probed {
-            Ok((mut p, batch, decisions)) => {
+            Ok((mut p, batch, decisions, merge)) => {
                 if let Some(w) = plan.window.as_mut() {
                     w.decisions = decisions;
+                }
+                if let Some(inc) = plan.incremental.as_mut() {
+                    inc.merge = merge;
                 }
                 if let (Some(inc), Some(b)) = (plan.incremental.as_mut(), batch) {
                     // A mark the manifest's cursor cannot continue refuses the run.

@@ -146,6 +146,12 @@ pub fn print_plan(plan: &Plan, format: Format) {
             };
             println!("unique key  {}: {versions}", safe(&key.join(", ")));
         }
+        if let Some(m) = &inc.merge {
+            let index =
+                m.key_index.as_deref().map(safe).unwrap_or_else(|| "none: a merge scans the whole target for the batch's keys".into());
+            println!("key index   {index}");
+            println!("rewrites    {}", safe(&m.rewrites));
+        }
         if let Some(reads) = &inc.reads {
             println!("reads       {}", safe(reads));
         }

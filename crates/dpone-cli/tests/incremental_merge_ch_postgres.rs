@@ -87,45 +87,121 @@ fn a_run_killed_inside_its_publishing_transaction_is_judged_by_the_mark() {
 // ---------------------------------------------------------------------------
 
 /// A staging table under the generation (a view) is changed while the run
-/// pauses right before publishing: the publishing transaction fingerprints
-/// the generation, finds it unlike the verified rows and rolls back.
+/// pauses after verifying it, right before it resolves the merge batch:
+/// the resolution fingerprints the generation, finds it unlike the
+/// verified rows and refuses before the intent.
 #[test]
-fn a_staging_changed_under_the_publication_is_rolled_back() {
+fn a_staging_changed_before_the_resolution_is_refused() {
     let (route, _, target) = standard("merge_chpg_stg");
-    let child = paused_run(&route, 4000);
+    let child = route.spawn_paused("merge.before_resolve:6000");
+    harness::wait_until(std::time::Duration::from_secs(60), "the generation is built", || {
+        route.fx.owned_tables().iter().any(|n| n.starts_with("_dpone_gen_"))
+    });
+    // The verification of three rows takes milliseconds; the pause 6 s.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
     let table = harness::verified_stagings(&route.status()).into_iter().next().expect("a verified chunk").1;
     route.fx.pg_exec(&format!("UPDATE {} SET name = 'tampered' WHERE id = 3", route.fx.pg_table(&table)));
-    let doc = child.wait().assert_failed("a staging changed under the publication", 1, "generation_verification_failed");
-    assert_eq!(doc["publication"], "absent", "the transaction rolled back: {doc:#}");
+    let doc = child.wait().assert_failed("a staging changed before the resolution", 1, "generation_verification_failed");
+    assert!(harness::messages(&doc["errors"]).contains("but its verified staging held"), "the resolution refused: {doc:#}");
+    assert_eq!(doc["publication"], "absent", "{doc:#}");
     route.assert_target(&target, "target unchanged");
     assert_eq!(route.mark_value(), None, "no mark stored");
     route.finish();
 }
 
+/// Changed later, while the run pauses right before publishing, a staging
+/// table no longer matters: the publication inserts the batch resolved
+/// from the verified generation (checked by its own fingerprint, below),
+/// so the target gets the verified rows, not the changed one.
+#[test]
+fn a_staging_changed_after_the_resolution_does_not_reach_the_target() {
+    let (route, source, target) = standard("merge_chpg_stg_late");
+    let child = paused_run(&route, 4000);
+    let table = harness::verified_stagings(&route.status()).into_iter().next().expect("a verified chunk").1;
+    route.fx.pg_exec(&format!("UPDATE {} SET name = 'tampered' WHERE id = 3", route.fx.pg_table(&table)));
+    check_merge(&route, &child.wait(), &merged(&target, &source, ID), 3, counts(&target, &source, ID), "the verified rows published");
+    route.finish();
+}
+
+/// The batch resolved into `_dpone_mrg_*` before the intent is changed
+/// while the run pauses right before publishing (the generation itself
+/// untouched): the publishing transaction fingerprints what it would
+/// insert, finds it unlike what was resolved from the verified generation
+/// and rolls back. Each of a changed, an added and a deleted row (an
+/// added key's row: the table's unique index refuses a second row of a key).
+#[test]
+fn a_resolved_batch_changed_under_the_publication_is_rolled_back() {
+    for tamper in [
+        "UPDATE {r} SET name = 'tampered' WHERE id = 2",
+        "INSERT INTO {r} SELECT id + 100, region, ver, ts, name FROM {r} WHERE id = 1",
+        "DELETE FROM {r} WHERE id = 3",
+    ] {
+        let (route, _, target) = standard("merge_chpg_mrg");
+        let child = paused_run(&route, 4000);
+        let resolved = route.fx.owned_tables().into_iter().filter(|n| n.starts_with("_dpone_mrg_")).collect::<Vec<_>>();
+        assert_eq!(resolved.len(), 1, "one resolved batch before the publication: {resolved:?}");
+        route.fx.pg_exec(&tamper.replace("{r}", &route.fx.pg_table(&resolved[0])));
+        let doc = child.wait().assert_failed(tamper, 1, "generation_verification_failed");
+        assert!(harness::messages(&doc["errors"]).contains("when it was resolved from the verified generation"), "{tamper}: {doc:#}");
+        assert_eq!(doc["publication"], "absent", "the transaction rolled back: {doc:#}");
+        route.assert_target(&target, "target unchanged");
+        assert_eq!(route.mark_value(), None, "no mark stored");
+        route.finish();
+    }
+}
+
+/// `dpone plan` of a merge says whether the target has an index that finds
+/// a key's rows, and what a merge rewrites; the plan is read-only.
+#[test]
+fn the_plan_names_the_key_index() {
+    let (route, _, target) = standard("merge_chpg_plan");
+    let plan = route.plan(&[]);
+    assert_eq!(plan.code, Some(0), "dpone plan:\n{}", plan.describe());
+    assert!(plan.stdout.contains("key index   none: a merge scans the whole target"), "{}", plan.stdout);
+    assert!(plan.stdout.contains("rewrites    the target rows of the batch's keys"), "{}", plan.stdout);
+    route.fx.pg_exec(&format!("CREATE INDEX t_name ON {t} (name); CREATE INDEX t_id ON {t} (id)", t = route.fx.target_sql()));
+    let plan = route.plan(&["--format", "json"]);
+    assert_eq!(plan.code, Some(0), "dpone plan:\n{}", plan.describe());
+    assert_eq!(plan.json()["incremental"]["merge"]["key_index"], "t_id: index on (id)", "{}", plan.stdout);
+    route.fx.pg_exec(&format!("CREATE UNIQUE INDEX t_id_unique ON {} (id)", route.fx.target_sql()));
+    let plan = route.plan(&[]);
+    assert!(plan.stdout.contains("key index   t_id_unique: unique index on (id)"), "a unique index first: {}", plan.stdout);
+    route.assert_target(&target, "the plan wrote nothing");
+    assert!(route.fx.owned_tables().iter().all(|n| n == "_dpone_marks"), "no table of dpone's: {:?}", route.fx.owned_tables());
+    route.finish();
+}
+
 /// The checks after DELETE + INSERT, each made to fire by a trigger of the
 /// target, on a first run (batch keys 1..=3; key 2 in the target for the
-/// checks of the counts): every one rolls back.
+/// checks of the counts): every one rolls back. (A target with a trigger
+/// or a rule is the one whose rows after the merge are counted and
+/// fingerprinted: without one, the two statements are all that ran.)
 #[test]
 fn the_checks_after_the_merge_roll_it_back() {
     let cases: [(&str, &str, &str); 5] = [
-        // A resolved row not present as resolved.
-        ("BEFORE INSERT", "IF NEW.id = 2 THEN NEW.name := 'changed'; END IF; RETURN NEW;", "1 batch rows are missing"),
-        // A batch key twice.
+        // A resolved row not present as resolved: the fingerprint of the batch keys' rows.
+        ("BEFORE INSERT", "IF NEW.id = 2 THEN NEW.name := 'changed'; END IF; RETURN NEW;", "row groups differ"),
+        // A batch key twice, the target's count kept by deleting another row: the fingerprint again.
         (
             "AFTER INSERT",
-            "IF NEW.id = 3 AND NEW.name <> 'echo' THEN INSERT INTO {t} VALUES (3, NEW.region, NEW.ver, NEW.ts, 'echo'); END IF; RETURN NULL;",
-            "1 batch keys do not appear exactly once",
+            "IF NEW.id = 3 AND NEW.name <> 'echo' THEN INSERT INTO {t} VALUES (3, NEW.region, NEW.ver, NEW.ts, 'echo'); \
+             DELETE FROM {t} WHERE id = 9; END IF; RETURN NULL;",
+            "row groups differ",
         ),
         // A row of another key: only the target's count tells.
         (
             "AFTER INSERT",
             "IF NEW.id = 3 THEN INSERT INTO {t} VALUES (1003, NEW.region, NEW.ver, NEW.ts, 'echo'); END IF; RETURN NULL;",
-            "the target went from 1 to 5 rows; 0 batch keys do not appear exactly once; 0 batch rows are missing",
+            "the merge deleted 0 rows and inserted 3, but the target went from 1 to 5 rows",
         ),
         // Fewer target rows deleted than the batch's keys held (key 2 is in the target).
-        ("BEFORE DELETE", "IF OLD.id = 2 THEN RETURN NULL; END IF; RETURN OLD;", "deleted 0 rows and inserted 3 (expected 1 and 3)"),
+        (
+            "BEFORE DELETE",
+            "IF OLD.id = 2 THEN RETURN NULL; END IF; RETURN OLD;",
+            "the merge would insert 3 and replace 0 rows, but the run checked 3 and 1 before its intent",
+        ),
         // Fewer rows inserted than the batch resolves to.
-        ("BEFORE INSERT", "IF NEW.id = 2 THEN RETURN NULL; END IF; RETURN NEW;", "deleted 1 rows and inserted 2 (expected 1 and 3)"),
+        ("BEFORE INSERT", "IF NEW.id = 2 THEN RETURN NULL; END IF; RETURN NEW;", "the merge inserted 2 rows of the 3 resolved"),
     ];
     for (when, body, message) in cases {
         let (route, _, mut target) = standard("merge_chpg_trig");

@@ -507,6 +507,10 @@ impl Target for ClickhouseTarget {
         })
     }
 
+    async fn merge_shape(&self, key: &dpone_core::ports::MergeKey) -> Result<Option<dpone_core::ports::MergeShape>> {
+        self.merge_shape_now(key).await.map(Some)
+    }
+
     dpone_core::target_marks! { read_mark_now, publish_append_now, check_merge_now, publish_merge_now, reset_mark_now }
 
     async fn drop_tables(&self, names: &[String]) -> Result<()> {

@@ -76,6 +76,11 @@ pub const RECONCILE_POINTS: &[&str] = &["reconcile.after_fill", "reconcile.befor
 /// published run were written (before its evidence).
 pub const DELIVERY_POINTS: &[&str] = &["delivery.after_decide", "delivery.after_records"];
 
+/// Abort (or pause) points of an `incremental_merge`: after the batch was
+/// verified, right before the target resolves it to one row per key
+/// (`Target::check_merge`, which checks the generation again).
+pub const MERGE_POINTS: &[&str] = &["merge.before_resolve"];
+
 /// Abort points: where a crash can be injected ([`POINTS`] minus faults).
 pub fn abort_points() -> impl Iterator<Item = &'static str> {
     POINTS.iter().copied().filter(|p| !is_fault(p))
@@ -116,7 +121,8 @@ impl Failpoints {
                 || APPEND_POINTS.contains(&point)
                 || REPLACE_POINTS.contains(&point)
                 || RECONCILE_POINTS.contains(&point)
-                || DELIVERY_POINTS.contains(&point),
+                || DELIVERY_POINTS.contains(&point)
+                || MERGE_POINTS.contains(&point),
             "unknown failpoint {point}"
         );
         self.0.as_ref().and_then(|i| i.at(point))

@@ -84,6 +84,16 @@ pub fn generation_target_tag(name: &str) -> Option<&str> {
     (hex(tag) && hex(run) && parts.next().is_some()).then_some(tag)
 }
 
+/// The table a merge resolves the batch of generation `generation` into
+/// (one row per key; PostgreSQL): `_dpone_mrg_<rest>` beside
+/// `_dpone_gen_<rest>`, as long as it and dropped with it.
+pub fn resolved_table(generation: &str) -> String {
+    match generation.strip_prefix(OWNED_PREFIX).and_then(|r| r.strip_prefix("gen_")) {
+        Some(rest) => format!("{OWNED_PREFIX}mrg_{rest}"),
+        None => format!("{generation}_mrg"),
+    }
+}
+
 /// The table through which execution `execution` of a run carries rows
 /// other writers put into the previous target during its publication
 /// (ClickHouse, `Target::reconcile_concurrent`).
@@ -134,6 +144,9 @@ mod tests {
         assert_eq!(generation_target_tag(&tagged), Some(tag.as_str()));
         assert!(tagged.len() <= 63, "{tagged}: PostgreSQL's identifier limit");
         assert_eq!(generation_target_tag(&generation_table(&tag, &owned_stem(run, ""), 1)), Some(tag.as_str()));
+        let resolved = resolved_table(&tagged);
+        assert!(resolved.starts_with("_dpone_mrg_") && resolved.len() == tagged.len(), "{resolved}");
+        assert_eq!(generation_target_tag(&resolved), None, "not taken for a generation");
         // Names written before tags: their target is unknown.
         assert_eq!(generation_target_tag(&format!("_dpone_gen_{}_deadbeef_1", &run[..12])), None);
         assert_eq!(generation_target_tag(&format!("_dpone_gen_{}_1", &run[..12])), None);

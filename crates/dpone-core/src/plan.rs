@@ -81,6 +81,10 @@ pub struct IncrementalPlan {
     /// `batch` in words, e.g. `7 < id <= 10`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reads: Option<String>,
+    /// After probing, `incremental_merge`: the target's index of the key
+    /// and what a merge rewrites.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merge: Option<crate::ports::MergeShape>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -368,6 +372,7 @@ impl Plan {
             stored_mark: None,
             batch: None,
             reads: None,
+            merge: None,
         });
         // The target's append or merge, when its source reads cursor batches.
         let merges = publishes.merge_key().is_some();

@@ -241,7 +241,11 @@ async fn build<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, generat
     // NULL key refuses the run here, before any intent), and what its
     // publication will insert and replace, checked again by it.
     let merge = match ctx.merge_key() {
-        Some(key) => Some(ctx.target.check_merge(generation, &key).await?),
+        Some(key) => {
+            // Paused here, a test may change the verified generation: the resolution must see it.
+            ctx.failpoint("merge.before_resolve").await?;
+            Some(ctx.target.check_merge(generation, &key).await?)
+        }
         None => None,
     };
     // `duplicate_policy: fail`: one row per key, or nothing is published.

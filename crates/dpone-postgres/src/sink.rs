@@ -182,7 +182,8 @@ impl PostgresTarget {
     }
 
     /// Statements that drop the named owned relations: views first (a
-    /// generation view depends on the staging tables), then tables.
+    /// generation view depends on the staging tables), then tables, then
+    /// the resolved batch of a generation's merge.
     async fn drop_sql(&self, client: &Client, names: &[String]) -> Result<String> {
         let views: Vec<String> = client
             .query(
@@ -198,6 +199,10 @@ impl PostgresTarget {
         let mut sql: String = views.iter().map(|v| format!("DROP VIEW IF EXISTS {};", self.owned_sql(v))).collect();
         for n in names.iter().filter(|n| !views.contains(n)) {
             sql.push_str(&format!("DROP TABLE IF EXISTS {};", self.owned_sql(n)));
+        }
+        // A merge's resolved batch goes with its generation (`sink/merge.rs`).
+        for n in names.iter().filter(|n| n.starts_with(&format!("{}gen_", dpone_core::identity::OWNED_PREFIX))) {
+            sql.push_str(&format!("DROP TABLE IF EXISTS {};", self.owned_sql(&dpone_core::identity::resolved_table(n))));
         }
         Ok(sql)
     }
@@ -551,6 +556,10 @@ impl Target for PostgresTarget {
 
     async fn peek_mark(&self) -> Result<Option<StoredMark>> {
         self.peek_final_mark().await
+    }
+
+    async fn merge_shape(&self, key: &dpone_core::ports::MergeKey) -> Result<Option<dpone_core::ports::MergeShape>> {
+        self.merge_shape_here(key).await.map(Some)
     }
 
     dpone_core::target_marks! { read_final_mark, append_in_transaction, check_merge_here, merge_in_transaction, reset_mark_in_transaction }

@@ -338,9 +338,10 @@ impl Fixture {
             .collect()
     }
 
-    /// Staging tables and generation views or tables (`_dpone_stg_*`, `_dpone_gen_*`) left in the schema.
+    /// Staging tables, generation views or tables and resolved merge
+    /// batches (`_dpone_stg_*`, `_dpone_gen_*`, `_dpone_mrg_*`) left in the schema.
     pub fn leftovers(&self) -> Vec<String> {
-        self.owned_tables().into_iter().filter(|n| n.starts_with("_dpone_stg_") || n.starts_with("_dpone_gen_")).collect()
+        self.owned_tables().into_iter().filter(|n| ["_dpone_stg_", "_dpone_gen_", "_dpone_mrg_"].iter().any(|p| n.starts_with(p))).collect()
     }
 
     /// Backups (`_dpone_bak_*`) in the schema.

@@ -255,3 +255,31 @@ impl ClickhouseTarget {
         Ok(())
     }
 }
+
+impl ClickhouseTarget {
+    /// [`dpone_core::ports::Target::merge_shape`]: whether the sorting key
+    /// starts with the key's columns (the primary index then finds a key's
+    /// granules), and the partitions a merge copies.
+    pub(super) async fn merge_shape_now(&self, key: &MergeKey) -> Result<dpone_core::ports::MergeShape> {
+        let rows = self
+            .client
+            .query_rows(&format!(
+                "SELECT sorting_key, partition_key FROM system.tables WHERE {}",
+                crate::client::table_is(&self.database, &self.table)
+            ))
+            .await?;
+        let field = |name: &str| rows.first().and_then(|r| r.get(name)).and_then(|v| v.as_str()).unwrap_or_default().to_string();
+        let (sorting, partition) = (field("sorting_key"), field("partition_key"));
+        let leading: Vec<&str> = sorting.split(',').map(str::trim).take(key.unique_key.len()).collect();
+        let covered = key.unique_key.len() == leading.len() && key.unique_key.iter().all(|k| leading.contains(&k.as_str()));
+        let key_index = covered.then(|| format!("the sorting key ({sorting}) starts with the key"));
+        let rewrites = if partition.is_empty() {
+            "the whole target (one partition): copied without the batch keys' rows, then exchanged".to_string()
+        } else {
+            format!(
+                "the partitions (PARTITION BY {partition}) holding a batch key: copied without those keys' rows; the others are linked, not copied"
+            )
+        };
+        Ok(dpone_core::ports::MergeShape { key_index, rewrites })
+    }
+}

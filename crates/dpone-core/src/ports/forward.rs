@@ -55,7 +55,7 @@ pub mod prelude {
     pub use crate::incremental::{CursorKind, CursorValue, StoredMark};
     pub use crate::ports::{
         AccessPath, ClaimAttempt, ClaimRequest, Contents, DirectFeed, EligibilityRequest, FrameRx, FrameTx, GenerationBuild,
-        GenerationEstimate, MarkedPublication, MergeCounts, MergeKey, PartIdentity, PublicationOutcome, ReadRequest, ReadStats,
+        GenerationEstimate, MarkedPublication, MergeCounts, MergeKey, MergeShape, PartIdentity, PublicationOutcome, ReadRequest, ReadStats,
         ReconcileScope, Reconciliation, Result, RowFilter, SourceEstimate, SourceVersion, TableRole, TargetClaim, WindowStats,
     };
     pub use crate::rowbinary::DateTime64Range;

@@ -5,6 +5,19 @@
 //! quotes its identifiers and runs the statements.
 
 use super::{AdapterError, MergeCounts, MergeKey, Result};
+use serde::Serialize;
+
+/// What `dpone plan` says about an `incremental_merge` into a target
+/// ([`super::Target::merge_shape`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MergeShape {
+    /// The target's index (or sorting key) that finds a key's rows, in
+    /// words (`merge_t_id: unique index on (id)`); None: a merge scans
+    /// the target for the batch's keys.
+    pub key_index: Option<String>,
+    /// What a merge rewrites, in words.
+    pub rewrites: String,
+}
 
 /// `incremental_merge`'s SQL over a verified batch table and the target.
 pub struct MergeSql {

@@ -48,7 +48,7 @@ pub use tally::WindowTally;
 
 pub use forward::Intercept;
 pub use mark::{MarkedPublication, RESET_MOVED_HINT, check_publication_unmoved, check_reset_unmoved};
-pub use merge::{MergeApplied, MergeSql, check_merge_unchanged, merge_failed};
+pub use merge::{MergeApplied, MergeShape, MergeSql, check_merge_unchanged, merge_failed};
 pub use source::Source;
 pub use target::Target;
 

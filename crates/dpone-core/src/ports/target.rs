@@ -6,8 +6,8 @@
 use super::DirectStep;
 use super::{
     AdapterError, ClaimAttempt, ClaimRequest, Contents, DirectFeed, EligibilityRequest, FrameRx, GenerationBuild, GenerationEstimate,
-    GenerationMethod, MarkedPublication, MergeCounts, MergeKey, PartIdentity, PublicationOutcome, ReconcileScope, Reconciliation, Result,
-    RowFilter, TableRole, TargetClaim, WindowStats, incremental_unsupported,
+    GenerationMethod, MarkedPublication, MergeCounts, MergeKey, MergeShape, PartIdentity, PublicationOutcome, ReconcileScope,
+    Reconciliation, Result, RowFilter, TableRole, TargetClaim, WindowStats, incremental_unsupported,
 };
 use crate::error::Diagnostic;
 use crate::evidence::PublicationCheck;
@@ -273,18 +273,30 @@ macro_rules! __target_methods {
             /// rows count once) and counts what the publication will insert and
             /// replace. A key with a NULL column (`merge_key_null`) or two
             /// different rows at its greatest cursor (`merge_key_tie`, naming the
-            /// key) is refused. Read-only.
+            /// key) is refused. It changes nothing of the target's; it may write
+            /// the resolved batch into a table of dpone's own beside the
+            /// generation (PostgreSQL), which the publication then reads.
             async fn check_merge(&self, generation: &str, key: &MergeKey) -> Result<MergeCounts> {
                 let _ = (generation, key);
                 Err(incremental_unsupported("target"))
             }
 
+            /// `incremental_merge`, for `dpone plan`: whether the target can
+            /// find a key's rows by an index, and what a merge rewrites.
+            /// Read-only; None where the target does not say.
+            async fn merge_shape(&self, key: &MergeKey) -> Result<Option<MergeShape>> {
+                let _ = key;
+                Ok(None)
+            }
+
             /// `incremental_merge`: in one transaction, checks that the stored mark
             /// is still the publication's `before`, resolves the batch as [`Target::check_merge`]
-            /// does (same refusals), deletes the target rows whose key is in the
-            /// batch, inserts the resolved rows, checks that the counts are
-            /// `expected`, that every resolved row is present and every batch key
-            /// appears exactly once, and stores `after`. A failed check rolls
+            /// does (same refusals; or reads what it resolved, checked by its
+            /// fingerprint), deletes the target rows whose key is in the batch,
+            /// inserts the resolved rows, checks that the counts are `expected`,
+            /// that every resolved row is present and every batch key appears
+            /// exactly once (or proves it: PostgreSQL without triggers or rules),
+            /// and stores `after`. A failed check rolls
             /// everything back and is an error of kind `Verification` (a definite
             /// rollback, as for [`Target::publish_append`]). Never retried blindly:
             /// any other error is judged by [`Target::read_mark`].

@@ -204,7 +204,8 @@ impl SqliteTarget {
             let rows_after = count(format!("SELECT count(*) FROM {target_sql}"))?;
             // Each key of the batch exactly once, every resolved row present.
             let not_once = count(sql.not_once())?;
-            let missing = count(format!("SELECT count(*) FROM ({} EXCEPT SELECT {cols} FROM {target_sql})", sql.resolved))?;
+            // A resolved row carries a batch key: only the target's rows of those keys can hold it.
+            let missing = count(format!("SELECT count(*) FROM ({} EXCEPT SELECT {cols} {})", sql.resolved, sql.in_batch))?;
             MergeApplied { rows_before, deleted, inserted, rows_after, not_once, missing }.check(expected)?;
             store_mark(&tx, &marks_sql, &target, &after, inserted)?;
             commit_publication(tx)

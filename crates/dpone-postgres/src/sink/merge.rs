@@ -19,10 +19,12 @@
 //! `_dpone_mrg_<generation's rest>` ([`dpone_core::identity::resolved_table`],
 //! dropped with the generation). A batch with one row per key (the usual
 //! case) is copied as it is, and a unique index on the key proves that it
-//! is its own resolution; otherwise the resolved rows are written instead
-//! (a window sort and a `DISTINCT` of the whole batch) and the unique
-//! index refuses a tie. The table is then fingerprinted, the fingerprint
-//! recorded in its comment, and `ANALYZE`d (the planner then knows the
+//! is its own resolution (with the generation's fingerprint, taken in the
+//! same snapshot); otherwise the resolved rows are written instead (a
+//! window sort and a `DISTINCT` of the whole batch), the unique index
+//! refuses a tie, and the table is fingerprinted. The fingerprint is
+//! recorded in its comment, and the table (UNLOGGED, as the stagings are)
+//! `ANALYZE`d (the planner then knows the
 //! batch's size and can join it to the target's key index); the target
 //! rows of the batch's keys are counted. (Before, every check of the merge
 //! re-ran the resolution and compared whole tables with `EXCEPT ALL`: a
@@ -99,13 +101,14 @@ fn in_batch(key: &MergeKey, resolved_sql: &str) -> String {
     format!("({k}) IN (SELECT {k} FROM {resolved_sql})")
 }
 
-/// Writes the batch of `gen_sql` resolved to one row per key into the new
-/// table `resolved_sql`, refusing a NULL key column and a tie; returns its
-/// rows' fingerprint.
+/// Writes the batch of `gen_sql` (whose rows have the fingerprint
+/// `batch` in `client`'s snapshot) resolved to one row per key into the
+/// new table `resolved_sql`, refusing a NULL key column and a tie; returns
+/// its rows' fingerprint.
 async fn resolve_into(
     client: &impl GenericClient,
     resolved_sql: &str,
-    gen_sql: &str,
+    (gen_sql, batch): (&str, Fingerprint),
     columns: &[Column],
     key: &MergeKey,
 ) -> Result<Fingerprint> {
@@ -122,24 +125,27 @@ async fn resolve_into(
     let (cols, k, c) =
         (columns.iter().map(|c| quote_ident(&c.name)).collect::<Vec<_>>().join(", "), key_list(key), quote_ident(&key.cursor));
     // Usually the batch holds one row per key: copied as it is, a unique
-    // index on the key proves it (and that copy is its resolution). Otherwise
+    // index on the key proves it (and that copy is its resolution, with the
+    // batch's fingerprint: the same rows of the same snapshot). Otherwise
     // the rows at each key's greatest cursor, identical ones once, and the
-    // unique index then refuses a tie.
-    let copy = format!("DROP TABLE IF EXISTS {resolved_sql}; CREATE TABLE {resolved_sql} AS SELECT {cols} FROM {gen_sql}");
+    // unique index then refuses a tie. UNLOGGED as the stagings are: a
+    // server crash empties it, and the publication's fingerprint check then
+    // refuses it.
+    let copy = format!("DROP TABLE IF EXISTS {resolved_sql}; CREATE UNLOGGED TABLE {resolved_sql} AS SELECT {cols} FROM {gen_sql}");
     let resolve = format!(
         "DROP TABLE IF EXISTS {resolved_sql}; \
-         CREATE TABLE {resolved_sql} AS SELECT DISTINCT {cols} FROM \
+         CREATE UNLOGGED TABLE {resolved_sql} AS SELECT DISTINCT {cols} FROM \
          (SELECT {cols}, max({c}) OVER (PARTITION BY {k}) AS _dpone_top FROM {gen_sql}) AS b WHERE {c} = _dpone_top"
     );
-    let mut one_row_per_key = false;
-    for statement in [copy, resolve] {
+    let mut resolved = None;
+    for (statement, copied) in [(copy, true), (resolve, false)] {
         client.batch_execute(&statement).await.map_err(|e| classify(what, e))?;
         if unique_key_holds(client, resolved_sql, &k).await? {
-            one_row_per_key = true;
+            resolved = Some(copied);
             break;
         }
     }
-    if !one_row_per_key {
+    let Some(copied) = resolved else {
         let key_text = key
             .unique_key
             .iter()
@@ -159,8 +165,9 @@ async fn resolve_into(
             .map_err(|e| classify(what, e))?;
         let (key_values, cursor, n): (String, String, i64) = (row.get(0), row.get(1), row.get(2));
         return Err(dpone_core::incremental::merge_key_tie(n, &key_values, &key.cursor, &cursor));
-    }
-    let fp = query(client, &select_sql(columns, resolved_sql, None), "fingerprinting the resolved batch").await?;
+    };
+    let fp =
+        if copied { batch } else { query(client, &select_sql(columns, resolved_sql, None), "fingerprinting the resolved batch").await? };
     fingerprint::record(client, resolved_sql, "TABLE", &Recorded::default().with(RESOLVED, fp)).await?;
     client.batch_execute(&format!("ANALYZE {resolved_sql}")).await.map_err(|e| classify(what, e))?;
     Ok(fp)
@@ -208,7 +215,7 @@ impl PostgresTarget {
                 .hint("abandon the run and rerun: the generation was not built by this version of dpone"));
             }
         }
-        let resolved = resolve_into(&tx, &resolved_sql, &gen_sql, columns, key).await?;
+        let resolved = resolve_into(&tx, &resolved_sql, (&gen_sql, now), columns, key).await?;
         let replaced =
             count(&tx, &format!("SELECT count(*) FROM {t} WHERE {}", in_batch(key, &resolved_sql)), "counting the rows to replace").await?;
         tx.commit().await.map_err(|e| classify("resolving the merge batch", e))?;

@@ -87,26 +87,36 @@ fn a_run_killed_inside_its_publishing_transaction_is_judged_by_the_mark() {
 // ---------------------------------------------------------------------------
 
 /// A staging table under the generation (a view) is changed while the run
-/// pauses after verifying it, right before it resolves the merge batch:
-/// the resolution fingerprints the generation, finds it unlike the
-/// verified rows and refuses before the intent.
+/// pauses after verifying it, right before it resolves the merge batch.
+/// A batch of one row per key is copied as it is and recorded with the
+/// verified fingerprint: the publishing transaction fingerprints the copy,
+/// finds it unlike the verified rows and rolls back. A batch with a key
+/// twice is resolved from the generation, whose fingerprint is checked
+/// first: refused before the intent.
 #[test]
 fn a_staging_changed_before_the_resolution_is_refused() {
-    let (route, _, target) = standard("merge_chpg_stg");
-    let child = route.spawn_paused("merge.before_resolve:6000");
-    harness::wait_until(std::time::Duration::from_secs(60), "the generation is built", || {
-        route.fx.owned_tables().iter().any(|n| n.starts_with("_dpone_gen_"))
-    });
-    // The verification of three rows takes milliseconds; the pause 6 s.
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    let table = harness::verified_stagings(&route.status()).into_iter().next().expect("a verified chunk").1;
-    route.fx.pg_exec(&format!("UPDATE {} SET name = 'tampered' WHERE id = 3", route.fx.pg_table(&table)));
-    let doc = child.wait().assert_failed("a staging changed before the resolution", 1, "generation_verification_failed");
-    assert!(harness::messages(&doc["errors"]).contains("but its verified staging held"), "the resolution refused: {doc:#}");
-    assert_eq!(doc["publication"], "absent", "{doc:#}");
-    route.assert_target(&target, "target unchanged");
-    assert_eq!(route.mark_value(), None, "no mark stored");
-    route.finish();
+    for (second_version, refused_by) in
+        [(false, "was recorded for it from the verified generation"), (true, "but its verified staging held")]
+    {
+        let (route, _, target) = standard("merge_chpg_stg");
+        if second_version {
+            route.insert_source(&[mrow(3, 4, 5, "c2")]);
+        }
+        let child = route.spawn_paused("merge.before_resolve:6000");
+        harness::wait_until(std::time::Duration::from_secs(60), "the generation is built", || {
+            route.fx.owned_tables().iter().any(|n| n.starts_with("_dpone_gen_"))
+        });
+        // The verification of a few rows takes milliseconds; the pause 6 s.
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let table = harness::verified_stagings(&route.status()).into_iter().next().expect("a verified chunk").1;
+        route.fx.pg_exec(&format!("UPDATE {} SET name = 'tampered' WHERE id = 1", route.fx.pg_table(&table)));
+        let doc = child.wait().assert_failed(refused_by, 1, "generation_verification_failed");
+        assert!(harness::messages(&doc["errors"]).contains(refused_by), "{doc:#}");
+        assert_eq!(doc["publication"], "absent", "{doc:#}");
+        route.assert_target(&target, "target unchanged");
+        assert_eq!(route.mark_value(), None, "no mark stored");
+        route.finish();
+    }
 }
 
 /// Changed later, while the run pauses right before publishing, a staging
@@ -142,7 +152,7 @@ fn a_resolved_batch_changed_under_the_publication_is_rolled_back() {
         assert_eq!(resolved.len(), 1, "one resolved batch before the publication: {resolved:?}");
         route.fx.pg_exec(&tamper.replace("{r}", &route.fx.pg_table(&resolved[0])));
         let doc = child.wait().assert_failed(tamper, 1, "generation_verification_failed");
-        assert!(harness::messages(&doc["errors"]).contains("when it was resolved from the verified generation"), "{tamper}: {doc:#}");
+        assert!(harness::messages(&doc["errors"]).contains("was recorded for it from the verified generation"), "{tamper}: {doc:#}");
         assert_eq!(doc["publication"], "absent", "the transaction rolled back: {doc:#}");
         route.assert_target(&target, "target unchanged");
         assert_eq!(route.mark_value(), None, "no mark stored");

@@ -13,14 +13,16 @@
 //! naming the key's values and the cursor).
 //!
 //! **Resolving, before the intent** ([`PostgresTarget::check_merge_here`]),
-//! in one REPEATABLE READ snapshot: the generation's fingerprint must be
-//! the verified one (`generation_verification_failed`) and no key column
-//! may hold NULL; the batch is written once into
-//! `_dpone_mrg_<generation's rest>` ([`dpone_core::identity::resolved_table`],
-//! dropped with the generation). A batch with one row per key (the usual
-//! case) is copied as it is, and a unique index on the key proves that it
-//! is its own resolution (with the generation's fingerprint, taken in the
-//! same snapshot); otherwise the resolved rows are written instead (a
+//! in one REPEATABLE READ snapshot: no key column may hold NULL; the batch
+//! is written once into `_dpone_mrg_<generation's rest>`
+//! ([`dpone_core::identity::resolved_table`], dropped with the
+//! generation). A batch with one row per key (the usual case) is copied as
+//! it is, and a unique index on the key proves that it is its own
+//! resolution: it must hold the verified rows, so the verified fingerprint
+//! is recorded for it without a pass (the publication's check below proves
+//! the copy, a generation changed before it included). Otherwise the
+//! generation's fingerprint must first be the verified one
+//! (`generation_verification_failed`), the resolved rows are written (a
 //! window sort and a `DISTINCT` of the whole batch), the unique index
 //! refuses a tie, and the table is fingerprinted. The fingerprint is
 //! recorded in its comment, and the table (UNLOGGED, as the stagings are)
@@ -37,10 +39,9 @@
 //!
 //! 1. the stored mark must be the one the batch was read after
 //!    (`incremental_mark_moved`);
-//! 2. the resolved table's fingerprint must be the one recorded when it
-//!    was resolved from the verified generation
-//!    (`generation_verification_failed`): the rows inserted below are the
-//!    verified ones, resolved;
+//! 2. the resolved table's fingerprint must be the one recorded for it
+//!    from the verified generation (`generation_verification_failed`): the
+//!    rows inserted below are the verified ones, resolved;
 //! 3. `DELETE` the target rows whose key is in the batch (a semi-join the
 //!    server can drive by the target's key index); the rows it deleted and
 //!    the rows to insert must be what the run counted before its intent
@@ -101,14 +102,14 @@ fn in_batch(key: &MergeKey, resolved_sql: &str) -> String {
     format!("({k}) IN (SELECT {k} FROM {resolved_sql})")
 }
 
-/// Writes the batch of `gen_sql` (whose rows have the fingerprint
-/// `batch` in `client`'s snapshot) resolved to one row per key into the
-/// new table `resolved_sql`, refusing a NULL key column and a tie; returns
-/// its rows' fingerprint.
+/// Writes the batch of generation `generation` (`gen_sql`, its rows
+/// verified with the fingerprint `verified`) resolved to one row per key
+/// into the new table `resolved_sql`, refusing a NULL key column and a
+/// tie; returns the fingerprint the resolved rows must have.
 async fn resolve_into(
     client: &impl GenericClient,
     resolved_sql: &str,
-    (gen_sql, batch): (&str, Fingerprint),
+    (generation, gen_sql, verified): (&str, &str, Fingerprint),
     columns: &[Column],
     key: &MergeKey,
 ) -> Result<Fingerprint> {
@@ -125,27 +126,28 @@ async fn resolve_into(
     let (cols, k, c) =
         (columns.iter().map(|c| quote_ident(&c.name)).collect::<Vec<_>>().join(", "), key_list(key), quote_ident(&key.cursor));
     // Usually the batch holds one row per key: copied as it is, a unique
-    // index on the key proves it (and that copy is its resolution, with the
-    // batch's fingerprint: the same rows of the same snapshot). Otherwise
-    // the rows at each key's greatest cursor, identical ones once, and the
-    // unique index then refuses a tie. UNLOGGED as the stagings are: a
-    // server crash empties it, and the publication's fingerprint check then
-    // refuses it.
+    // index on the key proves it, and that copy is its resolution, which
+    // must hold the verified rows: their fingerprint is recorded, without a
+    // pass, and the publication checks it under its lock. Otherwise the
+    // generation must first still hold the verified rows, then the rows at
+    // each key's greatest cursor, identical ones once, are written, the
+    // unique index refuses a tie, and they are fingerprinted. UNLOGGED as
+    // the stagings are: a server crash empties it, and the publication's
+    // fingerprint check then refuses it.
     let copy = format!("DROP TABLE IF EXISTS {resolved_sql}; CREATE UNLOGGED TABLE {resolved_sql} AS SELECT {cols} FROM {gen_sql}");
     let resolve = format!(
         "DROP TABLE IF EXISTS {resolved_sql}; \
          CREATE UNLOGGED TABLE {resolved_sql} AS SELECT DISTINCT {cols} FROM \
          (SELECT {cols}, max({c}) OVER (PARTITION BY {k}) AS _dpone_top FROM {gen_sql}) AS b WHERE {c} = _dpone_top"
     );
-    let mut resolved = None;
-    for (statement, copied) in [(copy, true), (resolve, false)] {
-        client.batch_execute(&statement).await.map_err(|e| classify(what, e))?;
-        if unique_key_holds(client, resolved_sql, &k).await? {
-            resolved = Some(copied);
-            break;
-        }
+    client.batch_execute(&copy).await.map_err(|e| classify(what, e))?;
+    let copied = unique_key_holds(client, resolved_sql, &k).await?;
+    if !copied {
+        let now = query(client, &select_sql(columns, gen_sql, None), "fingerprinting the generation").await?;
+        super::transaction::check_generation(generation, now, verified)?;
+        client.batch_execute(&resolve).await.map_err(|e| classify(what, e))?;
     }
-    let Some(copied) = resolved else {
+    if !copied && !unique_key_holds(client, resolved_sql, &k).await? {
         let key_text = key
             .unique_key
             .iter()
@@ -165,9 +167,12 @@ async fn resolve_into(
             .map_err(|e| classify(what, e))?;
         let (key_values, cursor, n): (String, String, i64) = (row.get(0), row.get(1), row.get(2));
         return Err(dpone_core::incremental::merge_key_tie(n, &key_values, &key.cursor, &cursor));
+    }
+    let fp = if copied {
+        verified
+    } else {
+        query(client, &select_sql(columns, resolved_sql, None), "fingerprinting the resolved batch").await?
     };
-    let fp =
-        if copied { batch } else { query(client, &select_sql(columns, resolved_sql, None), "fingerprinting the resolved batch").await? };
     fingerprint::record(client, resolved_sql, "TABLE", &Recorded::default().with(RESOLVED, fp)).await?;
     client.batch_execute(&format!("ANALYZE {resolved_sql}")).await.map_err(|e| classify(what, e))?;
     Ok(fp)
@@ -203,19 +208,11 @@ impl PostgresTarget {
             .start()
             .await
             .map_err(|e| classify("resolving the merge batch", e))?;
-        let columns = self.columns()?;
-        let now = query(&tx, &select_sql(columns, &gen_sql, None), "fingerprinting the generation").await?;
-        match verified {
-            Some(v) => super::transaction::check_generation(generation, now, v)?,
-            None => {
-                return Err(AdapterError::verification(
-                    "generation_verification_failed",
-                    format!("the generation {generation} carries no fingerprint"),
-                )
-                .hint("abandon the run and rerun: the generation was not built by this version of dpone"));
-            }
-        }
-        let resolved = resolve_into(&tx, &resolved_sql, (&gen_sql, now), columns, key).await?;
+        let verified = verified.ok_or_else(|| {
+            AdapterError::verification("generation_verification_failed", format!("the generation {generation} carries no fingerprint"))
+                .hint("abandon the run and rerun: the generation was not built by this version of dpone")
+        })?;
+        let resolved = resolve_into(&tx, &resolved_sql, (generation, &gen_sql, verified), self.columns()?, key).await?;
         let replaced =
             count(&tx, &format!("SELECT count(*) FROM {t} WHERE {}", in_batch(key, &resolved_sql)), "counting the rows to replace").await?;
         tx.commit().await.map_err(|e| classify("resolving the merge batch", e))?;
@@ -253,7 +250,7 @@ impl PostgresTarget {
                 recorded,
                 "generation_verification_failed",
                 |now, then| {
-                    format!("the resolved batch {resolved_sql} holds {now}, but {then} when it was resolved from the verified generation")
+                    format!("the resolved batch {resolved_sql} holds {now}, but {then} was recorded for it from the verified generation")
                 },
                 "someone changed dpone's staging or generation tables; nothing was published; abandon the run and rerun",
             )?;

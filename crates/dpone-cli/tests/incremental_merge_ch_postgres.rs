@@ -86,6 +86,17 @@ fn a_run_killed_inside_its_publishing_transaction_is_judged_by_the_mark() {
 // Guards (each made to fire)
 // ---------------------------------------------------------------------------
 
+/// `run` failed with `code`, `message` among its errors, and published
+/// nothing: the target holds `target`, no mark is stored.
+fn assert_refused(route: ClickhouseToPostgres, run: harness::Run, target: &[Row], code: &str, message: &str) {
+    let doc = run.assert_failed(message, 1, code);
+    assert!(harness::messages(&doc["errors"]).contains(message), "expected `{message}`: {doc:#}");
+    assert_eq!(doc["publication"], "absent", "the transaction rolled back: {doc:#}");
+    route.assert_target(target, "target unchanged");
+    assert_eq!(route.mark_value(), None, "no mark stored");
+    route.finish();
+}
+
 /// A staging table under the generation (a view) is changed while the run
 /// pauses after verifying it, right before it resolves the merge batch.
 /// A batch of one row per key is copied as it is and recorded with the
@@ -110,12 +121,7 @@ fn a_staging_changed_before_the_resolution_is_refused() {
         std::thread::sleep(std::time::Duration::from_millis(1500));
         let table = harness::verified_stagings(&route.status()).into_iter().next().expect("a verified chunk").1;
         route.fx.pg_exec(&format!("UPDATE {} SET name = 'tampered' WHERE id = 1", route.fx.pg_table(&table)));
-        let doc = child.wait().assert_failed(refused_by, 1, "generation_verification_failed");
-        assert!(harness::messages(&doc["errors"]).contains(refused_by), "{doc:#}");
-        assert_eq!(doc["publication"], "absent", "{doc:#}");
-        route.assert_target(&target, "target unchanged");
-        assert_eq!(route.mark_value(), None, "no mark stored");
-        route.finish();
+        assert_refused(route, child.wait(), &target, "generation_verification_failed", refused_by);
     }
 }
 
@@ -138,25 +144,23 @@ fn a_staging_changed_after_the_resolution_does_not_reach_the_target() {
 /// untouched): the publishing transaction fingerprints what it would
 /// insert, finds it unlike what was resolved from the verified generation
 /// and rolls back. Each of a changed, an added and a deleted row (an
-/// added key's row: the table's unique index refuses a second row of a key).
+/// added key's row: the table's unique index refuses a second row of a
+/// key), and the table dropped.
 #[test]
 fn a_resolved_batch_changed_under_the_publication_is_rolled_back() {
-    for tamper in [
-        "UPDATE {r} SET name = 'tampered' WHERE id = 2",
-        "INSERT INTO {r} SELECT id + 100, region, ver, ts, name FROM {r} WHERE id = 1",
-        "DELETE FROM {r} WHERE id = 3",
+    let changed = "was recorded for it from the verified generation";
+    for (tamper, message) in [
+        ("UPDATE {r} SET name = 'tampered' WHERE id = 2", changed),
+        ("INSERT INTO {r} SELECT id + 100, region, ver, ts, name FROM {r} WHERE id = 1", changed),
+        ("DELETE FROM {r} WHERE id = 3", changed),
+        ("DROP TABLE {r}", "is missing or carries no fingerprint"),
     ] {
         let (route, _, target) = standard("merge_chpg_mrg");
         let child = paused_run(&route, 4000);
         let resolved = route.fx.owned_tables().into_iter().filter(|n| n.starts_with("_dpone_mrg_")).collect::<Vec<_>>();
         assert_eq!(resolved.len(), 1, "one resolved batch before the publication: {resolved:?}");
         route.fx.pg_exec(&tamper.replace("{r}", &route.fx.pg_table(&resolved[0])));
-        let doc = child.wait().assert_failed(tamper, 1, "generation_verification_failed");
-        assert!(harness::messages(&doc["errors"]).contains("was recorded for it from the verified generation"), "{tamper}: {doc:#}");
-        assert_eq!(doc["publication"], "absent", "the transaction rolled back: {doc:#}");
-        route.assert_target(&target, "target unchanged");
-        assert_eq!(route.mark_value(), None, "no mark stored");
-        route.finish();
+        assert_refused(route, child.wait(), &target, "generation_verification_failed", message);
     }
 }
 
@@ -226,11 +230,7 @@ fn the_checks_after_the_merge_roll_it_back() {
              CREATE TRIGGER tamper {when} ON {t} FOR EACH ROW EXECUTE FUNCTION {f}()",
             body.replace("{t}", &t)
         ));
-        let doc = route.run().assert_failed(when, 1, "publication_verification_failed");
-        assert!(harness::messages(&doc["errors"]).contains(message), "{when}: expected `{message}`: {doc:#}");
-        assert_eq!(doc["publication"], "absent", "the transaction rolled back: {doc:#}");
-        route.assert_target(&target, "target unchanged");
-        assert_eq!(route.mark_value(), None, "no mark stored");
-        route.finish();
+        let run = route.run();
+        assert_refused(route, run, &target, "publication_verification_failed", message);
     }
 }

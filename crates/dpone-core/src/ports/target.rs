@@ -289,10 +289,11 @@ macro_rules! __target_methods {
                 Ok(None)
             }
 
-            /// `incremental_merge`: in one transaction, checks that the stored mark
+            /// `incremental_merge`, after [`Target::check_merge`] of the same
+            /// generation: in one transaction, checks that the stored mark
             /// is still the publication's `before`, resolves the batch as [`Target::check_merge`]
             /// does (same refusals; or reads what it resolved, checked by its
-            /// fingerprint), deletes the target rows whose key is in the batch,
+            /// fingerprint: missing, `generation_verification_failed`), deletes the target rows whose key is in the batch,
             /// inserts the resolved rows, checks that the counts are `expected`,
             /// that every resolved row is present and every batch key appears
             /// exactly once (or proves it: PostgreSQL without triggers or rules),

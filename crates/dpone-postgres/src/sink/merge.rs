@@ -234,18 +234,20 @@ impl PostgresTarget {
         let tx = serializable(&mut client, "starting the publication").await?;
         let statements = async {
             self.lock_and_check_mark(&tx, before).await?;
+            // No resolved batch (dropped, or a run resolved by an earlier
+            // version of dpone): nothing verified to insert.
+            let recorded = recorded.ok_or_else(|| {
+                AdapterError::verification(
+                    "generation_verification_failed",
+                    format!("the resolved batch {resolved_sql} is missing or carries no fingerprint"),
+                )
+                .hint("abandon the run and rerun: the batch was not resolved for this publication by this version of dpone")
+            })?;
             tx.batch_execute(&format!("LOCK TABLE {resolved_sql} IN SHARE MODE"))
                 .await
                 .map_err(|e| classify("locking the resolved batch", e))?;
             let (t, list) = (self.target_sql(), self.column_list()?);
             let resolved = query(&tx, &select_sql(columns, &resolved_sql, None), "fingerprinting the resolved batch").await?;
-            let recorded = recorded.ok_or_else(|| {
-                AdapterError::verification(
-                    "generation_verification_failed",
-                    format!("the resolved batch {resolved_sql} carries no fingerprint"),
-                )
-                .hint("abandon the run and rerun: the batch was not resolved by this version of dpone")
-            })?;
             resolved.check_is(
                 recorded,
                 "generation_verification_failed",

@@ -136,12 +136,15 @@ pub async fn a_merge_replaces_the_rows_of_the_batch_keys<H: TargetHarness>(h: &H
     let other = mark(super::WINDOW_COLUMN, Some(CursorValue::Timestamp(Timestamp(d))), "run-0");
     let stale = f.target().publish_merge(marked(&g1, Some(&other), &m1), &key("id"), counts).await;
     refused(C, &f, "a merge read after another mark", stale, "incremental_mark_moved", &target_rows()).await;
+    // A publication follows its generation's check (which may resolve the batch into a table of its own).
     let g2 = generation(C, &f, &s, 2).await;
+    assert_eq!(ok(C, "check_merge", f.target().check_merge(&g2, &key("id")).await), counts, "[{C}] the same batch, checked again");
     let wrong = MergeCounts { replaced: 5, ..counts };
     let miscounted = f.target().publish_merge(marked(&g2, None, &m1), &key("id"), wrong).await;
     refused(C, &f, "a merge whose counts differ from the checked ones", miscounted, "publication_verification_failed", &target_rows())
         .await;
     let g3 = generation(C, &f, &s, 3).await;
+    assert_eq!(ok(C, "check_merge", f.target().check_merge(&g3, &key("id")).await), counts, "[{C}] the same batch, checked again");
     let outcome = ok(C, "publish_merge", f.target().publish_merge(marked(&g3, None, &m1), &key("id"), counts).await);
     assert_eq!(outcome, PublicationOutcome::Published, "[{C}] the merge reports its publication");
     let kept: Vec<Row> = target_rows().into_iter().filter(|r| ![Value::int(1), Value::int(2)].contains(&r[0])).collect();

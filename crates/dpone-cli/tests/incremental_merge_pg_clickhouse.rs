@@ -133,3 +133,28 @@ fn a_kept_row_deleted_before_the_exchange_is_refused() {
     check_rows(&route, &route.run(), &merged(&[mrow(5, 0, 1, "e")], &[mrow(1, 1, 1, "a")], ID), 1, "the next run");
     route.finish();
 }
+
+/// `dpone plan` of a merge into ClickHouse names the partitions a merge
+/// copies, and whether the sorting key starts with the key (its primary
+/// index then finds a key's granules); the plan is read-only.
+#[test]
+fn the_plan_names_the_sorting_key_and_the_partitions_a_merge_rewrites() {
+    let route = PostgresToClickhouse::set_up_merge("mrg_pgch_plan");
+    let plan = route.plan(&[]);
+    assert_eq!(plan.code, Some(0), "dpone plan:\n{}", plan.describe());
+    assert!(plan.stdout.contains("key index   none: a merge scans the whole target"), "ORDER BY tuple(): {}", plan.stdout);
+    assert!(plan.stdout.contains("rewrites    the partitions (PARTITION BY toYYYYMMDD(ts)) holding a batch key"), "{}", plan.stdout);
+    let t = format!("`{}`.`t`", route.fx.db);
+    route.fx.ch_exec(&format!("DROP TABLE {t} SYNC"));
+    route.fx.ch_exec(&format!(
+        "CREATE TABLE {t} (id Nullable(Int64), region String, ver Int64, ts DateTime64(6, 'UTC'), name String) \
+         ENGINE = MergeTree ORDER BY (id, ts) SETTINGS allow_nullable_key = 1"
+    ));
+    let plan = route.plan(&["--format", "json"]);
+    assert_eq!(plan.code, Some(0), "dpone plan:\n{}", plan.describe());
+    let merge = &plan.json()["incremental"]["merge"];
+    assert_eq!(merge["key_index"], "the sorting key (id, ts) starts with the key", "{}", plan.stdout);
+    assert!(merge["rewrites"].as_str().unwrap_or_default().starts_with("the whole target (one partition)"), "{}", plan.stdout);
+    assert!(route.owned_tables().iter().all(|n| n == "_dpone_marks"), "no table of dpone's: {:?}", route.owned_tables());
+    route.finish();
+}

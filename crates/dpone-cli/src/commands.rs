@@ -279,10 +279,9 @@ fn plan_one(path: &Path, manifest: &Manifest, args: &IntervalArgs, offline: bool
                 _ => None,
             };
             // A merge's plan says whether the target finds a key's rows by an index.
-            let merge = match (plan.incremental.as_ref().and_then(|i| i.unique_key.clone()), p.refusals.is_empty()) {
-                (Some(unique_key), true) => {
-                    let cursor = plan.incremental.as_ref().map(|i| i.column.clone()).unwrap_or_default();
-                    t.merge_shape(&dpone_core::ports::MergeKey { unique_key, cursor }).await?
+            let merge = match plan.incremental.as_ref().filter(|_| p.refusals.is_empty()) {
+                Some(dpone_core::plan::IncrementalPlan { unique_key: Some(unique_key), column, .. }) => {
+                    t.merge_shape(&dpone_core::ports::MergeKey { unique_key: unique_key.clone(), cursor: column.clone() }).await?
                 }
                 _ => None,
             };

@@ -337,7 +337,9 @@ impl PostgresTarget {
             format!("{name}: {} on ({})", if unique { "unique index" } else { "index" }, cols.unwrap_or_default())
         });
         let rewrites = match key_index {
-            Some(_) => "the target rows of the batch's keys (DELETE and INSERT in one transaction), found through the key index",
+            Some(_) => {
+                "the target rows of the batch's keys (DELETE and INSERT in one transaction), which the server can find through the key index"
+            }
             None => {
                 "the target rows of the batch's keys (DELETE and INSERT in one transaction), found by scanning the whole target: \
                      an index on the key makes a small batch cost its batch"

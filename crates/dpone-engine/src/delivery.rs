@@ -223,6 +223,34 @@ pub(crate) async fn note_published_parts<S: Source, T: Target>(
         .await
 }
 
+/// A target that keeps rows in place: the identity of each staged chunk's
+/// rows as the publication left them, by chunk index, where the target
+/// proves that it still holds exactly the rows the publication inserted
+/// (`Target::published_range_identities`); a chunk someone wrote since has
+/// none, and its next run reads and digests it.
+async fn published_in_place<S: Source, T: Target>(
+    ctx: &Ctx<S, T>,
+    j: &RunJournal,
+    d: &DeliveryDecisions,
+) -> Result<BTreeMap<u32, Option<String>>, AdapterError> {
+    let (Some(w), Some(intent)) = (ctx.plan.window.as_ref(), j.intent.as_ref()) else { return Ok(BTreeMap::new()) };
+    if !ctx.target.keeps_rows_in_place() {
+        return Ok(BTreeMap::new());
+    }
+    let staged: Vec<(u32, (dpone_core::time::Timestamp, dpone_core::time::Timestamp, u64))> = d
+        .chunks
+        .iter()
+        .filter(|c| c.decision != Decision::Unchanged && c.fingerprint.is_some())
+        .filter_map(|c| j.chunks.get(&c.index).map(|s| (c.index, (c.start, c.end, s.rows))))
+        .collect();
+    if staged.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let ranges: Vec<_> = staged.iter().map(|(_, r)| *r).collect();
+    let found = ctx.target.published_range_identities(&intent.generation_table, &w.column, &ranges).await?;
+    Ok(staged.iter().map(|(i, _)| *i).zip(found).collect())
+}
+
 /// After the publication was judged published: the record of every chunk
 /// of the window, so that the next run can tell which changed. A staged
 /// chunk's target identity is its verified staging digest (the rows the
@@ -233,13 +261,15 @@ pub(crate) async fn write_records<S: Source, T: Target>(ctx: &Ctx<S, T>, journal
     // The journaled decisions, whatever this invocation's `--delivery`.
     let (Some(w), Some(d)) = (ctx.plan.window.as_ref(), &j.delivery) else { return Ok(()) };
     let scope = ctx.target.scope();
+    let published = published_in_place(ctx, j, d).await?;
     for c in &d.chunks {
         let Some(fingerprint) = &c.fingerprint else { continue };
         let identity = match (&c.carried, j.chunks.get(&c.index)) {
             (Some(carried), _) if c.decision == Decision::Unchanged => TargetIdentity { parts: c.carried_parts.clone(), ..carried.clone() },
             (_, Some(staged)) => {
                 let digest = staged.digest().ok_or_else(|| AdapterError::internal("unreadable chunk digest in the journal"))?;
-                TargetIdentity { parts: c.published_parts.clone(), ..TargetIdentity::of(&Contents { rows: staged.rows, digest }) }
+                let parts = c.published_parts.clone().or_else(|| published.get(&c.index).cloned().flatten());
+                TargetIdentity { parts, ..TargetIdentity::of(&Contents { rows: staged.rows, digest }) }
             }
             (_, None) => return Err(AdapterError::internal(format!("chunk {} was neither carried nor staged", c.index))),
         };

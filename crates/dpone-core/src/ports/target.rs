@@ -69,6 +69,22 @@ macro_rules! __target_methods {
                 Ok(vec![None; ranges.len()])
             }
 
+            /// For a target that keeps rows in place: right after `generation`
+            /// was published, the [`Target::range_part_identities`] identity of
+            /// each `(start, end, rows)` range of `column` it replaced, where
+            /// the target can prove it holds exactly the `rows` rows the
+            /// publication inserted there; None where it cannot (the default,
+            /// or a range someone wrote since). Read-only.
+            async fn published_range_identities(
+                &self,
+                generation: &str,
+                column: &str,
+                ranges: &[($crate::time::Timestamp, $crate::time::Timestamp, u64)],
+            ) -> Result<Vec<Option<String>>> {
+                let _ = (generation, column);
+                Ok(vec![None; ranges.len()])
+            }
+
             /// Number of rows of `table` (optionally filtered).
             async fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<u64>;
 

@@ -201,19 +201,20 @@ impl PostgresTarget {
         .await
     }
 
-    /// How many row groups outside the window differ, at least, between the
-    /// target now and the target when `generation` was built.
-    pub(super) async fn kept_difference(&self, generation: &str, keep: &RowFilter) -> Result<u64> {
+    /// That `generation` carries the fingerprint of the kept rows taken when
+    /// it was built, which the publishing transaction compares with the
+    /// target's under its lock.
+    pub(super) async fn check_kept_recorded(&self, generation: &str) -> Result<()> {
         let client = self.connect().await?;
         client.batch_execute(SESSION).await.map_err(|e| classify("comparing the kept rows", e))?;
-        let recorded = fingerprint::recorded(&client, &self.owned_sql(generation)).await?.and_then(|r| r.get("kept")).ok_or_else(|| {
+        fingerprint::recorded(&client, &self.owned_sql(generation)).await?.and_then(|r| r.get("kept")).ok_or_else(|| {
             AdapterError::verification(
                 "generation_verification_failed",
                 format!("the generation {generation} carries no fingerprint of the kept rows"),
             )
             .hint("the generation was not built by this version of dpone, or was replaced; abandon the run and rerun")
         })?;
-        Ok(self.kept_fingerprint(&client, keep).await?.differing_groups(&recorded))
+        Ok(())
     }
 
     /// Partition swaps keep the replaced partition as `backup`; only the

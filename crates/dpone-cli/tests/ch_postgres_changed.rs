@@ -124,7 +124,13 @@ fn a_rerun_moves_exactly_the_changed_chunks_into_postgres() {
 
     // (a) No change: nothing staged, the target untouched.
     let before = fx.pg_scalar(&format!("SELECT string_agg(xmin::text || ctid::text, ',' ORDER BY ctid) FROM {}", fx.target_sql()));
+    let receipts = |fx: &Fixture| fx.pg_scalar(&format!("SELECT count(*) FROM {}._dpone_receipts", ch_postgres_common::ident(&fx.schema)));
+    let published = receipts(&fx);
     let replay = run(&fx, &[]);
+    assert_eq!(receipts(&fx), published, "a replay publishes nothing (no publishing transaction, no receipt)");
+    assert_eq!(replay["target_unchanged"], true, "{replay:#}");
+    let total = fx.pg_scalar(&format!("SELECT count(*) FROM {}", fx.target_sql())).unwrap_or_default();
+    assert_eq!(replay["final_rows"].to_string(), total, "the target's rows are reported: {replay:#}");
     assert_eq!((staged(&replay), moved(&replay)), (set(&[]), vec![]), "a replay moves nothing");
     let after = fx.pg_scalar(&format!("SELECT string_agg(xmin::text || ctid::text, ',' ORDER BY ctid) FROM {}", fx.target_sql()));
     assert_eq!(after, before, "no target row was rewritten by a replay");
@@ -190,6 +196,14 @@ fn a_changed_run_into_postgres_killed_at_any_moment_resumes_exact() {
         assert_window_equal(&fx, point);
         assert_eq!(moved(&run(&fx, &[])), vec![], "{point}: a replay after the resume moves nothing");
     }
+    // A replay that publishes nothing, killed before its evidence: the
+    // same command finishes it (published, no intent to judge).
+    let args = ["run", m.as_str(), "--interval-end", INTERVAL_END, "--format", "json"];
+    let crashed = fx.dpone(&args, &[("DPONE_FAILPOINT", "evidence.before_write")]);
+    assert_ne!(crashed.code, Some(0), "the replay must crash:\n{}", crashed.describe());
+    let finished = run(&fx, &[]);
+    assert_eq!((staged(&finished), finished["resumed"].clone()), (set(&[]), serde_json::Value::Bool(true)), "{finished:#}");
+    assert_window_equal(&fx, "a replay killed before its evidence");
     fx.finish();
 }
 

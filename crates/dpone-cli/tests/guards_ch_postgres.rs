@@ -14,8 +14,9 @@
 //!   verified), also when two rows only exchange a value; a partition
 //!   swap's generation is a table, re-digested;
 //! - a kept row (outside the window) changed after the build ->
-//!   `kept_rows_changed`, by `compare_kept` before the intent, or inside the
-//!   publishing transaction when it changes after the intent;
+//!   `kept_rows_changed`, by the publishing transaction, which compares
+//!   the kept rows' fingerprint with the build's under its lock (before
+//!   and after the intent alike);
 //! - a row a target trigger adds to the window inside the publishing
 //!   transaction -> `publication_verification_failed`;
 //! - a target with triggers is published with the inserted rows
@@ -198,13 +199,14 @@ fn assert_kept_row_change_refused(prefix: &'static str, point: &str, ready: impl
 
 #[test]
 fn a_kept_row_changed_after_the_build_is_refused() {
-    assert_kept_row_change_refused("guard_chpg_kept", "generation.after_build", |fx| generation_built(fx).is_some(), None);
+    // Compared by the publishing transaction, which rolls back.
+    assert_kept_row_change_refused("guard_chpg_kept", "generation.after_build", |fx| generation_built(fx).is_some(), Some("rolled back"));
 }
 
 #[test]
 fn a_kept_row_changed_after_the_intent_is_refused_by_the_publishing_transaction() {
-    // The intent is recorded: compare_kept has passed; only the publishing
-    // transaction can see the change now.
+    // The intent is recorded: only the publishing transaction can see the
+    // change now.
     let publishing = |fx: &Fixture| state_of(&fx.status()) == "publishing";
     assert_kept_row_change_refused("guard_chpg_kept_tx", "publish.before_exchange", publishing, Some("rolled back"));
 }

@@ -130,7 +130,14 @@ fn a_rerun_moves_exactly_the_changed_chunks_and_the_target_stays_equal_to_the_so
 
     // (a) No change: nothing staged, the target identical, succeeded.
     let before = fx.ch_strings(&format!("SELECT concat(toString(id), '|', toString(ts), '|', v) FROM {}.t ORDER BY id", fx.db));
+    let uuid = |fx: &Fixture| fx.ch_scalar(&format!("SELECT uuid FROM system.tables WHERE database = '{}' AND name = 't'", fx.db));
+    let incarnation = uuid(&fx);
     let replay = run(&fx, &[]);
+    // Nothing to publish: no generation, no exchange (the same table).
+    assert_eq!(uuid(&fx), incarnation, "a replay publishes nothing");
+    assert_eq!(replay["target_unchanged"], true, "{replay:#}");
+    let total = fx.ch_scalar(&format!("SELECT count() FROM {}.t", fx.db));
+    assert_eq!(replay["final_rows"].to_string(), total.trim(), "the target's rows are reported: {replay:#}");
     assert_eq!(replay["status"], "succeeded");
     assert_eq!(staged(&replay), set(&[]), "a replay stages nothing");
     assert_eq!(moved(&replay), vec![], "every chunk unchanged");

@@ -107,7 +107,8 @@ pub struct GenerationEvidence {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum KeptCheck {
-    /// Nothing is kept (a full refresh).
+    /// Nothing is kept (a full refresh), or nothing was written (every
+    /// chunk carried: [`GenerationCheck::NothingToPublish`]).
     None,
     /// Copied into the generation: the copy's digest equals the target's,
     /// and the target's were compared with the copy right before publishing.
@@ -160,6 +161,11 @@ pub enum GenerationCheck {
     /// chunk's range back there (count and digest equal to the stream's)
     /// before committing.
     ChunksReadBackInPublication,
+    /// No generation and no publication: every chunk of the window was
+    /// decided `unchanged` (`delivery: changed`), so the target already
+    /// held the window the source holds, by the chunks' records and the
+    /// target's rows read at the decision. Nothing was written.
+    NothingToPublish,
 }
 
 #[derive(Debug, Clone, Serialize)]

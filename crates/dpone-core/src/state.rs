@@ -139,6 +139,15 @@ impl RunState {
         self.can_become(next) || (direct && self == RunState::Staging && next == RunState::Publishing)
     }
 
+    /// [`RunState::can_become_with`] for the journal `next` is the state
+    /// of: a run that publishes nothing ([`RunJournal::publishes_nothing`])
+    /// goes from verified straight to published, with no intent to judge.
+    pub fn can_become_in(self, next: &RunJournal) -> bool {
+        let direct = next.intent.as_ref().is_some_and(|i| i.is_direct());
+        self.can_become_with(next.state, direct)
+            || (next.publishes_nothing() && self == RunState::Verified && next.state == RunState::Published)
+    }
+
     /// Allowed transitions; anything else is a bug the journal refuses.
     pub fn can_become(self, next: RunState) -> bool {
         use RunState::*;
@@ -429,6 +438,15 @@ impl RunJournal {
         format!("run/{invocation}")
     }
 
+    /// Every chunk of a `delivery: changed` window was carried: no intent,
+    /// and a generation of nothing verified as
+    /// [`crate::evidence::GenerationCheck::NothingToPublish`].
+    pub fn publishes_nothing(&self) -> bool {
+        self.intent.is_none()
+            && self.chunks.is_empty()
+            && self.generation.as_ref().is_some_and(|g| g.check == crate::evidence::GenerationCheck::NothingToPublish)
+    }
+
     /// Key of this execution's evidence record in the state store.
     pub fn evidence_key(&self) -> String {
         format!("evidence/{}/{}-{:04}", self.invocation, self.run_id, self.execution)
@@ -525,6 +543,7 @@ mod tests {
         assert!(!Published.can_become(Failed), "after publication a run can only complete");
         assert!(!Succeeded.can_become(Staging));
         assert!(!OutcomeUnknown.can_become(Published), "unknown is resolved by an operator, not by the run");
+        assert!(!Verified.can_become(Published), "published needs a publication");
         assert_eq!(serde_json::to_string(&EvidenceComplete).unwrap(), "\"evidence-complete\"");
     }
 }

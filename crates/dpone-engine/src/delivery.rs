@@ -14,9 +14,10 @@ use dpone_core::delivery::{
     ChunkDelivery, ChunkKey, ChunkRecord, Decision, Delivery, DeliveryDecisions, Evidence, Fingerprint, TargetIdentity, candidate, confirm,
 };
 use dpone_core::digest::DigestAlgorithm;
+use dpone_core::evidence::GenerationCheck;
 use dpone_core::plan::WindowPlan;
-use dpone_core::ports::{AdapterError, Contents, ErrorKind, RowFilter, Source, TableRole, Target};
-use dpone_core::state::{RunJournal, StateStore};
+use dpone_core::ports::{AdapterError, Contents, ErrorKind, PublicationOutcome, RowFilter, Source, TableRole, Target};
+use dpone_core::state::{GenerationRecord, RunJournal, RunState, StateStore};
 use dpone_core::types::Column;
 use dpone_core::window::Chunk;
 use std::collections::BTreeMap;
@@ -147,6 +148,55 @@ pub async fn decisions<S: Source, T: Target>(
         }
     }
     Ok(DeliveryDecisions { authority: authority.to_string(), chunks })
+}
+
+/// Whether this run decided every chunk of the window `unchanged` and so
+/// staged none: the target already holds the window the source holds in
+/// the run's snapshot (each chunk's record says the source did not change
+/// since its verified publication, and the target's rows of it, read at
+/// the decision, are still the ones published), so there is nothing to
+/// publish ([`publish_nothing`]).
+pub(crate) fn nothing_to_publish<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal) -> bool {
+    let all_carried =
+        j.delivery.as_ref().is_some_and(|d| !d.chunks.is_empty() && d.chunks.iter().all(|c| c.decision == Decision::Unchanged));
+    all_carried && j.chunks.is_empty() && !ctx.publication.moves_mark()
+}
+
+/// Every chunk carried: no generation is built and nothing is published or
+/// written to the target (no exchange, no publishing transaction, no
+/// receipt), so no other writer's work can be disturbed. The journal
+/// records an empty generation verified as
+/// [`GenerationCheck::NothingToPublish`] and goes to `published` without
+/// an intent; the records and the evidence follow as after a publication.
+pub(crate) async fn publish_nothing<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> crate::failure::Step {
+    let ncols = ctx.probe.target_columns.len();
+    let empty = dpone_core::digest::RowDigest::with(ctx.plan.staging.digest, ncols);
+    let record = GenerationRecord {
+        table: String::new(),
+        rows: 0,
+        in_place: true,
+        digest_sum: empty.sum_hex(),
+        null_counts: vec![0; ncols],
+        kept_rows: 0,
+        kept_digest_sum: empty.sum_hex(),
+        kept_null_counts: vec![0; ncols],
+        replaced_rows: 0,
+        unchanged: true,
+        check: GenerationCheck::NothingToPublish,
+        link: None,
+        build_seconds: 0.0,
+        merged_rows: None,
+        target_stats: None,
+    };
+    tracing::info!("changed-window delivery: every chunk is unchanged; nothing to publish");
+    journal
+        .update(|j| {
+            j.generation = Some(record);
+            j.state = RunState::Published;
+            j.publication = Some(PublicationOutcome::Published);
+        })
+        .await?;
+    Ok(())
 }
 
 /// The rows of `table` in chunk `c`, counted and digested by the target.

@@ -108,6 +108,7 @@ pub(crate) fn build_evidence<S: Source, T: Target>(
                     .flatten(),
                 kept_verified_by: match (ctx.plan.window.is_some(), generation.in_place, generation.link.is_some()) {
                     (false, _, _) => KeptCheck::None,
+                    _ if generation.check == GenerationCheck::NothingToPublish => KeptCheck::None,
                     (true, true, _) if generation.check == GenerationCheck::ChunksReadBackInPublication => KeptCheck::InPlaceUnderLock,
                     (true, true, _) => KeptCheck::FingerprintAtPublication,
                     (true, false, true) => KeptCheck::LinkedPartitions,

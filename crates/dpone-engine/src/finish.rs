@@ -7,6 +7,7 @@ use crate::context::Ctx;
 use crate::evidence::build_evidence;
 use crate::failure::{Phase, RunFailure, Step, Stop};
 use crate::journal::Journal;
+use dpone_core::evidence::GenerationCheck;
 use dpone_core::ports::{AdapterError, MergeCounts, ReconcileScope, Source, Target, WindowStats};
 use dpone_core::state::{RunJournal, RunState};
 use std::path::PathBuf;
@@ -20,13 +21,22 @@ pub(crate) fn evidence_path<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJourna
 /// `published` -> `evidence-complete`.
 pub(crate) async fn write_evidence<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> Step {
     let j = journal.snapshot().await;
-    let intent = j.intent.clone().ok_or_else(|| AdapterError::internal("the journal is published without an intent"))?;
     let generation = j.generation.clone().ok_or_else(|| AdapterError::internal("the journal is published without a generation"))?;
-    reconcile_concurrent(ctx, journal, &j, &intent, &generation).await?;
+    // Every chunk carried: nothing was published, nothing to reconcile.
+    let intent = match j.intent.clone() {
+        Some(intent) => Some(intent),
+        None if generation.check == GenerationCheck::NothingToPublish => None,
+        None => return Err(AdapterError::internal("the journal is published without an intent").into()),
+    };
+    if let Some(intent) = &intent {
+        reconcile_concurrent(ctx, journal, &j, intent, &generation).await?;
+    }
     // The journal now holds the reconciliation the evidence reports.
     let j = journal.snapshot().await;
     crate::delivery::write_records(ctx, journal, &j).await?;
-    ctx.target.after_publication(&intent.generation_table, &intent.backup_table).await?;
+    if let Some(intent) = &intent {
+        ctx.target.after_publication(&intent.generation_table, &intent.backup_table).await?;
+    }
     ctx.failpoint("evidence.before_write").await?;
     let started = Instant::now();
     // The whole window, carried chunks included (`delivery: changed`).
@@ -44,7 +54,8 @@ pub(crate) async fn write_evidence<S: Source, T: Target>(ctx: &Ctx<S, T>, journa
     };
     ctx.add_phase(|p| p.evidence += started.elapsed().as_secs_f64());
     let null_window_rows = stats.null_window_rows;
-    let final_rows = j.cursor.is_some().then_some(stats.total_rows);
+    // An append's and a run that published nothing: the target's rows as counted.
+    let final_rows = (j.cursor.is_some() || intent.is_none()).then_some(stats.total_rows);
     let evidence = build_evidence(ctx, &j, &generation, stats);
     let path = evidence_path(ctx, &j);
     let body = serde_json::to_vec_pretty(&evidence).map_err(|e| AdapterError::internal(e.to_string()))?;

@@ -21,6 +21,9 @@ use std::time::Instant;
 /// Builds and verifies the generation, re-checks kept rows, records the intent.
 pub(crate) async fn prepare<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> Step {
     let j = journal.snapshot().await;
+    if crate::delivery::nothing_to_publish(ctx, &j) {
+        return crate::delivery::publish_nothing(ctx, journal).await;
+    }
     let generation = identity::generation_table(&identity::name_tag(&ctx.target.scope()), &j.stem(), j.execution);
     let started = Instant::now();
     if let Some(p) = ctx.progress() {
@@ -165,6 +168,9 @@ pub(crate) async fn reverify<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jo
         }
         GenerationCheck::ChunksReadBackInPublication => {
             return Err(AdapterError::internal("a direct publication has no generation to re-verify"));
+        }
+        GenerationCheck::NothingToPublish => {
+            return Err(AdapterError::internal("a run that publishes nothing has no generation to re-verify"));
         }
         GenerationCheck::CountsViewOfVerifiedChunks => {
             // The view's rows are the staging tables' rows: re-verify them.

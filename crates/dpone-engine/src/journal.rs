@@ -61,8 +61,7 @@ impl Journal {
         let (revision, current) = &*guard;
         let mut next = current.clone();
         let out = change(&mut next);
-        let direct = next.intent.as_ref().is_some_and(|i| i.is_direct());
-        if next.state != current.state && !current.state.can_become_with(next.state, direct) {
+        if next.state != current.state && !current.state.can_become_in(&next) {
             return Err(AdapterError::internal(format!(
                 "the journal refuses the transition {} -> {}",
                 current.state.as_str(),

@@ -530,6 +530,38 @@ mod tests {
         assert!(v["stream_digest"].is_null(), "unknown, shown as null: {v}");
     }
 
+    /// A journal in `state`, with a generation verified by `check` and,
+    /// if `intent`, a publication intent.
+    fn journal_with(state: RunState, check: &str, intent: bool) -> RunJournal {
+        let mut j = serde_json::json!({
+            "journal_version": "1", "invocation": "i", "execution": 1, "run_id": "r", "state": state,
+            "manifest_fingerprint": "m", "route": "postgres->clickhouse", "target": "t", "chunk_count": 30,
+            "schema_fingerprint": "s", "source_version": {"id": "v", "durable": true}, "limits": {}, "chunks": {},
+            "last_holder": "h",
+            "generation": {"table": "", "rows": 0, "digest_sum": "0", "null_counts": [], "kept_rows": 0, "kept_digest_sum": "0",
+                "kept_null_counts": [], "replaced_rows": 0, "unchanged": true, "check": check, "in_place": true, "link": null,
+                "build_seconds": 0.0, "merged_rows": null, "target_stats": null}
+        });
+        if intent {
+            j["intent"] = serde_json::json!({"generation_table": "g", "backup_table": "b", "target_before": "x", "generation": "y"});
+        }
+        serde_json::from_value(j).expect("a journal")
+    }
+
+    #[test]
+    fn only_a_run_that_publishes_nothing_goes_from_verified_to_published() {
+        use RunState::*;
+        let nothing = journal_with(Published, "nothing_to_publish", false);
+        assert!(nothing.publishes_nothing() && Verified.can_become_in(&nothing));
+        assert!(!Staging.can_become_in(&nothing), "staged chunks are verified first");
+        // Any publication of rows passes through publishing and its intent.
+        for (check, intent) in [("nothing_to_publish", true), ("counts_view_of_verified_chunks", false), ("digest", true)] {
+            let j = journal_with(Published, check, intent);
+            assert!(!j.publishes_nothing() && !Verified.can_become_in(&j), "{check}, intent {intent}");
+        }
+        assert!(Verified.can_become_in(&journal_with(Publishing, "digest", true)));
+    }
+
     #[test]
     fn transitions() {
         use RunState::*;

@@ -53,6 +53,16 @@ pub(crate) async fn write_evidence<S: Source, T: Target>(ctx: &Ctx<S, T>, journa
         None => WindowStats { total_rows: generation.rows, window_rows: generation.rows, ..Default::default() },
     };
     ctx.add_phase(|p| p.evidence += started.elapsed().as_secs_f64());
+    // A window replaced in place: the rows kept are the target's other
+    // rows, as counted here (the build does not count them; a direct
+    // publication counted them under its lock).
+    let mut generation = generation;
+    let kept_in_place = generation.in_place && intent.is_some() && j.cursor.is_none() && generation.target_stats.is_none();
+    if kept_in_place && ctx.window_filter(false).is_some() {
+        let kept = stats.total_rows.saturating_sub(generation.rows);
+        generation.kept_rows = kept;
+        journal.update(|j| j.generation.iter_mut().for_each(|g| g.kept_rows = kept)).await?;
+    }
     let null_window_rows = stats.null_window_rows;
     // An append's and a run that published nothing: the target's rows as counted.
     let final_rows = (j.cursor.is_some() || intent.is_none()).then_some(stats.total_rows);

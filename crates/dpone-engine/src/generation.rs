@@ -211,16 +211,14 @@ async fn build<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, generat
     ctx.options.cancel.check()?;
     let in_place = ctx.target.keeps_rows_in_place();
     let method = ctx.target.estimate_generation(keep.as_ref()).await?.method;
-    // Rows outside the window: merely counted by targets that replace the
-    // window in place, digested before a full copy (the copy must equal
-    // them), reported by a partition-linked build itself (history is
-    // neither copied nor hashed then).
+    // Rows outside the window: left alone by targets that replace the
+    // window in place (which check them themselves; they are counted with
+    // the evidence, `finish.rs`), digested before a full copy (the copy
+    // must equal them), reported by a partition-linked build itself
+    // (history is neither copied nor hashed then).
     let kept_before = match &keep {
         None => Some(Contents { rows: 0, digest: RowDigest::with(ctx.plan.staging.digest, ncols) }),
-        Some(k) if in_place => Some(Contents {
-            rows: ctx.target.count(TableRole::Target, Some(k)).await?,
-            digest: RowDigest::with(ctx.plan.staging.digest, ncols),
-        }),
+        Some(_) if in_place => Some(Contents { rows: 0, digest: RowDigest::with(ctx.plan.staging.digest, ncols) }),
         // A target that reconciles concurrent writes checks its copied
         // kept rows against the target itself (a build may not add to them).
         Some(_) if method == GenerationMethod::PartitionLinks || ctx.target.reconciles_concurrent_writes() => None,

@@ -72,9 +72,18 @@ async fn the_suite_fails_a_target_whose_compare_kept_misses_a_change() {
     target_conformance::compare_kept_sees_a_changed_kept_row(&h).await;
 }
 
+/// A harness declaring that compare_kept detects nothing, for a target
+/// whose publication does not compare the kept rows either: the suite
+/// requires the publication's refusal.
+#[tokio::test]
+#[should_panic(expected = "a changed kept row refused by the publication")]
+async fn the_suite_fails_a_target_that_compares_its_kept_rows_nowhere() {
+    target_conformance::compare_kept_sees_a_changed_kept_row(&CompareKept { gap: true, detects: false }).await;
+}
+
 /// A harness declaring a compare_kept gap for a target without it (a fixed adapter).
 #[tokio::test]
-#[should_panic(expected = "documented gap")]
+#[should_panic(expected = "if it now detects changes")]
 async fn the_suite_fails_a_gap_flag_once_the_gap_is_fixed() {
     target_conformance::compare_kept_sees_a_changed_kept_row(&CompareKept { gap: false, detects: false }).await;
 }

@@ -204,11 +204,15 @@ pub async fn compare_kept_sees_a_changed_kept_row<H: TargetHarness>(h: &H) {
     } else if h.caps().compare_kept_detects_changes {
         assert_eq!(differing, 2, "[{C}] a kept row changed after the build: its old and new versions differ in multiplicity");
     } else {
-        assert_eq!(
-            differing, 0,
-            "[{C}] documented gap (issue \"guards\", item 3): compare_kept always reports 0 here; \
-             if it now detects changes, set Caps::compare_kept_detects_changes"
-        );
+        assert_eq!(differing, 0, "[{C}] compare_kept reports 0 here; if it now detects changes, set Caps::compare_kept_detects_changes");
+        // Such a target keeps its rows in place and compares them in its
+        // publishing transaction, under its lock: that refuses.
+        assert!(f.target().keeps_rows_in_place(), "[{C}] a target whose compare_kept detects nothing must compare its kept rows in place");
+        let backup = backup_table(RUN_ID, 1);
+        let refused =
+            f.target().publish(&generation, Some(&keep), &backup).await.expect_err("a changed kept row refused by the publication");
+        assert_eq!(refused.code, "kept_rows_changed", "[{C}] the publishing transaction refuses a changed kept row: {refused:?}");
+        assert_eq!(ok(C, "count", f.target().count(TableRole::Target, None).await), target_rows().len() as u64, "[{C}] nothing published");
     }
     f.cleanup().await;
 }

@@ -35,10 +35,11 @@ use std::future::Future;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Caps {
     /// `compare_kept` counts kept rows that changed after the generation
-    /// was built. Every adapter does today (PostgreSQL, which never copies
-    /// its kept rows, by a fingerprint recorded with the generation, and
-    /// reports a lower bound of the groups that differ, exact for the
-    /// checks' single changes); the flag stays for a target that cannot.
+    /// was built. ClickHouse, SQLite and the in-memory target do.
+    /// PostgreSQL, which never copies its kept rows, compares their
+    /// fingerprint (recorded with the generation) only in its publishing
+    /// transaction, under its lock: false, and the check then requires
+    /// that the publication refuses the change (`kept_rows_changed`).
     pub compare_kept_detects_changes: bool,
 }
 

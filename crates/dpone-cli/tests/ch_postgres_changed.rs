@@ -86,6 +86,14 @@ fn run(fx: &Fixture, extra: &[&str]) -> serde_json::Value {
     fx.dpone(&args, &[]).assert_succeeded("a changed-delivery run")
 }
 
+/// The run, killed (kill -9 by the failpoint) at `point`.
+fn crash_at(fx: &Fixture, point: &str) {
+    let m = fx.manifest.display().to_string();
+    let args = ["run", m.as_str(), "--interval-end", INTERVAL_END, "--format", "json"];
+    let crashed = fx.dpone(&args, &[("DPONE_FAILPOINT", point)]);
+    assert_ne!(crashed.code, Some(0), "{point}: the run must crash:\n{}", crashed.describe());
+}
+
 fn staged(doc: &serde_json::Value) -> BTreeSet<u64> {
     doc["chunks"].as_array().expect("chunks").iter().map(|c| c["index"].as_u64().unwrap()).collect()
 }
@@ -186,21 +194,16 @@ fn a_changed_run_into_postgres_killed_at_any_moment_resumes_exact() {
     let src = fx.source_sql();
     let points =
         ["delivery.after_decide", "checkpoint.after_write", "publish.before_intent", "publish.after_exchange", "delivery.after_records"];
-    let m = fx.manifest.display().to_string();
     for (n, point) in points.iter().enumerate() {
         fx.ch_exec(&format!("INSERT INTO {src} SELECT {}, {}, 'late {point}'", 9100 + n, in_day(2 + 5 * n as i64, 3)));
-        let args = ["run", m.as_str(), "--interval-end", INTERVAL_END, "--format", "json"];
-        let crashed = fx.dpone(&args, &[("DPONE_FAILPOINT", point)]);
-        assert_ne!(crashed.code, Some(0), "{point}: the run must crash:\n{}", crashed.describe());
+        crash_at(&fx, point);
         run(&fx, &[]);
         assert_window_equal(&fx, point);
         assert_eq!(moved(&run(&fx, &[])), vec![], "{point}: a replay after the resume moves nothing");
     }
     // A replay that publishes nothing, killed before its evidence: the
     // same command finishes it (published, no intent to judge).
-    let args = ["run", m.as_str(), "--interval-end", INTERVAL_END, "--format", "json"];
-    let crashed = fx.dpone(&args, &[("DPONE_FAILPOINT", "evidence.before_write")]);
-    assert_ne!(crashed.code, Some(0), "the replay must crash:\n{}", crashed.describe());
+    crash_at(&fx, "evidence.before_write");
     let finished = run(&fx, &[]);
     assert_eq!((staged(&finished), finished["resumed"].clone()), (set(&[]), serde_json::Value::Bool(true)), "{finished:#}");
     assert_window_equal(&fx, "a replay killed before its evidence");
@@ -219,10 +222,7 @@ fn a_write_after_the_publication_keeps_the_chunk_from_being_carried_by_its_row_v
     let src = fx.source_sql();
     fx.ch_exec(&format!("INSERT INTO {src} SELECT 9201, {}, 'late'", in_day(4, 2)));
     fx.ch_exec(&format!("INSERT INTO {src} SELECT 9202, {}, 'late'", in_day(9, 2)));
-    let m = fx.manifest.display().to_string();
-    let args = ["run", m.as_str(), "--interval-end", INTERVAL_END, "--format", "json"];
-    let crashed = fx.dpone(&args, &[("DPONE_FAILPOINT", "publish.after_exchange")]);
-    assert_ne!(crashed.code, Some(0), "the run must crash after publishing:\n{}", crashed.describe());
+    crash_at(&fx, "publish.after_exchange");
     fx.pg_exec(&format!("INSERT INTO {} VALUES (7778, '2026-08-14 07:00:00+00', 'foreign')", fx.target_sql()));
     let resumed = run(&fx, &[]);
     assert_eq!(staged(&resumed), set(&[4, 9]), "{:?}", moved(&resumed));

@@ -233,6 +233,51 @@ fn a_write_after_the_publication_keeps_the_chunk_from_being_carried_by_its_row_v
     fx.finish();
 }
 
+/// Runs `dpone run` paused for 4 s at `point`, calls `during` in the
+/// pause, and returns the run.
+fn run_pausing_at(fx: &Fixture, point: &str, during: impl FnOnce()) -> harness::Run {
+    let m = fx.manifest.display().to_string();
+    let paused = fx.dir().join("paused");
+    let _ = std::fs::remove_file(&paused);
+    let sleep = format!("{point}:4000");
+    let env = fx.run_env(&[("DPONE_FAILPOINT_SLEEP", sleep.as_str()), ("DPONE_FAILPOINT_PAUSED", paused.to_str().unwrap())]);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let args = ["run", m.as_str(), "--interval-end", INTERVAL_END, "--format", "json"];
+    let child = harness::spawn(fx.dir(), &args, &env);
+    harness::wait_until(std::time::Duration::from_secs(60), &format!("the run to reach {point}"), || paused.exists());
+    during();
+    child.wait_within(std::time::Duration::from_secs(120))
+}
+
+/// Another writer changes a day the run decided to carry, between the
+/// decision and the build (the generation records the carried rows'
+/// versions at its build: no longer the decided ones) or after the build
+/// (the publishing transaction compares the kept rows, carried ones
+/// included, with the build's fingerprint): refused either way, nothing
+/// published, and the next run transfers the day.
+#[test]
+fn a_carried_day_changed_during_the_run_is_refused_into_postgres() {
+    let fx = fixture("chpg_changed_race");
+    run(&fx, &[]);
+    let src = fx.source_sql();
+    for (n, (point, code)) in [("delivery.after_decide", "target_changed_since_decision"), ("generation.after_build", "kept_rows_changed")]
+        .into_iter()
+        .enumerate()
+    {
+        fx.ch_exec(&format!("INSERT INTO {src} SELECT {}, {}, 'late'", 9300 + n, in_day(2, 1 + n as i64)));
+        let foreign = format!("INSERT INTO {} VALUES ({}, '2026-08-17 02:0{n}:00+00', 'foreign')", fx.target_sql(), 7790 + n);
+        let r = run_pausing_at(&fx, point, || fx.pg_exec(&foreign));
+        assert_eq!(r.code, Some(1), "{point}: the run must fail, nothing published:\n{}", r.describe());
+        assert!(r.stdout.contains(code), "{point}: {code} expected:\n{}", r.describe());
+        let late = fx.pg_scalar(&format!("SELECT count(*) FROM {} WHERE v = 'late'", fx.target_sql()));
+        assert_eq!(late.as_deref(), Some(&*n.to_string()), "{point}: nothing was published");
+        let next = run(&fx, &[]);
+        assert_eq!(staged(&next), set(&[2, 7]), "{point}: day 2 (source) and day 7 (target) are transferred");
+        assert_window_equal(&fx, point);
+    }
+    fx.finish();
+}
+
 /// A partition swap replaces the window as a unit: it cannot carry chunks,
 /// and `delivery: changed` is refused before any write.
 #[test]

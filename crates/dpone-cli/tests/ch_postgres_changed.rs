@@ -249,20 +249,19 @@ fn run_pausing_at(fx: &Fixture, point: &str, during: impl FnOnce()) -> harness::
     child.wait_within(std::time::Duration::from_secs(120))
 }
 
-/// Another writer changes a day the run decided to carry, between the
-/// decision and the build (the generation records the carried rows'
-/// versions at its build: no longer the decided ones) or after the build
-/// (the publishing transaction compares the kept rows, carried ones
-/// included, with the build's fingerprint): refused either way, nothing
-/// published, and the next run transfers the day.
+/// Another writer changes a day the run decided to carry, after the
+/// decision (the carried rows' versions, read again after the build, are
+/// no longer the decided ones) or after that check (the publishing
+/// transaction compares the kept rows, carried ones included, with the
+/// build's fingerprint): refused either way, nothing published, and the
+/// next run transfers the day.
 #[test]
 fn a_carried_day_changed_during_the_run_is_refused_into_postgres() {
     let fx = fixture("chpg_changed_race");
     run(&fx, &[]);
     let src = fx.source_sql();
-    for (n, (point, code)) in [("delivery.after_decide", "target_changed_since_decision"), ("generation.after_build", "kept_rows_changed")]
-        .into_iter()
-        .enumerate()
+    for (n, (point, code)) in
+        [("delivery.after_decide", "target_changed_since_decision"), ("publish.before_intent", "kept_rows_changed")].into_iter().enumerate()
     {
         fx.ch_exec(&format!("INSERT INTO {src} SELECT {}, {}, 'late'", 9300 + n, in_day(2, 1 + n as i64)));
         let foreign = format!("INSERT INTO {} VALUES ({}, '2026-08-17 02:0{n}:00+00', 'foreign')", fx.target_sql(), 7790 + n);

@@ -214,23 +214,12 @@ async fn chunk_contents<T: Target>(target: &T, table: TableRole<'_>, column: &st
 pub(crate) async fn check_carried<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal, generation: &str) -> Result<(), AdapterError> {
     // The journaled decisions, whatever this invocation's `--delivery`.
     let (Some(w), Some(d)) = (ctx.plan.window.as_ref(), &j.delivery) else { return Ok(()) };
-    let in_place = ctx.target.keeps_rows_in_place();
-    let table = if in_place { TableRole::Target } else { TableRole::Owned(generation) };
-    // A target keeping rows in place may have recorded the carried rows'
-    // identity with the generation, in the snapshot of the kept rows'
-    // fingerprint that its publishing transaction compares again: equal to
-    // the decided one, the carried rows are the decided rows until then.
-    let carried = d.chunks.iter().filter(|c| c.decision == Decision::Unchanged);
-    if in_place {
-        let at_build = ctx.target.range_part_identities(TableRole::Owned(generation), &w.column, &d.carried_ranges()).await?;
-        if carried.clone().zip(&at_build).all(|(c, id)| id.is_some() && *id == c.carried_parts) {
-            return Ok(());
-        }
-    }
+    let table = if ctx.target.keeps_rows_in_place() { TableRole::Target } else { TableRole::Owned(generation) };
     // The target's metadata identity unchanged since the decision: the
     // target was not written there, and the generation's build verified
     // that it holds the target's rows outside the replaced chunks.
     let parts = ctx.target.range_part_identities(TableRole::Target, &w.column, &d.carried_ranges()).await?;
+    let carried = d.chunks.iter().filter(|c| c.decision == Decision::Unchanged);
     for (c, now) in carried.zip(parts) {
         if now.is_some() && now == c.carried_parts {
             continue;

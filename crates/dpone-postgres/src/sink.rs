@@ -425,8 +425,6 @@ impl Target for PostgresTarget {
     ) -> Result<Vec<Option<String>>> {
         match table {
             TableRole::Target => self.range_identities(column, ranges).await,
-            // What a generation recorded of the target's carried rows at its build.
-            TableRole::Owned(name) if name.starts_with(&format!("{OWNED_PREFIX}gen_")) => self.identities_at_build(name, ranges).await,
             TableRole::Owned(_) => Ok(vec![None; ranges.len()]),
         }
     }

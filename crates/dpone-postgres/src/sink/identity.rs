@@ -23,17 +23,13 @@
 //! ([`PostgresTarget::identities_after_publication`]). A range someone wrote
 //! after the commit has another, and gets no identity in its record.
 
-use super::fingerprint::{self, Recorded};
-use super::{PostgresTarget, filter_sql};
+use super::PostgresTarget;
 use crate::delivery::{Layout, MIN_PART_BLOCKS, fingerprint_sql, fingerprints, parts};
 use crate::error::classify;
-use crate::source::{quote_ident, timestamptz_literal};
 use dpone_core::delivery::Fingerprint;
-use dpone_core::ports::RowFilter;
 use dpone_core::ports::{AdapterError, Result};
 use dpone_core::time::Timestamp;
 use dpone_core::window::Chunk;
-use tokio_postgres::GenericClient;
 
 /// The identity's name and version, the start of every identity string.
 pub const IDENTITY: &str = "postgres.mvcc.v2";
@@ -86,91 +82,7 @@ fn scan(ranges: &[(Timestamp, Timestamp)]) -> Option<Scan> {
     Some(Scan { groups, whole })
 }
 
-/// The name under which a generation records the identity, at its build,
-/// of the target's rows in the carried range `[start, end)`.
-fn carried_name(start: Timestamp, end: Timestamp) -> String {
-    format!("carried_{}_{}", start.0, end.0)
-}
-
 impl PostgresTarget {
-    /// The fingerprint of the target's rows outside `keep`'s window (which
-    /// holds carried ranges) and, in the same scan and so the same
-    /// snapshot, the row versions' identity of each carried range, recorded
-    /// with the generation under [`carried_name`]: the kept rows'
-    /// fingerprint is compared again by the publishing transaction, so
-    /// carried rows whose identity at the build is the decided one are
-    /// still the decided rows when the publication commits. One scan
-    /// instead of two (the kept rows' fingerprint, then the carried rows'
-    /// versions): 4.9-5.2 s against 3.4 + ~4 s for 27M rows.
-    pub(super) async fn kept_and_carried(&self, client: &impl GenericClient, keep: &RowFilter, recorded: Recorded) -> Result<Recorded> {
-        let mut bounds: Vec<Timestamp> = keep.carried.iter().flat_map(|(s, e)| [*s, *e]).collect();
-        bounds.sort();
-        bounds.dedup();
-        let array: Vec<String> = bounds.iter().map(|b| timestamptz_literal(*b)).collect();
-        let filter = filter_sql(&RowFilter { inside: false, ..keep.clone() });
-        let sql = format!(
-            "SELECT width_bucket({c}::timestamptz, ARRAY[{}]::timestamptz[]), count(*)::int8, coalesce(sum({}), 0)::text, \
-             coalesce(sum(hashint8extended(xmin::text::int8, 0)), 0)::text FROM {} WHERE {filter} GROUP BY 1",
-            array.join(", "),
-            fingerprint::row_hash_sql(self.columns()?),
-            self.target_sql(),
-            c = quote_ident(&keep.column),
-        );
-        // The planner takes every window value for a group and sorts the
-        // rows to group them (6.1 s for 27M rows); hashed into the few
-        // groups there are, 4.9 s. Local to the build's transaction.
-        client.batch_execute("SET LOCAL enable_sort = off").await.map_err(|e| classify("fingerprinting the kept rows", e))?;
-        let rows = client.query(&sql, &[]).await.map_err(|e| classify("fingerprinting the kept rows", e))?;
-        let number = |what: &str, text: String| {
-            text.parse::<i128>().map_err(|_| AdapterError::internal(format!("{what} `{text}` is not an integer")))
-        };
-        let (mut kept, mut recorded) = (fingerprint::Fingerprint::default(), recorded);
-        for (s, e) in &keep.carried {
-            recorded = recorded.with(&carried_name(*s, *e), fingerprint::Fingerprint::default());
-        }
-        for r in rows {
-            let (bucket, n, sum, versions): (Option<i32>, i64, String, String) = (r.get(0), r.get(1), r.get(2), r.get(3));
-            let n = n as u64;
-            kept = fingerprint::Fingerprint { rows: kept.rows + n, sum: kept.sum + number("a kept rows' hash sum", sum)? };
-            let range =
-                bucket.and_then(|b| usize::try_from(b).ok()).filter(|b| *b >= 1 && *b < bounds.len()).map(|b| (bounds[b - 1], bounds[b]));
-            if let Some((s, e)) = range.filter(|r| keep.carried.contains(r)) {
-                recorded = recorded
-                    .with(&carried_name(s, e), fingerprint::Fingerprint { rows: n, sum: number("a row versions' hash sum", versions)? });
-            }
-        }
-        Ok(recorded.with("kept", kept))
-    }
-
-    /// The identities of the target's rows in `ranges` recorded with
-    /// `generation` at its build ([`PostgresTarget::kept_and_carried`]);
-    /// None for a range it recorded none for.
-    pub(super) async fn identities_at_build(&self, generation: &str, ranges: &[(Timestamp, Timestamp)]) -> Result<Vec<Option<String>>> {
-        let client = self.connect().await?;
-        let Some(recorded) = fingerprint::recorded(&client, &self.owned_sql(generation)).await? else {
-            return Ok(vec![None; ranges.len()]);
-        };
-        let row = client
-            .query_one("SELECT to_regclass($1)::oid::int8", &[&self.target_sql()])
-            .await
-            .map_err(|e| classify("reading the target chunks' identities", e))?;
-        let Some(oid) = row.get::<_, Option<i64>>(0) else { return Ok(vec![None; ranges.len()]) };
-        Ok(ranges
-            .iter()
-            .map(|(s, e)| {
-                recorded.get(&carried_name(*s, *e)).map(|f| identity(oid, &Fingerprint { rows: f.rows, digest: f.sum.to_string() }))
-            })
-            .collect())
-    }
-
-    /// A connection under the session settings fingerprints are read
-    /// under (the window's bounds are `timestamptz` literals).
-    async fn session(&self) -> Result<tokio_postgres::Client> {
-        let client = self.connect().await?;
-        client.batch_execute(fingerprint::SESSION).await.map_err(|e| classify("reading the target chunks' identities", e))?;
-        Ok(client)
-    }
-
     /// The identity of the target's rows in each of `ranges` of `column`
     /// (see the module docs); None for all when the ranges are not sorted
     /// and disjoint.
@@ -178,7 +90,7 @@ impl PostgresTarget {
         let Some(scan) = scan(ranges) else { return Ok(vec![None; ranges.len()]) };
         let table = self.target_sql();
         let read = |e| classify("reading the target chunks' identities", e);
-        let client = self.session().await?;
+        let client = self.connect().await?;
         let row = client.query_one(LAYOUT_SQL, &[&table]).await.map_err(read)?;
         let layout = Layout { version: row.get(0), workers_per_gather: row.get(1), blocks: row.get::<_, Option<i64>>(2).unwrap_or(0) };
         let Some(oid) = row.get::<_, Option<i64>>(3) else { return Ok(vec![None; ranges.len()]) };
@@ -188,7 +100,7 @@ impl PostgresTarget {
             let reads = split.iter().enumerate().map(|(i, part)| {
                 let (client, table, chunks) = (&client, &table, chunks.as_slice());
                 async move {
-                    let own = if i == 0 { None } else { Some(self.session().await?) };
+                    let own = if i == 0 { None } else { Some(self.connect().await?) };
                     let sql = fingerprint_sql(table, column, chunks, layout.version, *part)?;
                     let rows = own.as_ref().unwrap_or(client).query(&sql, &[]).await.map_err(read)?;
                     Ok::<_, AdapterError>(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect::<Vec<(i32, i64, String)>>())

@@ -181,11 +181,9 @@ impl PostgresTarget {
         client.batch_execute(&sql).await.map_err(|e| classify("building the generation", e))?;
         let staging_sql: Vec<String> = stagings.iter().map(|s| self.owned_sql(s)).collect();
         let mut recorded = Recorded::default().with("window", fingerprint::sum_of_verified(&client, &staging_sql).await?);
-        recorded = match keep {
-            Some(k) if !k.carried.is_empty() => self.kept_and_carried(&client, k, recorded).await?,
-            Some(k) => recorded.with("kept", self.kept_fingerprint(&client, k).await?),
-            None => recorded,
-        };
+        if let Some(k) = keep {
+            recorded = recorded.with("kept", self.kept_fingerprint(&client, k).await?);
+        }
         let kind = if build == GenerationBuild::WindowOnlyView { "VIEW" } else { "TABLE" };
         fingerprint::record(&client, &gen_sql, kind, &recorded).await?;
         client.batch_execute("COMMIT").await.map_err(|e| classify("building the generation", e))?;

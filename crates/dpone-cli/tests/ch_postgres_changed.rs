@@ -237,16 +237,10 @@ fn a_write_after_the_publication_keeps_the_chunk_from_being_carried_by_its_row_v
 /// pause, and returns the run.
 fn run_pausing_at(fx: &Fixture, point: &str, during: impl FnOnce()) -> harness::Run {
     let m = fx.manifest.display().to_string();
-    let paused = fx.dir().join("paused");
-    let _ = std::fs::remove_file(&paused);
-    let sleep = format!("{point}:4000");
-    let env = fx.run_env(&[("DPONE_FAILPOINT_SLEEP", sleep.as_str()), ("DPONE_FAILPOINT_PAUSED", paused.to_str().unwrap())]);
+    let env = fx.run_env(&[]);
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let args = ["run", m.as_str(), "--interval-end", INTERVAL_END, "--format", "json"];
-    let child = harness::spawn(fx.dir(), &args, &env);
-    harness::wait_until(std::time::Duration::from_secs(60), &format!("the run to reach {point}"), || paused.exists());
-    during();
-    child.wait_within(std::time::Duration::from_secs(120))
+    harness::run_paused_at(fx.dir(), &args, &env, point, during)
 }
 
 /// Another writer changes a day the run decided to carry, after the

@@ -236,23 +236,9 @@ fn a_tampered_record_never_lets_a_changed_chunk_be_skipped() {
 /// journaled, calls `during` in the pause, and returns the run.
 fn run_pausing_after_decision(fx: &Fixture, during: impl FnOnce()) -> harness::Run {
     let m = fx.manifest.display().to_string();
-    let paused = fx.dir().join("paused");
-    let _ = std::fs::remove_file(&paused);
-    let env = [
-        ("DPONE_CONN_PG", fx.postgres_url.as_str()),
-        ("DPONE_CONN_CH", fx.clickhouse_url.as_str()),
-        ("DPONE_FAILPOINT_SLEEP", "delivery.after_decide:4000"),
-        ("DPONE_FAILPOINT_PAUSED", paused.to_str().unwrap()),
-    ];
+    let env = [("DPONE_CONN_PG", fx.postgres_url.as_str()), ("DPONE_CONN_CH", fx.clickhouse_url.as_str())];
     let args = ["run", m.as_str(), "--interval-end", INTERVAL_END, "--format", "json"];
-    let child = harness::spawn(fx.dir(), &args, &env);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !paused.exists() {
-        assert!(std::time::Instant::now() < deadline, "the run never reached delivery.after_decide");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    during();
-    child.wait_within(std::time::Duration::from_secs(120))
+    harness::run_paused_at(fx.dir(), &args, &env, "delivery.after_decide", during)
 }
 
 /// The target's day changed between the decision and the publication: the

@@ -7,7 +7,6 @@ use crate::context::Ctx;
 use crate::evidence::build_evidence;
 use crate::failure::{Phase, RunFailure, Step, Stop};
 use crate::journal::Journal;
-use dpone_core::evidence::GenerationCheck;
 use dpone_core::ports::{AdapterError, MergeCounts, ReconcileScope, Source, Target, WindowStats};
 use dpone_core::state::{RunJournal, RunState};
 use std::path::PathBuf;
@@ -25,7 +24,7 @@ pub(crate) async fn write_evidence<S: Source, T: Target>(ctx: &Ctx<S, T>, journa
     // Every chunk carried: nothing was published, nothing to reconcile.
     let intent = match j.intent.clone() {
         Some(intent) => Some(intent),
-        None if generation.check == GenerationCheck::NothingToPublish => None,
+        None if j.publishes_nothing() => None,
         None => return Err(AdapterError::internal("the journal is published without an intent").into()),
     };
     if let Some(intent) = &intent {
@@ -55,14 +54,13 @@ pub(crate) async fn write_evidence<S: Source, T: Target>(ctx: &Ctx<S, T>, journa
     ctx.add_phase(|p| p.evidence += started.elapsed().as_secs_f64());
     // A window replaced in place: the rows kept are the target's other
     // rows, as counted here (the build does not count them; a direct
-    // publication counted them under its lock).
+    // publication counted them under its lock). Journaled with the state.
     let mut generation = generation;
-    let kept_in_place = generation.in_place && intent.is_some() && j.cursor.is_none() && generation.target_stats.is_none();
-    if kept_in_place && ctx.window_filter(false).is_some() {
-        let kept = stats.total_rows.saturating_sub(generation.rows);
-        generation.kept_rows = kept;
-        journal.update(|j| j.generation.iter_mut().for_each(|g| g.kept_rows = kept)).await?;
+    let windowed = ctx.window_filter(false).is_some();
+    if windowed && generation.in_place && intent.is_some() && j.cursor.is_none() && generation.target_stats.is_none() {
+        generation.kept_rows = stats.total_rows.saturating_sub(generation.rows);
     }
+    let kept_rows = generation.kept_rows;
     let null_window_rows = stats.null_window_rows;
     // An append's and a run that published nothing: the target's rows as counted.
     let final_rows = (j.cursor.is_some() || intent.is_none()).then_some(stats.total_rows);
@@ -90,6 +88,9 @@ pub(crate) async fn write_evidence<S: Source, T: Target>(ctx: &Ctx<S, T>, journa
             j.evidence_key = Some(key);
             j.null_window_rows = Some(null_window_rows);
             j.final_rows = final_rows;
+            if let Some(g) = j.generation.as_mut() {
+                g.kept_rows = kept_rows;
+            }
         })
         .await?;
     Ok(())

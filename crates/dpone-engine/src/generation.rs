@@ -216,9 +216,10 @@ async fn build<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, generat
     // the evidence, `finish.rs`), digested before a full copy (the copy
     // must equal them), reported by a partition-linked build itself
     // (history is neither copied nor hashed then).
+    let none_read = Contents { rows: 0, digest: RowDigest::with(ctx.plan.staging.digest, ncols) };
     let kept_before = match &keep {
-        None => Some(Contents { rows: 0, digest: RowDigest::with(ctx.plan.staging.digest, ncols) }),
-        Some(_) if in_place => Some(Contents { rows: 0, digest: RowDigest::with(ctx.plan.staging.digest, ncols) }),
+        None => Some(none_read),
+        Some(_) if in_place => Some(none_read),
         // A target that reconciles concurrent writes checks its copied
         // kept rows against the target itself (a build may not add to them).
         Some(_) if method == GenerationMethod::PartitionLinks || ctx.target.reconciles_concurrent_writes() => None,

@@ -294,6 +294,23 @@ impl Drop for Background {
     }
 }
 
+/// Runs `dpone` with `args` and `env` paused for 4 s at failpoint `point`
+/// (`DPONE_FAILPOINT_SLEEP`), calls `during` once the pause is reached
+/// (the marker `DPONE_FAILPOINT_PAUSED` in `cwd`), and returns the
+/// finished run.
+pub fn run_paused_at(cwd: &Path, args: &[&str], env: &[(&str, &str)], point: &str, during: impl FnOnce()) -> Run {
+    let paused = cwd.join("paused");
+    let _ = std::fs::remove_file(&paused);
+    let sleep = format!("{point}:4000");
+    let marker = paused.display().to_string();
+    let mut all = env.to_vec();
+    all.extend([("DPONE_FAILPOINT_SLEEP", sleep.as_str()), ("DPONE_FAILPOINT_PAUSED", marker.as_str())]);
+    let child = spawn(cwd, args, &all);
+    wait_until(Duration::from_secs(60), &format!("the run reached {point}"), || paused.exists());
+    during();
+    child.wait_within(Duration::from_secs(120))
+}
+
 /// Polls `done` every 50 ms until it returns true; panics after `timeout`.
 pub fn wait_until(timeout: Duration, what: &str, mut done: impl FnMut() -> bool) {
     let started = Instant::now();

@@ -12,9 +12,10 @@
 //! count. An equal identity therefore means the same row versions: nobody
 //! wrote the range since it was read. An unequal one says nothing about
 //! the rows' values (an update to the same values changes it): the chunk
-//! is then read and digested as before. Freezing keeps a version's `xmin`
-//! (PostgreSQL 9.4 and later); `VACUUM FULL` and `CLUSTER` keep it too; a
-//! dump and restore, a rewrite by another tool or a new table changes it.
+//! is then read and digested as before. Freezing, `VACUUM FULL` and
+//! `CLUSTER` keep a version's raw `xmin` (PostgreSQL's behaviour since
+//! 9.4, not tested here); a dump and restore, a rewrite by another tool or a new table changes it. Whatever
+//! changes `xmin` only makes the chunk digested, never skipped.
 //!
 //! What a publication inserted has one `xmin`, its own transaction's, which
 //! the receipt it committed carries too: right after the publication, a

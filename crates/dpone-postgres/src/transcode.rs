@@ -338,7 +338,18 @@ pub fn numeric_to_scaled(b: &[u8], precision: u8, scale: u8) -> Result<I256, Str
     // digits gives acc = value * 10^frac_digits; the decimal point is then
     // moved to `scale` exactly. Up to 9 groups (36 digits) fit an i128,
     // which covers the common precisions without 256-bit arithmetic.
-    let digits = &b[8..];
+    let mut digits = &b[8..];
+    let group = |d: &[u8], i: usize| u16::from_be_bytes([d[2 * i], d[2 * i + 1]]);
+    // Trailing zero groups carry no digits (PostgreSQL strips them; a
+    // writer that does not must not make a value overflow).
+    while digits.len() >= 2 && group(digits, digits.len() / 2 - 1) == 0 {
+        digits = &digits[..digits.len() - 2];
+    }
+    let ndigits = digits.len() / 2;
+    // Past 9 groups, the last group's trailing decimal zeros are padding to
+    // a group of four: leaving them out keeps 76 significant digits within
+    // 256 bits (a 74-digit value at scale 65 is 77 digits with them).
+    let pad = if ndigits > 9 { (0..3).take_while(|&k| group(digits, ndigits - 1) % 10u16.pow(k + 1) == 0).count() as u32 } else { 0 };
     let acc = if ndigits <= 9 {
         let mut a: i128 = 0;
         for pair in digits.chunks_exact(2) {
@@ -352,16 +363,17 @@ pub fn numeric_to_scaled(b: &[u8], precision: u8, scale: u8) -> Result<I256, Str
     } else {
         let ten_k = I256::from(10_000u16);
         let mut a = I256::ZERO;
-        for pair in digits.chunks_exact(2) {
+        for (i, pair) in digits.chunks_exact(2).enumerate() {
             let d = u16::from_be_bytes([pair[0], pair[1]]);
             if d >= 10_000 {
                 return Err("malformed numeric digit".into());
             }
-            a = a.checked_mul(ten_k).and_then(|a| a.checked_add(I256::from(d))).ok_or_else(too_many)?;
+            let (base, d) = if i + 1 == ndigits { (I256::from(10u16.pow(4 - pad)), d / 10u16.pow(pad)) } else { (ten_k, d) };
+            a = a.checked_mul(base).and_then(|a| a.checked_add(I256::from(d))).ok_or_else(too_many)?;
         }
         a
     };
-    let frac_digits = 4 * (ndigits as i32 - 1 - weight);
+    let frac_digits = 4 * (ndigits as i32 - 1 - weight) - pad as i32;
     let shift = scale as i32 - frac_digits;
     let scaled = if acc == I256::ZERO {
         I256::ZERO

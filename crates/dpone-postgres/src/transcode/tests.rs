@@ -248,6 +248,14 @@ fn numeric_special_values_and_limits() {
     let max = pg_numeric(pow10(76) - 1, 20);
     assert!(transcode(oid::NUMERIC, "Decimal(76, 20)", Some(&max)).is_ok());
     assert!(transcode(oid::NUMERIC, "Decimal(75, 20)", Some(&max)).is_err());
+    // 74 digits at scale 65 are 77 digits in base-10000 groups (the last
+    // group padded with three zeros): still exact, still within Decimal(75, 65).
+    // Found by numeric_matches_reference under CI.
+    let wide: I256 = "-60696948625838812706225083753243112848604588553878996384563023536105778019".parse().unwrap();
+    let field = pg_numeric(wide, 65);
+    let want = reference("Decimal(75, 65)", &Value::Decimal { unscaled: wide, scale: 65 }).unwrap();
+    assert_eq!(transcode(oid::NUMERIC, "Decimal(75, 65)", Some(&field)).unwrap(), want);
+    assert!(transcode(oid::NUMERIC, "Decimal(73, 65)", Some(&field)).unwrap_err().reason.contains("more than 73 digits"));
     let too_precise = pg_numeric(I256::from(12345), 3);
     assert!(transcode(oid::NUMERIC, "Decimal(10, 2)", Some(&too_precise)).unwrap_err().reason.contains("never rounds"));
     assert!(transcode(oid::INT8, "Int64", None).is_err(), "NULL into a non-nullable target");

@@ -69,12 +69,12 @@ macro_rules! __target_methods {
                 Ok(vec![None; ranges.len()])
             }
 
-            /// For a target that keeps rows in place: right after `generation`
-            /// was published, the [`Target::range_part_identities`] identity of
-            /// each `(start, end, rows)` range of `column` it replaced, where
-            /// the target can prove it holds exactly the `rows` rows the
-            /// publication inserted there; None where it cannot (the default,
-            /// or a range someone wrote since). Read-only.
+            /// For a target that keeps rows in place: after `generation` was
+            /// published, the [`Target::range_part_identities`] identity that
+            /// each `(start, end, rows)` range of `column` it replaced has
+            /// while it holds exactly the `rows` rows the publication inserted
+            /// there (and no other writer's rows can have); None where the
+            /// target cannot tell (the default). Read-only.
             async fn published_range_identities(
                 &self,
                 generation: &str,

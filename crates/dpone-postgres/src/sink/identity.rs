@@ -18,11 +18,14 @@
 //! changes `xmin` only makes the chunk digested, never skipped.
 //!
 //! What a publication inserted has one `xmin`, its own transaction's, which
-//! the receipt it committed carries too: right after the publication, a
-//! range the target holds exactly the publication's `n` rows of has the
-//! identity `(n, n * hash(xmin of the receipt))`
-//! ([`PostgresTarget::identities_after_publication`]). A range someone wrote
-//! after the commit has another, and gets no identity in its record.
+//! the receipt it committed carries too: a range that holds exactly the
+//! publication's `n` rows has the identity `(n, n * hash(xmin of the
+//! receipt))`, which the record of a staged chunk takes without reading the
+//! range ([`PostgresTarget::identities_after_publication`]). No other
+//! transaction can write a version with that `xmin`, so a range someone
+//! wrote after the commit (or before the record) has another identity:
+//! its next decision reads and digests it (`target_changed` when its rows
+//! differ), as when the range was read after the commit.
 
 use super::PostgresTarget;
 use crate::delivery::{Layout, MIN_PART_BLOCKS, fingerprint_sql, fingerprints, parts};
@@ -118,37 +121,31 @@ impl PostgresTarget {
         Ok(out)
     }
 
-    /// Right after `generation` was published: the identity of each
-    /// `(start, end, rows)` range it replaced, when the target holds there
-    /// exactly `rows` row versions written by the publishing transaction
-    /// (see the module docs); None for a range someone wrote since, and for
-    /// all when the receipt is not found.
+    /// Right after `generation` was published: the identity each
+    /// `(start, end, rows)` range it replaced has while the target holds
+    /// there exactly the `rows` row versions the publishing transaction
+    /// wrote (see the module docs), derived from the receipt without reading
+    /// a row; None for all when the receipt or the table is not found.
     pub(super) async fn identities_after_publication(
         &self,
         generation: &str,
-        column: &str,
+        _column: &str,
         ranges: &[(Timestamp, Timestamp, u64)],
     ) -> Result<Vec<Option<String>>> {
-        let sql =
-            format!("SELECT hashint8extended(xmin::text::int8, 0) FROM {} WHERE target = $1 AND generation = $2", self.receipts_sql());
+        let sql = format!(
+            "SELECT hashint8extended(xmin::text::int8, 0), to_regclass($3)::oid::int8 FROM {} WHERE target = $1 AND generation = $2",
+            self.receipts_sql()
+        );
         let client = self.connect().await?;
-        let receipt = client
-            .query_opt(&sql, &[&self.target_sql(), &generation])
-            .await
-            .map_err(|e| classify("reading the publication's receipt", e))?;
-        let Some(receipt) = receipt else { return Ok(vec![None; ranges.len()]) };
-        let hash = i128::from(receipt.get::<_, i64>(0));
-        let bounds: Vec<_> = ranges.iter().map(|r| (r.0, r.1)).collect();
-        let now = self.range_identities(column, &bounds).await?;
-        Ok(now
-            .into_iter()
-            .zip(ranges)
-            .map(|(now, &(_, _, rows))| {
-                let now = now?;
-                let oid = now.strip_prefix(&format!("{IDENTITY}:"))?.split(':').next()?.parse().ok()?;
-                let expected = identity(oid, &Fingerprint { rows, digest: (i128::from(rows) * hash).to_string() });
-                (now == expected).then_some(now)
-            })
+        let table = self.target_sql();
+        let receipt =
+            client.query_opt(&sql, &[&table, &generation, &table]).await.map_err(|e| classify("reading the publication's receipt", e))?;
+        let Some((hash, Some(oid))) = receipt.map(|r| (i128::from(r.get::<_, i64>(0)), r.get::<_, Option<i64>>(1))) else {
+            return Ok(vec![None; ranges.len()]);
+        };
+        Ok(ranges
+            .iter()
+            .map(|&(_, _, rows)| Some(identity(oid, &Fingerprint { rows, digest: (i128::from(rows) * hash).to_string() })))
             .collect())
     }
 }

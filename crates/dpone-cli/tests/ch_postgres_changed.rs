@@ -164,7 +164,19 @@ fn a_rerun_moves_exactly_the_changed_chunks_into_postgres() {
     let changed = run(&fx, &[]);
     assert_eq!(staged(&changed), set(&[3, 12, 27]), "{:?}", moved(&changed));
     assert_eq!(moved(&changed), vec![(3, "changed".into()), (12, "changed".into()), (27, "changed".into())]);
+    assert_eq!(changed["target_unchanged"], false, "day 3 lost a row, day 27 gained one: {changed:#}");
     assert_window_equal(&fx, "three changed days");
+
+    // A row added to two days of the source and, by another writer, the
+    // same row to the target: both days staged, and the target's rows of
+    // those days read and found equal to them (each day's count first).
+    for (n, day) in [(20, "2026-08-30"), (21, "2026-08-31")] {
+        fx.ch_exec(&format!("INSERT INTO {src} SELECT 905{n}, {}, 'both'", in_day(n, 5)));
+        fx.pg_exec(&format!("INSERT INTO {} VALUES (905{n}, '{day} 05:00:00+00', 'both')", fx.target_sql()));
+    }
+    let same = run(&fx, &[]);
+    assert_eq!(staged(&same), set(&[20, 21]), "{:?}", moved(&same));
+    assert_eq!(same["target_unchanged"], true, "the same rows were published again: {same:#}");
 
     // (c) Another writer changes the target's day 5.
     fx.pg_exec(&format!("INSERT INTO {} VALUES (7777, '2026-08-15 01:00:00+00', 'foreign')", fx.target_sql()));

@@ -225,14 +225,17 @@ async fn build<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal, generat
         Some(_) if method == GenerationMethod::PartitionLinks || ctx.target.reconciles_concurrent_writes() => None,
         Some(k) => Some(ctx.target.inspect(TableRole::Target, Some(k)).await?),
     };
-    // The rows being replaced are hashed only when their count says they
-    // might equal the new window (to report an unchanged target). An
-    // append replaces nothing.
+    // The rows being replaced are hashed only when their count (and each
+    // staged chunk's, for a changed-window run) says they might equal the
+    // new window (to report an unchanged target). An append replaces nothing.
     let (replaced_rows, unchanged) = if ctx.publication.moves_mark() {
         (0, window.rows == 0)
     } else {
         let replaced_rows = ctx.target.count(TableRole::Target, inside.as_ref()).await?;
-        (replaced_rows, replaced_rows == window.rows && ctx.target.inspect(TableRole::Target, inside.as_ref()).await?.digest == *window)
+        let unchanged = replaced_rows == window.rows
+            && crate::delivery::staged_counts_match(ctx, &j).await?
+            && ctx.target.inspect(TableRole::Target, inside.as_ref()).await?.digest == *window;
+        (replaced_rows, unchanged)
     };
     let stagings: Vec<String> = j.chunks.values().map(|c| c.staging_table.clone()).collect();
     journal.update(|j| j.owned.insert(generation.to_string())).await?;

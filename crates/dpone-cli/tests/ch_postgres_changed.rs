@@ -256,18 +256,20 @@ fn run_pausing_at(fx: &Fixture, point: &str, during: impl FnOnce()) -> harness::
 }
 
 /// Another writer changes a day the run decided to carry, after the
-/// decision (the carried rows' versions, read again after the build, are
-/// no longer the decided ones) or after that check (the publishing
-/// transaction compares the kept rows, carried ones included, with the
-/// build's fingerprint): refused either way, nothing published, and the
-/// next run transfers the day.
+/// decision or after the build: the publishing transaction reads the
+/// carried days' row versions under its lock and finds them no longer the
+/// decided ones; refused either way, nothing published, and the next run
+/// transfers the day. A write to the target's history (outside the window)
+/// after the build is refused by the kept rows' fingerprint.
 #[test]
 fn a_carried_day_changed_during_the_run_is_refused_into_postgres() {
     let fx = fixture("chpg_changed_race");
     run(&fx, &[]);
     let src = fx.source_sql();
     for (n, (point, code)) in
-        [("delivery.after_decide", "target_changed_since_decision"), ("publish.before_intent", "kept_rows_changed")].into_iter().enumerate()
+        [("delivery.after_decide", "target_changed_since_decision"), ("publish.before_intent", "target_changed_since_decision")]
+            .into_iter()
+            .enumerate()
     {
         fx.ch_exec(&format!("INSERT INTO {src} SELECT {}, {}, 'late'", 9300 + n, in_day(2, 1 + n as i64)));
         let foreign = format!("INSERT INTO {} VALUES ({}, '2026-08-17 02:0{n}:00+00', 'foreign')", fx.target_sql(), 7790 + n);
@@ -280,6 +282,14 @@ fn a_carried_day_changed_during_the_run_is_refused_into_postgres() {
         assert_eq!(staged(&next), set(&[2, 7]), "{point}: day 2 (source) and day 7 (target) are transferred");
         assert_window_equal(&fx, point);
     }
+    fx.ch_exec(&format!("INSERT INTO {src} SELECT 9310, {}, 'late'", in_day(2, 5)));
+    let history = format!("INSERT INTO {} VALUES (7799, '2026-08-03 02:00:00+00', 'foreign history')", fx.target_sql());
+    let r = run_pausing_at(&fx, "publish.before_intent", || fx.pg_exec(&history));
+    assert_eq!(r.code, Some(1), "a history write: the run must fail, nothing published:\n{}", r.describe());
+    assert!(r.stdout.contains("kept_rows_changed"), "kept_rows_changed expected:\n{}", r.describe());
+    let next = run(&fx, &[]);
+    assert_eq!(staged(&next), set(&[2]), "only day 2 (source) is transferred; the history row stays");
+    assert_window_equal(&fx, "a history write");
     fx.finish();
 }
 

@@ -199,7 +199,7 @@ pub(crate) struct Ctx<S, T> {
     pub resumption: Resumption,
     /// `delivery: changed`: the window ranges carried from the target (its
     /// `unchanged` chunks), from the journaled decisions; empty otherwise.
-    pub carried: std::sync::Mutex<Vec<(dpone_core::time::Timestamp, dpone_core::time::Timestamp)>>,
+    pub carried: std::sync::Mutex<(Vec<(dpone_core::time::Timestamp, dpone_core::time::Timestamp)>, Vec<String>)>,
 }
 
 impl<S: Source, T: Target> Ctx<S, T> {
@@ -219,7 +219,7 @@ impl<S: Source, T: Target> Ctx<S, T> {
             importers: Arc::new(tokio::sync::Semaphore::new(plan.limits.import_parallelism.max(1) as usize)),
             encoded_total: Arc::new(AtomicU64::new(0)),
             resumption: Resumption::default(),
-            carried: std::sync::Mutex::new(Vec::new()),
+            carried: std::sync::Mutex::new((Vec::new(), Vec::new())),
         }
     }
 
@@ -249,8 +249,8 @@ impl<S: Source, T: Target> Ctx<S, T> {
     /// The window's rows (`inside`) or the others; the chunks a `delivery:
     /// changed` run carries count as outside (they are kept like history).
     pub fn window_filter(&self, inside: bool) -> Option<RowFilter> {
-        let carried = self.carried.lock().expect("carried lock").clone();
-        self.plan.window.as_ref().map(|w| RowFilter { carried, ..RowFilter::new(&w.column, w.start, w.end, inside) })
+        let (carried, carried_identities) = self.carried.lock().expect("carried lock").clone();
+        self.plan.window.as_ref().map(|w| RowFilter { carried, carried_identities, ..RowFilter::new(&w.column, w.start, w.end, inside) })
     }
 
     /// The run's chunks; a run without a window has one chunk, None.

@@ -28,10 +28,17 @@ fn changed_window<S: Source, T: Target>(ctx: &Ctx<S, T>) -> Option<&WindowPlan> 
     ctx.plan.window.as_ref().filter(|w| w.delivery == Delivery::Changed)
 }
 
-/// Makes the journaled decisions the run's carried ranges (a resumed run).
+/// Makes the journaled decisions the run's carried ranges (a resumed run),
+/// with their decided identities where the target compares them in its
+/// publishing transaction and every carried chunk has one.
 pub(crate) fn restore<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal) {
     if let Some(d) = &j.delivery {
-        *ctx.carried.lock().expect("carried lock") = d.carried_ranges();
+        let identities: Option<Vec<String>> = ctx
+            .target
+            .checks_carried_in_publication()
+            .then(|| d.chunks.iter().filter(|c| c.decision == Decision::Unchanged).map(|c| c.carried_parts.clone()).collect())
+            .flatten();
+        *ctx.carried.lock().expect("carried lock") = (d.carried_ranges(), identities.unwrap_or_default());
     }
 }
 
@@ -210,10 +217,17 @@ async fn chunk_contents<T: Target>(target: &T, table: TableRole<'_>, column: &st
 /// the build is refused rather than published as if the source had it. A
 /// generation that copied or linked them holds them; a target that keeps
 /// rows in place still holds them itself, and its publishing transaction
-/// re-checks them with the other kept rows (`Target::compare_kept`).
+/// re-checks them with the other kept rows (`Target::compare_kept`). A
+/// target that compares the carried ranges' identities in its publishing
+/// transaction (`Target::checks_carried_in_publication`) is not read here:
+/// that comparison, under its lock, is later than this one could be.
 pub(crate) async fn check_carried<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal, generation: &str) -> Result<(), AdapterError> {
     // The journaled decisions, whatever this invocation's `--delivery`.
     let (Some(w), Some(d)) = (ctx.plan.window.as_ref(), &j.delivery) else { return Ok(()) };
+    // Compared by the publishing transaction itself, under its lock.
+    if ctx.window_filter(false).is_some_and(|k| k.carried_by_identity()) {
+        return Ok(());
+    }
     let table = if ctx.target.keeps_rows_in_place() { TableRole::Target } else { TableRole::Owned(generation) };
     // The target's metadata identity unchanged since the decision: the
     // target was not written there, and the generation's build verified

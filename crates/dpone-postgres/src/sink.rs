@@ -502,6 +502,12 @@ impl Target for PostgresTarget {
         !self.direct && !self.partition_swap
     }
 
+    fn checks_carried_in_publication(&self) -> bool {
+        // The publishing transaction reads the carried ranges' row versions
+        // under its lock (`transaction.rs`, `check_carried`).
+        self.carries_unchanged_chunks()
+    }
+
     async fn publish_direct(
         &self,
         generation: &str,

@@ -144,11 +144,23 @@ pub struct RowFilter {
     /// from the target (its `unchanged` chunks): their rows count as
     /// outside. Sorted, disjoint, within `[start, end)`; empty otherwise.
     pub carried: Vec<(Timestamp, Timestamp)>,
+    /// The target's identity of each `carried` range as the run decided it
+    /// (`Target::range_part_identities`), in the same order, when the target
+    /// compares them in its publishing transaction
+    /// (`Target::checks_carried_in_publication`) and each has one; empty
+    /// otherwise.
+    pub carried_identities: Vec<String>,
 }
 
 impl RowFilter {
     pub fn new(column: &str, start: Timestamp, end: Timestamp, inside: bool) -> RowFilter {
-        RowFilter { column: column.to_string(), start, end, inside, carried: Vec::new() }
+        RowFilter { column: column.to_string(), start, end, inside, carried: Vec::new(), carried_identities: Vec::new() }
+    }
+
+    /// Whether the carried ranges are checked by their identities
+    /// ([`RowFilter::carried_identities`]) rather than with the other kept rows.
+    pub fn carried_by_identity(&self) -> bool {
+        !self.carried.is_empty() && self.carried_identities.len() == self.carried.len()
     }
 
     /// The ranges whose rows are inside: `[start, end)` less the carried

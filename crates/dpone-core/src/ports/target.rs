@@ -156,6 +156,17 @@ macro_rules! __target_methods {
                 false
             }
 
+            /// Whether the publishing transaction compares, under its lock,
+            /// the identity of each carried range with the one the run decided
+            /// on (`RowFilter::carried_identities`), refusing with
+            /// `target_changed_since_decision`: then the engine gives the
+            /// identities in the kept filter and leaves those ranges out of its
+            /// own check after the build, and the target leaves them out of
+            /// the kept rows' fingerprint.
+            fn checks_carried_in_publication(&self) -> bool {
+                false
+            }
+
             /// Whether this target loads the chunks inside its publishing
             /// transaction ([`Target::publish_direct`]) instead of staging them:
             /// the engine then creates no staging table and no generation.

@@ -91,22 +91,50 @@ impl PostgresTarget {
     /// (see the module docs); None for all when the ranges are not sorted
     /// and disjoint.
     pub(super) async fn range_identities(&self, column: &str, ranges: &[(Timestamp, Timestamp)]) -> Result<Vec<Option<String>>> {
+        let client = self.connect().await?;
+        self.identities_on(&client, column, ranges, true).await
+    }
+
+    /// [`PostgresTarget::range_identities`] read by `client` alone, in its
+    /// snapshot (the publishing transaction's).
+    pub(super) async fn identities_in(
+        &self,
+        client: &impl tokio_postgres::GenericClient,
+        column: &str,
+        ranges: &[(Timestamp, Timestamp)],
+    ) -> Result<Vec<Option<String>>> {
+        self.identities_on(client, column, ranges, false).await
+    }
+
+    /// The identities read by `client`, and by as many more connections as
+    /// one parallel query may use when `split` (each reading its own block
+    /// range, see [`crate::delivery`]).
+    async fn identities_on(
+        &self,
+        client: &impl tokio_postgres::GenericClient,
+        column: &str,
+        ranges: &[(Timestamp, Timestamp)],
+        split: bool,
+    ) -> Result<Vec<Option<String>>> {
         let Some(scan) = scan(ranges) else { return Ok(vec![None; ranges.len()]) };
         let table = self.target_sql();
         let read = |e| classify("reading the target chunks' identities", e);
-        let client = self.connect().await?;
         let row = client.query_one(LAYOUT_SQL, &[&table]).await.map_err(read)?;
         let layout = Layout { version: row.get(0), workers_per_gather: row.get(1), blocks: row.get::<_, Option<i64>>(2).unwrap_or(0) };
         let Some(oid) = row.get::<_, Option<i64>>(3) else { return Ok(vec![None; ranges.len()]) };
-        let split = if scan.whole { parts(layout, MIN_PART_BLOCKS) } else { vec![None] };
+        let split = if scan.whole && split { parts(layout, MIN_PART_BLOCKS) } else { vec![None] };
         let mut out = vec![None; ranges.len()];
         for (chunks, slots) in &scan.groups {
             let reads = split.iter().enumerate().map(|(i, part)| {
-                let (client, table, chunks) = (&client, &table, chunks.as_slice());
+                let (client, table, chunks) = (client, &table, chunks.as_slice());
                 async move {
                     let own = if i == 0 { None } else { Some(self.connect().await?) };
                     let sql = fingerprint_sql(table, column, chunks, layout.version, *part)?;
-                    let rows = own.as_ref().unwrap_or(client).query(&sql, &[]).await.map_err(read)?;
+                    let rows = match &own {
+                        Some(own) => own.query(&sql, &[]).await,
+                        None => client.query(&sql, &[]).await,
+                    }
+                    .map_err(read)?;
                     Ok::<_, AdapterError>(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect::<Vec<(i32, i64, String)>>())
                 }
             });

@@ -190,9 +190,16 @@ impl PostgresTarget {
         Ok(build)
     }
 
-    /// The fingerprint of the target's rows outside `keep`'s window.
+    /// The fingerprint of the target's rows outside `keep`'s window: the
+    /// rows outside `[start, end)` and those of the carried ranges, or only
+    /// the former when the carried ranges are compared by their identities
+    /// (`RowFilter::carried_by_identity`, see `check_carried`).
     pub(super) async fn kept_fingerprint(&self, client: &impl tokio_postgres::GenericClient, keep: &RowFilter) -> Result<Fingerprint> {
-        let filter = filter_sql(&RowFilter { inside: false, ..keep.clone() });
+        let outside = match keep.carried_by_identity() {
+            true => RowFilter { inside: false, carried: Vec::new(), carried_identities: Vec::new(), ..keep.clone() },
+            false => RowFilter { inside: false, ..keep.clone() },
+        };
+        let filter = filter_sql(&outside);
         fingerprint::query(
             client,
             &fingerprint::select_sql(self.columns()?, &self.target_sql(), Some(&filter)),

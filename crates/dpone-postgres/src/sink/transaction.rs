@@ -246,17 +246,46 @@ impl PostgresTarget {
     }
 
     /// The kept rows' fingerprint, recomputed under the lock, must be the one
-    /// recorded with the generation.
+    /// recorded with the generation; carried ranges compared by identity
+    /// must still have the identity the run decided on.
     async fn check_kept(&self, tx: &Transaction<'_>, keep: &RowFilter, recorded: Option<Fingerprint>) -> Result<()> {
         let recorded = recorded.ok_or_else(|| AdapterError::internal("the generation carries no fingerprint of the kept rows"))?;
-        let filter = filter_sql(&RowFilter { inside: false, ..keep.clone() });
-        let now = query(tx, &select_sql(self.columns()?, &self.target_sql(), Some(&filter)), "fingerprinting the kept rows").await?;
+        let now = self.kept_fingerprint(tx, keep).await?;
         now.check_is(
             recorded,
             "kept_rows_changed",
             |now, recorded| format!("the target's rows outside the window changed since the generation was built: {now}, then {recorded}"),
             "another writer changed the target during the run; nothing was published; run again",
-        )
+        )?;
+        self.check_carried(tx, keep).await
+    }
+
+    /// A `delivery: changed` run's carried ranges, when given with their
+    /// decided identities: each must still have it (its row versions are
+    /// the ones decided on, nobody wrote the range since), read in the
+    /// transaction's snapshot under its lock, so that no write between the
+    /// decision and the commit is published as the source's rows. This
+    /// replaces both the engine's check of the carried chunks after the
+    /// build and their rows in the kept rows' fingerprint (two scans of the
+    /// carried rows at the build and one here, against one here).
+    async fn check_carried(&self, tx: &Transaction<'_>, keep: &RowFilter) -> Result<()> {
+        if !keep.carried_by_identity() {
+            return Ok(());
+        }
+        let now = self.identities_in(tx, &keep.column, &keep.carried).await?;
+        for ((&(start, end), decided), now) in keep.carried.iter().zip(&keep.carried_identities).zip(now) {
+            if now.as_ref() != Some(decided) {
+                return Err(AdapterError::verification(
+                    "target_changed_since_decision",
+                    format!(
+                        "the target's rows of the carried range [{start}, {end}) changed after the run decided to carry them (row versions now {}, decided {decided})",
+                        now.as_deref().unwrap_or("unreadable")
+                    ),
+                )
+                .hint("another writer changed the target's window during the run; nothing was published: run again (the chunk is then transferred)"));
+            }
+        }
+        Ok(())
     }
 
     /// Whether the target, a partition or an inheritance child of it has a

@@ -92,29 +92,33 @@ impl PostgresTarget {
     /// and disjoint.
     pub(super) async fn range_identities(&self, column: &str, ranges: &[(Timestamp, Timestamp)]) -> Result<Vec<Option<String>>> {
         let client = self.connect().await?;
-        self.identities_on(&client, column, ranges, true).await
+        self.identities_on(&client, column, ranges, None).await
     }
 
-    /// [`PostgresTarget::range_identities`] read by `client` alone, in its
-    /// snapshot (the publishing transaction's).
+    /// [`PostgresTarget::range_identities`] in the snapshot of the
+    /// transaction `tx` (the publishing one, which has read under its lock):
+    /// the other connections import it.
     pub(super) async fn identities_in(
         &self,
-        client: &impl tokio_postgres::GenericClient,
+        tx: &impl tokio_postgres::GenericClient,
         column: &str,
         ranges: &[(Timestamp, Timestamp)],
     ) -> Result<Vec<Option<String>>> {
-        self.identities_on(client, column, ranges, false).await
+        let read = |e| classify("reading the carried ranges' identities", e);
+        let snapshot: String = tx.query_one("SELECT pg_export_snapshot()", &[]).await.map_err(read)?.get(0);
+        self.identities_on(tx, column, ranges, Some(&snapshot)).await
     }
 
-    /// The identities read by `client`, and by as many more connections as
-    /// one parallel query may use when `split` (each reading its own block
-    /// range, see [`crate::delivery`]).
+    /// The identities read by `client` and by as many more connections as
+    /// one parallel query may use, each reading its own block range (see
+    /// [`crate::delivery`]); in `snapshot`, exported by `client`'s
+    /// transaction, when given.
     async fn identities_on(
         &self,
         client: &impl tokio_postgres::GenericClient,
         column: &str,
         ranges: &[(Timestamp, Timestamp)],
-        split: bool,
+        snapshot: Option<&str>,
     ) -> Result<Vec<Option<String>>> {
         let Some(scan) = scan(ranges) else { return Ok(vec![None; ranges.len()]) };
         let table = self.target_sql();
@@ -122,13 +126,17 @@ impl PostgresTarget {
         let row = client.query_one(LAYOUT_SQL, &[&table]).await.map_err(read)?;
         let layout = Layout { version: row.get(0), workers_per_gather: row.get(1), blocks: row.get::<_, Option<i64>>(2).unwrap_or(0) };
         let Some(oid) = row.get::<_, Option<i64>>(3) else { return Ok(vec![None; ranges.len()]) };
-        let split = if scan.whole && split { parts(layout, MIN_PART_BLOCKS) } else { vec![None] };
+        let split = if scan.whole { parts(layout, MIN_PART_BLOCKS) } else { vec![None] };
         let mut out = vec![None; ranges.len()];
         for (chunks, slots) in &scan.groups {
             let reads = split.iter().enumerate().map(|(i, part)| {
                 let (client, table, chunks) = (client, &table, chunks.as_slice());
                 async move {
                     let own = if i == 0 { None } else { Some(self.connect().await?) };
+                    if let (Some(own), Some(snapshot)) = (&own, snapshot) {
+                        let import = format!("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '{snapshot}'");
+                        own.batch_execute(&import).await.map_err(read)?;
+                    }
                     let sql = fingerprint_sql(table, column, chunks, layout.version, *part)?;
                     let rows = match &own {
                         Some(own) => own.query(&sql, &[]).await,

@@ -199,8 +199,13 @@ pub(crate) struct Ctx<S, T> {
     pub resumption: Resumption,
     /// `delivery: changed`: the window ranges carried from the target (its
     /// `unchanged` chunks), from the journaled decisions; empty otherwise.
-    pub carried: std::sync::Mutex<(Vec<(dpone_core::time::Timestamp, dpone_core::time::Timestamp)>, Vec<String>)>,
+    pub carried: std::sync::Mutex<Carried>,
 }
+
+/// The carried ranges and, where the target compares them in its
+/// publishing transaction, their decided identities
+/// (`RowFilter::carried`, `RowFilter::carried_identities`).
+pub type Carried = (Vec<(dpone_core::time::Timestamp, dpone_core::time::Timestamp)>, Vec<String>);
 
 impl<S: Source, T: Target> Ctx<S, T> {
     pub fn new(plan: &Plan, probe: Probe, source: Arc<S>, target: Arc<T>, options: &RunOptions, lease: Arc<LeaseKeeper>) -> Self {

@@ -100,6 +100,9 @@ pub struct PostgresTarget {
     oids: OnceLock<HashMap<String, u32>>,
     /// The row hash of the read-back digests (set by `build`; default SHA-256).
     pub(crate) digest: dpone_core::digest::DigestAlgorithm,
+    /// The fewest heap blocks of a part when the chunks' identities are read
+    /// in parts ([`crate::delivery::MIN_PART_BLOCKS`]; tests lower it).
+    part_blocks: i64,
 }
 
 fn ts_literal(t: Timestamp) -> String {
@@ -144,6 +147,7 @@ impl PostgresTarget {
             columns: OnceLock::new(),
             oids: OnceLock::new(),
             digest: Default::default(),
+            part_blocks: crate::delivery::MIN_PART_BLOCKS,
         }
     }
 

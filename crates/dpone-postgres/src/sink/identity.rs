@@ -28,7 +28,7 @@
 //! differ), as when the range was read after the commit.
 
 use super::PostgresTarget;
-use crate::delivery::{Layout, MIN_PART_BLOCKS, fingerprint_sql, fingerprints, parts};
+use crate::delivery::{Layout, fingerprint_sql, fingerprints, parts};
 use crate::error::classify;
 use dpone_core::delivery::Fingerprint;
 use dpone_core::ports::{AdapterError, Result};
@@ -126,7 +126,7 @@ impl PostgresTarget {
         let row = client.query_one(LAYOUT_SQL, &[&table]).await.map_err(read)?;
         let layout = Layout { version: row.get(0), workers_per_gather: row.get(1), blocks: row.get::<_, Option<i64>>(2).unwrap_or(0) };
         let Some(oid) = row.get::<_, Option<i64>>(3) else { return Ok(vec![None; ranges.len()]) };
-        let split = if scan.whole { parts(layout, MIN_PART_BLOCKS) } else { vec![None] };
+        let split = if scan.whole { parts(layout, self.part_blocks) } else { vec![None] };
         let mut out = vec![None; ranges.len()];
         for (chunks, slots) in &scan.groups {
             let reads = split.iter().enumerate().map(|(i, part)| {
@@ -220,6 +220,53 @@ mod tests {
                 (vec![(290, 300)], vec![Some(3)])
             ]
         );
+    }
+
+    /// The publishing transaction's read in parts: the other connections
+    /// import its snapshot, so a row committed after it is not counted (as
+    /// by the transaction itself), where a fresh read counts it.
+    #[tokio::test]
+    async fn identities_read_in_parts_inside_a_transaction_see_its_snapshot() {
+        use std::str::FromStr;
+        let url = dpone_testkit::postgres_url();
+        let config = tokio_postgres::Config::from_str(&url).expect("the test server's URL");
+        let connect = || async {
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("the PostgreSQL test server");
+            tokio::spawn(connection);
+            client
+        };
+        let schema = dpone_testkit::unique_name("ident_parts");
+        let setup = connect().await;
+        setup
+            .batch_execute(&format!(
+                "CREATE SCHEMA {schema}; CREATE TABLE {schema}.t (id int8, ts timestamptz, v text); \
+                 INSERT INTO {schema}.t SELECT g, '2026-08-10 00:00:00+00'::timestamptz + g * interval '2 minutes', repeat('x', 40) \
+                 FROM generate_series(0, 2159) g"
+            ))
+            .await
+            .expect("fixture");
+        let blocks: i64 =
+            setup.query_one(&format!("SELECT pg_relation_size('{schema}.t') / 8192"), &[]).await.expect("the table's size").get(0);
+        assert!(blocks >= 3, "the table must span several blocks to be read in parts: {blocks}");
+        let mut target =
+            PostgresTarget::new(config, dpone_core::manifest::TableRef { schema: Some(schema.clone()), name: "t".into() }, None, false);
+        target.part_blocks = 1;
+        let day = 86_400_000_000i64;
+        let start = 20_675 * day; // 2026-08-10
+        let ranges: Vec<_> = (0..3).map(|d| r(start + d * day, start + (d + 1) * day)).collect();
+        let before = target.range_identities("ts", &ranges).await.expect("identities");
+        assert!(before.iter().all(Option::is_some), "{before:?}");
+
+        let mut reader = connect().await;
+        let tx = reader.build_transaction().isolation_level(tokio_postgres::IsolationLevel::RepeatableRead).start().await.unwrap();
+        tx.query_one("SELECT count(*) FROM pg_class", &[]).await.expect("the transaction's snapshot");
+        setup.batch_execute(&format!("INSERT INTO {schema}.t VALUES (9999, '2026-08-11 12:00:00+00', 'later')")).await.unwrap();
+        let in_tx = target.identities_in(&tx, "ts", &ranges).await.expect("identities in the transaction");
+        assert_eq!(in_tx, before, "read in the transaction's snapshot, the later row is not there");
+        drop(tx);
+        let after = target.range_identities("ts", &ranges).await.expect("identities");
+        assert_eq!((after[0] == before[0], after[1] == before[1], after[2] == before[2]), (true, false, true), "{after:?}");
+        setup.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.unwrap();
     }
 
     #[test]

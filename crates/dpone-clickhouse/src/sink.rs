@@ -480,30 +480,33 @@ impl Target for ClickhouseTarget {
         let total = count(format!("SELECT count() FROM {target}")).await?;
         let nullable = self.columns()?.iter().any(|col| col.name == f.column && col.ty.nullable);
         let nulls = if nullable { count(format!("SELECT count() FROM {target} WHERE {c} IS NULL")).await? } else { 0 };
-        let rows = self
-            .client
-            .query_rows(&format!(
-                "SELECT count() AS _dpone_window, toString(toUnixTimestamp64Micro(min({c}))) AS _dpone_min, \
-                 toString(toUnixTimestamp64Micro(max({c}))) AS _dpone_max FROM {target} WHERE {inside}"
-            ))
-            .await?;
-        let r = rows.first().ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "an aggregate returned no row"))?;
-        let window = num(r, "_dpone_window")?;
-        let micros = |k: &str| text(r, &format!("_dpone_{k}")).parse::<i64>().ok().map(Timestamp);
+        // One read of the window column: per UTC day its rows and extremes.
         let per_day = self
             .client
             .query_rows(&format!(
-                "SELECT toString(toDate(assumeNotNull({c}), 'UTC')) AS _dpone_day, count() AS _dpone_rows FROM {target} WHERE {inside} GROUP BY _dpone_day ORDER BY _dpone_day"
+                "SELECT toString(toDate(assumeNotNull({c}), 'UTC')) AS _dpone_day, count() AS _dpone_rows, \
+                 toUnixTimestamp64Micro(min({c})) AS _dpone_min, toUnixTimestamp64Micro(max({c})) AS _dpone_max \
+                 FROM {target} WHERE {inside} GROUP BY _dpone_day ORDER BY _dpone_day"
             ))
             .await?;
+        let micros = |d: &serde_json::Map<String, serde_json::Value>, k: &str| text(d, &format!("_dpone_{k}")).parse::<i64>().ok();
+        let mut days = std::collections::BTreeMap::new();
+        let (mut window, mut min, mut max) = (0u64, None::<i64>, None::<i64>);
+        for d in &per_day {
+            let rows = num(d, "_dpone_rows")?;
+            window += rows;
+            min = min.into_iter().chain(micros(d, "min")).min();
+            max = max.into_iter().chain(micros(d, "max")).max();
+            days.insert(text(d, "_dpone_day"), rows);
+        }
         Ok(WindowStats {
             total_rows: total,
             window_rows: window,
             outside_rows: total - window,
             null_window_rows: nulls,
-            rows_per_utc_day: per_day.iter().map(|d| Ok((text(d, "_dpone_day"), num(d, "_dpone_rows")?))).collect::<Result<_>>()?,
-            min: if window > 0 { micros("min") } else { None },
-            max: if window > 0 { micros("max") } else { None },
+            rows_per_utc_day: days,
+            min: min.map(Timestamp),
+            max: max.map(Timestamp),
         })
     }
 

@@ -122,6 +122,9 @@ fn a_rerun_moves_exactly_the_changed_chunks_and_the_target_stays_equal_to_the_so
     assert_eq!(plan.json()["window"]["delivery"], "changed", "{}", plan.json()["window"]);
     assert_eq!(plan.json()["window"]["authority"], "postgres.mvcc.v2");
 
+    // The statistics count the source's writes before the first run reads
+    // them (else up to a second later).
+    fx.pg_exec("SELECT pg_stat_force_next_flush()");
     // First run: no record, every chunk transferred.
     let first = run(&fx, &[]);
     assert_eq!(staged(&first).len(), 30);
@@ -141,6 +144,8 @@ fn a_rerun_moves_exactly_the_changed_chunks_and_the_target_stays_equal_to_the_so
     assert_eq!(replay["status"], "succeeded");
     assert_eq!(staged(&replay), set(&[]), "a replay stages nothing");
     assert_eq!(moved(&replay), vec![], "every chunk unchanged");
+    // No write counted since the records' pass: the window was proven as a whole.
+    assert_eq!(replay["delivery"]["fingerprints_by"], "window", "{}", replay["delivery"]);
     // Daily chunks of a daily-partitioned target are carried by their parts
     // (metadata), as the first run's records named them.
     let by_parts = replay["delivery"]["chunks"].as_array().unwrap().iter().filter(|c| c["carried_parts"].is_string()).count();
@@ -163,6 +168,8 @@ fn a_rerun_moves_exactly_the_changed_chunks_and_the_target_stays_equal_to_the_so
     assert_eq!(previewed, expected, "the plan's decisions");
     let changed = run(&fx, &[]);
     assert_eq!(staged(&changed), set(&[3, 12, 27]), "exactly the three changed days are staged");
+    // Counted by the statistics or not, a changed window is computed per chunk.
+    assert_eq!(changed["delivery"]["fingerprints_by"], "chunks", "{}", changed["delivery"]);
     assert_eq!(changed["target_unchanged"], false, "day 3 lost a row, day 27 gained one: {changed:#}");
     assert_eq!(moved(&changed), vec![(3, "changed".into()), (12, "changed".into()), (27, "changed".into())]);
     assert_window_equal(&fx, "three changed days");

@@ -65,7 +65,7 @@ pub fn fingerprints(uuid: &str, chunks: &[Chunk], parts: &[PartRange], hashes: &
         let digest: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
         out.push(Fingerprint { rows: held.iter().map(|p| p.0).sum(), digest });
     }
-    Ok(ChunkFingerprints { authority: AUTHORITY, chunks: out })
+    Ok(ChunkFingerprints { authority: AUTHORITY, chunks: out, pass: None, by_window: false })
 }
 
 /// Reads the fingerprints of `chunks` of `database.table` on `client`.

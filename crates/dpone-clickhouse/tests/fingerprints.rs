@@ -39,7 +39,7 @@ impl Fixture {
     }
 
     async fn fingerprints(&self) -> Vec<Fingerprint> {
-        let f = self.source.chunk_fingerprints("ts", &days(5)).await.unwrap().expect("ClickHouse has an authority");
+        let f = self.source.chunk_fingerprints("ts", &days(5), None).await.unwrap().expect("ClickHouse has an authority");
         assert_eq!(f.authority, "clickhouse.parts.v2");
         f.chunks
     }

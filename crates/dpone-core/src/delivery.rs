@@ -94,6 +94,58 @@ pub struct ChunkFingerprints {
     pub authority: &'static str,
     /// One per chunk, in the chunks' order.
     pub chunks: Vec<Fingerprint>,
+    /// The pass that computed them, where the source can name it.
+    pub pass: Option<SourcePass>,
+    /// Proven equal to an [`Expected`] window by one ungrouped pass instead
+    /// of computed per chunk.
+    pub by_window: bool,
+}
+
+/// What one fingerprint pass of a source saw, kept with the records it
+/// fingerprinted: a later pass may prove a whole window unchanged against
+/// records that all come from one pass ([`expected_window`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourcePass {
+    /// The pass's visibility (PostgreSQL: `pg_current_snapshot()`): two
+    /// passes with the same one saw the same committed transactions.
+    pub snapshot: String,
+    /// The source's own count of writes to the table when the pass read
+    /// (PostgreSQL: its statistics' inserted, updated and deleted rows). A
+    /// hint only (not transactional, may lag or be reset): it chooses which
+    /// proof the next pass tries first, never what a proof concludes.
+    pub writes: Option<String>,
+}
+
+/// The fingerprints the records of every chunk of a window expect, all
+/// written from one source pass: if the window's count and digest sum as
+/// a whole equal their sums, no row version of the window was added or
+/// removed since, so every chunk still has its recorded fingerprint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expected {
+    pub pass: SourcePass,
+    /// One per chunk, in the chunks' order.
+    pub chunks: Vec<Fingerprint>,
+}
+
+/// The window's [`Expected`] fingerprints: only when every chunk of `keys`
+/// has a valid record of its key and all the records name the same source
+/// pass. Records of different passes could cancel out in a sum (a row
+/// version counted in one chunk's older record and removed from another
+/// chunk recorded later), so they are never proven as a whole.
+pub fn expected_window(keys: &[ChunkKey], stored: impl Fn(&ChunkKey) -> Option<String>) -> Option<Expected> {
+    let mut pass: Option<SourcePass> = None;
+    let mut chunks = Vec::with_capacity(keys.len());
+    for key in keys {
+        let record = ChunkRecord::parse(&stored(key)?)?;
+        let p = record.source_pass.filter(|_| record.key == *key)?;
+        match &pass {
+            Some(first) if *first != p => return None,
+            Some(_) => {}
+            None => pass = Some(p),
+        }
+        chunks.push(record.source);
+    }
+    Some(Expected { pass: pass?, chunks })
 }
 
 /// What the target holds of a chunk: the digest it is identified by (the
@@ -160,6 +212,13 @@ pub struct DeliveryDecisions {
     /// The authority of the fingerprints (`postgres.mvcc.v2`, ...).
     pub authority: String,
     pub chunks: Vec<ChunkDelivery>,
+    /// The source pass of the fingerprints, kept with the records.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub source_pass: Option<SourcePass>,
+    /// How the fingerprints were had: `chunks` (one grouped pass) or
+    /// `window` (the whole window proven equal to records of one pass).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub fingerprints_by: Option<String>,
 }
 
 impl DeliveryDecisions {
@@ -194,20 +253,30 @@ pub struct ChunkRecord {
     pub source: Fingerprint,
     pub target: TargetIdentity,
     pub run_id: String,
+    /// The source pass that computed `source` (records of older versions
+    /// have none).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub source_pass: Option<SourcePass>,
     /// SHA-256 over the fields above, so that a truncated or edited record
     /// is told from a valid one.
     pub checksum: String,
 }
 
 impl ChunkRecord {
-    pub fn new(key: ChunkKey, source: Fingerprint, target: TargetIdentity, run_id: &str) -> Self {
-        let mut r = ChunkRecord { version: RECORD_VERSION, key, source, target, run_id: run_id.to_string(), checksum: String::new() };
+    pub fn new(key: ChunkKey, source: Fingerprint, target: TargetIdentity, run_id: &str, source_pass: Option<SourcePass>) -> Self {
+        let run_id = run_id.to_string();
+        let mut r = ChunkRecord { version: RECORD_VERSION, key, source, target, run_id, source_pass, checksum: String::new() };
         r.checksum = r.computed_checksum();
         r
     }
 
+    /// Over the fields in order; `source_pass` only when present, so that
+    /// the records written before it existed keep their checksum.
     fn computed_checksum(&self) -> String {
-        let body = serde_json::json!([self.version, self.key, self.source, self.target, self.run_id]);
+        let body = match &self.source_pass {
+            None => serde_json::json!([self.version, self.key, self.source, self.target, self.run_id]),
+            Some(p) => serde_json::json!([self.version, self.key, self.source, self.target, self.run_id, p]),
+        };
         hex(&Sha256::digest(body.to_string().as_bytes()))
     }
 

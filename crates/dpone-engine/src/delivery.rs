@@ -94,7 +94,14 @@ pub async fn decisions<S: Source, T: Target>(
     records: &BTreeMap<String, String>,
 ) -> Result<DeliveryDecisions, AdapterError> {
     let incarnation = TargetIdentity::incarnation_of(digest);
-    let fingerprints = match source.chunk_fingerprints(&w.column, &w.chunks).await {
+    let scope = target.scope();
+    // The records' fingerprints, when all come from one source pass: the
+    // source may prove them for the whole window at once.
+    let expected = w.authority.and_then(|authority| {
+        let keys: Vec<ChunkKey> = w.chunks.iter().map(|c| ChunkKey::new(&scope, &w.column, c.start, c.end, columns, authority)).collect();
+        dpone_core::delivery::expected_window(&keys, |k| records.get(&k.store_key()).cloned())
+    });
+    let fingerprints = match source.chunk_fingerprints(&w.column, &w.chunks, expected.as_ref()).await {
         Ok(Some(f)) if f.chunks.len() == w.chunks.len() => Ok(f),
         Ok(Some(f)) => return Err(AdapterError::internal(format!("{} fingerprints of {} chunks", f.chunks.len(), w.chunks.len()))),
         // The plan refused a source whose descriptor names no authority.
@@ -106,7 +113,8 @@ pub async fn decisions<S: Source, T: Target>(
         }
     };
     let authority = fingerprints.as_ref().map(|f| f.authority).unwrap_or("");
-    let scope = target.scope();
+    let source_pass = fingerprints.as_ref().ok().and_then(|f| f.pass.clone());
+    let fingerprints_by = fingerprints.as_ref().ok().map(|f| if f.by_window { "window" } else { "chunks" }.to_string());
     let mut chunks = Vec::with_capacity(w.chunks.len());
     // Chunks whose record and fingerprint say unchanged, with their record.
     let mut candidates = Vec::new();
@@ -154,7 +162,7 @@ pub async fn decisions<S: Source, T: Target>(
             (chunk.carried, chunk.carried_parts) = (Some(now), now_parts);
         }
     }
-    Ok(DeliveryDecisions { authority: authority.to_string(), chunks })
+    Ok(DeliveryDecisions { authority: authority.to_string(), chunks, source_pass, fingerprints_by })
 }
 
 /// Whether this run decided every chunk of the window `unchanged` and so
@@ -360,7 +368,7 @@ pub(crate) async fn write_records<S: Source, T: Target>(ctx: &Ctx<S, T>, journal
             (_, None) => return Err(AdapterError::internal(format!("chunk {} was neither carried nor staged", c.index))),
         };
         let key = ChunkKey::new(&scope, &w.column, c.start, c.end, &ctx.probe.target_columns, &d.authority);
-        let record = ChunkRecord::new(key, fingerprint.clone(), identity, &j.run_id);
+        let record = ChunkRecord::new(key, fingerprint.clone(), identity, &j.run_id, d.source_pass.clone());
         journal.put_record(&record.key.store_key(), record.body()).await?;
     }
     ctx.failpoint("delivery.after_records").await?;

@@ -26,7 +26,7 @@
 //!   and sums add up ([`fingerprints`]).
 
 use crate::source::{quote_ident, timestamptz_literal};
-use dpone_core::delivery::{ChunkFingerprints, Fingerprint};
+use dpone_core::delivery::{ChunkFingerprints, Expected, Fingerprint, SourcePass};
 use dpone_core::ports::{AdapterError, Result};
 use dpone_core::window::Chunk;
 
@@ -115,17 +115,85 @@ pub fn fingerprint_sql(table_sql: &str, window_column: &str, chunks: &[Chunk], v
         }
         _ => (format!("width_bucket({c}, {bounds})"), "b".to_string()),
     };
-    let blocks = match part {
+    let blocks = blocks_sql(part);
+    Ok(format!(
+        "SELECT {chunk} AS chunk, n, d::text FROM (SELECT {key} AS b, count(*) AS n, {DIGEST_SQL} AS d \
+         FROM {table_sql} WHERE {blocks}{c} >= {lo} AND {c} < {hi} GROUP BY 1) AS g"
+    ))
+}
+
+/// The digest of the row versions read: the exact sum of a 64-bit hash of
+/// each one's `xmin` (module doc).
+const DIGEST_SQL: &str = "sum(hashint8extended(CASE age(xmin) WHEN 2147483647 THEN xmin::text::int8 \
+     ELSE ((SELECT 3::int8 + age('3'::xid)) - age(xmin)) & 4294967295 END, 0))";
+
+/// The `WHERE` prefix of the heap blocks `part`.
+fn blocks_sql(part: Option<Blocks>) -> String {
+    match part {
         None => String::new(),
         Some(Blocks { start, end: None }) => format!("ctid >= '({start},0)'::tid AND "),
         Some(Blocks { start, end: Some(end) }) => format!("ctid >= '({start},0)'::tid AND ctid < '({end},0)'::tid AND "),
+    }
+}
+
+/// The query of the source pass's identity ([`SourcePass`]), in the run's
+/// snapshot, `$1` the table: its visibility (`pg_current_snapshot()`,
+/// `txid_current_snapshot()` before PostgreSQL 13) and the table's (or its
+/// partitions') inserted, updated and deleted rows by the statistics, with
+/// the table's OID (`<oid>:<count>`; NULL for a relation without them).
+pub fn pass_sql(version: i32) -> String {
+    let snapshot = if version >= 130000 { "pg_current_snapshot()" } else { "txid_current_snapshot()" };
+    // The tree lists a partitioned table's partitions and nothing for a plain table.
+    let tree = if version >= 120000 { " UNION SELECT relid FROM pg_partition_tree(to_regclass($1))" } else { "" };
+    let relations = format!("SELECT to_regclass($1)::oid{tree}");
+    format!(
+        "SELECT {snapshot}::text, to_regclass($1)::oid::text || ':' || (SELECT sum(pg_stat_get_tuples_inserted(r.relid) \
+         + pg_stat_get_tuples_updated(r.relid) + pg_stat_get_tuples_deleted(r.relid)) FROM ({relations}) AS r(relid))::text"
+    )
+}
+
+/// Whether to try the window's proof first: the records of the window come
+/// from one pass (`expected`) and the statistics count no write to the
+/// table since it. Stale statistics (a write not yet counted) only cost the
+/// grouped pass after a failed proof.
+pub fn try_window(expected: Option<&Expected>, now: &SourcePass) -> bool {
+    expected.is_some_and(|e| e.pass.writes.is_some() && e.pass.writes == now.writes)
+}
+
+/// The query of the whole window's count and digest over the heap blocks
+/// `part`, ungrouped: rows `(count, digest)`, the digest the exact sum as
+/// text. Chunks are adjacent: the window is `[first start, last end)`.
+pub fn window_sql(table_sql: &str, window_column: &str, chunks: &[Chunk], part: Option<Blocks>) -> Result<String> {
+    let (Some(first), Some(last)) = (chunks.first(), chunks.last()) else {
+        return Err(AdapterError::internal("fingerprints of no chunk"));
     };
-    Ok(format!(
-        "SELECT {chunk} AS chunk, n, d::text FROM (SELECT {key} AS b, count(*) AS n, \
-         sum(hashint8extended(CASE age(xmin) WHEN 2147483647 THEN xmin::text::int8 \
-         ELSE ((SELECT 3::int8 + age('3'::xid)) - age(xmin)) & 4294967295 END, 0)) AS d \
-         FROM {table_sql} WHERE {blocks}{c} >= {lo} AND {c} < {hi} GROUP BY 1) AS g"
-    ))
+    let c = quote_ident(window_column);
+    let (lo, hi) = (timestamptz_literal(first.start), timestamptz_literal(last.end));
+    let blocks = blocks_sql(part);
+    Ok(format!("SELECT count(*), coalesce({DIGEST_SQL}, 0)::text FROM {table_sql} WHERE {blocks}{c} >= {lo} AND {c} < {hi}"))
+}
+
+/// Whether the parts' rows of [`window_sql`] add up to the sums of the
+/// `expected` chunks: then no row version of the window was added or
+/// removed since their pass (every insert or update adds one with an
+/// `xmin` that pass could not see, every delete or update removes one it
+/// saw, and the hashes of two disjoint sets of `xmin` do not sum equal),
+/// so each chunk still has its expected fingerprint.
+pub fn window_matches(expected: &Expected, rows: &[(i64, String)]) -> Result<bool> {
+    let now = sums(rows.iter().map(|(n, d)| (i128::from(*n), d.as_str())))?;
+    let then = sums(expected.chunks.iter().map(|f| (i128::from(f.rows), f.digest.as_str())))?;
+    Ok(now == then)
+}
+
+/// The exact sums of counts and digests (digests as decimal text).
+fn sums<'a>(items: impl Iterator<Item = (i128, &'a str)>) -> Result<(i128, i128)> {
+    let mut total = (0i128, 0i128);
+    for (rows, digest) in items {
+        let digest: i128 = digest.parse().map_err(|_| AdapterError::internal(format!("a digest `{digest}` that is not an integer")))?;
+        total.0 = total.0.checked_add(rows).ok_or_else(|| AdapterError::internal("a count past 2^127"))?;
+        total.1 = total.1.checked_add(digest).ok_or_else(|| AdapterError::internal("a digest past 2^127"))?;
+    }
+    Ok(total)
 }
 
 /// The fingerprints of `chunks` from the rows `(chunk, count, digest)` of
@@ -143,7 +211,7 @@ pub fn fingerprints(chunks: &[Chunk], rows: &[(i32, i64, String)]) -> Result<Chu
         slot.1 = slot.1.checked_add(digest).ok_or_else(|| AdapterError::internal("a digest past 2^127"))?;
     }
     let chunks = sums.into_iter().map(|(rows, digest)| Fingerprint { rows, digest: digest.to_string() }).collect();
-    Ok(ChunkFingerprints { authority: AUTHORITY, chunks })
+    Ok(ChunkFingerprints { authority: AUTHORITY, chunks, pass: None, by_window: false })
 }
 
 #[cfg(test)]
@@ -213,5 +281,30 @@ mod tests {
         assert!(fingerprints(&chunks, &[(4, 1, "1".into())]).is_err(), "a row past the last chunk");
         assert!(fingerprints(&chunks, &[(0, 1, "1".into())]).is_err(), "a row before the first chunk");
         assert!(fingerprints(&chunks, &[(1, 1, "1:2".into())]).is_err(), "a digest that is not an integer");
+    }
+
+    #[test]
+    fn a_window_is_read_ungrouped_and_matches_only_the_sums_of_its_expected_chunks() {
+        let part = Some(Blocks { start: 5, end: None });
+        let sql = window_sql("t", "ts", &[chunk(0, 0, 10), chunk(1, 10, 20)], part).unwrap();
+        assert!(sql.starts_with("SELECT count(*), coalesce(sum(hashint8extended(CASE age(xmin)"), "{sql}");
+        assert!(sql.contains("WHERE ctid >= '(5,0)'::tid AND \"ts\" >= '1970-01-01 00:00:00.000000+00'::timestamptz AND \"ts\" < '1970-01-01 00:00:00.000020+00'::timestamptz"), "{sql}");
+        assert!(!sql.contains("GROUP BY"), "{sql}");
+        let pass = |writes: Option<&str>| SourcePass { snapshot: "5:9:".into(), writes: writes.map(String::from) };
+        let fp = |rows, digest: &str| Fingerprint { rows, digest: digest.into() };
+        let expected = Expected { pass: pass(Some("1:4")), chunks: vec![fp(3, "-7"), fp(2, "170141183460469231731687303715884105000")] };
+        // Two parts adding up to the chunks' sums, whatever their split.
+        assert!(window_matches(&expected, &[(4, "170141183460469231731687303715884104000".into()), (1, "993".into())]).unwrap());
+        assert!(!window_matches(&expected, &[(5, "170141183460469231731687303715884104994".into())]).unwrap(), "another digest");
+        assert!(!window_matches(&expected, &[(6, "170141183460469231731687303715884104993".into())]).unwrap(), "another count");
+        assert!(window_matches(&expected, &[(5, "x".into())]).is_err());
+        // Tried only when the statistics count the same writes as at the records' pass.
+        assert!(try_window(Some(&expected), &pass(Some("1:4"))));
+        assert!(!try_window(Some(&expected), &pass(Some("1:5"))));
+        assert!(!try_window(Some(&expected), &pass(None)));
+        assert!(!try_window(Some(&Expected { pass: pass(None), ..expected.clone() }), &pass(None)), "no count is no evidence");
+        assert!(!try_window(None, &pass(Some("1:4"))));
+        assert!(pass_sql(150000).contains("pg_current_snapshot()") && pass_sql(120000).contains("txid_current_snapshot()"));
+        assert!(pass_sql(110000).ends_with("FROM (SELECT to_regclass($1)::oid) AS r(relid))::text"), "{}", pass_sql(110000));
     }
 }

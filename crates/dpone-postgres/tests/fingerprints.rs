@@ -2,7 +2,7 @@
 //! a chunk's fingerprint stays equal while nothing of it changes and moves
 //! on every insert, update and delete in it (docs/changed-delivery.md).
 
-use dpone_core::delivery::Fingerprint;
+use dpone_core::delivery::{ChunkFingerprints, Expected, Fingerprint, SourcePass};
 use dpone_core::manifest::TableRef;
 use dpone_core::ports::Source;
 use dpone_core::window::Chunk;
@@ -43,11 +43,23 @@ impl Fixture {
 
     /// The fingerprints of the five days, in a snapshot of their own.
     async fn fingerprints(&self) -> Vec<Fingerprint> {
+        self.pass(None).await.chunks
+    }
+
+    /// The five days' fingerprints with their pass, `expected` as a run
+    /// passes its records', in a snapshot of their own.
+    async fn pass(&self, expected: Option<&Expected>) -> ChunkFingerprints {
         self.source.open_snapshot().await.unwrap();
-        let f = self.source.chunk_fingerprints("ts", &days(5)).await.unwrap().expect("PostgreSQL has an authority");
+        let f = self.source.chunk_fingerprints("ts", &days(5), expected).await.unwrap().expect("PostgreSQL has an authority");
         self.source.close_snapshot().await.unwrap();
         assert_eq!(f.authority, "postgres.mvcc.v2");
-        f.chunks
+        f
+    }
+
+    /// Makes the statistics count this connection's writes before the
+    /// statement answers (they are otherwise sent up to a second later).
+    async fn flush_statistics(&self) {
+        self.client.batch_execute("SELECT pg_stat_force_next_flush()").await.unwrap();
     }
 
     /// The fingerprints of `chunks` read by the test's own connection with
@@ -109,10 +121,10 @@ async fn a_chunk_fingerprint_moves_on_every_change_of_the_chunk_and_only_then() 
 async fn fingerprints_are_read_in_the_runs_snapshot() {
     let f = Fixture::new().await;
     f.source.open_snapshot().await.unwrap();
-    let before = f.source.chunk_fingerprints("ts", &days(5)).await.unwrap().unwrap();
+    let before = f.source.chunk_fingerprints("ts", &days(5), None).await.unwrap().unwrap();
     // A change committed after the snapshot was taken is not seen by it.
     f.exec("DELETE FROM {t} WHERE id = 24").await;
-    let again = f.source.chunk_fingerprints("ts", &days(5)).await.unwrap().unwrap();
+    let again = f.source.chunk_fingerprints("ts", &days(5), None).await.unwrap().unwrap();
     f.source.close_snapshot().await.unwrap();
     assert_eq!(before, again);
     assert_ne!(f.fingerprints().await[0], before.chunks[0]);
@@ -178,9 +190,9 @@ async fn the_digest_depends_on_the_row_versions_only() {
     let table = TableRef { schema: Some(f.schema.clone()), name: "events".into() };
     let split_source = PostgresSource::new(config, table).with_fingerprint_part_blocks(2);
     split_source.open_snapshot().await.unwrap();
-    assert_eq!(split_source.chunk_fingerprints("ts", &days).await.unwrap().unwrap().chunks, first);
+    assert_eq!(split_source.chunk_fingerprints("ts", &days, None).await.unwrap().unwrap().chunks, first);
     f.exec("DELETE FROM {t} WHERE id = 10000 + 1998").await;
-    assert_eq!(split_source.chunk_fingerprints("ts", &days).await.unwrap().unwrap().chunks, first);
+    assert_eq!(split_source.chunk_fingerprints("ts", &days, None).await.unwrap().unwrap().chunks, first);
     split_source.close_snapshot().await.unwrap();
     let first = f.fingerprints().await;
 
@@ -188,5 +200,43 @@ async fn the_digest_depends_on_the_row_versions_only() {
     f.exec("UPDATE {t} SET v = v WHERE id = 10000 + 1999").await;
     let moved = f.direct(&days, 150000, &split, "").await;
     assert_eq!(changed(&first, &moved).len(), 1);
+    f.cleanup().await;
+}
+
+/// Records of one pass are proven for the whole window by one ungrouped
+/// read when the statistics count no write since; a change the statistics
+/// have not counted (here: a pass whose count is made to agree) fails the
+/// proof and every chunk is computed, whatever chunks the change moved
+/// rows between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_of_one_pass_is_proven_whole_until_any_of_its_rows_changes() {
+    let f = Fixture::new().await;
+    f.flush_statistics().await;
+    let first = f.pass(None).await;
+    assert!(!first.by_window);
+    let pass = first.pass.clone().expect("PostgreSQL names its pass");
+    assert!(pass.writes.as_deref().is_some_and(|w| w.ends_with(&format!(":{}", 24 * 7 + 1))), "{pass:?}");
+    let expected = Expected { pass: pass.clone(), chunks: first.chunks.clone() };
+    let again = f.pass(Some(&expected)).await;
+    assert!(again.by_window, "no write since the pass: proven as a whole");
+    assert_eq!((again.chunks, again.pass.as_ref().map(|p| &p.writes)), (first.chunks.clone(), Some(&pass.writes)));
+
+    // A correction in day 1, and a row moved from day 3 to day 0 (the
+    // window's count unchanged).
+    f.exec("UPDATE {t} SET v = 'corrected' WHERE id = 24 + 24 + 5").await;
+    f.exec("BEGIN; DELETE FROM {t} WHERE id = 24 + 3 * 24 + 7; INSERT INTO {t} VALUES (3000, '2026-09-01 05:00:00+00', 'moved'); COMMIT")
+        .await;
+    f.flush_statistics().await;
+    let now = f.pass(None).await;
+    assert_eq!(changed(&first.chunks, &now.chunks), vec![0, 1, 3]);
+    // Counted by the statistics: the proof is not even tried.
+    let counted = f.pass(Some(&expected)).await;
+    assert!(!counted.by_window);
+    assert_eq!(counted.chunks, now.chunks);
+    // Not counted (stale or reset statistics): the proof fails on the rows.
+    let stale = Expected { pass: SourcePass { writes: now.pass.clone().unwrap().writes, ..pass }, chunks: first.chunks.clone() };
+    let refused = f.pass(Some(&stale)).await;
+    assert!(!refused.by_window, "the window's rows changed: never proven");
+    assert_eq!(refused.chunks, now.chunks);
     f.cleanup().await;
 }

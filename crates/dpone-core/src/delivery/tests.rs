@@ -30,7 +30,7 @@ fn identity(chunk: &str) -> TargetIdentity {
 }
 
 fn record() -> String {
-    ChunkRecord::new(key(), fingerprint(10), identity("parts-a"), "run-1").body()
+    ChunkRecord::new(key(), fingerprint(10), identity("parts-a"), "run-1", None).body()
 }
 
 /// The decision with the stored record `body`, the source at `fp` and the
@@ -63,7 +63,7 @@ fn a_record_of_another_key_or_incarnation_is_no_record() {
     let fp = fingerprint(10);
     let id = identity("parts-a");
     let other = |k: ChunkKey, incarnation: &str| {
-        let body = ChunkRecord::new(k, fp.clone(), TargetIdentity { incarnation: incarnation.into(), ..id.clone() }, "run-1").body();
+        let body = ChunkRecord::new(k, fp.clone(), TargetIdentity { incarnation: incarnation.into(), ..id.clone() }, "run-1", None).body();
         decide(Evidence { key: &key(), stored: Some(&body), fingerprint: Ok(&fp) }, &id)
     };
     assert_eq!(other(key(), "uuid-1"), Decision::Unchanged);
@@ -109,6 +109,8 @@ fn decisions_summarise_and_name_their_carried_ranges() {
     let d = DeliveryDecisions {
         authority: "postgres.mvcc.v2".into(),
         chunks: vec![chunk(0, Decision::Unchanged), chunk(1, Decision::Changed), chunk(2, Decision::Unchanged)],
+        source_pass: None,
+        fingerprints_by: None,
     };
     assert_eq!(d.summary(), "unchanged: 2, changed: 1");
     assert_eq!(d.carried_ranges(), vec![(Timestamp(0), Timestamp(10)), (Timestamp(20), Timestamp(30))]);
@@ -121,4 +123,62 @@ fn the_store_key_names_the_target_column_and_bounds() {
     assert_ne!(columns_digest(&columns(false)), columns_digest(&columns(true)));
     let parsed = ChunkRecord::parse(&record()).unwrap();
     assert_eq!((parsed.run_id.as_str(), parsed.source.rows), ("run-1", 10));
+}
+
+fn pass(snapshot: &str) -> SourcePass {
+    SourcePass { snapshot: snapshot.into(), writes: Some("16384:7".into()) }
+}
+
+/// The key of day `i` of a window of daily chunks.
+fn day_key(i: i64) -> ChunkKey {
+    let day = 86_400_000_000;
+    ChunkKey::new("clickhouse:db.events", "ts", Timestamp(i * day), Timestamp((i + 1) * day), &columns(false), "postgres.mvcc.v2")
+}
+
+#[test]
+fn a_window_is_expected_as_a_whole_only_from_valid_records_of_one_pass() {
+    let keys: Vec<ChunkKey> = (0..3).map(day_key).collect();
+    let stored = |passes: [Option<&str>; 3]| -> std::collections::BTreeMap<String, String> {
+        keys.iter()
+            .zip(passes)
+            .zip(10..)
+            .map(|((k, p), rows)| {
+                (k.store_key(), ChunkRecord::new(k.clone(), fingerprint(rows), identity("a"), "run-1", p.map(pass)).body())
+            })
+            .collect()
+    };
+    let expected = |store: &std::collections::BTreeMap<String, String>| expected_window(&keys, |k| store.get(&k.store_key()).cloned());
+    let one = stored([Some("10:20:"), Some("10:20:"), Some("10:20:")]);
+    let e = expected(&one).expect("three records of one pass");
+    assert_eq!(e.pass, pass("10:20:"));
+    assert_eq!(e.chunks, vec![fingerprint(10), fingerprint(11), fingerprint(12)]);
+    // Records of two passes could cancel out in a sum: never as a whole.
+    assert_eq!(expected(&stored([Some("10:20:"), Some("11:21:"), Some("10:20:")])), None);
+    // A record written before passes were kept, one missing, one tampered.
+    assert_eq!(expected(&stored([Some("10:20:"), None, Some("10:20:")])), None);
+    let mut missing = one.clone();
+    missing.remove(&keys[1].store_key());
+    assert_eq!(expected(&missing), None);
+    let mut tampered = one.clone();
+    let body = tampered.get(&keys[2].store_key()).unwrap().replace("\"rows\":12", "\"rows\":13");
+    assert_ne!(&body, tampered.get(&keys[2].store_key()).unwrap(), "the edit applies");
+    tampered.insert(keys[2].store_key(), body);
+    assert_eq!(expected(&tampered), None);
+    // A record of another key (e.g. another column list) under the chunk's store key.
+    let mut other = one.clone();
+    let k = ChunkKey::new("clickhouse:db.events", "ts", Timestamp(0), Timestamp(86_400_000_000), &columns(true), "postgres.mvcc.v2");
+    other.insert(keys[0].store_key(), ChunkRecord::new(k, fingerprint(10), identity("a"), "run-1", Some(pass("10:20:"))).body());
+    assert_eq!(expected(&other), None);
+}
+
+#[test]
+fn a_records_pass_is_under_its_checksum_and_older_records_keep_theirs() {
+    let with = ChunkRecord::new(key(), fingerprint(10), identity("a"), "run-1", Some(pass("10:20:")));
+    assert!(ChunkRecord::parse(&with.body()).is_some());
+    let edited = with.body().replace("10:20:", "10:21:");
+    assert_eq!(ChunkRecord::parse(&edited), None, "the pass is checksummed");
+    // A record as written before passes existed (no field) still parses.
+    let old = ChunkRecord::new(key(), fingerprint(10), identity("a"), "run-1", None).body();
+    assert!(!old.contains("source_pass"));
+    assert_eq!(ChunkRecord::parse(&old).unwrap().source_pass, None);
 }

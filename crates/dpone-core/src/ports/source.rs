@@ -102,8 +102,20 @@ macro_rules! __source_methods {
             /// updated or deleted (changed-window delivery,
             /// docs/changed-delivery.md), with the authority's name and
             /// version. None: this source has no such authority.
-            async fn chunk_fingerprints(&self, window_column: &str, chunks: &[Chunk]) -> Result<Option<$crate::delivery::ChunkFingerprints>> {
-                let _ = (window_column, chunks);
+            ///
+            /// `expected`: the fingerprints the chunks' records expect, all
+            /// from one earlier pass ([`crate::delivery::expected_window`]).
+            /// A source may prove them with one ungrouped pass over the
+            /// window (its count and digest sum equal theirs) and answer
+            /// them (`by_window`); otherwise, or when the sums differ, it
+            /// computes every chunk's.
+            async fn chunk_fingerprints(
+                &self,
+                window_column: &str,
+                chunks: &[Chunk],
+                expected: Option<&$crate::delivery::Expected>,
+            ) -> Result<Option<$crate::delivery::ChunkFingerprints>> {
+                let _ = (window_column, chunks, expected);
                 Ok(None)
             }
 

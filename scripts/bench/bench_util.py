@@ -101,6 +101,7 @@ def dpone_result(path):
             counts[c.get("decision")] = counts.get(c.get("decision"), 0) + 1
         out["delivery"] = {
             "authority": delivery.get("authority"),
+            "fingerprints_by": delivery.get("fingerprints_by"),
             "decisions": counts,
             "moved": [[c.get("index"), c.get("decision")] for c in decided if c.get("decision") != "unchanged"],
         }
@@ -895,7 +896,7 @@ def report_changed_delivery(meta_path, jsonl_path, checks_path, out_path):
     print(f"- window: 30 daily chunks; changes before the third run: {meta['changes']}")
     print("- exactness: after every run the target's window equals the source's in count() and sum(v)")
     print()
-    print("| route | rows | case | wall s | ratio to first | staged chunks | fingerprint s | peak RSS MiB | load1 before |")
+    print("| route | rows | case | wall s | ratio to first | staged chunks | fingerprint s (by) | peak RSS MiB | load1 before |")
     print("|---|---:|---|---:|---:|---|---:|---:|---:|")
     for route, r in routes.items():
         first = r["cases"].get("first")
@@ -905,6 +906,8 @@ def report_changed_delivery(meta_path, jsonl_path, checks_path, out_path):
             staged_s = "all 30" if staged is not None and len(staged) == 30 else ("none" if not staged else ", ".join(map(str, staged)))
             fp = [(p or {}).get("fingerprint") for p in v["phases"]]
             fp_s = "/".join(fmt(x) for x in fp if x is not None) or "-"
+            by = sorted({(x or {}).get("fingerprints_by") for x in v["delivery"]} - {None})
+            fp_s += f" ({', '.join(by)})" if by else ""
             walls = "/".join(fmt(w) for w in v["wall_s"])
             loads = "/".join(fmt(x) for x in v["load1_before"])
             print(

@@ -149,7 +149,13 @@ pub fn document(head: &Head, plan: Option<&Plan>, body: &Body, duration_seconds:
         None => summary(key).as_u64().map(|v| json!(v)).unwrap_or(json!(0)),
     };
     let optional = |pick: fn(&RunReport) -> Value, key: &str| report.map(pick).unwrap_or_else(|| summary(key));
-    let (extracted, final_rows) = (rows(|r| r.extracted_rows, "extracted_rows"), rows(|r| r.final_rows, "final_rows"));
+    let extracted = rows(|r| r.extracted_rows, "extracted_rows");
+    // null: not counted (an incremental run into a target that counts only by reading every row).
+    let final_rows = match report {
+        Some(r) => json!(r.final_rows),
+        None if matches!(body, Body::Done(rec) if rec.summary.get("final_rows").is_some_and(Value::is_null)) => Value::Null,
+        None => rows(|r| r.final_rows.unwrap_or_default(), "final_rows"),
+    };
     // A merge reports as the original does: the target rows its batch
     // replaced are `updated_rows`, and only the rest of its rows are
     // `inserted_rows` (a succeeded process reported again keeps both).

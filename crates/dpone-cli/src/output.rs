@@ -363,17 +363,17 @@ pub fn print_success(plan: &Plan, r: &RunReport) {
     if let Some(w) = &plan.window {
         println!(
             "kept        {} target rows outside the window ({} of them with NULL {})",
-            thousands(r.kept_rows),
+            thousands(r.kept_rows.unwrap_or_default()),
             thousands(r.kept_null_window_rows),
             safe(&w.column)
         );
     }
-    println!(
-        "published   {} rows (replacing {}); the target now holds {} rows",
-        thousands(r.inserted_rows),
-        thousands(r.replaced_rows),
-        thousands(r.final_rows)
-    );
+    let holds = match r.final_rows {
+        Some(n) => format!("the target now holds {} rows", thousands(n)),
+        // Counting would read every row of the target: a batch's cost follows the batch.
+        None => "the target's rows were not counted (it counts only by reading them all)".to_string(),
+    };
+    println!("published   {} rows (replacing {}); {holds}", thousands(r.inserted_rows), thousands(r.replaced_rows));
     let check = match r.publication_check {
         dpone_core::evidence::PublicationCheck::Digest => "the published rows' digest equals the generation's",
         dpone_core::evidence::PublicationCheck::TableIdentity => "the target is now the verified generation table (same UUID)",

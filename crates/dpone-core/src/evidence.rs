@@ -251,7 +251,11 @@ pub struct Evidence {
     pub source_rows: u64,
     /// NULL counts per column over the window's source rows.
     pub source_null_counts: serde_json::Map<String, serde_json::Value>,
-    pub target: WindowStats,
+    /// The target after the publication, as counted by the target; null
+    /// for an incremental run into a target that counts rows only by
+    /// reading them all (`Target::counts_rows_cheaply`), whose batch is in
+    /// `incremental`.
+    pub target: Option<WindowStats>,
     pub chunks: Vec<ChunkEvidence>,
     pub generation: GenerationEvidence,
     pub phases: PhaseTimers,

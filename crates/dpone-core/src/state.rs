@@ -382,6 +382,11 @@ pub struct RunJournal {
     /// Target rows after an append's publication (from the evidence).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub final_rows: Option<u64>,
+    /// An incremental run into a target that counts rows only by reading
+    /// them all (`Target::counts_rows_cheaply`): its total was not counted,
+    /// and the report says so (`final_rows: null`).
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub target_uncounted: bool,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub error: Option<JournalError>,
     /// Holder of the lease of the last write (for status output).

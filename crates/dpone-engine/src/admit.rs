@@ -298,6 +298,7 @@ pub(crate) fn new_journal<S: Source, T: Target>(
         null_window_rows: None,
         reconciliation: None,
         final_rows: None,
+        target_uncounted: false,
         error: None,
         last_holder: ctx.options.holder.clone(),
     }

@@ -15,7 +15,7 @@ pub(crate) fn build_evidence<S: Source, T: Target>(
     ctx: &Ctx<S, T>,
     j: &RunJournal,
     generation: &GenerationRecord,
-    target: WindowStats,
+    target: Option<WindowStats>,
 ) -> Evidence {
     let mut phases = ctx.phases.lock().expect("phase lock").clone();
     phases.wall = ctx.started.elapsed().as_secs_f64();

@@ -39,10 +39,14 @@ pub(crate) async fn write_evidence<S: Source, T: Target>(ctx: &Ctx<S, T>, journa
     ctx.failpoint("evidence.before_write").await?;
     let started = Instant::now();
     // The whole window, carried chunks included (`delivery: changed`).
+    // An incremental run into a target that counts only by reading every
+    // row: its cost follows its batch, the target's total is not counted.
+    let uncounted = j.cursor.is_some() && ctx.window_filter(true).is_none() && !ctx.target.counts_rows_cheaply();
     let stats = match ctx.window_filter(true).map(|f| dpone_core::ports::RowFilter { carried: Vec::new(), ..f }) {
         // Counted by the publishing transaction itself (a direct one).
         Some(_) if generation.target_stats.is_some() => generation.target_stats.clone().expect("checked"),
         Some(f) => ctx.target.window_stats(&f).await?,
+        None if uncounted => WindowStats { window_rows: generation.rows, ..Default::default() },
         // An append's target holds its earlier rows too.
         None if j.cursor.is_some() => WindowStats {
             total_rows: ctx.target.count(dpone_core::ports::TableRole::Target, None).await?,
@@ -63,8 +67,8 @@ pub(crate) async fn write_evidence<S: Source, T: Target>(ctx: &Ctx<S, T>, journa
     let kept_rows = generation.kept_rows;
     let null_window_rows = stats.null_window_rows;
     // An append's and a run that published nothing: the target's rows as counted.
-    let final_rows = (j.cursor.is_some() || intent.is_none()).then_some(stats.total_rows);
-    let evidence = build_evidence(ctx, &j, &generation, stats);
+    let final_rows = (j.cursor.is_some() || intent.is_none()).then_some(stats.total_rows).filter(|_| !uncounted);
+    let evidence = build_evidence(ctx, &j, &generation, (!uncounted).then_some(stats));
     let path = evidence_path(ctx, &j);
     let body = serde_json::to_vec_pretty(&evidence).map_err(|e| AdapterError::internal(e.to_string()))?;
     if let Err(e) = ctx.options.host.write_evidence(&path, &body) {
@@ -88,6 +92,7 @@ pub(crate) async fn write_evidence<S: Source, T: Target>(ctx: &Ctx<S, T>, journa
             j.evidence_key = Some(key);
             j.null_window_rows = Some(null_window_rows);
             j.final_rows = final_rows;
+            j.target_uncounted = uncounted;
             if let Some(g) = j.generation.as_mut() {
                 g.kept_rows = kept_rows;
             }

@@ -36,13 +36,16 @@ pub struct RunReport {
     /// Rows the publication wrote into the window (or the whole table).
     pub inserted_rows: u64,
     /// Target rows kept because they lie outside the window (NULLs included;
-    /// rows carried from concurrent writers too).
-    pub kept_rows: u64,
+    /// rows carried from concurrent writers too). None: the target's rows
+    /// were not counted (`Target::counts_rows_cheaply`).
+    pub kept_rows: Option<u64>,
     /// Kept rows whose window column is NULL.
     pub kept_null_window_rows: u64,
     /// Rows the window held before this run.
     pub replaced_rows: u64,
-    pub final_rows: u64,
+    /// The target's rows after the run; None: not counted (an incremental
+    /// run into a target that counts only by reading every row).
+    pub final_rows: Option<u64>,
     /// The window already held exactly these rows and no concurrent write
     /// was carried or replaced: the target did not change.
     pub target_unchanged: bool,
@@ -99,15 +102,17 @@ pub(crate) fn report<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal) -> R
         // Rows carried after a ClickHouse exchange are kept rows of the
         // published target too.
         kept_rows: match j.final_rows {
-            Some(total) => total.saturating_sub(inserted_rows),
-            None => generation.kept_rows + carried,
+            _ if j.target_uncounted => None,
+            Some(total) => Some(total.saturating_sub(inserted_rows)),
+            None => Some(generation.kept_rows + carried),
         },
         kept_null_window_rows: j.null_window_rows.unwrap_or(0),
         replaced_rows: generation.replaced_rows,
         final_rows: match j.final_rows {
-            Some(total) => total,
-            None if generation.in_place => generation.kept_rows + generation.rows,
-            None => generation.rows + carried,
+            _ if j.target_uncounted => None,
+            Some(total) => Some(total),
+            None if generation.in_place => Some(generation.kept_rows + generation.rows),
+            None => Some(generation.rows + carried),
         },
         target_unchanged: generation.unchanged
             && j.reconciliation.as_ref().is_none_or(|r| r.concurrent_rows_carried == 0 && r.concurrent_window_rows_replaced == 0),

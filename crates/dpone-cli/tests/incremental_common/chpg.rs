@@ -77,6 +77,7 @@ impl IncrementalRoute for ClickhouseToPostgres {
 
     /// ClickHouse keeps versions as rows.
     const UPDATES_IN_PLACE: bool = false;
+    const COUNTS_TARGET: bool = false;
 
     /// Key and cursor Nullable in the source so that a NULL can be written (and refused).
     fn set_up_merge(prefix: &'static str) -> Self {

@@ -126,7 +126,7 @@ pub fn check_merge<R: IncrementalRoute>(fx: &R, run: &Run, want: &[Row], mark: i
     assert_eq!(doc["result"]["updated_rows"], replaced, "{what}: result.updated_rows: {doc:#}");
     assert_eq!(doc["replaced_rows"], replaced, "{what}: replaced_rows: {doc:#}");
     assert_eq!(doc["incremental"]["rows_replaced"], replaced, "{what}: incremental.rows_replaced: {doc:#}");
-    assert_eq!(doc["final_rows"], want.len(), "{what}: final_rows");
+    super::check_final_rows::<R>(&doc, want.len(), what);
     assert_eq!(doc["incremental"]["new_mark"]["value"].to_string(), mark.to_string(), "{what}: the report's new mark: {doc:#}");
     doc
 }

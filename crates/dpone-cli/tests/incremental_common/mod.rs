@@ -177,6 +177,10 @@ pub trait IncrementalRoute: Sized {
     /// not: there a key's new version is a new row).
     const UPDATES_IN_PLACE: bool;
 
+    /// Whether the run counts the target's rows (`final_rows`): not into
+    /// PostgreSQL, which counts only by reading every row.
+    const COUNTS_TARGET: bool = true;
+
     /// Key `id`'s source rows become `to` (of the merge layout), in place.
     fn update_source(&self, _id: i64, _to: &Row) {
         panic!("{} has no in-place update of its source", Self::ROUTE)
@@ -300,7 +304,7 @@ pub fn check_append<R: IncrementalRoute>(fx: &R, run: &Run, before: &[Row], batc
     fx.assert_target(&plus(before, batch), &format!("{what}: target = rows before + the batch, once"));
     assert_eq!(fx.mark_value().as_deref(), Some(want), "{what}: expected the stored mark {want}");
     assert_eq!(doc["inserted_rows"], batch.len(), "{what}: inserted_rows");
-    assert_eq!(doc["final_rows"], before.len() + batch.len(), "{what}: final_rows");
+    check_final_rows::<R>(&doc, before.len() + batch.len(), what);
     let reported = match &doc["incremental"]["new_mark"]["value"] {
         serde_json::Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -411,5 +415,20 @@ impl RandomRuns {
         }
         self.applied = Some(this);
         true
+    }
+}
+
+/// `final_rows` is the target's rows where the route counts them, else
+/// null in the report, the original's `result` and the evidence (the
+/// target's rows are checked by the caller).
+pub fn check_final_rows<R: IncrementalRoute>(doc: &serde_json::Value, rows: usize, what: &str) {
+    let want = if R::COUNTS_TARGET { serde_json::json!(rows) } else { serde_json::Value::Null };
+    assert_eq!(doc["final_rows"], want, "{what}: final_rows: {doc:#}");
+    assert_eq!(doc["result"]["final_rows"], want, "{what}: result.final_rows: {doc:#}");
+    if !R::COUNTS_TARGET {
+        assert_eq!(doc["kept_rows"], serde_json::Value::Null, "{what}: kept_rows: {doc:#}");
+        let path = doc["evidence_path"].as_str().unwrap_or_else(|| panic!("{what}: no evidence path: {doc:#}"));
+        let evidence: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(evidence["target"], serde_json::Value::Null, "{what}: the evidence's target is not counted");
     }
 }

@@ -167,6 +167,17 @@ macro_rules! __target_methods {
                 false
             }
 
+            /// Whether the target's whole row count costs little next to an
+            /// incremental batch (ClickHouse: part metadata). A target that
+            /// must scan every row to count them (PostgreSQL keeps no row
+            /// count) says false: an incremental run then reports the rows
+            /// it wrote and replaced, and leaves the target's total
+            /// uncounted (`final_rows: null`), so that its cost follows its
+            /// batch, not the target.
+            fn counts_rows_cheaply(&self) -> bool {
+                true
+            }
+
             /// Whether this target loads the chunks inside its publishing
             /// transaction ([`Target::publish_direct`]) instead of staging them:
             /// the engine then creates no staging table and no generation.

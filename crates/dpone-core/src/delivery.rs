@@ -137,7 +137,10 @@ pub fn expected_window(keys: &[ChunkKey], stored: impl Fn(&ChunkKey) -> Option<S
     let mut chunks = Vec::with_capacity(keys.len());
     for key in keys {
         let record = ChunkRecord::parse(&stored(key)?)?;
-        let p = record.source_pass.filter(|_| record.key == *key)?;
+        if record.key != *key {
+            return None;
+        }
+        let p = record.source_pass?;
         match &pass {
             Some(first) if *first != p => return None,
             Some(_) => {}

@@ -154,8 +154,6 @@ impl PostgresSource {
         Ok(RowCodec::for_server(columns, request.datetime64_range))
     }
 
-    /// A connection (for `purpose`) inside the run's snapshot: a
-    /// transaction that imported the keeper's exported snapshot.
     /// The rows of `sql` of every heap block range of `parts`, read at once:
     /// the first by the keeper, the others on connections that imported its
     /// snapshot.
@@ -183,6 +181,8 @@ impl PostgresSource {
         Ok(futures_util::future::try_join_all(reads).await?.into_iter().flatten().collect())
     }
 
+    /// A connection (for `purpose`) inside the run's snapshot: a
+    /// transaction that imported the keeper's exported snapshot.
     async fn snapshot_session(&self, purpose: &str) -> Result<Client> {
         let keeper = self.keeper()?;
         let client = self.connect(purpose).await?;
@@ -375,7 +375,7 @@ impl Source for PostgresSource {
     /// then reads the first part while connections that imported the
     /// snapshot read the others (`crate::delivery::parts`). With `expected`
     /// records of one pass and no write counted since, the whole window is
-    /// first read ungrouped (no per-row grouping: about 35% less CPU) and
+    /// first read ungrouped (no per-row grouping: 35-40% less CPU, serial in psql) and
     /// proves them; when it does not, every chunk is computed.
     async fn chunk_fingerprints(
         &self,
@@ -396,7 +396,7 @@ impl Source for PostgresSource {
         let pass = keeper.client.query_one(&crate::delivery::pass_sql(layout.version), &[&table]).await.map_err(read)?;
         let pass = dpone_core::delivery::SourcePass { snapshot: pass.get(0), writes: pass.get(1) };
         let parts = crate::delivery::parts(layout, self.fingerprint_part_blocks);
-        if let Some(expected) = expected.filter(|_| crate::delivery::try_window(expected, &pass)) {
+        if let Some(expected) = expected.filter(|e| crate::delivery::try_window(e, &pass)) {
             let sql = |part| crate::delivery::window_sql(&table, window_column, chunks, part);
             let rows = self.read_parts(&keeper, &parts, sql, |r| (r.get(0), r.get(1))).await?;
             if crate::delivery::window_matches(expected, &rows)? {

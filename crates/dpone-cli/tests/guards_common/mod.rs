@@ -67,12 +67,27 @@ pub fn tamper_while_paused<T>(
     mut ready: impl FnMut() -> Option<T>,
     tamper: impl FnOnce(T),
 ) -> Output {
-    let mut found = None;
-    wait_until(&format!("the run pauses at {point}"), limit, || {
-        found = ready();
-        found.is_some()
-    });
-    tamper(found.expect("found"));
+    let mut child = child;
+    let deadline = Instant::now() + limit;
+    let found = loop {
+        if let Some(found) = ready() {
+            break found;
+        }
+        // A run that ended, or never got there, says why in its output.
+        let ended = child.try_wait().expect("wait for dpone").is_some();
+        if ended || Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("dpone's output");
+            panic!(
+                "the run did not pause at {point} within {limit:?} ({}):\nstdout: {}\nstderr: {}",
+                if ended { "it ended" } else { "killed" },
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    tamper(found);
     wait(child, limit)
 }
 

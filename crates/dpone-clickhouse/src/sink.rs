@@ -48,6 +48,7 @@ mod blocks;
 mod claim;
 mod datetime64;
 mod eligibility;
+mod evidence;
 mod generation;
 mod marks;
 mod merge;
@@ -467,47 +468,9 @@ impl Target for ClickhouseTarget {
         Ok(())
     }
 
-    /// Computed at the window's cost: the total from part metadata, the
-    /// window's figures from its own partitions (pruned by the min-max
-    /// index), NULL window values from the parts that hold any.
+    /// Computed at the window's cost (`sink/evidence.rs`).
     async fn window_stats(&self, f: &RowFilter) -> Result<WindowStats> {
-        let c = quote_ident(&f.column);
-        let inside = filter_sql(&RowFilter { inside: true, ..f.clone() });
-        let target = self.target_sql();
-        let count = |sql: String| async move {
-            self.client.scalar(&sql).await?.parse::<u64>().map_err(|_| AdapterError::permanent("clickhouse_protocol", "expected a count"))
-        };
-        let total = count(format!("SELECT count() FROM {target}")).await?;
-        let nullable = self.columns()?.iter().any(|col| col.name == f.column && col.ty.nullable);
-        let nulls = if nullable { count(format!("SELECT count() FROM {target} WHERE {c} IS NULL")).await? } else { 0 };
-        // One read of the window column: per UTC day its rows and extremes.
-        let per_day = self
-            .client
-            .query_rows(&format!(
-                "SELECT toString(toDate(assumeNotNull({c}), 'UTC')) AS _dpone_day, count() AS _dpone_rows, \
-                 toUnixTimestamp64Micro(min({c})) AS _dpone_min, toUnixTimestamp64Micro(max({c})) AS _dpone_max \
-                 FROM {target} WHERE {inside} GROUP BY _dpone_day ORDER BY _dpone_day"
-            ))
-            .await?;
-        let micros = |d: &serde_json::Map<String, serde_json::Value>, k: &str| text(d, &format!("_dpone_{k}")).parse::<i64>().ok();
-        let mut days = std::collections::BTreeMap::new();
-        let (mut window, mut min, mut max) = (0u64, None::<i64>, None::<i64>);
-        for d in &per_day {
-            let rows = num(d, "_dpone_rows")?;
-            window += rows;
-            min = min.into_iter().chain(micros(d, "min")).min();
-            max = max.into_iter().chain(micros(d, "max")).max();
-            days.insert(text(d, "_dpone_day"), rows);
-        }
-        Ok(WindowStats {
-            total_rows: total,
-            window_rows: window,
-            outside_rows: total - window,
-            null_window_rows: nulls,
-            rows_per_utc_day: days,
-            min: min.map(Timestamp),
-            max: max.map(Timestamp),
-        })
+        self.window_stats_now(f).await
     }
 
     async fn merge_shape(&self, key: &dpone_core::ports::MergeKey) -> Result<Option<dpone_core::ports::MergeShape>> {

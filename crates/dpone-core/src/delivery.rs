@@ -114,12 +114,19 @@ pub struct SourcePass {
     /// hint only (not transactional, may lag or be reset): it chooses which
     /// proof the next pass tries first, never what a proof concludes.
     pub writes: Option<String>,
+    /// The relations the pass read (PostgreSQL: the OIDs of the table and
+    /// its partitions): a row is only ever in the relation it was
+    /// inserted into, so a later pass over the same relations reads no
+    /// row of an older transaction that this pass did not read.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub relations: Option<String>,
 }
 
 /// The fingerprints the records of every chunk of a window expect, all
 /// written from one source pass: if the window's count and digest sum as
-/// a whole equal their sums, no row version of the window was added or
-/// removed since, so every chunk still has its recorded fingerprint.
+/// a whole equal their sums (and the source reads the relations that pass
+/// read), no row version of the window was added or removed since, so
+/// every chunk still has its recorded fingerprint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expected {
     pub pass: SourcePass,

@@ -138,9 +138,10 @@ fn blocks_sql(part: Option<Blocks>) -> String {
 
 /// The query of the source pass's identity ([`SourcePass`]), in the run's
 /// snapshot, `$1` the table: its visibility (`pg_current_snapshot()`,
-/// `txid_current_snapshot()` before PostgreSQL 13) and the table's (or its
+/// `txid_current_snapshot()` before PostgreSQL 13), the table's (or its
 /// partitions') inserted, updated and deleted rows by the statistics, with
-/// the table's OID (`<oid>:<count>`; NULL for a relation without them).
+/// the table's OID (`<oid>:<count>`; NULL for a relation without them),
+/// and the OIDs of the table and its partitions, ascending.
 pub fn pass_sql(version: i32) -> String {
     let snapshot = if version >= 130000 { "pg_current_snapshot()" } else { "txid_current_snapshot()" };
     // The tree lists a partitioned table's partitions and nothing for a plain table.
@@ -148,16 +149,19 @@ pub fn pass_sql(version: i32) -> String {
     let relations = format!("SELECT to_regclass($1)::oid{tree}");
     format!(
         "SELECT {snapshot}::text, to_regclass($1)::oid::text || ':' || (SELECT sum(pg_stat_get_tuples_inserted(r.relid) \
-         + pg_stat_get_tuples_updated(r.relid) + pg_stat_get_tuples_deleted(r.relid)) FROM ({relations}) AS r(relid))::text"
+         + pg_stat_get_tuples_updated(r.relid) + pg_stat_get_tuples_deleted(r.relid)) FROM ({relations}) AS r(relid))::text, \
+         (SELECT string_agg(r.relid::text, ',' ORDER BY r.relid) FROM ({relations}) AS r(relid))"
     )
 }
 
-/// Whether to try the window's proof first: the statistics count no write
-/// to the table since the pass of the `expected` records. Stale statistics
-/// (a write not yet counted) only cost the grouped pass after a failed
-/// proof.
+/// Whether to try the window's proof first: the records' pass read the
+/// same relations as this one ([`window_matches`] proves nothing
+/// otherwise), and the statistics count no write to the table since that
+/// pass. Stale statistics (a write not yet counted) only cost the grouped
+/// pass after a failed proof.
 pub fn try_window(expected: &Expected, now: &SourcePass) -> bool {
-    expected.pass.writes.is_some() && expected.pass.writes == now.writes
+    let same_relations = expected.pass.relations.is_some() && expected.pass.relations == now.relations;
+    same_relations && expected.pass.writes.is_some() && expected.pass.writes == now.writes
 }
 
 /// The query of the whole window's count and digest over the heap blocks
@@ -173,13 +177,20 @@ pub fn window_sql(table_sql: &str, window_column: &str, chunks: &[Chunk], part: 
     Ok(format!("SELECT count(*), coalesce({DIGEST_SQL}, 0)::text FROM {table_sql} WHERE {blocks}{c} >= {lo} AND {c} < {hi}"))
 }
 
-/// Whether the parts' rows of [`window_sql`] add up to the sums of the
-/// `expected` chunks: then no row version of the window was added or
-/// removed since their pass (every insert or update adds one with an
-/// `xmin` that pass could not see, every delete or update removes one it
-/// saw, and the hashes of two disjoint sets of `xmin` do not sum equal),
-/// so each chunk still has its expected fingerprint.
-pub fn window_matches(expected: &Expected, rows: &[(i64, String)]) -> Result<bool> {
+/// Whether the parts' rows of [`window_sql`], read in the pass `now`, add
+/// up to the sums of the `expected` chunks: then no row version of the
+/// window was added or removed since their pass (every insert or update
+/// adds one with an `xmin` that pass could not see, every delete or update
+/// removes one it saw, and the hashes of two disjoint sets of `xmin` do
+/// not sum equal), so each chunk still has its expected fingerprint. Only
+/// for the relations that pass read: a row is only ever in the relation it
+/// was inserted into, but another relation's rows (a partition attached,
+/// the table replaced) may carry `xmin`s the pass saw without having read
+/// them, so records of a pass over other relations prove nothing.
+pub fn window_matches(expected: &Expected, now: &SourcePass, rows: &[(i64, String)]) -> Result<bool> {
+    if expected.pass.relations.is_none() || expected.pass.relations != now.relations {
+        return Ok(false);
+    }
     let now = sums(rows.iter().map(|(n, d)| (i128::from(*n), d.as_str())))?;
     let then = sums(expected.chunks.iter().map(|f| (i128::from(f.rows), f.digest.as_str())))?;
     Ok(now == then)
@@ -290,20 +301,32 @@ mod tests {
         assert!(sql.starts_with("SELECT count(*), coalesce(sum(hashint8extended(CASE age(xmin)"), "{sql}");
         assert!(sql.contains("WHERE ctid >= '(5,0)'::tid AND \"ts\" >= '1970-01-01 00:00:00.000000+00'::timestamptz AND \"ts\" < '1970-01-01 00:00:00.000020+00'::timestamptz"), "{sql}");
         assert!(!sql.contains("GROUP BY"), "{sql}");
-        let pass = |writes: Option<&str>| SourcePass { snapshot: "5:9:".into(), writes: writes.map(String::from) };
+        let pass =
+            |writes: Option<&str>| SourcePass { snapshot: "5:9:".into(), writes: writes.map(String::from), relations: Some("1".into()) };
         let fp = |rows, digest: &str| Fingerprint { rows, digest: digest.into() };
         let expected = Expected { pass: pass(Some("1:4")), chunks: vec![fp(3, "-7"), fp(2, "170141183460469231731687303715884105000")] };
         // Two parts adding up to the chunks' sums, whatever their split.
-        assert!(window_matches(&expected, &[(4, "170141183460469231731687303715884104000".into()), (1, "993".into())]).unwrap());
-        assert!(!window_matches(&expected, &[(5, "170141183460469231731687303715884104994".into())]).unwrap(), "another digest");
-        assert!(!window_matches(&expected, &[(6, "170141183460469231731687303715884104993".into())]).unwrap(), "another count");
-        assert!(window_matches(&expected, &[(5, "x".into())]).is_err());
+        let now = pass(Some("1:4"));
+        let parts = [(4, "170141183460469231731687303715884104000".to_string()), (1, "993".to_string())];
+        assert!(window_matches(&expected, &now, &parts).unwrap());
+        assert!(!window_matches(&expected, &now, &[(5, "170141183460469231731687303715884104994".into())]).unwrap(), "another digest");
+        assert!(!window_matches(&expected, &now, &[(6, "170141183460469231731687303715884104993".into())]).unwrap(), "another count");
+        assert!(window_matches(&expected, &now, &[(5, "x".into())]).is_err());
+        // Records of a pass over other relations, or naming none, prove nothing.
+        let other = SourcePass { relations: Some("1,2".into()), ..now.clone() };
+        assert!(!window_matches(&expected, &other, &parts).unwrap());
+        assert!(!try_window(&expected, &other));
+        let unnamed = Expected { pass: SourcePass { relations: None, ..expected.pass.clone() }, ..expected.clone() };
+        let unnamed_now = SourcePass { relations: None, ..now.clone() };
+        assert!(!window_matches(&unnamed, &unnamed_now, &parts).unwrap());
+        assert!(!try_window(&unnamed, &unnamed_now));
         // Tried only when the statistics count the same writes as at the records' pass.
         assert!(try_window(&expected, &pass(Some("1:4"))));
         assert!(!try_window(&expected, &pass(Some("1:5"))));
         assert!(!try_window(&expected, &pass(None)));
         assert!(!try_window(&Expected { pass: pass(None), ..expected.clone() }, &pass(None)), "no count is no evidence");
         assert!(pass_sql(150000).contains("pg_current_snapshot()") && pass_sql(120000).contains("txid_current_snapshot()"));
-        assert!(pass_sql(110000).ends_with("FROM (SELECT to_regclass($1)::oid) AS r(relid))::text"), "{}", pass_sql(110000));
+        assert!(pass_sql(110000).ends_with("FROM (SELECT to_regclass($1)::oid) AS r(relid))"), "{}", pass_sql(110000));
+        assert!(pass_sql(150000).contains("string_agg(r.relid::text, ',' ORDER BY r.relid)"), "{}", pass_sql(150000));
     }
 }

@@ -394,12 +394,12 @@ impl Source for PostgresSource {
             blocks: layout.get::<_, Option<i64>>(2).unwrap_or(0),
         };
         let pass = keeper.client.query_one(&crate::delivery::pass_sql(layout.version), &[&table]).await.map_err(read)?;
-        let pass = dpone_core::delivery::SourcePass { snapshot: pass.get(0), writes: pass.get(1) };
+        let pass = dpone_core::delivery::SourcePass { snapshot: pass.get(0), writes: pass.get(1), relations: pass.get(2) };
         let parts = crate::delivery::parts(layout, self.fingerprint_part_blocks);
         if let Some(expected) = expected.filter(|e| crate::delivery::try_window(e, &pass)) {
             let sql = |part| crate::delivery::window_sql(&table, window_column, chunks, part);
             let rows = self.read_parts(&keeper, &parts, sql, |r| (r.get(0), r.get(1))).await?;
-            if crate::delivery::window_matches(expected, &rows)? {
+            if crate::delivery::window_matches(expected, &pass, &rows)? {
                 let chunks = expected.chunks.clone();
                 return Ok(Some(ChunkFingerprints { authority: crate::delivery::AUTHORITY, chunks, pass: Some(pass), by_window: true }));
             }

@@ -206,8 +206,10 @@ async fn the_digest_depends_on_the_row_versions_only() {
 /// Records of one pass are proven for the whole window by one ungrouped
 /// read when the statistics count no write since; a change the statistics
 /// have not counted (here: a pass whose count is made to agree) fails the
-/// proof and every chunk is computed, whatever chunks the change moved
-/// rows between.
+/// proof and every chunk is computed: a delete (one row fewer), a
+/// correction and a row moved between days (rows of newer transactions,
+/// the count unchanged). Records of a pass over other relations are never
+/// proven.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_window_of_one_pass_is_proven_whole_until_any_of_its_rows_changes() {
     let f = Fixture::new().await;
@@ -217,24 +219,44 @@ async fn a_window_of_one_pass_is_proven_whole_until_any_of_its_rows_changes() {
     let pass = first.pass.clone().expect("PostgreSQL names its pass");
     assert!(pass.writes.as_deref().is_some_and(|w| w.ends_with(&format!(":{}", 24 * 7 + 1))), "{pass:?}");
     let expected = Expected { pass: pass.clone(), chunks: first.chunks.clone() };
+    assert!(pass.relations.as_deref().is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit())), "{pass:?}");
     let again = f.pass(Some(&expected)).await;
     assert!(again.by_window, "no write since the pass: proven as a whole");
     assert_eq!((again.chunks, again.pass.as_ref().map(|p| &p.writes)), (first.chunks.clone(), Some(&pass.writes)));
+    // Records of a pass over other relations (the table replaced by
+    // another one with rows of the same transactions) prove nothing.
+    let elsewhere = Expected { pass: SourcePass { relations: Some("1".into()), ..pass.clone() }, chunks: first.chunks.clone() };
+    assert!(!f.pass(Some(&elsewhere)).await.by_window);
 
-    // A correction in day 1, and a row moved from day 3 to day 0 (the
-    // window's count unchanged).
+    // A delete in day 2 that the statistics have not counted: no row of
+    // a newer transaction, one row fewer.
+    f.exec("DELETE FROM {t} WHERE id = 24 + 2 * 24 + 1").await;
+    f.flush_statistics().await;
+    let deleted = f.pass(None).await;
+    assert_eq!(changed(&first.chunks, &deleted.chunks), vec![2]);
+    let stale =
+        Expected { pass: SourcePass { writes: deleted.pass.clone().unwrap().writes, ..pass.clone() }, chunks: first.chunks.clone() };
+    let refused = f.pass(Some(&stale)).await;
+    assert!(!refused.by_window, "a row deleted: never proven");
+    assert_eq!(refused.chunks, deleted.chunks);
+
+    // Since the pass after the delete: a correction in day 1, and a row
+    // moved from day 3 to day 0 (the window's count unchanged).
+    let before = deleted.pass.clone().unwrap();
     f.exec("UPDATE {t} SET v = 'corrected' WHERE id = 24 + 24 + 5").await;
     f.exec("BEGIN; DELETE FROM {t} WHERE id = 24 + 3 * 24 + 7; INSERT INTO {t} VALUES (3000, '2026-09-01 05:00:00+00', 'moved'); COMMIT")
         .await;
     f.flush_statistics().await;
     let now = f.pass(None).await;
-    assert_eq!(changed(&first.chunks, &now.chunks), vec![0, 1, 3]);
+    assert_eq!(changed(&deleted.chunks, &now.chunks), vec![0, 1, 3]);
+    let expected = Expected { pass: before.clone(), chunks: deleted.chunks.clone() };
     // Counted by the statistics: the proof is not even tried.
     let counted = f.pass(Some(&expected)).await;
     assert!(!counted.by_window);
     assert_eq!(counted.chunks, now.chunks);
-    // Not counted (stale or reset statistics): the proof fails on the rows.
-    let stale = Expected { pass: SourcePass { writes: now.pass.clone().unwrap().writes, ..pass }, chunks: first.chunks.clone() };
+    // Not counted (stale or reset statistics): the proof fails on the rows
+    // of newer transactions.
+    let stale = Expected { pass: SourcePass { writes: now.pass.clone().unwrap().writes, ..before }, chunks: deleted.chunks.clone() };
     let refused = f.pass(Some(&stale)).await;
     assert!(!refused.by_window, "the window's rows changed: never proven");
     assert_eq!(refused.chunks, now.chunks);

@@ -126,7 +126,7 @@ fn the_store_key_names_the_target_column_and_bounds() {
 }
 
 fn pass(snapshot: &str) -> SourcePass {
-    SourcePass { snapshot: snapshot.into(), writes: Some("16384:7".into()) }
+    SourcePass { snapshot: snapshot.into(), writes: Some("16384:7".into()), relations: Some("16384,16390".into()) }
 }
 
 /// The key of day `i` of a window of daily chunks.
@@ -177,6 +177,13 @@ fn a_records_pass_is_under_its_checksum_and_older_records_keep_theirs() {
     assert!(ChunkRecord::parse(&with.body()).is_some());
     let edited = with.body().replace("10:20:", "10:21:");
     assert_eq!(ChunkRecord::parse(&edited), None, "the pass is checksummed");
+    let edited = with.body().replace("16384,16390", "16384,16391");
+    assert_ne!(edited, with.body());
+    assert_eq!(ChunkRecord::parse(&edited), None, "its relations too");
+    // A pass as written before its relations were kept (no field) still parses.
+    let unnamed = ChunkRecord::new(key(), fingerprint(10), identity("a"), "run-1", Some(SourcePass { relations: None, ..pass("10:20:") }));
+    assert!(!unnamed.body().contains("relations"));
+    assert_eq!(ChunkRecord::parse(&unnamed.body()).unwrap().source_pass.unwrap().relations, None);
     // A record as written before passes existed (no field) still parses.
     let old = ChunkRecord::new(key(), fingerprint(10), identity("a"), "run-1", None).body();
     assert!(!old.contains("source_pass"));

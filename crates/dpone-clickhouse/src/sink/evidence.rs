@@ -11,8 +11,8 @@
 //! settled by them: all its rows are that day's. Only the others (a
 //! partition that straddles a bound or several days, or every partition
 //! when the server cannot answer from metadata: the window column outside
-//! the partition key, a part with lightweight-deleted rows) are read, with
-//! the window's filter. 30M rows in 30 daily partitions: 30 metadata rows
+//! the partition key, a part with lightweight-deleted rows, a server older
+//! than these settings) are read, with the window's filter. 30M rows in 30 daily partitions: 30 metadata rows
 //! instead of a read of the window column (0.28-0.32 s).
 
 use super::{ClickhouseTarget, filter_sql, num, text};
@@ -22,6 +22,13 @@ use dpone_core::time::Timestamp;
 
 /// The server refused to answer from a projection (`force_optimize_projection`).
 const PROJECTION_NOT_USED: &str = "clickhouse_error:584";
+
+/// Whether the metadata query's error means the server cannot answer it
+/// (no projection fits; a server older than the settings, 115, or than
+/// `_partition_id`, 47): the window is then read.
+fn cannot_answer(e: &AdapterError) -> bool {
+    [PROJECTION_NOT_USED, "clickhouse_error:115", "clickhouse_error:47"].contains(&e.code.as_str())
+}
 
 /// A partition's rows and the extremes of the window column in them, as
 /// the parts' metadata give them.
@@ -134,7 +141,10 @@ impl ClickhouseTarget {
         );
         let rows = match self.client.query_rows(&sql).await {
             Ok(rows) => rows,
-            Err(e) if e.code == PROJECTION_NOT_USED => return Ok(None),
+            Err(e) if cannot_answer(&e) => {
+                tracing::debug!("the window's evidence is read: {}", e.message);
+                return Ok(None);
+            }
             Err(e) => return Err(e),
         };
         rows.iter()
@@ -191,6 +201,16 @@ mod tests {
         assert_eq!((s.window_rows, read.len()), (1, 0));
         let (s, read) = settle(&[extent("p", 1, D0, D0)], Timestamp(D0 - 1), Timestamp(D0));
         assert_eq!((s.window_rows, read.len()), (0, 0));
+    }
+
+    #[test]
+    fn only_a_server_that_cannot_answer_from_metadata_has_the_window_read() {
+        let err = |code: &str| AdapterError::permanent(code, "x");
+        assert!(cannot_answer(&err("clickhouse_error:584")), "no projection fits");
+        assert!(cannot_answer(&err("clickhouse_error:115")), "an unknown setting (before 23.x)");
+        assert!(cannot_answer(&err("clickhouse_error:47")), "no `_partition_id`");
+        assert!(!cannot_answer(&err("clickhouse_error:60")), "the table is gone: an error");
+        assert!(!cannot_answer(&err("clickhouse_unreachable")));
     }
 
     #[test]

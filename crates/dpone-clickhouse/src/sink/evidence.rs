@@ -12,8 +12,9 @@
 //! partition that straddles a bound or several days, or every partition
 //! when the server cannot answer from metadata: the window column outside
 //! the partition key, a part with lightweight-deleted rows, a server older
-//! than these settings) are read, with the window's filter. 30M rows in 30 daily partitions: 30 metadata rows
-//! instead of a read of the window column (0.28-0.32 s).
+//! than these settings) are read, with the window's filter. 30M rows in 30
+//! daily partitions: 30 metadata rows instead of a read of the window
+//! column (0.28-0.32 s).
 
 use super::{ClickhouseTarget, filter_sql, num, text};
 use crate::client::{quote_ident, quote_str};

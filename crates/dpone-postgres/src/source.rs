@@ -374,7 +374,8 @@ impl Source for PostgresSource {
     /// holds it) so that no rewrite moves rows between the parts' reads,
     /// then reads the first part while connections that imported the
     /// snapshot read the others (`crate::delivery::parts`). With `expected`
-    /// records of one pass and no write counted since, the whole window is
+    /// records of one pass over the same relations and no write counted
+    /// since (`crate::delivery::try_window`), the whole window is
     /// first read ungrouped (no per-row grouping: 35-40% less CPU, serial in psql) and
     /// proves them; when it does not, every chunk is computed.
     async fn chunk_fingerprints(

@@ -11,7 +11,7 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/dpone-release-switches.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 set +e
 DPONE_FAILPOINT=plan.after_persist DPONE_FAILPOINT_SLEEP=staging.after_ack:60000 DPONE_TEST_LEASE_TTL_MS=1 \
-  DPONE_TARGET_FAULTS=publish:permanent:1 "${CARGO_TARGET_DIR:-target}/debug/dpone" quickstart --dir "$dir" --format json >"$dir/out.json" 2>"$dir/err.txt"
+  DPONE_TARGET_FAULTS=publish:permanent:1 DPONE_TEST_LEGACY_AUTHORITY=1 "${CARGO_TARGET_DIR:-target}/debug/dpone" quickstart --dir "$dir" --format json >"$dir/out.json" 2>"$dir/err.txt"
 rc=$?
 set -e
 status=$(python3 -c 'import json, sys
@@ -22,4 +22,4 @@ if [ "$rc" -ne 0 ] || [ "$status" != succeeded ]; then
   cat "$dir/err.txt" >&2
   exit 1
 fi
-echo "release_switches: ok (a plain build ignores DPONE_FAILPOINT*, DPONE_TEST_LEASE_TTL_MS and DPONE_TARGET_FAULTS)"
+echo "release_switches: ok (a plain build ignores DPONE_FAILPOINT*, DPONE_TEST_LEASE_TTL_MS, DPONE_TEST_LEGACY_AUTHORITY and DPONE_TARGET_FAULTS)"

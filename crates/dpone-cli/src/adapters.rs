@@ -90,6 +90,8 @@ impl AnySource {
         let kind = SourceKind::build(manifest, &wiring)
             .ok_or_else(|| REGISTRY.not_implemented("source.type", manifest.source.system))?
             .map_err(with_components)?;
+        #[cfg(feature = "failpoints")]
+        let kind = crate::failpoints::legacy_authority(kind);
         Ok(AnySource { kind, secrets: secrets(manifest) })
     }
 }

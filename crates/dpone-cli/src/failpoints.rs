@@ -13,7 +13,12 @@
 //! - `DPONE_FAILPOINT_SLEEP=<name>:<ms>`: pause at every hit of `name`;
 //!   with `DPONE_FAILPOINT_PAUSED=<file>`, the file is written (the point's
 //!   name) as each pause begins, so a test knows the run is inside it;
-//! - `DPONE_TEST_LEASE_TTL_MS=<ms>`: a short lease, to exercise expiry.
+//! - `DPONE_TEST_LEASE_TTL_MS=<ms>`: a short lease, to exercise expiry;
+//! - `DPONE_TEST_LEGACY_AUTHORITY=1`: the sources' change authorities
+//!   without what they gained in issue 43 (the fingerprints' scope: the
+//!   catalog, relations, cluster, patch parts, mutations and metadata),
+//!   so that a test proves each new ingredient is what detects an edit,
+//!   and that the content audit catches the edit without it.
 
 use dpone_core::failpoint::{Action, Failpoints, Injector};
 use std::sync::Arc;
@@ -71,4 +76,17 @@ pub fn from_env() -> Failpoints {
 /// The lease TTL the environment asks for.
 pub fn lease_ttl_ms() -> Option<u64> {
     std::env::var("DPONE_TEST_LEASE_TTL_MS").ok().and_then(|v| v.parse().ok())
+}
+
+/// The source, with its change authority as before issue 43 when the
+/// environment asks for it (`DPONE_TEST_LEGACY_AUTHORITY=1`).
+pub fn legacy_authority(kind: crate::registry::SourceKind) -> crate::registry::SourceKind {
+    use crate::registry::SourceKind;
+    if std::env::var("DPONE_TEST_LEGACY_AUTHORITY").ok().as_deref() != Some("1") {
+        return kind;
+    }
+    match kind {
+        SourceKind::Postgres(s) => SourceKind::Postgres(s.with_legacy_authority(true)),
+        other => other,
+    }
 }

@@ -120,7 +120,7 @@ fn a_rerun_moves_exactly_the_changed_chunks_and_the_target_stays_equal_to_the_so
     let plan = fx.plan();
     assert_eq!(plan.code, Some(0), "{}", plan.describe());
     assert_eq!(plan.json()["window"]["delivery"], "changed", "{}", plan.json()["window"]);
-    assert_eq!(plan.json()["window"]["authority"], "postgres.mvcc.v2");
+    assert_eq!(plan.json()["window"]["authority"], "postgres.mvcc.v3");
 
     // The statistics count the source's writes before the first run reads
     // them (else up to a second later).
@@ -198,13 +198,16 @@ fn a_rerun_moves_exactly_the_changed_chunks_and_the_target_stays_equal_to_the_so
     assert_eq!(fx.ch_scalar(&format!("SELECT countIf(x = 7) = count() FROM {}.t WHERE v != 'history'", fx.db)), "1");
     assert_window_equal(&fx, "a column added");
 
-    // `--delivery all` forces every chunk through, and decides nothing.
+    // `--delivery all` forces every chunk through (each `forced`) and
+    // refreshes the records (issue 43): a repair of a foreign write into
+    // day 6 leaves the next changed run nothing to move, where records
+    // of the run before would make day 6 `target_changed`.
+    fx.ch_exec(&format!("INSERT INTO {}.t VALUES (7779, toDateTime64('2026-08-16 01:00:00', 6, 'UTC'), 'foreign', 7)", fx.db));
     let forced = run(&fx, &["--delivery", "all"]);
     assert_eq!(staged(&forced).len(), 30);
-    assert!(forced["delivery"].is_null(), "{}", forced["delivery"]);
-    // Its records are those of the run before: the rows are the same, so
-    // the next changed run carries everything.
-    assert_eq!(moved(&run(&fx, &[])), vec![]);
+    assert!(decisions(&forced).iter().all(|(_, d)| d == "forced"), "{}", forced["delivery"]);
+    assert_window_equal(&fx, "a forced full run repairs day 6");
+    assert_eq!(moved(&run(&fx, &[])), vec![], "the forced run's records are the target's rows now");
     assert_window_equal(&fx, "after a forced full run");
     fx.finish();
 }

@@ -63,7 +63,7 @@ pub fn fingerprints(uuid: &str, chunks: &[Chunk], parts: &[PartRange], hashes: &
             h.update(format!("\n{rows} {hash}").as_bytes());
         }
         let digest: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
-        out.push(Fingerprint { rows: held.iter().map(|p| p.0).sum(), digest });
+        out.push(Fingerprint::new(held.iter().map(|p| p.0).sum(), digest));
     }
     Ok(ChunkFingerprints { authority: AUTHORITY, chunks: out, pass: None, by_window: false })
 }

@@ -27,6 +27,78 @@ pub enum Delivery {
     Changed,
 }
 
+/// `sink.strategy.window.audit`: when a `delivery: changed` run checks the
+/// chunks its authority would carry against a content digest that both
+/// servers compute (docs/audit.md), which trusts no authority. A chunk
+/// whose digests differ is transferred (`audit_mismatch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuditPolicy {
+    Never,
+    EveryRun,
+    /// Every `n`-th run since the last audit.
+    EveryRuns(u32),
+    /// When the window's end has moved by at least this much since the
+    /// last audit (anchored like the window: no wall clock).
+    Every(crate::time::FixedDuration),
+}
+
+/// The default: a weekly audit of nightly windows.
+pub const DEFAULT_AUDIT: AuditPolicy = AuditPolicy::Every(crate::time::FixedDuration(7 * crate::time::MICROS_PER_DAY));
+
+impl Default for AuditPolicy {
+    fn default() -> Self {
+        DEFAULT_AUDIT
+    }
+}
+
+impl std::fmt::Display for AuditPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AuditPolicy::Never => f.write_str("never"),
+            AuditPolicy::EveryRun => f.write_str("every_run"),
+            AuditPolicy::EveryRuns(n) => write!(f, "every {n} runs"),
+            AuditPolicy::Every(d) => write!(f, "every {d} of window end"),
+        }
+    }
+}
+
+impl Serialize for AuditPolicy {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// The state store record of a target's last content audit, kept under
+/// [`audit_key`] and written with the chunk records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditMark {
+    /// The window end (microseconds) of the last run whose carried chunks
+    /// were audited, or that carried none (every chunk verified by staging).
+    pub last_end: i64,
+    /// Published runs since then that carried chunks without an audit.
+    pub runs_since: u32,
+}
+
+/// The state store key of a target's [`AuditMark`] for `column`.
+pub fn audit_key(target_scope: &str, column: &str) -> String {
+    format!("audits/{target_scope}/{column}")
+}
+
+impl AuditPolicy {
+    /// Whether a run whose window ends at `end` audits the chunks it would
+    /// carry, given the stored mark (None: no audit yet, or unreadable).
+    /// Returns why (`every_run`, `every_runs`, `every_duration`, `first`).
+    pub fn due(&self, mark: Option<&AuditMark>, end: Timestamp) -> Option<&'static str> {
+        match (self, mark) {
+            (AuditPolicy::Never, _) => None,
+            (AuditPolicy::EveryRun, _) => Some("every_run"),
+            (_, None) => Some("first"),
+            (AuditPolicy::EveryRuns(n), Some(m)) => (m.runs_since.saturating_add(1) >= *n).then_some("every_runs"),
+            (AuditPolicy::Every(d), Some(m)) => (end.0.saturating_sub(m.last_end) >= d.0).then_some("every_duration"),
+        }
+    }
+}
+
 /// The version of the record format and of the checksum over it.
 pub const RECORD_VERSION: u32 = 1;
 
@@ -85,6 +157,22 @@ pub fn columns_digest(columns: &[Column]) -> String {
 pub struct Fingerprint {
     pub rows: u64,
     pub digest: String,
+    /// What decides the values a read of the chunk returns besides its
+    /// rows, as the source names it (PostgreSQL: a digest of the columns'
+    /// catalog entries, the relations and the cluster's identity;
+    /// ClickHouse: the table's metadata, patch parts and pending
+    /// mutations). Part of the equality: the same rows read through
+    /// another catalog are another fingerprint (`changed`). None for
+    /// records written before it existed, which then differ once.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub scope: Option<String>,
+}
+
+impl Fingerprint {
+    /// A fingerprint of `rows` and `digest` without a scope.
+    pub fn new(rows: u64, digest: impl Into<String>) -> Fingerprint {
+        Fingerprint { rows, digest: digest.into(), scope: None }
+    }
 }
 
 /// A source's fingerprints of adjacent chunks, by one authority.
@@ -184,6 +272,11 @@ impl TargetIdentity {
         }
     }
 
+    /// The rows of the chunk this identity names (`<rows>:<sum>:<nulls>`).
+    pub fn rows(&self) -> Option<u64> {
+        self.chunk.split(':').next()?.parse().ok()
+    }
+
     /// The `incarnation` of identities digested with `algorithm`.
     pub fn incarnation_of(algorithm: crate::digest::DigestAlgorithm) -> String {
         format!("content.{}", algorithm.name())
@@ -229,6 +322,54 @@ pub struct DeliveryDecisions {
     /// `window` (the whole window proven equal to records of one pass).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub fingerprints_by: Option<String>,
+    /// The content audit of the chunks the authority would have carried
+    /// (`window.audit`), when this run made one.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub audit: Option<AuditSummary>,
+    /// After the publication: the staged and carried rows against the
+    /// target's window, and the carried chunks read again.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub settled: Option<Settled>,
+}
+
+/// What the content audit of a `delivery: changed` run found
+/// (`sink.strategy.window.audit`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditSummary {
+    /// Why this run audited: `every_run`, `every_runs`, `every_duration`.
+    pub reason: String,
+    /// The chunks audited (those the authority would have carried).
+    pub chunks: u32,
+    /// Of them, the chunks whose source and target digests differed
+    /// (decided `audit_mismatch`, transferred).
+    pub mismatched: u32,
+    /// The audit's wall time (both servers at once), in milliseconds.
+    pub millis: u64,
+}
+
+/// The end of a run with carried chunks (docs/changed-delivery.md,
+/// "Carried chunks add up"): the target's window rows, counted after the
+/// publication, must be the rows staged plus the rows carried, and each
+/// carried chunk must still have the identity the decision read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settled {
+    pub staged_rows: u64,
+    pub carried_rows: u64,
+    pub target_window_rows: u64,
+    /// Carried chunks whose identity was read again: by their parts (the
+    /// target's metadata) or by digesting their rows.
+    pub carried_by_parts: u32,
+    pub carried_by_digest: u32,
+    /// The carried chunks whose rows changed after the decision, by index.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub changed: Vec<u32>,
+}
+
+impl Settled {
+    /// Whether the window adds up and no carried chunk changed.
+    pub fn holds(&self) -> bool {
+        self.changed.is_empty() && self.staged_rows.checked_add(self.carried_rows) == Some(self.target_window_rows)
+    }
 }
 
 impl DeliveryDecisions {
@@ -319,6 +460,21 @@ pub enum Decision {
     RecordInvalid,
     /// The source could not compute the fingerprint.
     FingerprintError,
+    /// The source has no authority for this relation (a view, a foreign
+    /// table, a ClickHouse table without parts): transferred, nothing of
+    /// the snapshot touched.
+    NoAuthority,
+    /// A `delivery: all` run (or `--delivery all`): transferred; its
+    /// fingerprint is kept so that the chunk's record is refreshed.
+    Forced,
+    /// The fingerprint and the target say unchanged, but carrying the
+    /// chunk would copy its rows in the target (not aligned with the
+    /// target's partitions) while other chunks are transferred: it is
+    /// transferred, as `delivery: all` would, which costs less.
+    CarryCostly,
+    /// The content audit (`window.audit`) found the source's rows of a
+    /// chunk the authority would carry different from the target's.
+    AuditMismatch,
 }
 
 impl Decision {
@@ -335,6 +491,10 @@ impl Decision {
             Decision::TargetChanged => "target_changed",
             Decision::RecordInvalid => "record_invalid",
             Decision::FingerprintError => "fingerprint_error",
+            Decision::NoAuthority => "no_authority",
+            Decision::Forced => "forced",
+            Decision::CarryCostly => "carry_costly",
+            Decision::AuditMismatch => "audit_mismatch",
         }
     }
 }

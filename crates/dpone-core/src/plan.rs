@@ -41,10 +41,17 @@ pub struct WindowPlan {
     pub chunks: Vec<Chunk>,
     /// `all` or `changed` (docs/changed-delivery.md).
     pub delivery: crate::delivery::Delivery,
-    /// `delivery: changed`: what the source's chunk fingerprints are
-    /// computed from (`postgres.mvcc.v2`, ...).
+    /// What the source's chunk fingerprints are computed from
+    /// (`postgres.mvcc.v3`, ...), when the source has an authority.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub authority: Option<&'static str>,
+    /// `sink.strategy.window.audit`: when a `changed` run audits the chunks
+    /// it would carry.
+    pub audit: crate::delivery::AuditPolicy,
+    /// The manifest asks for `delivery: changed` (whatever `--delivery`
+    /// says): a run of every chunk refreshes the chunks' records too, so
+    /// that the next `changed` run moves only what changed after it.
+    pub keep_records: bool,
     /// `delivery: changed`, after probing: what a run would decide for
     /// each chunk now (from the source's fingerprints, the records of the
     /// last publication and the target's rows).
@@ -237,6 +244,8 @@ impl Plan {
                     chunks: resolved.chunks,
                     delivery: w.delivery,
                     authority: None,
+                    audit: w.audit,
+                    keep_records: w.delivery == crate::delivery::Delivery::Changed,
                     decisions: None,
                 })
             }
@@ -296,9 +305,9 @@ impl Plan {
                 .hint("use `auto` or `stream`"),
             );
         }
-        if let Some(w) = window.as_mut().filter(|w| w.delivery == crate::delivery::Delivery::Changed) {
+        if let Some(w) = window.as_mut() {
             w.authority = source.and_then(|s| s.delivery_authority);
-            if w.authority.is_none() {
+            if w.authority.is_none() && w.delivery == crate::delivery::Delivery::Changed {
                 refusals.push(
                     Diagnostic::new(
                         "delivery_unsupported",

@@ -11,7 +11,8 @@
 use crate::context::Ctx;
 use crate::journal::Journal;
 use dpone_core::delivery::{
-    ChunkDelivery, ChunkKey, ChunkRecord, Decision, Delivery, DeliveryDecisions, Evidence, Fingerprint, TargetIdentity, candidate, confirm,
+    ChunkDelivery, ChunkFingerprints, ChunkKey, ChunkRecord, Decision, Delivery, DeliveryDecisions, Evidence, Fingerprint, TargetIdentity,
+    candidate, confirm,
 };
 use dpone_core::digest::DigestAlgorithm;
 use dpone_core::evidence::GenerationCheck;
@@ -22,11 +23,6 @@ use dpone_core::types::Column;
 use dpone_core::window::Chunk;
 use std::collections::BTreeMap;
 use std::time::Instant;
-
-/// The window's column and chunks of a `delivery: changed` run.
-fn changed_window<S: Source, T: Target>(ctx: &Ctx<S, T>) -> Option<&WindowPlan> {
-    ctx.plan.window.as_ref().filter(|w| w.delivery == Delivery::Changed)
-}
 
 /// Makes the journaled decisions the run's carried ranges (a resumed run),
 /// with their decided identities where the target compares them in its
@@ -42,9 +38,14 @@ pub(crate) fn restore<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &RunJournal) {
     }
 }
 
-/// Decides every chunk once per run, before the first is staged.
+/// Decides every chunk once per run, before the first is staged. A run of
+/// every chunk (`delivery: all`, or `--delivery all`) whose manifest asks
+/// for `changed` or whose target has records keeps the source's
+/// fingerprints too (every chunk `forced`), so that its publication
+/// refreshes the records and the next `changed` run moves only what
+/// changed after it.
 pub(crate) async fn decide<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Journal) -> Result<(), AdapterError> {
-    let Some(w) = changed_window(ctx) else { return Ok(()) };
+    let Some(w) = ctx.plan.window.as_ref().filter(|w| w.authority.is_some()) else { return Ok(()) };
     let j = journal.snapshot().await;
     if j.delivery.is_some() || !j.chunks.is_empty() {
         // Decided by an earlier invocation (kept), or staging began without
@@ -55,13 +56,72 @@ pub(crate) async fn decide<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jour
     let started = Instant::now();
     let records = journal.records_under(&records_prefix(&ctx.target.scope(), &w.column)).await?;
     let columns = &ctx.probe.target_columns;
-    let decisions = decisions(ctx.source.as_ref(), ctx.target.as_ref(), w, columns, ctx.plan.staging.digest, &records).await?;
+    let decisions = if w.delivery == Delivery::Changed {
+        decisions(ctx.source.as_ref(), ctx.target.as_ref(), w, columns, ctx.plan.staging.digest, &records).await?
+    } else if w.keep_records || !records.is_empty() {
+        forced(ctx.source.as_ref(), w).await?
+    } else {
+        return Ok(());
+    };
     ctx.options.cancel.check()?;
     tracing::info!(authority = %decisions.authority, seconds = started.elapsed().as_secs_f64(), "changed-window delivery: {}", decisions.summary());
     ctx.add_phase(|p| p.fingerprint += started.elapsed().as_secs_f64());
     journal.update(|j| j.delivery = Some(decisions)).await?;
     restore(ctx, &journal.snapshot().await);
     ctx.failpoint("delivery.after_decide").await
+}
+
+/// A run of every chunk: the source's fingerprints for the records, every
+/// chunk `forced`. A fingerprint that cannot be read only leaves the
+/// chunks without records (the next `changed` run transfers them).
+async fn forced<S: Source>(source: &S, w: &WindowPlan) -> Result<DeliveryDecisions, AdapterError> {
+    let fingerprints = fingerprints(source, w, None).await?.ok();
+    let authority = fingerprints.as_ref().map_or(w.authority.unwrap_or_default(), |f| f.authority).to_string();
+    let chunks = w
+        .chunks
+        .iter()
+        .enumerate()
+        .map(|(i, c)| ChunkDelivery {
+            index: c.index,
+            start: c.start,
+            end: c.end,
+            decision: Decision::Forced,
+            fingerprint: fingerprints.as_ref().map(|f| f.chunks[i].clone()),
+            carried: None,
+            carried_parts: None,
+            published_parts: None,
+        })
+        .collect();
+    let source_pass = fingerprints.as_ref().and_then(|f| f.pass.clone());
+    let fingerprints_by = fingerprints.as_ref().map(|f| if f.by_window { "window" } else { "chunks" }.to_string());
+    Ok(DeliveryDecisions { authority, chunks, source_pass, fingerprints_by, audit: None, settled: None })
+}
+
+/// The source's fingerprints of `w`'s chunks: `Ok(Err(decision))` when
+/// they could not be had and every chunk is transferred with that decision
+/// (`no_authority` for a relation the source cannot fingerprint,
+/// `fingerprint_error` otherwise), with a warning that says why. Errors
+/// that stop the run (an interruption, a lost lease) are returned.
+async fn fingerprints<S: Source>(
+    source: &S,
+    w: &WindowPlan,
+    expected: Option<&dpone_core::delivery::Expected>,
+) -> Result<Result<ChunkFingerprints, Decision>, AdapterError> {
+    match source.chunk_fingerprints(&w.column, &w.chunks, expected).await {
+        Ok(Some(f)) if f.chunks.len() == w.chunks.len() => Ok(Ok(f)),
+        Ok(Some(f)) => Err(AdapterError::internal(format!("{} fingerprints of {} chunks", f.chunks.len(), w.chunks.len()))),
+        // The plan refused a source whose descriptor names no authority.
+        Ok(None) => Err(AdapterError::internal("a source with a delivery authority computed no fingerprints")),
+        Err(e) if e.keeps_run() || e.kind == ErrorKind::Interrupted => Err(e),
+        Err(e) if e.code == "fingerprint_unsupported" => {
+            tracing::warn!("{}", e.message);
+            Ok(Err(Decision::NoAuthority))
+        }
+        Err(e) => {
+            tracing::warn!("the chunks' fingerprints could not be read ({}): every chunk is transferred", e.message);
+            Ok(Err(Decision::FingerprintError))
+        }
+    }
 }
 
 /// The state store prefix of a target's chunk records of `column` (the
@@ -101,17 +161,7 @@ pub async fn decisions<S: Source, T: Target>(
         let keys: Vec<ChunkKey> = w.chunks.iter().map(|c| ChunkKey::new(&scope, &w.column, c.start, c.end, columns, authority)).collect();
         dpone_core::delivery::expected_window(&keys, |k| records.get(&k.store_key()).cloned())
     });
-    let fingerprints = match source.chunk_fingerprints(&w.column, &w.chunks, expected.as_ref()).await {
-        Ok(Some(f)) if f.chunks.len() == w.chunks.len() => Ok(f),
-        Ok(Some(f)) => return Err(AdapterError::internal(format!("{} fingerprints of {} chunks", f.chunks.len(), w.chunks.len()))),
-        // The plan refused a source whose descriptor names no authority.
-        Ok(None) => return Err(AdapterError::internal("a source with a delivery authority computed no fingerprints")),
-        Err(e) if e.keeps_run() || e.kind == ErrorKind::Interrupted => return Err(e),
-        Err(e) => {
-            tracing::warn!("the chunks' fingerprints could not be read ({}): every chunk is transferred", e.message);
-            Err(e)
-        }
-    };
+    let fingerprints = fingerprints(source, w, expected.as_ref()).await?;
     let authority = fingerprints.as_ref().map(|f| f.authority).unwrap_or("");
     let source_pass = fingerprints.as_ref().ok().and_then(|f| f.pass.clone());
     let fingerprints_by = fingerprints.as_ref().ok().map(|f| if f.by_window { "window" } else { "chunks" }.to_string());
@@ -122,9 +172,10 @@ pub async fn decisions<S: Source, T: Target>(
         let key = ChunkKey::new(&scope, &w.column, c.start, c.end, columns, authority);
         let stored = records.get(&key.store_key()).map(String::as_str);
         let fingerprint: Option<&Fingerprint> = fingerprints.as_ref().ok().map(|f| &f.chunks[i]);
-        let decision = match candidate(Evidence { key: &key, stored, fingerprint: fingerprint.ok_or(()) }) {
-            Err(d) => d,
-            Ok(record) => {
+        let decision = match (&fingerprints, candidate(Evidence { key: &key, stored, fingerprint: fingerprint.ok_or(()) })) {
+            (Err(no_fingerprints), _) => *no_fingerprints,
+            (Ok(_), Err(d)) => d,
+            (Ok(_), Ok(record)) => {
                 candidates.push((i, record));
                 Decision::NoRecord
             }
@@ -144,9 +195,19 @@ pub async fn decisions<S: Source, T: Target>(
     }
     // The target's rows of each candidate: by metadata when its parts are
     // the recorded ones (same parts, same rows), else counted and digested.
+    // A target that would copy a candidate's rows to carry it (no parts:
+    // not aligned with its partitions) carries it only when no chunk is
+    // transferred; otherwise transferring it costs less (`carry_costly`).
     let ranges: Vec<_> = candidates.iter().map(|(i, _)| (w.chunks[*i].start, w.chunks[*i].end)).collect();
     let parts = target.range_part_identities(TableRole::Target, &w.column, &ranges).await?;
+    let copies = |parts: &Option<String>| parts.is_none() && !target.keeps_rows_in_place();
+    let is_candidate: std::collections::BTreeSet<usize> = candidates.iter().map(|(i, _)| *i).collect();
+    let mut transferring = chunks.iter().enumerate().any(|(k, c)| !is_candidate.contains(&k) && c.decision.transfers());
     for ((i, record), now_parts) in candidates.into_iter().zip(parts) {
+        if copies(&now_parts) && transferring {
+            chunks[i].decision = Decision::CarryCostly;
+            continue;
+        }
         let same_parts = now_parts.is_some() && record.target.parts == now_parts && record.target.incarnation == incarnation;
         let now = if same_parts {
             record.target.clone()
@@ -156,13 +217,20 @@ pub async fn decisions<S: Source, T: Target>(
             now
         };
         let d = confirm(&record, &now);
+        transferring |= d.transfers();
         let chunk = &mut chunks[i];
         chunk.decision = d;
         if d == Decision::Unchanged {
             (chunk.carried, chunk.carried_parts) = (Some(now), now_parts);
         }
     }
-    Ok(DeliveryDecisions { authority: authority.to_string(), chunks, source_pass, fingerprints_by })
+    // A candidate confirmed before a later one turned out changed.
+    if transferring {
+        for c in chunks.iter_mut().filter(|c| c.decision == Decision::Unchanged && copies(&c.carried_parts)) {
+            (c.decision, c.carried) = (Decision::CarryCostly, None);
+        }
+    }
+    Ok(DeliveryDecisions { authority: authority.to_string(), chunks, source_pass, fingerprints_by, audit: None, settled: None })
 }
 
 /// Whether this run decided every chunk of the window `unchanged` and so

@@ -55,6 +55,9 @@ pub(crate) async fn write_evidence<S: Source, T: Target>(ctx: &Ctx<S, T>, journa
         },
         None => WindowStats { total_rows: generation.rows, window_rows: generation.rows, ..Default::default() },
     };
+    // Staged + carried = the window, carried chunks read again (reported once).
+    crate::settle::settle(ctx, journal, &j, &stats).await?;
+    let j = journal.snapshot().await;
     ctx.add_phase(|p| p.evidence += started.elapsed().as_secs_f64());
     // A window replaced in place: the rows kept are the target's other
     // rows, as counted here (the build does not count them; a direct

@@ -42,6 +42,7 @@ mod probe;
 mod publish;
 mod report;
 mod resume;
+mod settle;
 mod stage;
 
 pub use admit::{StoreOpener, execute, journal_key, read_journal};

@@ -32,8 +32,105 @@ use dpone_core::window::Chunk;
 
 /// The authority's name and version, part of every record's key. v2: the
 /// digest is one exact sum of the hashes (v1 summed their two 32-bit
-/// halves separately).
-pub const AUTHORITY: &str = "postgres.mvcc.v2";
+/// halves separately). v3: every fingerprint also carries the scope of the
+/// read ([`scope_of`]: the catalog, the relations and the cluster), so
+/// that a change of what the same row versions read as is `changed`.
+pub const AUTHORITY: &str = "postgres.mvcc.v3";
+
+/// The kind of the relation `$1` (`pg_class.relkind`; NULL if it does not
+/// exist). A query that cannot fail on a view or a foreign table, asked
+/// before anything reads `xmin`: only relations with row versions of
+/// their own ([`has_row_versions`]) are fingerprinted, so that a failing
+/// query never aborts the snapshot keeper's transaction.
+pub const RELKIND_SQL: &str = "SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)";
+
+/// Whether a relation of kind `relkind` has heap row versions with an
+/// `xmin`: a table, a partitioned table (its partitions do) and a
+/// materialized view (a refresh writes new versions). A view, a foreign
+/// table or anything else has none.
+pub fn has_row_versions(relkind: &str) -> bool {
+    matches!(relkind, "r" | "p" | "m")
+}
+
+/// What a relation of kind `relkind` is, for the message that says why its
+/// chunks are transferred.
+pub fn relkind_name(relkind: &str) -> &'static str {
+    match relkind {
+        "v" => "a view",
+        "f" => "a foreign table",
+        "c" => "a composite type",
+        "S" => "a sequence",
+        _ => "a relation without row versions",
+    }
+}
+
+/// The query of the cluster's identity, read in the run's snapshot: the
+/// control file's system identifier (a cluster made by `initdb`, kept by a
+/// base backup and its replicas), the timeline of its last checkpoint (a
+/// new one after a point-in-time recovery or a promotion), the
+/// postmaster's start time (a restore of a file-level copy starts the
+/// server again, and reuses transaction ids without a new timeline) and
+/// the database's OID. All four are readable by any role.
+pub const CLUSTER_SQL: &str = "SELECT (SELECT system_identifier::text FROM pg_control_system()), \
+     (SELECT timeline_id::text FROM pg_control_checkpoint()), pg_postmaster_start_time()::text, \
+     (SELECT oid::text FROM pg_database WHERE datname = current_database()), current_user::text";
+
+/// The query of the catalog entries that decide what the row versions of
+/// the table `$1` and its partitions read as, one row per column (dropped
+/// ones included) of each relation, ordered: the relation's OID and kind,
+/// the column's number, name, type and modifier, whether it is dropped,
+/// generated (PostgreSQL 12+), has a value for rows that predate it
+/// (`atthasmissing` / `attmissingval`, PostgreSQL 11+: an `ADD COLUMN`
+/// with a default writes no row), its default or generation expression,
+/// and the relation's row security with its policies (a policy decides
+/// which rows a read returns).
+pub fn scope_sql(version: i32) -> String {
+    let tree = if version >= 120000 { " UNION SELECT relid FROM pg_partition_tree(to_regclass($1))" } else { "" };
+    let generated = if version >= 120000 { "a.attgenerated::text" } else { "''" };
+    let missing = if version >= 110000 { "a.atthasmissing::text || ':' || coalesce(a.attmissingval::text, '')" } else { "''" };
+    format!(
+        "SELECT r.relid::text, c.relkind::text, a.attnum::text, a.attname::text, a.atttypid::oid::text, a.atttypmod::text, \
+         a.attisdropped::text, {generated}, {missing}, pg_get_expr(d.adbin, d.adrelid), \
+         c.relrowsecurity::text || ':' || c.relforcerowsecurity::text || ':' || coalesce((SELECT string_agg(p.polname::text || ':' \
+         || p.polcmd::text || ':' || p.polpermissive::text || ':' || p.polroles::text || ':' || coalesce(pg_get_expr(p.polqual, \
+         p.polrelid), ''), ',' ORDER BY p.polname) FROM pg_policy p WHERE p.polrelid = r.relid), '') \
+         FROM (SELECT to_regclass($1)::oid{tree}) AS r(relid) JOIN pg_class c ON c.oid = r.relid \
+         LEFT JOIN pg_attribute a ON a.attrelid = r.relid AND a.attnum > 0 \
+         LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
+         ORDER BY r.relid, a.attnum"
+    )
+}
+
+/// The scope of a pass's fingerprints ([`dpone_core::delivery::Fingerprint::scope`]):
+/// a SHA-256 over the cluster's identity ([`CLUSTER_SQL`]) and the catalog
+/// rows of [`scope_sql`], each field length-prefixed (NULL apart from an
+/// empty text). Equal row versions read through another column layout,
+/// default, relation, policy or cluster give another scope.
+pub fn scope_of(cluster: &[Option<String>], catalog: &[Vec<Option<String>>]) -> String {
+    use sha2::{Digest, Sha256};
+    fn field(h: &mut Sha256, f: &Option<String>) {
+        match f {
+            None => h.update(b"N;"),
+            Some(v) => {
+                h.update(format!("{}:", v.len()).as_bytes());
+                h.update(v.as_bytes());
+                h.update(b";");
+            }
+        }
+    }
+    let mut h = Sha256::new();
+    for f in cluster {
+        field(&mut h, f);
+    }
+    h.update(b"\n");
+    for row in catalog {
+        for f in row {
+            field(&mut h, f);
+        }
+        h.update(b"\n");
+    }
+    format!("pg.scope.v1:{}", h.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>())
+}
 
 /// The server facts that choose the query's form and its parts, read by the
 /// snapshot keeper: `(server_version_num, max_parallel_workers_per_gather,
@@ -221,7 +318,7 @@ pub fn fingerprints(chunks: &[Chunk], rows: &[(i32, i64, String)]) -> Result<Chu
         slot.0 = slot.0.checked_add(count).ok_or_else(|| AdapterError::internal("a count past 2^64"))?;
         slot.1 = slot.1.checked_add(digest).ok_or_else(|| AdapterError::internal("a digest past 2^127"))?;
     }
-    let chunks = sums.into_iter().map(|(rows, digest)| Fingerprint { rows, digest: digest.to_string() }).collect();
+    let chunks = sums.into_iter().map(|(rows, digest)| Fingerprint::new(rows, digest.to_string())).collect();
     Ok(ChunkFingerprints { authority: AUTHORITY, chunks, pass: None, by_window: false })
 }
 
@@ -286,7 +383,7 @@ mod tests {
         let chunks = [chunk(0, 0, 10), chunk(1, 10, 20), chunk(2, 20, 30)];
         let rows = [(3, 2, "5".to_string()), (1, 1, "-7".to_string()), (3, 1, "170141183460469231731687303715884105".to_string())];
         let f = fingerprints(&chunks, &rows).unwrap();
-        assert_eq!(f.authority, "postgres.mvcc.v2");
+        assert_eq!(f.authority, "postgres.mvcc.v3");
         let got: Vec<(u64, &str)> = f.chunks.iter().map(|c| (c.rows, c.digest.as_str())).collect();
         assert_eq!(got, vec![(1, "-7"), (0, "0"), (3, "170141183460469231731687303715884110")]);
         assert!(fingerprints(&chunks, &[(4, 1, "1".into())]).is_err(), "a row past the last chunk");
@@ -303,7 +400,7 @@ mod tests {
         assert!(!sql.contains("GROUP BY"), "{sql}");
         let pass =
             |writes: Option<&str>| SourcePass { snapshot: "5:9:".into(), writes: writes.map(String::from), relations: Some("1".into()) };
-        let fp = |rows, digest: &str| Fingerprint { rows, digest: digest.into() };
+        let fp = |rows, digest: &str| Fingerprint::new(rows, digest);
         let expected = Expected { pass: pass(Some("1:4")), chunks: vec![fp(3, "-7"), fp(2, "170141183460469231731687303715884105000")] };
         // Two parts adding up to the chunks' sums, whatever their split.
         let now = pass(Some("1:4"));
@@ -328,5 +425,75 @@ mod tests {
         assert!(pass_sql(150000).contains("pg_current_snapshot()") && pass_sql(120000).contains("txid_current_snapshot()"));
         assert!(pass_sql(110000).ends_with("FROM (SELECT to_regclass($1)::oid) AS r(relid))"), "{}", pass_sql(110000));
         assert!(pass_sql(150000).contains("string_agg(r.relid::text, ',' ORDER BY r.relid)"), "{}", pass_sql(150000));
+    }
+
+    /// Every ingredient of the scope changes the decision of a chunk whose
+    /// row versions are the recorded ones: `changed`, never `unchanged`
+    /// (issue 43: a column dropped and added again, two columns renamed
+    /// into each other's place, the table replaced by another, a restored
+    /// or failed-over cluster, a policy).
+    #[test]
+    fn every_field_of_the_scope_changes_the_decision() {
+        use dpone_core::delivery::{ChunkKey, ChunkRecord, Decision, Evidence, TargetIdentity, decide};
+        let s = |v: &str| Some(v.to_string());
+        let cluster = vec![s("7716663792574474419"), s("1"), s("2026-12-07 20:00:00+00"), s("16384"), s("postgres")];
+        // (relid, relkind, attnum, name, type, typmod, dropped, generated, missing, default, row security and policies)
+        let row = |attnum: &str, name: &str, ty: &str, typmod: &str, dropped: &str, missing: &str, default: Option<String>| {
+            vec![s("16500"), s("r"), s(attnum), s(name), s(ty), s(typmod), s(dropped), s(""), s(missing), default, s("false:false:")]
+        };
+        let catalog = vec![
+            row("1", "id", "20", "-1", "false", "false:", None),
+            row("2", "ts", "1184", "-1", "false", "false:", None),
+            row("3", "d", "1700", "786438", "false", "false:", None),
+        ];
+        let base = scope_of(&cluster, &catalog);
+        assert_eq!(base, scope_of(&cluster, &catalog), "deterministic");
+        let key = ChunkKey::new("clickhouse:db.t", "ts", dpone_core::time::Timestamp(0), dpone_core::time::Timestamp(10), &[], AUTHORITY);
+        let fp = |scope: String| Fingerprint { scope: Some(scope), ..Fingerprint::new(10, "42") };
+        let identity = TargetIdentity { incarnation: "content.sha256".into(), chunk: "10:1:[0]".into(), parts: None };
+        let record = ChunkRecord::new(key.clone(), fp(base.clone()), identity.clone(), "run-1", None).body();
+        let decision = |scope: String| decide(Evidence { key: &key, stored: Some(&record), fingerprint: Ok(&fp(scope)) }, &identity);
+        assert_eq!(decision(base.clone()), Decision::Unchanged);
+        let mut cases = 0;
+        for i in 0..cluster.len() {
+            let mut c = cluster.clone();
+            c[i] = s("other");
+            assert_eq!(decision(scope_of(&c, &catalog)), Decision::Changed, "cluster field {i}");
+            cases += 1;
+        }
+        for r in 0..catalog.len() {
+            for f in 0..catalog[r].len() {
+                let mut c = catalog.clone();
+                c[r][f] = match &c[r][f] {
+                    None => s("nextval('seq')"),
+                    Some(v) => s(&format!("{v}x")),
+                };
+                assert_eq!(decision(scope_of(&cluster, &c)), Decision::Changed, "catalog row {r} field {f}");
+                cases += 1;
+            }
+        }
+        assert_eq!(cases, 5 + 3 * 11);
+        // A NULL is not an empty text, and fields do not run into each other.
+        let mut c = catalog.clone();
+        c[2][9] = s("");
+        assert_ne!(scope_of(&cluster, &c), base);
+        let mut c = catalog.clone();
+        (c[0][3], c[0][4]) = (s("id2"), s("0"));
+        assert_ne!(scope_of(&cluster, &c), base);
+        // The issue's edits, as the catalog shows them: `d` dropped and
+        // added again (a new attnum, a dropped column left behind) ...
+        let readded = vec![
+            catalog[0].clone(),
+            catalog[1].clone(),
+            row("3", "........pg.dropped.3........", "0", "786438", "true", "false:", None),
+            row("4", "d", "1700", "786438", "false", "true:{7.25}", s("7.25")),
+        ];
+        assert_eq!(decision(scope_of(&cluster, &readded)), Decision::Changed);
+        // ... and two columns of one type renamed into each other's place.
+        let mut swapped = catalog.clone();
+        swapped.push(row("4", "e", "1700", "786438", "false", "false:", None));
+        let before = scope_of(&cluster, &swapped);
+        (swapped[2][3], swapped[3][3]) = (s("e"), s("d"));
+        assert_ne!(scope_of(&cluster, &swapped), before);
     }
 }

@@ -64,6 +64,10 @@ pub struct PostgresSource {
     keeper: Mutex<Option<std::sync::Arc<Keeper>>>,
     /// The fewest heap blocks worth a fingerprint part of its own.
     fingerprint_part_blocks: i64,
+    /// A test switch: fingerprints without their scope (the catalog, the
+    /// relations and the cluster), as `postgres.mvcc.v2` computed them, so
+    /// that a test proves the scope is what detects a catalog edit.
+    legacy_authority: bool,
 }
 
 /// A binary COPY response as the byte input of frame assembly. Its errors
@@ -108,7 +112,15 @@ impl PostgresSource {
             oids: OnceLock::new(),
             keeper: Mutex::new(None),
             fingerprint_part_blocks: crate::delivery::MIN_PART_BLOCKS,
+            legacy_authority: false,
         }
+    }
+
+    /// A test switch (set by test builds only): fingerprints without
+    /// their scope, as before `postgres.mvcc.v3`.
+    pub fn with_legacy_authority(mut self, on: bool) -> Self {
+        self.legacy_authority = on;
+        self
     }
 
     /// Splits the fingerprint scan into parts of as few as `blocks` heap
@@ -220,6 +232,73 @@ impl PostgresSource {
         }
         sql.push_str(") TO STDOUT (FORMAT binary)");
         Ok((client, sql))
+    }
+
+    /// [`Source::chunk_fingerprints`] inside the keeper's savepoint: the
+    /// keeper first locks the table (ACCESS SHARE, held until the snapshot
+    /// closes, as any query of the keeper holds it) so that no rewrite
+    /// moves rows between the parts' reads, reads the pass's identity and
+    /// scope, then reads the first part while connections that imported
+    /// the snapshot read the others (`crate::delivery::parts`). With
+    /// `expected` records of one pass over the same relations and no write
+    /// counted since (`crate::delivery::try_window`), the whole window is
+    /// first read ungrouped (no per-row grouping: 35-40% less CPU, serial
+    /// in psql) and proves their row versions; when it does not, every
+    /// chunk is computed. Every fingerprint carries the pass's scope
+    /// (`crate::delivery::scope_of`), compared per chunk by the decision.
+    async fn fingerprints_in_snapshot(
+        &self,
+        keeper: &std::sync::Arc<Keeper>,
+        table: &str,
+        window_column: &str,
+        chunks: &[Chunk],
+        expected: Option<&dpone_core::delivery::Expected>,
+    ) -> Result<ChunkFingerprints> {
+        let read = |e| classify("reading the chunks' fingerprints", e);
+        let table = table.to_string();
+        keeper.client.batch_execute(&format!("LOCK TABLE {table} IN ACCESS SHARE MODE")).await.map_err(read)?;
+        let layout = keeper.client.query_one(crate::delivery::LAYOUT_SQL, &[&table]).await.map_err(read)?;
+        let layout = crate::delivery::Layout {
+            version: layout.get(0),
+            workers_per_gather: layout.get(1),
+            blocks: layout.get::<_, Option<i64>>(2).unwrap_or(0),
+        };
+        let pass = keeper.client.query_one(&crate::delivery::pass_sql(layout.version), &[&table]).await.map_err(read)?;
+        let pass = dpone_core::delivery::SourcePass { snapshot: pass.get(0), writes: pass.get(1), relations: pass.get(2) };
+        let scope = if self.legacy_authority { None } else { Some(self.scope(keeper, &table, layout.version).await?) };
+        let with_scope = |mut chunks: Vec<dpone_core::delivery::Fingerprint>| {
+            for c in &mut chunks {
+                c.scope = scope.clone();
+            }
+            chunks
+        };
+        let parts = crate::delivery::parts(layout, self.fingerprint_part_blocks);
+        if let Some(expected) = expected.filter(|e| crate::delivery::try_window(e, &pass)) {
+            let sql = |part| crate::delivery::window_sql(&table, window_column, chunks, part);
+            let rows = self.read_parts(keeper, &parts, sql, |r| (r.get(0), r.get(1))).await?;
+            if crate::delivery::window_matches(expected, &pass, &rows)? {
+                // The row versions are the records'; the scope is this pass's.
+                let chunks = with_scope(expected.chunks.clone());
+                return Ok(ChunkFingerprints { authority: crate::delivery::AUTHORITY, chunks, pass: Some(pass), by_window: true });
+            }
+            tracing::info!("the window's rows changed since its records' pass: every chunk's fingerprint is computed");
+        }
+        let sql = |part| crate::delivery::fingerprint_sql(&table, window_column, chunks, layout.version, part);
+        let rows: Vec<(i32, i64, String)> = self.read_parts(keeper, &parts, sql, |r| (r.get(0), r.get(1), r.get(2))).await?;
+        let f = crate::delivery::fingerprints(chunks, &rows)?;
+        Ok(ChunkFingerprints { pass: Some(pass), chunks: with_scope(f.chunks), ..f })
+    }
+
+    /// The scope of this pass's fingerprints, read by the keeper in the
+    /// run's snapshot: the cluster's identity and the catalog entries of
+    /// the table and its partitions (`crate::delivery::scope_of`).
+    async fn scope(&self, keeper: &Keeper, table: &str, version: i32) -> Result<String> {
+        let read = |e| classify("reading the source's catalog for the fingerprints", e);
+        let cluster = keeper.client.query_one(crate::delivery::CLUSTER_SQL, &[]).await.map_err(read)?;
+        let cluster: Vec<Option<String>> = (0..cluster.len()).map(|i| cluster.get(i)).collect();
+        let rows = keeper.client.query(&crate::delivery::scope_sql(version), &[&table]).await.map_err(read)?;
+        let catalog: Vec<Vec<Option<String>>> = rows.iter().map(|r| (0..r.len()).map(|i| r.get(i)).collect()).collect();
+        Ok(crate::delivery::scope_of(&cluster, &catalog))
     }
 }
 
@@ -369,15 +448,11 @@ impl Source for PostgresSource {
         crate::cursor::max_from(column, kind, row.get(0), row.get(2))
     }
 
-    /// Read in the run's snapshot: the keeper first locks the table (ACCESS
-    /// SHARE, held until the snapshot closes, as any query of the keeper
-    /// holds it) so that no rewrite moves rows between the parts' reads,
-    /// then reads the first part while connections that imported the
-    /// snapshot read the others (`crate::delivery::parts`). With `expected`
-    /// records of one pass over the same relations and no write counted
-    /// since (`crate::delivery::try_window`), the whole window is
-    /// first read ungrouped (no per-row grouping: 35-40% less CPU, serial in psql) and
-    /// proves them; when it does not, every chunk is computed.
+    /// Read in the run's snapshot, inside a savepoint of the keeper's
+    /// transaction (see `fingerprints_in_snapshot`), so that a failed query
+    /// leaves the snapshot usable; a relation without row versions (a
+    /// view, a foreign table) is refused before any query reads `xmin`
+    /// (`fingerprint_unsupported`: its chunks are transferred).
     async fn chunk_fingerprints(
         &self,
         window_column: &str,
@@ -387,29 +462,34 @@ impl Source for PostgresSource {
         let keeper = self.keeper()?;
         let table = self.table_sql();
         let read = |e| classify("reading the chunks' fingerprints", e);
-        keeper.client.batch_execute(&format!("LOCK TABLE {table} IN ACCESS SHARE MODE")).await.map_err(read)?;
-        let layout = keeper.client.query_one(crate::delivery::LAYOUT_SQL, &[&table]).await.map_err(read)?;
-        let layout = crate::delivery::Layout {
-            version: layout.get(0),
-            workers_per_gather: layout.get(1),
-            blocks: layout.get::<_, Option<i64>>(2).unwrap_or(0),
-        };
-        let pass = keeper.client.query_one(&crate::delivery::pass_sql(layout.version), &[&table]).await.map_err(read)?;
-        let pass = dpone_core::delivery::SourcePass { snapshot: pass.get(0), writes: pass.get(1), relations: pass.get(2) };
-        let parts = crate::delivery::parts(layout, self.fingerprint_part_blocks);
-        if let Some(expected) = expected.filter(|e| crate::delivery::try_window(e, &pass)) {
-            let sql = |part| crate::delivery::window_sql(&table, window_column, chunks, part);
-            let rows = self.read_parts(&keeper, &parts, sql, |r| (r.get(0), r.get(1))).await?;
-            if crate::delivery::window_matches(expected, &pass, &rows)? {
-                let chunks = expected.chunks.clone();
-                return Ok(Some(ChunkFingerprints { authority: crate::delivery::AUTHORITY, chunks, pass: Some(pass), by_window: true }));
-            }
-            tracing::info!("the window's rows changed since its records' pass: every chunk's fingerprint is computed");
+        // A view or a foreign table has no `xmin`: refused by a query that
+        // cannot fail, before anything could abort the keeper's transaction.
+        let relkind: Option<String> = keeper.client.query_one(crate::delivery::RELKIND_SQL, &[&table]).await.map_err(read)?.get(0);
+        if let Some(kind) = relkind.as_deref().filter(|k| !crate::delivery::has_row_versions(k)) {
+            return Err(AdapterError::permanent(
+                "fingerprint_unsupported",
+                format!(
+                    "source {} is {}: it has no row versions (xmin) to fingerprint, so every chunk is transferred",
+                    self.table,
+                    crate::delivery::relkind_name(kind)
+                ),
+            ));
         }
-        let sql = |part| crate::delivery::fingerprint_sql(&table, window_column, chunks, layout.version, part);
-        let rows: Vec<(i32, i64, String)> = self.read_parts(&keeper, &parts, sql, |r| (r.get(0), r.get(1), r.get(2))).await?;
-        let f = crate::delivery::fingerprints(chunks, &rows)?;
-        Ok(Some(ChunkFingerprints { pass: Some(pass), ..f }))
+        // Whatever fails below leaves the keeper's transaction (and the
+        // snapshot every chunk reader imports) as it was.
+        keeper.client.batch_execute("SAVEPOINT dpone_fingerprints").await.map_err(read)?;
+        match self.fingerprints_in_snapshot(&keeper, &table, window_column, chunks, expected).await {
+            Ok(f) => {
+                keeper.client.batch_execute("RELEASE SAVEPOINT dpone_fingerprints").await.map_err(read)?;
+                Ok(Some(f))
+            }
+            Err(e) => {
+                if let Err(rollback) = keeper.client.batch_execute("ROLLBACK TO SAVEPOINT dpone_fingerprints").await {
+                    tracing::warn!("the snapshot keeper could not roll back the failed fingerprint query: {rollback}");
+                }
+                Err(e)
+            }
+        }
     }
 
     async fn close_snapshot(&self) -> Result<()> {

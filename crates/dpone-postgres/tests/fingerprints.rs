@@ -52,7 +52,7 @@ impl Fixture {
         self.source.open_snapshot().await.unwrap();
         let f = self.source.chunk_fingerprints("ts", &days(5), expected).await.unwrap().expect("PostgreSQL has an authority");
         self.source.close_snapshot().await.unwrap();
-        assert_eq!(f.authority, "postgres.mvcc.v2");
+        assert_eq!(f.authority, "postgres.mvcc.v3");
         f
     }
 
@@ -154,6 +154,8 @@ async fn the_digest_depends_on_the_row_versions_only() {
     f.exec("VACUUM (FREEZE) {t}").await;
     assert_eq!(f.fingerprints().await, first);
 
+    // The queries below read the row versions only (no scope).
+    let first: Vec<Fingerprint> = first.iter().map(|c| Fingerprint::new(c.rows, c.digest.clone())).collect();
     let days = days(5);
     let whole = [None];
     assert_eq!(f.direct(&days, 150000, &whole, "").await, first);
@@ -176,7 +178,7 @@ async fn the_digest_depends_on_the_row_versions_only() {
     let merged = f.direct(&uneven, 150000, &whole, "").await;
     let add = |a: &Fingerprint, b: &Fingerprint, c: &Fingerprint| {
         let d = |x: &Fingerprint| x.digest.parse::<i128>().unwrap();
-        Fingerprint { rows: a.rows + b.rows + c.rows, digest: (d(a) + d(b) + d(c)).to_string() }
+        Fingerprint::new(a.rows + b.rows + c.rows, (d(a) + d(b) + d(c)).to_string())
     };
     assert_eq!(merged[0], first[0]);
     assert_eq!(merged[1], add(&first[1], &first[2], &first[3]));
@@ -188,13 +190,13 @@ async fn the_digest_depends_on_the_row_versions_only() {
     // committed after the snapshot is seen by none of them.
     let config = tokio_postgres::Config::from_str(&dpone_testkit::postgres_url()).unwrap();
     let table = TableRef { schema: Some(f.schema.clone()), name: "events".into() };
-    let split_source = PostgresSource::new(config, table).with_fingerprint_part_blocks(2);
+    let split_source = PostgresSource::new(config, table).with_fingerprint_part_blocks(2).with_legacy_authority(true);
     split_source.open_snapshot().await.unwrap();
     assert_eq!(split_source.chunk_fingerprints("ts", &days, None).await.unwrap().unwrap().chunks, first);
     f.exec("DELETE FROM {t} WHERE id = 10000 + 1998").await;
     assert_eq!(split_source.chunk_fingerprints("ts", &days, None).await.unwrap().unwrap().chunks, first);
     split_source.close_snapshot().await.unwrap();
-    let first = f.fingerprints().await;
+    let first: Vec<Fingerprint> = f.fingerprints().await.into_iter().map(|c| Fingerprint::new(c.rows, c.digest)).collect();
 
     // And the split still moves with a change in any part.
     f.exec("UPDATE {t} SET v = v WHERE id = 10000 + 1999").await;
@@ -260,5 +262,98 @@ async fn a_window_of_one_pass_is_proven_whole_until_any_of_its_rows_changes() {
     let refused = f.pass(Some(&stale)).await;
     assert!(!refused.by_window, "the window's rows changed: never proven");
     assert_eq!(refused.chunks, now.chunks);
+    f.cleanup().await;
+}
+
+/// The fingerprints of the five days of `source`, in a snapshot of its own.
+async fn fingerprints_of(source: &PostgresSource) -> Vec<Fingerprint> {
+    source.open_snapshot().await.unwrap();
+    let f = source.chunk_fingerprints("ts", &days(5), None).await.unwrap().expect("PostgreSQL has an authority");
+    source.close_snapshot().await.unwrap();
+    f.chunks
+}
+
+/// Issue 43: edits of the catalog that write no row version change what
+/// the same row versions read as. Each makes every chunk's fingerprint
+/// differ (its scope), and the legacy authority (without the scope, the
+/// test switch) sees none of them: the scope is what detects them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_edits_that_write_no_row_version_change_every_fingerprint() {
+    let f = Fixture::new().await;
+    let config = tokio_postgres::Config::from_str(&dpone_testkit::postgres_url()).unwrap();
+    let table = TableRef { schema: Some(f.schema.clone()), name: "events".into() };
+    let legacy = PostgresSource::new(config, table).with_legacy_authority(true);
+    f.exec("ALTER TABLE {t} ADD COLUMN d numeric(12,2), ADD COLUMN e numeric(12,2); UPDATE {t} SET d = id, e = -id").await;
+    let edits = [
+        ("a column dropped and added again", "ALTER TABLE {t} DROP COLUMN d; ALTER TABLE {t} ADD COLUMN d numeric(12,2)"),
+        ("... with a default", "ALTER TABLE {t} DROP COLUMN d; ALTER TABLE {t} ADD COLUMN d numeric(12,2) DEFAULT 7.25"),
+        (
+            "two columns of one type swapped by renames",
+            "ALTER TABLE {t} RENAME COLUMN d TO x; ALTER TABLE {t} RENAME COLUMN e TO d; ALTER TABLE {t} RENAME COLUMN x TO e",
+        ),
+        ("a default for rows to come", "ALTER TABLE {t} ALTER COLUMN e SET DEFAULT 1"),
+        ("a row security policy", "ALTER TABLE {t} ENABLE ROW LEVEL SECURITY; CREATE POLICY p ON {t} USING (id % 2 = 0)"),
+    ];
+    for (what, sql) in edits {
+        let (before, before_legacy) = (f.fingerprints().await, fingerprints_of(&legacy).await);
+        assert!(before.iter().all(|c| c.scope.is_some()) && before_legacy.iter().all(|c| c.scope.is_none()));
+        f.exec(sql).await;
+        let (after, after_legacy) = (f.fingerprints().await, fingerprints_of(&legacy).await);
+        assert_eq!(changed(&before, &after), vec![0, 1, 2, 3, 4], "{what}: every chunk reads differently");
+        assert_eq!(
+            after.iter().map(|c| (c.rows, &c.digest)).collect::<Vec<_>>(),
+            before.iter().map(|c| (c.rows, &c.digest)).collect::<Vec<_>>(),
+            "{what}: the row versions are the same"
+        );
+        assert_eq!(after_legacy, before_legacy, "{what}: the row versions alone do not see it");
+    }
+    f.cleanup().await;
+}
+
+/// Issue 43: a table replaced by a copy written in the same transaction
+/// (the same `xmin` in every chunk, one value different) is another
+/// relation: its scope differs, although its row versions sum the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_replaced_by_a_copy_of_the_same_transaction_is_another_scope() {
+    let f = Fixture::new().await;
+    let config = tokio_postgres::Config::from_str(&dpone_testkit::postgres_url()).unwrap();
+    let legacy =
+        PostgresSource::new(config, TableRef { schema: Some(f.schema.clone()), name: "events".into() }).with_legacy_authority(true);
+    let s = quote_ident(&f.schema);
+    // Both tables written by one transaction.
+    f.exec(&format!(
+        "DROP TABLE {{t}}; BEGIN; CREATE TABLE {{t}} (id bigint, ts timestamptz, v text); CREATE TABLE {s}.copy (LIKE {{t}});
+         INSERT INTO {{t}} SELECT g, '2026-09-01 00:00:00+00'::timestamptz + g * interval '1 hour', 'v' || g FROM generate_series(0, 119) g;
+         INSERT INTO {s}.copy SELECT id, ts, CASE WHEN id = 50 THEN 'different' ELSE v END FROM {{t}}; COMMIT"
+    ))
+    .await;
+    let (before, before_legacy) = (f.fingerprints().await, fingerprints_of(&legacy).await);
+    f.exec(&format!("BEGIN; DROP TABLE {{t}}; ALTER TABLE {s}.copy RENAME TO events; COMMIT")).await;
+    let (after, after_legacy) = (f.fingerprints().await, fingerprints_of(&legacy).await);
+    assert_eq!(after_legacy, before_legacy, "the same xmin in the same numbers per chunk");
+    assert_eq!(changed(&before, &after), vec![0, 1, 2, 3, 4], "another relation");
+    f.cleanup().await;
+}
+
+/// Issue 43: a view has no row versions. Its fingerprints are refused
+/// (`fingerprint_unsupported`) before any query could abort the snapshot
+/// keeper's transaction: the snapshot stays usable for the chunk reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_is_refused_without_touching_the_snapshot() {
+    let f = Fixture::new().await;
+    f.exec(&format!("CREATE VIEW {}.v AS SELECT * FROM {{t}}", quote_ident(&f.schema))).await;
+    let config = tokio_postgres::Config::from_str(&dpone_testkit::postgres_url()).unwrap();
+    let view = PostgresSource::new(config, TableRef { schema: Some(f.schema.clone()), name: "v".into() });
+    view.describe(None).await.unwrap();
+    view.open_snapshot().await.unwrap();
+    let err = view.chunk_fingerprints("ts", &days(5), None).await.unwrap_err();
+    assert_eq!(err.code, "fingerprint_unsupported", "{err:?}");
+    assert!(err.message.contains("is a view") && err.message.contains("transferred"), "{}", err.message);
+    // The keeper's transaction is intact: the snapshot still reads.
+    assert_eq!(
+        view.cursor_max("id", dpone_core::incremental::CursorKind::Integer).await.unwrap().map(|v| v.to_string()),
+        Some("168".into())
+    );
+    view.close_snapshot().await.unwrap();
     f.cleanup().await;
 }

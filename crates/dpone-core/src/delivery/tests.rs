@@ -22,7 +22,7 @@ fn key() -> ChunkKey {
 }
 
 fn fingerprint(rows: u64) -> Fingerprint {
-    Fingerprint { rows, digest: format!("d{rows}") }
+    Fingerprint::new(rows, format!("d{rows}"))
 }
 
 fn identity(chunk: &str) -> TargetIdentity {
@@ -47,7 +47,7 @@ fn a_chunk_is_unchanged_only_when_record_source_and_target_all_agree() {
     assert!(!Decision::Unchanged.transfers());
     // A late row, a delete or a correction changes the fingerprint.
     assert_eq!(decide_with(Some(&body), Ok(&fingerprint(11)), "parts-a"), Decision::Changed);
-    let corrected = Fingerprint { rows: 10, digest: "other".into() };
+    let corrected = Fingerprint::new(10, "other");
     assert_eq!(decide_with(Some(&body), Ok(&corrected), "parts-a"), Decision::Changed);
     // Another writer changed the target's rows of the chunk.
     assert_eq!(decide_with(Some(&body), Ok(&fingerprint(10)), "parts-b"), Decision::TargetChanged);
@@ -111,6 +111,8 @@ fn decisions_summarise_and_name_their_carried_ranges() {
         chunks: vec![chunk(0, Decision::Unchanged), chunk(1, Decision::Changed), chunk(2, Decision::Unchanged)],
         source_pass: None,
         fingerprints_by: None,
+        audit: None,
+        settled: None,
     };
     assert_eq!(d.summary(), "unchanged: 2, changed: 1");
     assert_eq!(d.carried_ranges(), vec![(Timestamp(0), Timestamp(10)), (Timestamp(20), Timestamp(30))]);

@@ -238,6 +238,9 @@ pub struct WindowSpec {
     /// `sink.strategy.window.delivery`: every chunk (`all`, the default) or
     /// only the chunks that changed since the last publication (`changed`).
     pub delivery: crate::delivery::Delivery,
+    /// `sink.strategy.window.audit`: when a `changed` run audits the chunks
+    /// it would carry (default every P7D of window end).
+    pub audit: crate::delivery::AuditPolicy,
 }
 
 impl Serialize for FixedDuration {

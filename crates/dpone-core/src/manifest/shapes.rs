@@ -187,6 +187,18 @@ fn strategy_object() -> Shape {
                     Shape::Enum(&["all", "changed"]),
                     "all (default): every chunk is transferred; changed: only chunks whose source rows changed since the target's last verified publication (docs/changed-delivery.md)",
                 ),
+                field(
+                    "audit",
+                    Shape::Either(
+                        Box::new(Shape::Enum(&["never", "every_run"])),
+                        Box::new(obj(vec![required(
+                            "every",
+                            Shape::Scalar,
+                            "a number of runs (e.g. 7) or an ISO-8601 duration the window's end moves by (e.g. P7D)",
+                        )])),
+                    ),
+                    "delivery: changed: when the chunks the authority would carry are checked by a content digest on both servers (default every: P7D; docs/audit.md)",
+                ),
             ]),
             "Rolling window [end - lookback, end)",
         ),

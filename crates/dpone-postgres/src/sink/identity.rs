@@ -179,10 +179,7 @@ impl PostgresTarget {
         let Some((hash, Some(oid))) = receipt.map(|r| (i128::from(r.get::<_, i64>(0)), r.get::<_, Option<i64>>(1))) else {
             return Ok(vec![None; ranges.len()]);
         };
-        Ok(ranges
-            .iter()
-            .map(|&(_, _, rows)| Some(identity(oid, &Fingerprint { rows, digest: (i128::from(rows) * hash).to_string() })))
-            .collect())
+        Ok(ranges.iter().map(|&(_, _, rows)| Some(identity(oid, &Fingerprint::new(rows, (i128::from(rows) * hash).to_string())))).collect())
     }
 }
 
@@ -279,6 +276,6 @@ mod tests {
 
     #[test]
     fn an_identity_names_its_table_count_and_sum() {
-        assert_eq!(identity(42, &Fingerprint { rows: 3, digest: "-9".into() }), "postgres.mvcc.v2:42:3:-9");
+        assert_eq!(identity(42, &Fingerprint::new(3, "-9")), "postgres.mvcc.v2:42:3:-9");
     }
 }

@@ -172,6 +172,34 @@ fn duration(r: &mut Reader, node: Option<&Node>, key: &str, path: &str) -> Optio
         .ok()
 }
 
+/// `window.audit`: `never`, `every_run`, or `{every: N}` (runs) /
+/// `{every: <duration>}` (of window end); absent: the default.
+fn audit_policy(r: &mut Reader, window: Option<&Node>, path: &str) -> crate::delivery::AuditPolicy {
+    use crate::delivery::AuditPolicy;
+    let Some(n) = child(window, "audit") else { return AuditPolicy::default() };
+    match n.as_str() {
+        Some("never") => return AuditPolicy::Never,
+        Some("every_run") => return AuditPolicy::EveryRun,
+        _ => {}
+    }
+    let every = child(Some(n), "every");
+    if let Some(runs) = int_at(Some(n), "every") {
+        if let Ok(runs @ 1..) = u32::try_from(runs) {
+            return AuditPolicy::EveryRuns(runs);
+        }
+    } else if every.and_then(Node::as_str).is_some() {
+        return duration(r, Some(n), "every", path).map(AuditPolicy::Every).unwrap_or_default();
+    }
+    r.error(
+        "invalid_audit",
+        &join(path, "every"),
+        every.or(Some(n)),
+        "`audit` is `never`, `every_run`, or `every:` a number of runs (at least 1) or an ISO-8601 duration",
+        "e.g. `audit: every_run`, `audit: {every: 7}` or `audit: {every: P7D}`",
+    );
+    AuditPolicy::default()
+}
+
 /// Policies of the original that the rolling-window runtime refuses.
 const WINDOW_REFUSED_STRATEGY_KEYS: &[&str] = &[
     "overwrite_type",
@@ -366,7 +394,8 @@ pub(crate) fn build(root: &Node, diags: &mut Vec<Diagnostic>, fingerprint: Strin
                 Some("changed") => crate::delivery::Delivery::Changed,
                 _ => crate::delivery::Delivery::All,
             };
-            Strategy::Replace { window: WindowSpec { column, lookback, chunk_interval, delivery } }
+            let audit = audit_policy(&mut r, Some(w), &join(path, "audit"));
+            Strategy::Replace { window: WindowSpec { column, lookback, chunk_interval, delivery, audit } }
         }
         "incremental_append" | "incremental_merge" => incremental(&mut r, mode, strat_n, src_opts, columns.as_deref(), sink_system)?,
         other => {

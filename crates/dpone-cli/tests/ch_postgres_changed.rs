@@ -166,6 +166,14 @@ fn a_rerun_moves_exactly_the_changed_chunks_into_postgres() {
     assert_eq!(moved(&changed), vec![(3, "changed".into()), (12, "changed".into()), (27, "changed".into())]);
     assert_eq!(changed["target_unchanged"], false, "day 3 lost a row, day 27 gained one: {changed:#}");
     assert_window_equal(&fx, "three changed days");
+    // Staged + carried = the target's window, counted after the publication
+    // (issue 43), the 27 carried days read again.
+    let settled = &changed["delivery"]["settled"];
+    let staged_rows: u64 = changed["chunks"].as_array().unwrap().iter().map(|c| c["rows"].as_u64().unwrap()).sum();
+    assert_eq!(settled["staged_rows"].as_u64(), Some(staged_rows), "{settled}");
+    let sum = settled["staged_rows"].as_u64().unwrap() + settled["carried_rows"].as_u64().unwrap();
+    assert_eq!(Some(sum), settled["target_window_rows"].as_u64(), "{settled}");
+    assert_eq!(settled["carried_by_parts"].as_u64().unwrap() + settled["carried_by_digest"].as_u64().unwrap(), 27, "{settled}");
 
     // A row added to two days of the source and, by another writer, the
     // same row to the target: both days staged, and the target's rows of

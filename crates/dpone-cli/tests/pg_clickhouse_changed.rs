@@ -173,6 +173,14 @@ fn a_rerun_moves_exactly_the_changed_chunks_and_the_target_stays_equal_to_the_so
     assert_eq!(changed["target_unchanged"], false, "day 3 lost a row, day 27 gained one: {changed:#}");
     assert_eq!(moved(&changed), vec![(3, "changed".into()), (12, "changed".into()), (27, "changed".into())]);
     assert_window_equal(&fx, "three changed days");
+    // Staged + carried = the target's window, counted after the publication
+    // (issue 43), the 27 carried days read again.
+    let settled = &changed["delivery"]["settled"];
+    let staged_rows: u64 = changed["chunks"].as_array().unwrap().iter().map(|c| c["rows"].as_u64().unwrap()).sum();
+    assert_eq!(settled["staged_rows"].as_u64(), Some(staged_rows), "{settled}");
+    let sum = settled["staged_rows"].as_u64().unwrap() + settled["carried_rows"].as_u64().unwrap();
+    assert_eq!(Some(sum), settled["target_window_rows"].as_u64(), "{settled}");
+    assert_eq!(settled["carried_by_parts"].as_u64().unwrap() + settled["carried_by_digest"].as_u64().unwrap(), 27, "{settled}");
 
     // Two days rewritten with the same values: new row versions, so both
     // are staged, and the target's rows of those days are read and found
@@ -311,5 +319,259 @@ fn a_changed_run_killed_at_any_moment_resumes_exact() {
         // Whatever the resumed run had to do, the next one moves nothing.
         assert_eq!(moved(&run(&fx, &[])), vec![], "{point}: a replay after the resume");
     }
+    fx.finish();
+}
+
+/// A 30-day window of `(id, ts, v, d, e)`, `d` and `e` two numerics, for
+/// the catalog edits of issue 43; `audit` is the window's audit policy.
+fn wide_fixture(prefix: &'static str, audit: &str) -> Fixture {
+    let cols = vec![
+        col("id", "bigint NOT NULL", "Int64"),
+        col("ts", "timestamptz NOT NULL", "DateTime64(6, 'UTC')"),
+        col("v", "text NOT NULL", "String"),
+        col("d", "numeric(12,2)", "Nullable(Decimal(12, 2))"),
+        col("e", "numeric(12,2)", "Nullable(Decimal(12, 2))"),
+    ];
+    let mut setup = Setup::new(prefix, cols);
+    setup.table_engine = Some("MergeTree PARTITION BY toYYYYMMDD(ts) ORDER BY id".into());
+    let fx = Fixture::create(setup);
+    fx.write_manifest(&ManifestOptions {
+        lookback: "P30D".into(),
+        block_rows: None,
+        delivery: Some("changed".into()),
+        audit: Some(audit.into()),
+        ..ManifestOptions::default()
+    });
+    fx
+}
+
+/// The rows of the source (in a transaction of its own, with a copy of
+/// the table written by the same transaction, one value different).
+fn wide_rows(fx: &Fixture) {
+    let s = &fx.schema;
+    fx.pg_exec(&format!(
+        "BEGIN; DELETE FROM {s}.t; CREATE TABLE {s}.copy (LIKE {s}.t INCLUDING ALL);
+         INSERT INTO {s}.t SELECT g, '2026-08-10 00:00:00+00'::timestamptz + g * interval '6 hours', 'v' || g, g * 1.25, -g FROM generate_series(0, 119) g;
+         INSERT INTO {s}.copy SELECT id, ts, v, CASE WHEN id = 50 THEN 99.99 ELSE d END, e FROM {s}.t; COMMIT"
+    ));
+}
+
+/// Source and target windows as sorted `id|ts|v|d|e` lines (decimals
+/// without trailing zeros on both sides).
+fn wide_window(fx: &Fixture) -> (Vec<String>, Vec<String>) {
+    let pg = fx.pg_scalar(&format!(
+        "SELECT coalesce(string_agg(id || '|' || to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') || '|' || v || '|' \
+         || coalesce(trim_scale(d)::text, 'N') || '|' || coalesce(trim_scale(e)::text, 'N'), ',' ORDER BY id), '') FROM {}.t",
+        fx.schema
+    ));
+    let mut source: Vec<String> = pg.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect();
+    let mut target = fx.ch_strings(&format!(
+        "SELECT concat(toString(id), '|', toString(ts), '|', v, '|', ifNull(toString(d), 'N'), '|', ifNull(toString(e), 'N')) FROM {}.t",
+        fx.db
+    ));
+    source.sort();
+    target.sort();
+    (source, target)
+}
+
+/// `dpone run` with `extra` variables; the JSON report of a success.
+fn run_env(fx: &Fixture, extra: &[(&str, &str)]) -> serde_json::Value {
+    let m = fx.manifest.display().to_string();
+    let args = ["run", m.as_str(), "--interval-end", INTERVAL_END, "--format", "json"];
+    let r = fx.dpone_env(&args, extra, harness::DPONE_TIMEOUT);
+    assert_eq!(r.code, Some(0), "expected success:\n{}", r.describe());
+    r.json()
+}
+
+/// The catalog edits of issue 43 that write no row version, each with the
+/// chunks it must make move: a column dropped and added again (without
+/// and with a default), two columns of one type swapped by three renames,
+/// and the table replaced by a copy written in the same transaction.
+fn catalog_edits(s: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("drop and add a column", format!("ALTER TABLE {s}.t DROP COLUMN d; ALTER TABLE {s}.t ADD COLUMN d numeric(12,2)")),
+        (
+            "drop and add a column with a default",
+            format!("ALTER TABLE {s}.t DROP COLUMN d; ALTER TABLE {s}.t ADD COLUMN d numeric(12,2) DEFAULT 7.25"),
+        ),
+        (
+            "swap two columns by renames",
+            format!(
+                "ALTER TABLE {s}.t RENAME COLUMN d TO x; ALTER TABLE {s}.t RENAME COLUMN e TO d; ALTER TABLE {s}.t RENAME COLUMN x TO e"
+            ),
+        ),
+        ("replace the table in one transaction", format!("BEGIN; DROP TABLE {s}.t; ALTER TABLE {s}.copy RENAME TO t; COMMIT")),
+    ]
+}
+
+/// Issue 43: each catalog edit makes the rerun transfer the window, and
+/// the target equals the source. The same edit under the authority
+/// without its scope (the test switch `DPONE_TEST_LEGACY_AUTHORITY`)
+/// carries every chunk and leaves the target different: the scope is
+/// what detects it. With `audit: every_run`, the content audit catches
+/// each edit even without the scope (`audit_mismatch`): the safety net
+/// trusts no authority.
+#[test]
+fn catalog_edits_at_the_source_are_transferred_and_caught_by_the_audit_without_the_scope() {
+    let legacy = [("DPONE_TEST_LEGACY_AUTHORITY", "1")];
+    for (n, (what, _)) in catalog_edits("s").into_iter().enumerate() {
+        for (mode, audit, env) in
+            [("scope", "never", &[][..]), ("legacy", "never", &legacy[..]), ("legacy+audit", "every_run", &legacy[..])]
+        {
+            let fx = wide_fixture("pgch_changed_catalog", audit);
+            wide_rows(&fx);
+            let first = run_env(&fx, env);
+            assert_eq!(staged(&first).len(), 30, "{what} ({mode}): the first run");
+            let (_, edit) = catalog_edits(&fx.schema).swap_remove(n);
+            fx.pg_exec(&edit);
+            let rerun = run_env(&fx, env);
+            let (source, target) = wide_window(&fx);
+            match mode {
+                "scope" => {
+                    assert_eq!(staged(&rerun).len(), 30, "{what}: every chunk reads differently: {:?}", moved(&rerun));
+                    assert!(moved(&rerun).iter().all(|(_, d)| d == "changed"), "{what}: {:?}", moved(&rerun));
+                    assert_eq!(target, source, "{what}: the target equals the source");
+                }
+                "legacy" => {
+                    assert_eq!(staged(&rerun), set(&[]), "{what}: the row versions alone miss it");
+                    assert_ne!(target, source, "{what}: the hole the scope closes");
+                }
+                _ => {
+                    let mismatched: Vec<u64> = moved(&rerun).into_iter().filter(|(_, d)| d == "audit_mismatch").map(|(i, _)| i).collect();
+                    assert!(!mismatched.is_empty(), "{what}: the audit finds the difference: {:?}", moved(&rerun));
+                    assert_eq!(rerun["delivery"]["audit"]["mismatched"].as_u64(), Some(mismatched.len() as u64), "{}", rerun["delivery"]);
+                    assert_eq!(target, source, "{what} ({mode}): the target equals the source");
+                }
+            }
+            let settled = &rerun["delivery"]["settled"];
+            if !settled.is_null() {
+                let sum = settled["staged_rows"].as_u64().unwrap() + settled["carried_rows"].as_u64().unwrap();
+                assert_eq!(Some(sum), settled["target_window_rows"].as_u64(), "{what} ({mode}): staged + carried = the window: {settled}");
+            }
+            fx.finish();
+        }
+    }
+}
+
+/// Issue 43: a view as the source of a `changed` run has no row versions:
+/// the run succeeds and transfers every chunk (`no_authority`), the
+/// snapshot untouched, with a warning that says why.
+#[test]
+fn a_view_as_the_source_transfers_every_chunk() {
+    let fx = fixture("pgch_changed_view");
+    fx.pg_exec(&format!("CREATE VIEW {s}.v AS SELECT * FROM {s}.t", s = fx.schema));
+    fx.write_manifest(&ManifestOptions {
+        lookback: "P30D".into(),
+        block_rows: None,
+        delivery: Some("changed".into()),
+        source_table: Some("v".into()),
+        ..ManifestOptions::default()
+    });
+    for _ in 0..2 {
+        let m = fx.manifest.display().to_string();
+        let r = fx.dpone(&["run", m.as_str(), "--interval-end", INTERVAL_END, "--format", "json"]);
+        assert_eq!(r.code, Some(0), "{}", r.describe());
+        let doc = r.json();
+        assert_eq!(staged(&doc).len(), 30);
+        assert!(decisions(&doc).iter().all(|(_, d)| d == "no_authority"), "{:?}", decisions(&doc));
+        assert!(r.stderr.contains("is a view: it has no row versions"), "the warning names the reason:\n{}", r.stderr);
+        assert!(!r.stderr.contains("xmin\" does not exist"), "{}", r.stderr);
+        assert_window_equal(&fx, "a view as the source");
+    }
+    fx.finish();
+}
+
+/// Runs `dpone run` paused for 4 s at `point`, calls `during` in the pause.
+fn run_pausing_at(fx: &Fixture, point: &str, during: impl FnOnce()) -> harness::Run {
+    let m = fx.manifest.display().to_string();
+    let env = [("DPONE_CONN_PG", fx.postgres_url.as_str()), ("DPONE_CONN_CH", fx.clickhouse_url.as_str())];
+    let args = ["run", m.as_str(), "--interval-end", INTERVAL_END, "--format", "json"];
+    harness::run_paused_at(fx.dir(), &args, &env, point, during)
+}
+
+/// Issue 43, "carried chunks add up": a carried day changed in the target
+/// after the decision and before the end of the run (here after the
+/// publication, before the evidence) fails the run (`carried_rows_changed`,
+/// the publication kept), for a run that published three days and for a
+/// replay that published nothing; the same command then finishes, and the
+/// next run transfers the day. Without the end's check the run would
+/// report `succeeded` with a window it never verified.
+#[test]
+fn a_carried_chunk_changed_before_the_end_of_the_run_fails_it() {
+    let fx = fixture("pgch_changed_settle");
+    let first = run(&fx, &[]);
+    assert!(first["delivery"]["settled"].is_null(), "nothing carried, nothing to add up: {}", first["delivery"]);
+    for (n, day) in [(0, 8), (1, 16)] {
+        if n == 0 {
+            fx.pg_exec(&format!("UPDATE {s}.t SET v = 'corrected' WHERE ts = {}", in_day(2, 0), s = fx.schema));
+        }
+        let foreign =
+            format!("INSERT INTO {}.t VALUES ({}, toDateTime64('2026-08-{:02} 03:00:00', 6, 'UTC'), 'foreign')", fx.db, 7800 + n, 10 + day);
+        let r = run_pausing_at(&fx, "evidence.before_write", || fx.ch_exec(&foreign));
+        assert_eq!(r.code, Some(1), "day {day}: the run must fail:\n{}", r.describe());
+        assert!(r.stdout.contains("carried_rows_changed") && r.stdout.contains("\"publication\":\"published\""), "{}", r.describe());
+        let finished = run(&fx, &[]);
+        let settled = &finished["delivery"]["settled"];
+        assert_eq!(settled["changed"], serde_json::json!([day]), "day {day}: {settled}");
+        let next = run(&fx, &[]);
+        assert_eq!(moved(&next), vec![(day as u64, "target_changed".to_string())], "day {day}");
+        assert_window_equal(&fx, "a carried day changed before the end");
+        // A replay adds up: every chunk carried, read again by its parts.
+        let replay = run(&fx, &[]);
+        let settled = &replay["delivery"]["settled"];
+        assert_eq!((settled["carried_by_parts"].as_u64(), settled["staged_rows"].as_u64()), (Some(30), Some(0)), "{settled}");
+        assert_eq!(settled["carried_rows"], settled["target_window_rows"], "{settled}");
+    }
+    fx.finish();
+}
+
+/// Issue 43, "changed never costs more than all": into a ClickHouse table
+/// not partitioned by the window, carrying a chunk copies its rows (the
+/// generation cannot link them), so when any chunk is transferred every
+/// chunk is (`carry_costly`), and the decision reads none of the target's
+/// rows; a replay with no change still publishes nothing.
+#[test]
+fn an_unpartitioned_target_transfers_the_window_when_any_chunk_changed() {
+    let cols = vec![
+        col("id", "bigint NOT NULL", "Int64"),
+        col("ts", "timestamptz NOT NULL", "DateTime64(6, 'UTC')"),
+        col("v", "text NOT NULL", "String"),
+    ];
+    let mut setup = Setup::new("pgch_changed_unpart", cols);
+    setup.table_engine = Some("MergeTree ORDER BY id".into());
+    let fx = Fixture::create(setup);
+    fx.write_manifest(&ManifestOptions {
+        lookback: "P30D".into(),
+        block_rows: None,
+        delivery: Some("changed".into()),
+        ..ManifestOptions::default()
+    });
+    fx.pg_exec(&format!(
+        "INSERT INTO {}.t SELECT g, '2026-08-10 00:00:00+00'::timestamptz + g * interval '6 hours', 'v' || g FROM generate_series(0, 119) g",
+        fx.schema
+    ));
+    fx.ch_exec(&format!(
+        "INSERT INTO {}.t SELECT number + 100000, toDateTime64('2026-08-01 00:00:00', 6, 'UTC') + toIntervalHour(number * 8), 'history' \
+         FROM numbers(21)",
+        fx.db
+    ));
+    run(&fx, &[]);
+    let preview = fx.plan();
+    assert_eq!(preview.code, Some(0), "{}", preview.describe());
+    let replay = run(&fx, &[]);
+    assert_eq!(moved(&replay), vec![], "no change: every chunk carried, nothing published");
+    fx.pg_exec(&format!("UPDATE {s}.t SET v = 'corrected' WHERE ts = {}", in_day(4, 6), s = fx.schema));
+    let plan = fx.plan();
+    let previewed = decided(&plan.json()["window"]["decisions"]);
+    assert!(previewed.iter().all(|(i, d)| if *i == 4 { d == "changed" } else { d == "carry_costly" }), "{previewed:?}");
+    let changed = run(&fx, &[]);
+    assert_eq!(staged(&changed).len(), 30, "{:?}", moved(&changed));
+    assert!(
+        decisions(&changed).iter().all(|(i, d)| if *i == 4 { d == "changed" } else { d == "carry_costly" }),
+        "{:?}",
+        decisions(&changed)
+    );
+    assert_window_equal(&fx, "an unpartitioned target");
+    assert_eq!(moved(&run(&fx, &[])), vec![], "its records are whole: the next run carries everything");
     fx.finish();
 }

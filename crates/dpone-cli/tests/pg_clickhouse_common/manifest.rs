@@ -32,6 +32,8 @@ pub struct ManifestOptions {
     pub chunk_interval: String,
     /// The window's `delivery` (default: not written, `all`).
     pub delivery: Option<String>,
+    /// The window's `audit` (default: not written).
+    pub audit: Option<String>,
 }
 
 impl Default for ManifestOptions {
@@ -49,6 +51,7 @@ impl Default for ManifestOptions {
             lookback: "P3D".into(),
             chunk_interval: "P1D".into(),
             delivery: None,
+            audit: None,
         }
     }
 }
@@ -75,7 +78,8 @@ pub fn manifest_yaml(o: &ManifestOptions, schema: &str, db: &str, work_dir: &Pat
         (c, v) => format!("\n      execution:{}{}", c.unwrap_or_default(), v.unwrap_or_default()),
     };
     let source_rest = format!("\n  options:{columns}\n    native_transfer:{wire}{execution}");
-    let delivery = o.delivery.as_ref().map(|d| format!(", delivery: {d}")).unwrap_or_default();
+    let delivery = o.delivery.as_ref().map(|d| format!(", delivery: {d}")).unwrap_or_default()
+        + &o.audit.as_ref().map(|a| format!(", audit: {a}")).unwrap_or_default();
     let strategy = format!(
         "{staging}\n  strategy:\n    mode: replace\n    atomicity: target_atomic\n    window: {{column: {}, anchor: data_interval_end, lookback: {}, chunk_interval: {}{delivery}}}",
         q(&o.window_column),

@@ -314,7 +314,13 @@ impl Fixture {
 
     /// `dpone` with an explicit time limit.
     pub fn dpone_within(&self, args: &[&str], limit: Duration) -> Run {
-        let env = [("DPONE_CONN_PG", self.postgres_url.as_str()), ("DPONE_CONN_CH", self.clickhouse_url.as_str())];
+        self.dpone_env(args, &[], limit)
+    }
+
+    /// `dpone` with the fixture's connections and `extra` variables.
+    pub fn dpone_env(&self, args: &[&str], extra: &[(&str, &str)], limit: Duration) -> Run {
+        let mut env = vec![("DPONE_CONN_PG", self.postgres_url.as_str()), ("DPONE_CONN_CH", self.clickhouse_url.as_str())];
+        env.extend_from_slice(extra);
         crate::harness::run_within(self.dir(), args, &env, limit).of_route(ROUTE)
     }
 

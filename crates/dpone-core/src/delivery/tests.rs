@@ -191,3 +191,43 @@ fn a_records_pass_is_under_its_checksum_and_older_records_keep_theirs() {
     assert!(!old.contains("source_pass"));
     assert_eq!(ChunkRecord::parse(&old).unwrap().source_pass, None);
 }
+
+/// When a run audits the chunks it would carry (issue 43): every run, every
+/// n-th run since the last audit, or once the window's end moved by the
+/// duration; a target never audited is audited by every policy but `never`.
+#[test]
+fn an_audit_is_due_by_its_policy_and_the_last_audit() {
+    use crate::time::FixedDuration;
+    let day = crate::time::MICROS_PER_DAY;
+    let mark = |last_end: i64, runs_since: u32| AuditMark { last_end, runs_since };
+    let end = Timestamp(10 * day);
+    assert_eq!(AuditPolicy::Never.due(None, end), None);
+    assert_eq!(AuditPolicy::Never.due(Some(&mark(0, 99)), end), None);
+    assert_eq!(AuditPolicy::EveryRun.due(Some(&mark(10 * day, 0)), end), Some("every_run"));
+    assert_eq!(AuditPolicy::EveryRuns(3).due(None, end), Some("first"));
+    assert_eq!(AuditPolicy::EveryRuns(3).due(Some(&mark(0, 1)), end), None);
+    assert_eq!(AuditPolicy::EveryRuns(3).due(Some(&mark(0, 2)), end), Some("every_runs"));
+    let weekly = AuditPolicy::Every(FixedDuration(7 * day));
+    assert_eq!(weekly, AuditPolicy::default());
+    assert_eq!(weekly.due(Some(&mark(4 * day, 30)), end), None, "6 days of window end since the last audit");
+    assert_eq!(weekly.due(Some(&mark(3 * day, 0)), end), Some("every_duration"));
+    assert_eq!(weekly.due(Some(&mark(12 * day, 0)), end), None, "an older window rerun");
+    assert_eq!(audit_key("clickhouse:db.t", "ts"), "audits/clickhouse:db.t/ts");
+    assert_eq!(weekly.to_string(), "every P7D of window end");
+}
+
+/// The end of a run adds up only when staged + carried = the window and
+/// no carried chunk changed; an identity names its rows.
+#[test]
+fn a_settled_window_holds_only_when_it_adds_up() {
+    let s = Settled { staged_rows: 3, carried_rows: 7, target_window_rows: 10, carried_by_parts: 2, carried_by_digest: 0, changed: vec![] };
+    assert!(s.holds());
+    assert!(!Settled { target_window_rows: 11, ..s.clone() }.holds());
+    assert!(!Settled { changed: vec![4], ..s.clone() }.holds());
+    assert!(!Settled { staged_rows: u64::MAX, ..s.clone() }.holds());
+    assert_eq!(identity("12:abc:[0]").rows(), Some(12));
+    assert_eq!(identity("parts-a").rows(), None);
+    for d in [Decision::NoAuthority, Decision::Forced, Decision::CarryCostly, Decision::AuditMismatch] {
+        assert!(d.transfers(), "{d:?}");
+    }
+}

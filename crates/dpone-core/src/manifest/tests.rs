@@ -186,3 +186,30 @@ fn incremental_append_refusals_name_their_paths() {
         vec![("invalid_strategy".into(), "sink.strategy.lookback".into())]
     );
 }
+
+/// `window.audit` (issue 43): `never`, `every_run`, `every: N` runs or
+/// `every: <duration>` of window end; absent, every P7D; anything else is
+/// refused at its path.
+#[test]
+fn the_window_audit_policy_loads_and_refuses_at_its_path() {
+    use crate::delivery::AuditPolicy;
+    use crate::time::FixedDuration;
+    let with = |audit: &str| VALID.replace("timezone: UTC}", &format!("timezone: UTC, delivery: changed, audit: {audit}}}"));
+    let audit = |text: &str| match &load(text).unwrap().sink.strategy {
+        Strategy::Replace { window } => window.audit,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(audit(VALID), AuditPolicy::Every(FixedDuration(7 * crate::time::MICROS_PER_DAY)), "the default");
+    assert_eq!(audit(&with("never")), AuditPolicy::Never);
+    assert_eq!(audit(&with("every_run")), AuditPolicy::EveryRun);
+    assert_eq!(audit(&with("{every: 5}")), AuditPolicy::EveryRuns(5));
+    assert_eq!(audit(&with("{every: PT12H}")), AuditPolicy::Every(FixedDuration(12 * 3_600_000_000)));
+    for bad in ["{every: 0}", "{every: -3}", "{every: P1M}", "{every: true}"] {
+        let got = codes(&with(bad));
+        assert!(
+            got.iter().any(|(c, p)| (c == "invalid_audit" || c == "invalid_duration") && p == "sink.strategy.window.audit.every"),
+            "{bad}: {got:?}"
+        );
+    }
+    assert!(codes(&with("weekly")).iter().any(|(_, p)| p == "sink.strategy.window.audit"), "{:?}", codes(&with("weekly")));
+}

@@ -25,6 +25,12 @@
 #            with mutations_sync = 2, `DELETE FROM .. IN PARTITION ID` with
 #            lightweight_deletes_sync = 2, an INSERT)
 #   all      (FORCED_ALL=1) `--delivery all`: every chunk transferred again
+#
+# TARGET_LAYOUT=unpartitioned (PostgreSQL -> ClickHouse only, issue 43):
+# the target is `ORDER BY id` without a partition key, so carrying a chunk
+# would copy its rows; the change is one update in day 12 (`changed1`),
+# after which every chunk must be transferred (`carry_costly`), and the
+# `all` run follows with the same rows. Goal: changed1 at most 1.0x all.
 # After each run the target's window must equal the source's in count() and
 # sum(v) (the update changes v), and the staged chunks of nochange and
 # changed3 must be exactly {} and {3, 12, 27}.
@@ -52,7 +58,12 @@ BENCH_NAME=changed_delivery
 
 ROWS=${ROWS:-30000000}
 ROWS_CH=${ROWS_CH:-$ROWS}
-ROUTES=${ROUTES:-pg_to_clickhouse ch_to_postgres}
+TARGET_LAYOUT=${TARGET_LAYOUT:-partitioned}
+case $TARGET_LAYOUT in
+  partitioned) ROUTES=${ROUTES:-pg_to_clickhouse ch_to_postgres} PGCH_ENGINE="PARTITION BY toYYYYMMDD(ts) ORDER BY id" ;;
+  unpartitioned) ROUTES=pg_to_clickhouse PGCH_ENGINE="ORDER BY id" FORCED_ALL=1 ;;
+  *) echo "TARGET_LAYOUT is partitioned or unpartitioned" >&2; exit 2 ;;
+esac
 REPEAT=${REPEAT:-1}
 FORCED_ALL=${FORCED_ALL:-1}
 PARALLELISM=${PARALLELISM:-2}
@@ -223,7 +234,7 @@ for route in $ROUTES; do
       seed_pg_source "$n" >"$TMP/$route.seed"
       chq "DROP TABLE IF EXISTS dpone_bench.cd_pgch SYNC" >/dev/null
       chq "CREATE TABLE dpone_bench.cd_pgch (id Int64, ts DateTime64(6, 'UTC'), v Int64, s String) \
-ENGINE = MergeTree PARTITION BY toYYYYMMDD(ts) ORDER BY id" >/dev/null
+ENGINE = MergeTree $PGCH_ENGINE" >/dev/null
       ;;
     ch_to_postgres)
       n=$ROWS_CH
@@ -242,9 +253,16 @@ ENGINE = MergeTree PARTITION BY toYYYYMMDD(ts) ORDER BY id" >/dev/null
   for ((rep = 1; rep <= REPEAT; rep++)); do
     run_case "$route" nochange "$rep" ""
   done
-  if [ "$route" = pg_to_clickhouse ]; then change_pg_source "$n"; else change_ch_source "$n"; fi
-  pg_checkpoint
-  run_case "$route" changed3 1 "$EXPECT_CHANGED"
+  if [ "$TARGET_LAYOUT" = unpartitioned ]; then
+    # One changed day: carrying the 29 others would copy their rows.
+    pgq "UPDATE dpone_bench.$PGSRC SET v = v + 1 WHERE id = $(mid_id $DAY_UPDATE "$n")" >/dev/null
+    pg_checkpoint
+    run_case "$route" changed1 1 all
+  else
+    if [ "$route" = pg_to_clickhouse ]; then change_pg_source "$n"; else change_ch_source "$n"; fi
+    pg_checkpoint
+    run_case "$route" changed3 1 "$EXPECT_CHANGED"
+  fi
   if [ "$FORCED_ALL" = 1 ]; then
     pg_checkpoint
     run_case "$route" all 1 all --delivery all
@@ -253,7 +271,7 @@ ENGINE = MergeTree PARTITION BY toYYYYMMDD(ts) ORDER BY id" >/dev/null
 done
 
 bench_meta \
-  "repeat=$REPEAT" "parallelism=$PARALLELISM" "routes=\"$ROUTES\"" \
+  "repeat=$REPEAT" "parallelism=$PARALLELISM" "routes=\"$ROUTES\"" "target_layout=\"$TARGET_LAYOUT\"" \
   "rows={$(for r in $ROUTES; do printf '"%s": %s, ' "$r" "$(cat "$TMP/$r.rows")"; done | sed 's/, $//')}" \
   "seed={$(for r in $ROUTES; do printf '"%s": "%s", ' "$r" "$(cat "$TMP/$r.seed")"; done | sed 's/, $//')}" \
   "window={\"column\": \"ts\", \"start\": \"2026-08-10T00:00:00Z\", \"end\": \"2026-09-09T00:00:00Z\", \"chunk_interval\": \"P1D\", \"delivery\": \"changed\"}" \

@@ -111,6 +111,11 @@ pub fn print_plan(plan: &Plan, format: Format) {
                  carried from the target; every other chunk is transferred (`dpone run --delivery all` transfers all)",
                 w.authority.unwrap_or("none")
             );
+            println!(
+                "  audit     {}: the chunks a run would carry are checked by a content digest on both servers (docs/audit.md); a \
+                 chunk the target would copy to carry (not aligned with its partitions) is transferred when any other is (carry_costly)",
+                w.audit
+            );
             if let Some(d) = &w.decisions {
                 println!("  a run now: {}", d.summary());
                 for c in d.chunks.iter().filter(|c| c.decision.transfers()) {

@@ -475,6 +475,10 @@ pub enum Decision {
     /// The content audit (`window.audit`) found the source's rows of a
     /// chunk the authority would carry different from the target's.
     AuditMismatch,
+    /// The content audit was due but could not be read on one side (a
+    /// server, or a type without a canonical form): the chunks it was to
+    /// check are transferred, never judged equal or different.
+    AuditError,
 }
 
 impl Decision {
@@ -495,6 +499,7 @@ impl Decision {
             Decision::Forced => "forced",
             Decision::CarryCostly => "carry_costly",
             Decision::AuditMismatch => "audit_mismatch",
+            Decision::AuditError => "audit_error",
         }
     }
 }

@@ -11,8 +11,8 @@
 use crate::context::Ctx;
 use crate::journal::Journal;
 use dpone_core::delivery::{
-    ChunkDelivery, ChunkFingerprints, ChunkKey, ChunkRecord, Decision, Delivery, DeliveryDecisions, Evidence, Fingerprint, TargetIdentity,
-    candidate, confirm,
+    AuditMark, ChunkDelivery, ChunkFingerprints, ChunkKey, ChunkRecord, Decision, Delivery, DeliveryDecisions, Evidence, Fingerprint,
+    TargetIdentity, audit_key, candidate, confirm,
 };
 use dpone_core::digest::DigestAlgorithm;
 use dpone_core::evidence::GenerationCheck;
@@ -57,7 +57,12 @@ pub(crate) async fn decide<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jour
     let records = journal.records_under(&records_prefix(&ctx.target.scope(), &w.column)).await?;
     let columns = &ctx.probe.target_columns;
     let decisions = if w.delivery == Delivery::Changed {
-        decisions(ctx.source.as_ref(), ctx.target.as_ref(), w, columns, ctx.plan.staging.digest, &records).await?
+        let mut d = decisions(ctx.source.as_ref(), ctx.target.as_ref(), w, columns, ctx.plan.staging.digest, &records).await?;
+        let mark = audit_mark(journal, &ctx.target.scope(), &w.column).await?;
+        if let Some(reason) = w.audit.due(mark.as_ref(), w.end) {
+            crate::audit_carried::audit_carried(ctx, w, &mut d, reason).await?;
+        }
+        d
     } else if w.keep_records || !records.is_empty() {
         forced(ctx.source.as_ref(), w).await?
     } else {
@@ -122,6 +127,14 @@ async fn fingerprints<S: Source>(
             Ok(Err(Decision::FingerprintError))
         }
     }
+}
+
+/// The target's last content audit of `column` ([`AuditMark`]); None when
+/// there was none or its record does not parse (an audit is then due).
+async fn audit_mark(journal: &Journal, scope: &str, column: &str) -> Result<Option<AuditMark>, AdapterError> {
+    let key = audit_key(scope, column);
+    let found = journal.records_under(&key).await?;
+    Ok(found.get(&key).and_then(|body| serde_json::from_str(body).ok()))
 }
 
 /// The state store prefix of a target's chunk records of `column` (the
@@ -439,6 +452,18 @@ pub(crate) async fn write_records<S: Source, T: Target>(ctx: &Ctx<S, T>, journal
         let record = ChunkRecord::new(key, fingerprint.clone(), identity, &j.run_id, d.source_pass.clone());
         journal.put_record(&record.key.store_key(), record.body()).await?;
     }
+    // The audit mark: this run audited what it carried, or carried nothing
+    // (every chunk verified by staging); else one more run since.
+    let carried = d.chunks.iter().any(|c| c.decision == Decision::Unchanged);
+    let key = audit_key(&scope, &w.column);
+    let mark = if d.audit.is_some() || !carried {
+        AuditMark { last_end: w.end.0, runs_since: 0 }
+    } else {
+        let before = audit_mark(journal, &scope, &w.column).await?;
+        AuditMark { last_end: before.as_ref().map_or(i64::MIN, |m| m.last_end), runs_since: before.map_or(1, |m| m.runs_since + 1) }
+    };
+    let body = serde_json::to_string(&mark).map_err(|e| AdapterError::internal(e.to_string()))?;
+    journal.put_record(&key, body).await?;
     ctx.failpoint("delivery.after_records").await?;
     Ok(())
 }

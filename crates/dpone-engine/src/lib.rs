@@ -25,6 +25,7 @@
 //! [`Target`]: dpone_core::ports::Target
 
 mod admit;
+mod audit_carried;
 mod batch;
 mod context;
 mod delivery;

@@ -40,12 +40,13 @@
 //!   read for parts that lack the column), its pending mutations (a read
 //!   may apply them, `apply_mutations_on_fly`, and they rewrite parts
 //!   later), the row and masking policies that can name it, the
-//!   user-defined functions, the contents of the dictionaries its
-//!   definition or a function may call, and the settings of the session
-//!   that change what a plain read returns (with the server's time zone
-//!   and version). A fact the server does not give fails the fingerprint
-//!   (`fingerprint_incomplete`) instead of being left out; a table of
-//!   another engine than `*MergeTree` has none (`fingerprint_unsupported`).
+//!   user-defined functions and the contents of the dictionaries that its
+//!   definition, its policies or those functions may call, and the
+//!   settings of the session that change what a plain read returns (with
+//!   the server's time zone and version). A fact the server does not give
+//!   fails the fingerprint (`fingerprint_incomplete`) instead of being
+//!   left out; a table of another engine than `*MergeTree` has none
+//!   (`fingerprint_unsupported`).
 //!
 //! Blind spots: values computed on read from outside the table that no
 //! metadata dates (`joinGet`, an executable function's program, `now()` or
@@ -138,10 +139,11 @@ pub struct TableFacts {
     pub row_policies: Vec<String>,
     /// None: the server has no masking policies (no `system.masking_policies`).
     pub masking_policies: Option<Vec<String>>,
-    /// User-defined functions: a DEFAULT, ALIAS or policy may call them.
+    /// The user-defined functions a DEFAULT, ALIAS, TTL or policy may call,
+    /// directly or through another function.
     pub functions: Vec<String>,
-    /// The dictionaries the table's definition or a function may name,
-    /// with the digest of their contents.
+    /// The dictionaries the table's definition, a policy or one of those
+    /// functions may name, with the digest of their contents.
     pub dictionaries: Vec<String>,
     /// `(name, value)` of the settings that change what a read returns.
     pub read_settings: Vec<(String, String)>,

@@ -17,6 +17,7 @@ use crate::client::{ChClient, Idempotence, named, quote_ident, quote_str, table_
 use dpone_core::delivery::ChunkFingerprints;
 use dpone_core::ports::{AdapterError, ErrorClass, Result};
 use dpone_core::window::Chunk;
+use futures_util::TryFutureExt;
 use futures_util::future::{try_join, try_join5};
 use serde_json::{Map, Value};
 
@@ -125,15 +126,47 @@ fn without_parts(engine: &str) -> Option<&'static str> {
 /// doc), read at once: each is a small query, and `system.functions`
 /// alone takes ~40 ms on 26.9 (it lists every function).
 async fn read_facts(client: &ChClient, database: &str, table: &str, masking: bool, facts: TableFacts) -> Result<TableFacts> {
-    let (columns, pending_mutations, (row_policies, masking_policies), (functions, dictionaries), read_settings) = try_join5(
+    let (columns, pending_mutations, (row_policies, masking_policies), functions, read_settings) = try_join5(
         columns(client, database, table),
         pending_mutations(client, database, table),
         policies(client, database, table, masking),
-        functions_and_dictionaries(client, database, table, &facts.create_query),
+        client
+            .query_rows("SELECT name, origin, create_query FROM system.functions WHERE origin != 'System' ORDER BY name")
+            .map_err(|e| incomplete(database, table, "user-defined functions", e)),
         read_settings(client, database, table),
     )
     .await?;
+    // What the table's reads may call: its definition (DEFAULT, ALIAS,
+    // MATERIALIZED, TTL), its policies, and the functions those call.
+    let mut texts: Vec<String> =
+        [&facts.create_query].into_iter().chain(&row_policies).chain(masking_policies.iter().flatten()).cloned().collect();
+    let functions = called(&mut texts, functions);
+    let dictionaries = dictionaries(client, database, table, &texts).await?;
     Ok(TableFacts { columns, pending_mutations, row_policies, masking_policies, functions, dictionaries, read_settings, ..facts })
+}
+
+/// The user-defined functions whose names appear in `texts`, directly or
+/// through the definitions of others (a function is only ever called by
+/// its name written out, so one whose name no text holds cannot change a
+/// read; a name found inside another word only takes one too many);
+/// their definitions are added to `texts`.
+fn called(texts: &mut Vec<String>, functions: Vec<Row>) -> Vec<String> {
+    let mut left = functions;
+    let mut taken = Vec::new();
+    loop {
+        let (found, rest): (Vec<Row>, Vec<Row>) = left.into_iter().partition(|f| {
+            let name = text(f, "name");
+            !name.is_empty() && texts.iter().any(|t| t.contains(&name))
+        });
+        if found.is_empty() {
+            break;
+        }
+        texts.extend(found.iter().map(|f| text(f, "create_query")));
+        taken.extend(found);
+        left = rest;
+    }
+    taken.sort_by_key(|f| text(f, "name"));
+    lines(taken)
 }
 
 async fn columns(client: &ChClient, database: &str, table: &str) -> Result<Vec<ColumnFact>> {
@@ -196,22 +229,6 @@ async fn policies(client: &ChClient, database: &str, table: &str, masking: bool)
     Ok((lines(rows), Some(lines(masks))))
 }
 
-/// The user-defined functions (a DEFAULT, ALIAS or policy may call them)
-/// and the dictionaries that they or the table's definition may call.
-async fn functions_and_dictionaries(
-    client: &ChClient,
-    database: &str,
-    table: &str,
-    create_query: &str,
-) -> Result<(Vec<String>, Vec<String>)> {
-    let functions = client
-        .query_rows("SELECT name, origin, create_query FROM system.functions WHERE origin != 'System' ORDER BY name")
-        .await
-        .map_err(|e| incomplete(database, table, "user-defined functions", e))?;
-    let texts: Vec<String> = std::iter::once(create_query.to_string()).chain(functions.iter().map(|r| text(r, "create_query"))).collect();
-    Ok((lines(functions), dictionaries(client, database, table, &texts).await?))
-}
-
 /// [`READ_SETTINGS`] as this session has them, the time zone and the
 /// server's version (an upgrade may change what an expression returns).
 async fn read_settings(client: &ChClient, database: &str, table: &str) -> Result<Vec<(String, String)>> {
@@ -228,7 +245,8 @@ async fn read_settings(client: &ChClient, database: &str, table: &str) -> Result
     Ok(settings)
 }
 
-/// The dictionaries `texts` (the table's definition, the functions) may
+/// The dictionaries `texts` (the table's definition, its policies, the
+/// functions they call) may
 /// call, each with the digest of its contents: a reload changes what a
 /// read returns without touching the table, and `system.dictionaries`
 /// dates loads in whole seconds only. A dictionary matters when its name
@@ -338,4 +356,27 @@ fn text(row: &Row, key: &str) -> String {
 
 fn number(row: &Row, key: &str) -> Result<i64> {
     text(row, key).parse::<i64>().map_err(|_| AdapterError::permanent("clickhouse_protocol", format!("`{key}` is not a number")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn function(name: &str, body: &str) -> Row {
+        let mut row = Row::new();
+        row.insert("name".into(), Value::String(name.into()));
+        row.insert("create_query".into(), Value::String(format!("CREATE FUNCTION {name} AS x -> {body}")));
+        row
+    }
+
+    #[test]
+    fn a_function_counts_when_a_text_or_a_called_function_names_it() {
+        let mut texts = vec!["CREATE TABLE d.t (`v` Int64, `w` Int64 ALIAS outer_fn(v)) ENGINE = MergeTree".to_string()];
+        let functions = vec![function("unrelated", "x"), function("inner_fn", "x + 1"), function("outer_fn", "inner_fn(x) * 2")];
+        let taken = called(&mut texts, functions);
+        assert_eq!(taken.len(), 2, "{taken:?}");
+        assert!(taken[0].contains("inner_fn") && taken[1].contains("outer_fn"), "{taken:?}");
+        assert_eq!(texts.len(), 3);
+        assert!(called(&mut vec!["CREATE TABLE d.t (`v` Int64)".to_string()], vec![function("f2", "x")]).is_empty());
+    }
 }

@@ -87,6 +87,7 @@ pub fn legacy_authority(kind: crate::registry::SourceKind) -> crate::registry::S
     }
     match kind {
         SourceKind::Postgres(s) => SourceKind::Postgres(s.with_legacy_authority(true)),
+        SourceKind::Clickhouse(s) => SourceKind::Clickhouse(s.with_legacy_authority(true)),
         other => other,
     }
 }

@@ -1,6 +1,6 @@
 //! `delivery: changed` on ClickHouse 26.x -> PostgreSQL 15 (issue 30,
 //! docs/changed-delivery.md): a 30-day window in daily chunks from a
-//! daily-partitioned ClickHouse source (authority `clickhouse.parts.v2`).
+//! daily-partitioned ClickHouse source (authority `clickhouse.parts.v3`).
 //! After a first run, a rerun moves exactly the chunks whose source parts
 //! changed or whose target rows someone else changed; the PostgreSQL
 //! publication deletes and inserts only those chunks, and the target's
@@ -124,7 +124,7 @@ fn a_rerun_moves_exactly_the_changed_chunks_into_postgres() {
     let fx = fixture("chpg_changed");
     let plan = fx.plan();
     assert_eq!(plan.code, Some(0), "{}", plan.describe());
-    assert_eq!(plan.json()["window"]["authority"], "clickhouse.parts.v2");
+    assert_eq!(plan.json()["window"]["authority"], "clickhouse.parts.v3");
 
     let first = run(&fx, &[]);
     assert_eq!(staged(&first).len(), 30);

@@ -40,6 +40,8 @@ pub struct ClickhouseSource {
     columns: OnceLock<Vec<Column>>,
     /// The row hash `preflight` checks the server can compute.
     digest: DigestAlgorithm,
+    /// A test switch: fingerprints computed as `clickhouse.parts.v2` did.
+    legacy_authority: bool,
 }
 
 /// A RowBinary response as the byte input of frame assembly.
@@ -53,7 +55,19 @@ impl ByteInput for Body {
 
 impl ClickhouseSource {
     pub fn new(client: ChClient, database: String, table: String) -> Self {
-        ClickhouseSource { client, database, table, columns: OnceLock::new(), digest: DigestAlgorithm::default() }
+        ClickhouseSource { client, database, table, columns: OnceLock::new(), digest: DigestAlgorithm::default(), legacy_authority: false }
+    }
+
+    /// A test switch, off by default: when on, the chunks' fingerprints
+    /// are computed as `clickhouse.parts.v2` did (the table's UUID and its
+    /// ordinary parts only; the authority is still named
+    /// `clickhouse.parts.v3`), so that a test can show that an edit is
+    /// detected by the ingredients v3 added and by nothing else. Never for
+    /// production: it misses lightweight updates and metadata changes.
+    #[must_use]
+    pub fn with_legacy_authority(mut self, on: bool) -> Self {
+        self.legacy_authority = on;
+        self
     }
 
     /// The row hash the runs will ask for (checked by `preflight`).
@@ -254,15 +268,16 @@ impl Source for ClickhouseSource {
         Ok(())
     }
 
-    /// Per chunk from the parts' metadata, which is already cheaper than
-    /// any pass over the rows: `expected` is not used.
+    /// Per chunk from the parts' and the table's metadata and one scan of
+    /// the window column (`crate::delivery`), already cheaper than any
+    /// digest of the rows: `expected` is not used.
     async fn chunk_fingerprints(
         &self,
         window_column: &str,
         chunks: &[Chunk],
         _expected: Option<&dpone_core::delivery::Expected>,
     ) -> Result<Option<ChunkFingerprints>> {
-        crate::delivery::read(&self.client, &self.database, &self.table, window_column, chunks).await.map(Some)
+        crate::delivery::read(&self.client, &self.database, &self.table, window_column, chunks, self.legacy_authority).await.map(Some)
     }
 
     /// The cursor's maximum now, with the count of NULL cursors in the same

@@ -333,3 +333,104 @@ fn a_partition_swap_refuses_changed_delivery() {
     assert_eq!(fx.pg_scalar(&format!("SELECT count(*) FROM {}", fx.target_sql())).as_deref(), Some("21"), "nothing written");
     fx.finish();
 }
+
+/// A source of `(id, ts, v, w)` partitioned by day whose parts predate `w`
+/// (added with `DEFAULT 7` after the rows were written), with the block
+/// number and offset columns a lightweight update needs; `audit` is the
+/// window's audit policy.
+fn metadata_fixture(prefix: &'static str, audit: &'static str) -> Fixture {
+    let cols = vec![
+        col("id", "Int64", "bigint NOT NULL"),
+        col("ts", "DateTime64(6, 'UTC')", "timestamptz NOT NULL"),
+        col("v", "String", "text NOT NULL"),
+        col("w", "Int64", "bigint NOT NULL"),
+    ];
+    let fx = Fixture::new(prefix, cols);
+    let src = fx.source_sql();
+    fx.ch_exec(&format!("DROP TABLE {src} SYNC"));
+    fx.ch_exec(&format!(
+        "CREATE TABLE {src} (id Int64, ts DateTime64(6, 'UTC'), v String) ENGINE = MergeTree PARTITION BY toYYYYMMDD(ts) ORDER BY id \
+         SETTINGS enable_block_number_column = 1, enable_block_offset_column = 1"
+    ));
+    fx.ch_exec(&format!(
+        "INSERT INTO {src} SELECT number, toDateTime64('{WINDOW_START}', 6, 'UTC') + toIntervalHour(number * 6), concat('v', toString(number)) \
+         FROM numbers(120)"
+    ));
+    fx.ch_exec(&format!("ALTER TABLE {src} ADD COLUMN w Int64 DEFAULT 7"));
+    fx.write_manifest(&Options { lookback: "P30D", block_rows: None, delivery: Some("changed"), audit: Some(audit), ..Options::default() });
+    fx
+}
+
+/// Source and target windows as sorted `id|ts|v|w` lines.
+fn wide_rows(fx: &Fixture) -> (Vec<String>, Vec<String>) {
+    let ch = fx.ch_exec(&format!(
+        "SELECT concat(toString(id), '|', toString(ts), '|', v, '|', toString(w)) FROM {} FORMAT TSVRaw",
+        fx.source_sql()
+    ));
+    let pg = fx
+        .pg_scalar(&format!(
+            "SELECT coalesce(string_agg(id || '|' || to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') || '|' || v || '|' || w, E'\\n'), '') \
+             FROM {}",
+            fx.target_sql()
+        ))
+        .unwrap_or_default();
+    let sorted = |s: &str| {
+        let mut v: Vec<String> = s.lines().filter(|l| !l.is_empty()).map(str::to_string).collect();
+        v.sort();
+        v
+    };
+    (sorted(&ch), sorted(&pg))
+}
+
+/// Issue 43 on the ClickHouse source: a lightweight `UPDATE` (a patch part;
+/// the patched part keeps its files) and a `MODIFY COLUMN ... DEFAULT` of a
+/// column the parts lack (every value read changes, no file does). The
+/// rerun transfers the affected chunks and the target equals the source;
+/// with the authority's new ingredients off (`DPONE_TEST_LEGACY_AUTHORITY`)
+/// the chunks are carried and the target differs; with `audit: every_run`
+/// under the same switch the audit transfers them (`audit_mismatch`).
+#[test]
+fn metadata_edits_at_the_source_are_transferred_and_caught_by_the_audit_without_them() {
+    let legacy = [("DPONE_TEST_LEGACY_AUTHORITY", "1")];
+    let edits: [(&str, &str, &[u64]); 2] = [
+        ("a lightweight update", "UPDATE {src} SET v = 'patched' WHERE id = 50", &[12]),
+        ("a metadata-only default", "ALTER TABLE {src} MODIFY COLUMN w Int64 DEFAULT 8", &[]),
+    ];
+    for (what, edit, days) in edits {
+        for (mode, audit, env) in
+            [("scope", "never", &[][..]), ("legacy", "never", &legacy[..]), ("legacy+audit", "every_run", &legacy[..])]
+        {
+            let fx = metadata_fixture("chpg_changed_metadata", audit);
+            let first = fx.dpone(&["run", &fx.manifest.display().to_string(), "--interval-end", INTERVAL_END, "--format", "json"], env);
+            let first = first.assert_succeeded("the first run");
+            assert_eq!(staged(&first).len(), 30, "{what} ({mode})");
+            fx.ch_exec(&edit.replace("{src}", &fx.source_sql()));
+            let rerun = fx.dpone(&["run", &fx.manifest.display().to_string(), "--interval-end", INTERVAL_END, "--format", "json"], env);
+            let rerun = rerun.assert_succeeded("the rerun");
+            let (source, target) = wide_rows(&fx);
+            let expected: BTreeSet<u64> = if days.is_empty() { (0..30).collect() } else { days.iter().copied().collect() };
+            match mode {
+                "scope" => {
+                    assert_eq!(staged(&rerun), expected, "{what}: {:?}", moved(&rerun));
+                    assert_eq!(target, source, "{what}: the target equals the source");
+                }
+                "legacy" => {
+                    assert_eq!(staged(&rerun), set(&[]), "{what}: the ordinary parts alone miss it");
+                    assert_ne!(target, source, "{what}: the hole v3 closes");
+                }
+                _ => {
+                    let mismatched: BTreeSet<u64> =
+                        moved(&rerun).into_iter().filter(|(_, d)| d == "audit_mismatch").map(|(i, _)| i).collect();
+                    assert_eq!(mismatched, expected, "{what}: the audit finds exactly the changed chunks: {:?}", moved(&rerun));
+                    assert_eq!(target, source, "{what} ({mode}): the target equals the source");
+                }
+            }
+            let settled = &rerun["delivery"]["settled"];
+            if !settled.is_null() {
+                let sum = settled["staged_rows"].as_u64().unwrap() + settled["carried_rows"].as_u64().unwrap();
+                assert_eq!(Some(sum), settled["target_window_rows"].as_u64(), "{what} ({mode}): {settled}");
+            }
+            fx.finish();
+        }
+    }
+}

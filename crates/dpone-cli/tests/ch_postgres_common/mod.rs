@@ -106,6 +106,8 @@ pub struct Options {
     pub digest: Option<&'static str>,
     /// The window's `delivery` (default: not written, `all`).
     pub delivery: Option<&'static str>,
+    /// The window's `audit` (default: not written).
+    pub audit: Option<&'static str>,
 }
 
 impl Default for Options {
@@ -122,6 +124,7 @@ impl Default for Options {
             staging_schema: None,
             digest: None,
             delivery: None,
+            audit: None,
         }
     }
 }
@@ -414,6 +417,7 @@ impl Fixture {
                     o.lookback,
                     o.chunk_interval,
                     o.delivery.map(|d| format!(", delivery: {d}")).unwrap_or_default()
+                        + &o.audit.map(|a| format!(", audit: {a}")).unwrap_or_default()
                 ),
             )
         };

@@ -189,23 +189,60 @@ impl ClickhouseTarget {
 
     /// [`Self::contents_where`] with a `SETTINGS` clause (`settings` empty: none).
     pub(crate) async fn contents_where_with(&self, table_sql: &str, where_sql: &str, settings: &str) -> Result<Contents> {
-        let cols = self.columns()?;
-        let list = self.column_list()?;
-        let nulls: Vec<String> =
-            cols.iter().enumerate().map(|(i, c)| format!("countIf(isNull({})) AS _dpone_n{i}", quote_ident(&c.name))).collect();
         let sql = format!(
-            "SELECT count() AS _dpone_rows, toString(sum({})) AS _dpone_digest, {} FROM {table_sql} WHERE {where_sql}{}",
-            self.digest.clickhouse_row_hash(&format!("formatRowNoNewline('RowBinary', {list})")),
-            nulls.join(", "),
+            "SELECT {} FROM {table_sql} WHERE {where_sql}{}",
+            self.contents_select()?,
             if settings.is_empty() { String::new() } else { format!(" SETTINGS {settings}") },
         );
         let rows = self.client.query_rows(&sql).await?;
         let r = rows.first().ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "an aggregate returned no row"))?;
+        self.contents_of(r)
+    }
+
+    /// The aggregates of [`Self::contents_where`]: count, digest sum and
+    /// each column's NULLs.
+    fn contents_select(&self) -> Result<String> {
+        let cols = self.columns()?;
+        let list = self.column_list()?;
+        let nulls: Vec<String> =
+            cols.iter().enumerate().map(|(i, c)| format!("countIf(isNull({})) AS _dpone_n{i}", quote_ident(&c.name))).collect();
+        Ok(format!(
+            "count() AS _dpone_rows, toString(sum({})) AS _dpone_digest, {}",
+            self.digest.clickhouse_row_hash(&format!("formatRowNoNewline('RowBinary', {list})")),
+            nulls.join(", ")
+        ))
+    }
+
+    /// The [`Contents`] of a row of [`Self::contents_select`].
+    fn contents_of(&self, r: &serde_json::Map<String, Json>) -> Result<Contents> {
         let sum = RowDigest::parse_sum(&text(r, "_dpone_digest"))
             .ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "the digest is not a UInt256"))?;
-        let null_counts = (0..cols.len()).map(|i| num(r, &format!("_dpone_n{i}"))).collect::<Result<Vec<_>>>()?;
+        let null_counts = (0..self.columns()?.len()).map(|i| num(r, &format!("_dpone_n{i}"))).collect::<Result<Vec<_>>>()?;
         let count = num(r, "_dpone_rows")?;
         Ok(Contents { rows: count, digest: RowDigest { rows: count, sum, null_counts, algorithm: self.digest } })
+    }
+
+    /// The contents of each `[start, end)` range of `column` in one scan,
+    /// grouped by the range each row lies in (`Target::inspect_ranges`).
+    async fn contents_of_ranges(&self, table_sql: &str, column: &str, ranges: &[(Timestamp, Timestamp)]) -> Result<Vec<Contents>> {
+        let ranges_sql: Vec<String> = ranges.iter().map(|(start, end)| filter_sql(&RowFilter::new(column, *start, *end, true))).collect();
+        let which: Vec<String> = ranges_sql.iter().enumerate().map(|(i, w)| format!("{w}, {}", i + 1)).collect();
+        let sql = format!(
+            "SELECT toString(multiIf({}, 0)) AS _dpone_range, {} FROM {table_sql} WHERE ({}) GROUP BY _dpone_range",
+            which.join(", "),
+            self.contents_select()?,
+            ranges_sql.join(") OR (")
+        );
+        let empty = |s: &Self| {
+            let cols = s.columns()?.len();
+            Ok::<_, AdapterError>(Contents { rows: 0, digest: RowDigest::with(s.digest, cols) })
+        };
+        let mut out = ranges.iter().map(|_| empty(self)).collect::<Result<Vec<_>>>()?;
+        for r in self.client.query_rows(&sql).await? {
+            let slot = text(&r, "_dpone_range").parse::<usize>().ok().and_then(|i| i.checked_sub(1)).and_then(|i| out.get_mut(i));
+            *slot.ok_or_else(|| AdapterError::permanent("clickhouse_protocol", "a row of no range"))? = self.contents_of(&r)?;
+        }
+        Ok(out)
     }
 
     async fn ddl(&self, sql: &str) -> Result<()> {
@@ -324,6 +361,15 @@ impl Target for ClickhouseTarget {
     async fn inspect(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<Contents> {
         let w = filter.map(filter_sql).unwrap_or_else(|| "1".into());
         self.contents_where(&self.role_sql(table), &w).await
+    }
+
+    /// One scan for all ranges: without a partition key on the column,
+    /// each range's own query would scan the table.
+    async fn inspect_ranges(&self, table: TableRole<'_>, column: &str, ranges: &[(Timestamp, Timestamp)]) -> Result<Vec<Contents>> {
+        if ranges.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.contents_of_ranges(&self.role_sql(table), column, ranges).await
     }
 
     async fn part_identities(&self, table: TableRole<'_>) -> Result<Option<Vec<PartIdentity>>> {

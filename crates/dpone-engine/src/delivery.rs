@@ -20,7 +20,6 @@ use dpone_core::plan::WindowPlan;
 use dpone_core::ports::{AdapterError, Contents, ErrorKind, PublicationOutcome, RowFilter, Source, TableRole, Target};
 use dpone_core::state::{GenerationRecord, RunJournal, RunState, StateStore};
 use dpone_core::types::Column;
-use dpone_core::window::Chunk;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -216,18 +215,30 @@ pub async fn decisions<S: Source, T: Target>(
     let copies = |parts: &Option<String>| parts.is_none() && !target.keeps_rows_in_place();
     let is_candidate: std::collections::BTreeSet<usize> = candidates.iter().map(|(i, _)| *i).collect();
     let mut transferring = chunks.iter().enumerate().any(|(k, c)| !is_candidate.contains(&k) && c.decision.transfers());
+    // The candidates to read: not carried by their recorded parts, and not
+    // costlier to carry than to transfer. Their rows are read in one call.
+    let mut read = Vec::new();
+    let mut confirmed: Vec<(usize, ChunkRecord, Option<String>, Option<TargetIdentity>)> = Vec::new();
     for ((i, record), now_parts) in candidates.into_iter().zip(parts) {
         if copies(&now_parts) && transferring {
             chunks[i].decision = Decision::CarryCostly;
             continue;
         }
         let same_parts = now_parts.is_some() && record.target.parts == now_parts && record.target.incarnation == incarnation;
-        let now = if same_parts {
-            record.target.clone()
-        } else {
-            let mut now = TargetIdentity::of(&chunk_contents(target, TableRole::Target, &w.column, &w.chunks[i]).await?);
-            now.parts = now_parts.clone();
-            now
+        if !same_parts {
+            read.push((w.chunks[i].start, w.chunks[i].end));
+        }
+        let known = same_parts.then(|| record.target.clone());
+        confirmed.push((i, record, now_parts, known));
+    }
+    let mut contents = target.inspect_ranges(TableRole::Target, &w.column, &read).await?.into_iter();
+    for (i, record, now_parts, known) in confirmed {
+        let now = match known {
+            Some(identity) => identity,
+            None => {
+                let c = contents.next().ok_or_else(|| AdapterError::internal("a range the target did not inspect"))?;
+                TargetIdentity { parts: now_parts.clone(), ..TargetIdentity::of(&c) }
+            }
         };
         let d = confirm(&record, &now);
         transferring |= d.transfers();
@@ -295,11 +306,6 @@ pub(crate) async fn publish_nothing<S: Source, T: Target>(ctx: &Ctx<S, T>, journ
     Ok(())
 }
 
-/// The rows of `table` in chunk `c`, counted and digested by the target.
-async fn chunk_contents<T: Target>(target: &T, table: TableRole<'_>, column: &str, c: &Chunk) -> Result<Contents, AdapterError> {
-    target.inspect(table, Some(&RowFilter::new(column, c.start, c.end, true))).await
-}
-
 /// Right after the generation is built (and before a resumed run
 /// publishes it): the rows of every carried chunk are exactly those decided
 /// on, so a writer that changed the target's chunk between the decision and
@@ -323,13 +329,15 @@ pub(crate) async fn check_carried<S: Source, T: Target>(ctx: &Ctx<S, T>, j: &Run
     // that it holds the target's rows outside the replaced chunks.
     let parts = ctx.target.range_part_identities(TableRole::Target, &w.column, &d.carried_ranges()).await?;
     let carried = d.chunks.iter().filter(|c| c.decision == Decision::Unchanged);
-    for (c, now) in carried.zip(parts) {
-        if now.is_some() && now == c.carried_parts {
-            continue;
-        }
-        let chunk = Chunk { index: c.index, start: c.start, end: c.end };
-        let now = TargetIdentity::of(&chunk_contents(ctx.target.as_ref(), table, &w.column, &chunk).await?);
-        if c.carried.as_ref() != Some(&now) {
+    // The others are read in one call and compared by their rows (a merge
+    // since the decision gives other parts of the same rows).
+    let read: Vec<&ChunkDelivery> =
+        carried.zip(parts).filter(|(c, now)| now.is_none() || *now != c.carried_parts).map(|(c, _)| c).collect();
+    let ranges: Vec<_> = read.iter().map(|c| (c.start, c.end)).collect();
+    let contents = ctx.target.inspect_ranges(table, &w.column, &ranges).await?;
+    for (c, contents) in read.into_iter().zip(contents) {
+        let now = TargetIdentity::of(&contents);
+        if c.carried.as_ref().map(|i| (&i.incarnation, &i.chunk)) != Some((&now.incarnation, &now.chunk)) {
             return Err(AdapterError::verification(
                 "target_changed_since_decision",
                 format!(

@@ -14,7 +14,7 @@ use crate::context::Ctx;
 use crate::failure::{Phase, RunFailure, Step, Stop};
 use crate::journal::Journal;
 use dpone_core::delivery::{Decision, Settled, TargetIdentity};
-use dpone_core::ports::{AdapterError, RowFilter, Source, TableRole, Target, WindowStats};
+use dpone_core::ports::{AdapterError, Source, TableRole, Target, WindowStats};
 use dpone_core::state::RunJournal;
 
 /// Checks and journals [`Settled`] for a run that carried chunks, given
@@ -43,13 +43,18 @@ pub(crate) async fn settle<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jour
         carried_by_digest: 0,
         changed: Vec::new(),
     };
+    let mut read = Vec::new();
     for (c, now) in carried.iter().zip(parts) {
         if now.is_some() && now == c.carried_parts {
             settled.carried_by_parts += 1;
-            continue;
+        } else {
+            read.push(*c);
         }
-        let range = RowFilter::new(&w.column, c.start, c.end, true);
-        let now = TargetIdentity::of(&ctx.target.inspect(TableRole::Target, Some(&range)).await?);
+    }
+    let ranges: Vec<_> = read.iter().map(|c| (c.start, c.end)).collect();
+    let contents = ctx.target.inspect_ranges(TableRole::Target, &w.column, &ranges).await?;
+    for (c, contents) in read.iter().zip(contents) {
+        let now = TargetIdentity::of(&contents);
         settled.carried_by_digest += 1;
         let decided = c.carried.as_ref().map(|i| (&i.incarnation, &i.chunk));
         if decided != Some((&now.incarnation, &now.chunk)) {

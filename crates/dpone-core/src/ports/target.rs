@@ -45,6 +45,25 @@ macro_rules! __target_methods {
             /// what the target stores.
             async fn inspect(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<Contents>;
 
+            /// [`Target::inspect`] of each `[start, end)` range of `column`
+            /// in `table` (in order; the ranges do not overlap): what a
+            /// changed-window run reads of the chunks it would carry. The
+            /// default inspects one range at a time; a target that would
+            /// scan the table once per range (a ClickHouse table not
+            /// partitioned by the column) reads all of them in one query.
+            async fn inspect_ranges(
+                &self,
+                table: TableRole<'_>,
+                column: &str,
+                ranges: &[($crate::time::Timestamp, $crate::time::Timestamp)],
+            ) -> Result<Vec<Contents>> {
+                let mut out = Vec::with_capacity(ranges.len());
+                for (start, end) in ranges {
+                    out.push(self.inspect(table, Some(&RowFilter::new(column, *start, *end, true))).await?);
+                }
+                Ok(out)
+            }
+
             /// The stored parts of `table` by identity ([`PartIdentity`]), or None
             /// when the target cannot identify them (the default): then its
             /// generations are verified by digest only. Read-only, metadata only.

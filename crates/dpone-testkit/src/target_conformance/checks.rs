@@ -170,6 +170,17 @@ pub async fn filters_split_inside_and_outside<H: TargetHarness>(h: &H) {
         }
         let all = ok(C, "count", f.target().count(role, None).await);
         assert_eq!(all, target_rows().len() as u64, "[{C}] an unfiltered count of {label}");
+        // Several ranges in one call (a changed-window run's carried
+        // chunks): each as its own inspect, an empty range included.
+        let day = |d: i64| Timestamp(DAY0.0 + d * MICROS_PER_DAY);
+        let ranges = [(day(0), day(1)), (day(1), day(2)), (day(5), day(6))];
+        let each = ok(C, "inspect_ranges", f.target().inspect_ranges(role, WINDOW_COLUMN, &ranges).await);
+        assert_eq!(each.len(), ranges.len(), "[{C}] inspect_ranges answers every range of {label}");
+        for ((start, end), got) in ranges.iter().zip(each) {
+            let want = filtered(&target_rows(), &RowFilter::new(WINDOW_COLUMN, *start, *end, true));
+            assert_eq!(got.rows, want.len() as u64, "[{C}] inspect_ranges counts {label}'s rows of [{start}, {end})");
+            assert_eq!(got.digest, digest_of(&types, &want), "[{C}] inspect_ranges digests {label}'s rows of [{start}, {end})");
+        }
     }
     assert_eq!(filtered(&target_rows(), &outside).len(), 4, "the standard rows have 4 rows outside, 2 with NULL");
     f.cleanup().await;

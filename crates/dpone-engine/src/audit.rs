@@ -132,8 +132,10 @@ pub async fn audit_window<S: Source, T: Target>(
     chunks: &[Chunk],
     limits: &Limits,
 ) -> Result<WindowAudit, AdapterError> {
+    let started = std::time::Instant::now();
     let compared = compare_chunks(source, target, spec, chunks).await?;
-    let mut audit = WindowAudit { chunks: compared, ..WindowAudit::default() };
+    let mut audit = WindowAudit { chunks: compared, digests_time: started.elapsed(), ..WindowAudit::default() };
+    let narrowing = std::time::Instant::now();
     let differing: Vec<Pending> = audit
         .chunks
         .iter()
@@ -147,6 +149,7 @@ pub async fn audit_window<S: Source, T: Target>(
     for first in differing {
         narrow(source, target, spec, first, limits, &mut audit).await?;
     }
+    audit.narrowing_time = narrowing.elapsed();
     Ok(audit)
 }
 

@@ -56,6 +56,11 @@ pub struct WindowAudit {
     pub bisection_queries: u64,
     /// Row fetches made by each side.
     pub row_fetches: u64,
+    /// Time spent on the chunks' digests, and on narrowing down.
+    #[serde(skip)]
+    pub digests_time: std::time::Duration,
+    #[serde(skip)]
+    pub narrowing_time: std::time::Duration,
 }
 
 impl WindowAudit {
@@ -201,6 +206,11 @@ impl AuditReport {
             audit.differences.iter_mut().for_each(|d| d.difference.row.values.clear());
         }
         let status = if audit.equal() { AuditStatus::Equal } else { AuditStatus::Different };
+        let seconds = Seconds {
+            total: (audit.digests_time + audit.narrowing_time).as_secs_f64(),
+            digests: audit.digests_time.as_secs_f64(),
+            bisection: audit.narrowing_time.as_secs_f64(),
+        };
         AuditReport {
             status,
             encoding: ENCODING,
@@ -214,7 +224,7 @@ impl AuditReport {
             chunks: audit.chunks,
             differences: audit.differences,
             incomplete: audit.incomplete,
-            seconds: Seconds::default(),
+            seconds,
             error: None,
         }
     }

@@ -3,9 +3,12 @@
 //! Parses flags, loads the manifest, builds the plan, wires the adapters a
 //! route needs and hands them to the engine. Exit codes: 0 success, 1 the
 //! run executed and failed, 2 configuration error (before any I/O),
-//! 130 interrupted.
+//! 130 interrupted. `dpone audit`: 0 equal, 1 different, 2 could not
+//! compare (`audit.rs`).
 
 mod adapters;
+mod audit;
+mod audit_text;
 mod backfill;
 mod ci;
 mod commands;
@@ -167,6 +170,25 @@ enum Command {
         run: RunArgs,
         #[arg(long, value_enum, default_value_t = RunFormat::Text)]
         format: RunFormat,
+    },
+    /// Compare the window's rows on the source and the target by content, each server digesting its own (read-only).
+    Audit {
+        manifest: PathBuf,
+        #[command(flatten)]
+        interval: IntervalArgs,
+        #[command(flatten)]
+        select: SelectArgs,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Key columns that tell apart rows sharing one window value (comma-separated).
+        #[arg(long, value_name = "C1,C2", value_delimiter = ',')]
+        key: Option<Vec<String>>,
+        /// Print every column's value of the differing rows (not only the key's).
+        #[arg(long)]
+        show_values: bool,
+        /// Seconds one server query of the audit may take.
+        #[arg(long, value_name = "SECONDS", default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+        query_timeout: u64,
     },
     /// Re-load a historical range window by window: each window a run of its own, resumable.
     Backfill {
@@ -350,6 +372,15 @@ pub fn main() -> ExitCode {
         Command::Run { manifest, interval, select, run, format } => {
             run::run(&run::Request { path: &manifest, interval: &interval, selection: select.selection(), args: &run, format })
         }
+        Command::Audit { manifest, interval, select, format, key, show_values, query_timeout } => audit::audit(&audit::Request {
+            path: &manifest,
+            interval: &interval,
+            selection: select.selection(),
+            format,
+            key,
+            show_values,
+            query_timeout_s: query_timeout,
+        }),
         Command::Backfill { command } => backfill::main(command),
         Command::Quickstart { dir, format } => commands::quickstart(&dir, format),
         Command::Status { manifest, selector, run_id, format } => status::status(&manifest, selector.as_deref(), run_id.as_deref(), format),

@@ -129,13 +129,21 @@ impl ChClient {
     /// (`FORMAT JSONEachRow` is appended; 64-bit integers arrive as strings).
     pub async fn query_rows(&self, sql: &str) -> Result<Vec<serde_json::Map<String, Json>>> {
         let text = self.query_text(&format!("{sql} FORMAT JSONEachRow"), Idempotence::Safe).await?;
-        text.lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| match serde_json::from_str::<Json>(l) {
-                Ok(Json::Object(m)) => Ok(m),
-                _ => Err(AdapterError::permanent("clickhouse_protocol", format!("unexpected JSONEachRow line: {l}"))),
-            })
-            .collect()
+        json_rows(&text)
+    }
+
+    /// [`ChClient::query_rows`] with `settings` as URL parameters, ended by
+    /// the client when the whole response took longer than `timeout`.
+    pub async fn query_rows_within(
+        &self,
+        sql: &str,
+        settings: &[(&str, &str)],
+        timeout: Duration,
+    ) -> Result<Vec<serde_json::Map<String, Json>>> {
+        let rb = self.request(settings)?.body(format!("{sql} FORMAT JSONEachRow")).timeout(timeout);
+        let resp = self.send(rb, "a ClickHouse query", Idempotence::Safe).await?;
+        let text = resp.text().await.map_err(|e| from_transport(e, "reading a ClickHouse response", Idempotence::Safe))?;
+        json_rows(&text)
     }
 
     /// Runs a read query returning raw bytes (e.g. `FORMAT RowBinary`).
@@ -170,6 +178,17 @@ impl ChClient {
     pub async fn version(&self) -> Result<String> {
         self.scalar("SELECT version()").await
     }
+}
+
+/// The JSON objects of a `JSONEachRow` body.
+fn json_rows(text: &str) -> Result<Vec<serde_json::Map<String, Json>>> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| match serde_json::from_str::<Json>(l) {
+            Ok(Json::Object(m)) => Ok(m),
+            _ => Err(AdapterError::permanent("clickhouse_protocol", format!("unexpected JSONEachRow line: {l}"))),
+        })
+        .collect()
 }
 
 fn parse_summary(header: Option<&str>) -> WriteSummary {

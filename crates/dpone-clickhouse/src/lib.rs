@@ -5,10 +5,13 @@
 //! - `descriptor`: [`SOURCE`] and [`TARGET`], what they are for the plan and
 //!   the command line's registry, the URL of component variables, and the
 //!   `sink.options.clickhouse_bulk` / `clickhouse` subtrees;
+//! - `audit`: `dpone audit`'s canonical row hash as SQL (PostgreSQL's
+//!   lookup3 in 32-bit arithmetic), source and target;
 //! - `client`: a small HTTP client with classified errors;
 //! - `error`: server error codes -> transient / permanent / indeterminate;
 //! - `sink`: [`ClickhouseTarget`], staging, verification, EXCHANGE publication.
 
+mod audit;
 pub mod client;
 pub mod config;
 pub mod delivery;

@@ -34,6 +34,7 @@ pub const DEFAULT_DISK_RESERVE_BYTES: u64 = 1 << 30;
 
 use crate::client::{ChClient, Idempotence, named, quote_ident, quote_str, table_is};
 use dpone_core::Diagnostic;
+use dpone_core::audit::{AuditRow, AuditSpec, SegmentDigest};
 use dpone_core::digest::{DigestAlgorithm, RowDigest};
 use dpone_core::ports::{
     AdapterError, Contents, EligibilityRequest, FrameRx, GenerationBuild, GenerationEstimate, PartIdentity, PublicationOutcome, Result,
@@ -155,6 +156,15 @@ impl ClickhouseTarget {
         }
     }
 
+    /// The audit reads of `table` (`crate::audit`).
+    fn auditor<'a>(&'a self, table: TableRole<'a>) -> crate::audit::Auditor<'a> {
+        let (database, table) = match table {
+            TableRole::Target => (self.database.as_str(), self.table.as_str()),
+            TableRole::Owned(n) => (self.owned_db(n), n),
+        };
+        crate::audit::Auditor { client: &self.client, database, table, side: "target" }
+    }
+
     fn columns(&self) -> Result<&Vec<Column>> {
         self.columns.get().ok_or_else(|| AdapterError::permanent("internal_error", "target used before describe"))
     }
@@ -255,6 +265,21 @@ pub(crate) fn filter_sql(f: &RowFilter) -> String {
 }
 
 impl Target for ClickhouseTarget {
+    async fn content_digests(&self, table: TableRole<'_>, spec: &AuditSpec, bounds: &[Timestamp]) -> Result<Option<Vec<SegmentDigest>>> {
+        self.auditor(table).digests(spec, bounds).await.map(Some)
+    }
+
+    async fn content_rows(
+        &self,
+        table: TableRole<'_>,
+        spec: &AuditSpec,
+        start: Timestamp,
+        end: Timestamp,
+        limit: u64,
+    ) -> Result<Option<Vec<AuditRow>>> {
+        self.auditor(table).rows_of(spec, start, end, limit).await.map(Some)
+    }
+
     fn carries_unchanged_chunks(&self) -> bool {
         // The generation links (or copies) the carried chunks' rows as it
         // does history (`generation.rs`).

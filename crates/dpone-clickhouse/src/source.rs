@@ -21,6 +21,7 @@ use crate::client::{ChClient, quote_ident, quote_str, table_is};
 use crate::sink::filter_sql;
 use crate::transcode::{ColumnCodec, RowParser, codec_for};
 use bytes::Bytes;
+use dpone_core::audit::{AuditRow, AuditSpec, SegmentDigest};
 use dpone_core::delivery::ChunkFingerprints;
 use dpone_core::digest::{DigestAlgorithm, RowDigest};
 use dpone_core::frames::{self, ByteInput, FrameLimits, Need};
@@ -79,6 +80,12 @@ impl ClickhouseSource {
 
     fn table_sql(&self) -> String {
         format!("{}.{}", quote_ident(&self.database), quote_ident(&self.table))
+    }
+
+    /// The audit reads of the source table (`crate::audit`): each call
+    /// reads the parts visible when it starts (no snapshot to join).
+    fn auditor(&self) -> crate::audit::Auditor<'_> {
+        crate::audit::Auditor { client: &self.client, database: &self.database, table: &self.table, side: "source" }
     }
 
     fn codecs(&self, request: &ReadRequest) -> Result<Vec<ColumnCodec>> {
@@ -153,6 +160,20 @@ fn refuse_for_transactional_targets(t: &DType) -> Option<String> {
 }
 
 impl Source for ClickhouseSource {
+    async fn content_digests(&self, spec: &AuditSpec, bounds: &[dpone_core::time::Timestamp]) -> Result<Option<Vec<SegmentDigest>>> {
+        self.auditor().digests(spec, bounds).await.map(Some)
+    }
+
+    async fn content_rows(
+        &self,
+        spec: &AuditSpec,
+        start: dpone_core::time::Timestamp,
+        end: dpone_core::time::Timestamp,
+        limit: u64,
+    ) -> Result<Option<Vec<AuditRow>>> {
+        self.auditor().rows_of(spec, start, end, limit).await.map(Some)
+    }
+
     async fn describe(&self, wanted: Option<&[String]>) -> Result<Vec<Column>> {
         let rows = self
             .client

@@ -9,6 +9,7 @@
 //!   become visible; [`evidence`]: what a run proves.
 //! - [`adapter`]: what each adapter is (descriptors) and the registry the
 //!   plan combines them from.
+//! - [`audit`]: the content check of a window by both servers' digests.
 //! - [`ports`]: the traits adapters implement; [`frames`]: the one frame
 //!   assembly every source uses.
 //!
@@ -16,6 +17,7 @@
 //! system API. Adapters own vendor I/O; the CLI composes them.
 
 pub mod adapter;
+pub mod audit;
 pub mod budget;
 pub mod cron;
 pub mod delivery;

@@ -9,7 +9,8 @@
 //! stops ends follows from its phase (`failure.rs`). Operators resolve or
 //! abandon runs with `operator.rs`. A run of several processes keeps a
 //! record of which succeeded (`batch.rs`), so that running it again
-//! resumes the unfinished ones only.
+//! resumes the unfinished ones only. `audit.rs` compares a window's
+//! content on both servers (`dpone audit`, docs/audit.md).
 //!
 //! Invariants:
 //! - nothing is written before the probe found no refusal;
@@ -25,6 +26,7 @@
 //! [`Target`]: dpone_core::ports::Target
 
 mod admit;
+pub mod audit;
 mod audit_carried;
 mod batch;
 mod context;

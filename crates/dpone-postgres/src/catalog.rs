@@ -39,6 +39,7 @@ pub const ACCESS_PATH_SQL: &str = "SELECT \
      FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped";
 
 /// One row of [`DESCRIBE_SQL`].
+#[derive(Debug, Clone)]
 pub struct CatalogColumn {
     pub name: String,
     pub oid: u32,

@@ -4,6 +4,7 @@
 //!   never printed); how the adapters build themselves from a manifest;
 //! - `descriptor`: [`SOURCE`] and [`TARGET`], what they are for the plan and
 //!   the command line's registry, and the `sink.options.postgres` subtree;
+//! - `audit`: `dpone audit`'s canonical row hash as SQL, source and target;
 //! - `catalog`: column introspection and the PostgreSQL -> canonical type map;
 //! - `transcode`: binary COPY -> RowBinary, exact, no allocation per value;
 //! - `source`: [`PostgresSource`], snapshot-consistent chunk reads;
@@ -13,6 +14,7 @@
 //! - `tls`: libpq's `sslmode` over rustls (the workspace's one provider);
 //! - `error`: SQLSTATE -> transient / permanent.
 
+mod audit;
 pub mod catalog;
 pub mod config;
 mod cursor;

@@ -40,6 +40,7 @@ use crate::encode::{COPY_TRAILER, CopyEncoder};
 use crate::error::classify;
 use crate::source::quote_ident;
 use dpone_core::Diagnostic;
+use dpone_core::audit::{AuditRow, AuditSpec, SegmentDigest};
 use dpone_core::identity::OWNED_PREFIX;
 use dpone_core::incremental::StoredMark;
 use dpone_core::manifest::TableRef;
@@ -55,6 +56,7 @@ use std::sync::OnceLock;
 use tokio_postgres::Client;
 
 mod append;
+mod audit;
 mod claim;
 pub use claim::CLAIMS_TABLE;
 mod batch;
@@ -441,6 +443,21 @@ impl Target for PostgresTarget {
         ranges: &[(Timestamp, Timestamp, u64)],
     ) -> Result<Vec<Option<String>>> {
         self.identities_after_publication(generation, column, ranges).await
+    }
+
+    async fn content_digests(&self, table: TableRole<'_>, spec: &AuditSpec, bounds: &[Timestamp]) -> Result<Option<Vec<SegmentDigest>>> {
+        self.auditor(table).digests(None, spec, bounds).await.map(Some)
+    }
+
+    async fn content_rows(
+        &self,
+        table: TableRole<'_>,
+        spec: &AuditSpec,
+        start: Timestamp,
+        end: Timestamp,
+        limit: u64,
+    ) -> Result<Option<Vec<AuditRow>>> {
+        self.auditor(table).rows(None, spec, start, end, limit).await.map(Some)
     }
 
     async fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<u64> {

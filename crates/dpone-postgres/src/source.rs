@@ -26,6 +26,7 @@ use crate::catalog::{ACCESS_PATH_SQL, CatalogColumn, DESCRIBE_SQL, map_type};
 use crate::error::classify;
 use crate::transcode::{CopyParser, RowCodec, codec_for};
 use bytes::Bytes;
+use dpone_core::audit::{AuditRow, AuditSpec, SegmentDigest};
 use dpone_core::delivery::ChunkFingerprints;
 use dpone_core::frames::{self, ByteInput, FrameLimits, Need};
 use dpone_core::incremental::{CursorKind, CursorValue};
@@ -211,6 +212,23 @@ impl PostgresSource {
                 err
             })?;
         Ok(client)
+    }
+
+    /// The exported snapshot of the run, if one is open.
+    fn open_snapshot_name(&self) -> Option<String> {
+        self.keeper.lock().expect("keeper lock").as_ref().map(|k| k.snapshot.clone())
+    }
+
+    /// The audit reads of the source table (`crate::audit`).
+    fn auditor(&self) -> crate::audit::Auditor<'_> {
+        let table_sql = self.table_sql();
+        crate::audit::Auditor {
+            config: &self.config,
+            tls: &self.tls,
+            table_sql,
+            side: "source",
+            min_part_blocks: self.fingerprint_part_blocks,
+        }
     }
 
     /// A reader connection inside the run's snapshot, and the COPY of `request`.
@@ -490,6 +508,18 @@ impl Source for PostgresSource {
                 Err(e)
             }
         }
+    }
+
+    /// In the run's snapshot when one is open (imported by new
+    /// connections; the keeper runs no audit query), else in one of its own.
+    async fn content_digests(&self, spec: &AuditSpec, bounds: &[Timestamp]) -> Result<Option<Vec<SegmentDigest>>> {
+        let snapshot = self.open_snapshot_name();
+        self.auditor().digests(snapshot.as_deref(), spec, bounds).await.map(Some)
+    }
+
+    async fn content_rows(&self, spec: &AuditSpec, start: Timestamp, end: Timestamp, limit: u64) -> Result<Option<Vec<AuditRow>>> {
+        let snapshot = self.open_snapshot_name();
+        self.auditor().rows(snapshot.as_deref(), spec, start, end, limit).await.map(Some)
     }
 
     async fn close_snapshot(&self) -> Result<()> {

@@ -113,6 +113,7 @@ pub fn unique_name(prefix: &str) -> String {
     format!("{prefix}_{}_{n}_{:x}", std::process::id(), nanos)
 }
 
+pub mod audit;
 pub mod conformance;
 pub mod delivery;
 pub mod faulty;

@@ -394,6 +394,29 @@ impl Source for MemSource {
         Ok(stats)
     }
 
+    /// The reference encoding over the snapshot's rows (or the current ones).
+    async fn content_digests(
+        &self,
+        spec: &dpone_core::audit::AuditSpec,
+        bounds: &[Timestamp],
+    ) -> Result<Option<Vec<dpone_core::audit::SegmentDigest>>> {
+        let s = self.lock();
+        let rows = s.snapshot.clone().unwrap_or_else(|| s.rows.clone());
+        crate::audit::digests(&s.columns, &rows, spec, bounds).map(Some)
+    }
+
+    async fn content_rows(
+        &self,
+        spec: &dpone_core::audit::AuditSpec,
+        start: Timestamp,
+        end: Timestamp,
+        limit: u64,
+    ) -> Result<Option<Vec<dpone_core::audit::AuditRow>>> {
+        let s = self.lock();
+        let rows = s.snapshot.clone().unwrap_or_else(|| s.rows.clone());
+        crate::audit::audit_rows(&s.columns, &rows, spec, start, end, limit).map(Some)
+    }
+
     async fn close_snapshot(&self) -> Result<()> {
         let mut s = self.lock();
         s.calls.push(SourceCall::CloseSnapshot);

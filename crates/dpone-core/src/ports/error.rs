@@ -45,6 +45,11 @@ pub enum ErrorKind {
     /// A crash simulated by a test failpoint: the process "died" here and
     /// writes nothing more.
     Crashed,
+    /// The port cannot serve this request (a type without a canonical
+    /// form, a capability the adapter lacks): nothing was read, and asking
+    /// again cannot help. A configuration problem, not a failure of the
+    /// server.
+    Unsupported,
 }
 
 /// An adapter failure with a stable code.
@@ -118,6 +123,11 @@ impl AdapterError {
     /// A guard refused the data.
     pub fn verification(code: impl Into<String>, message: impl Into<String>) -> Self {
         Self::of(ErrorKind::Verification, code, message)
+    }
+
+    /// The port cannot serve the request (kind [`ErrorKind::Unsupported`]).
+    pub fn unsupported(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::of(ErrorKind::Unsupported, code, message)
     }
 
     /// An engine invariant did not hold.

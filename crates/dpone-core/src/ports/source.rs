@@ -119,6 +119,42 @@ macro_rules! __source_methods {
                 Ok(None)
             }
 
+            /// `dpone audit` (docs/audit.md): the digest ([`crate::audit::SegmentDigest`]:
+            /// count and exact sum of the canonical row hashes) of the
+            /// source's rows in each adjacent segment `[bounds[i],
+            /// bounds[i+1])` of `spec.window_column`, over `spec.columns`,
+            /// split by `spec.key_scope` (segment-major: `(bounds.len() - 1)
+            /// * spec.key_scope.buckets()` digests), computed by the source
+            /// server without moving the rows; inside the run's snapshot
+            /// when one is open, else over current data. A column without a
+            /// canonical form is an error of kind `Unsupported`
+            /// (`audit_type_unsupported`, naming it). None: this source has
+            /// no content digests.
+            async fn content_digests(
+                &self,
+                spec: &$crate::audit::AuditSpec,
+                bounds: &[Timestamp],
+            ) -> Result<Option<Vec<$crate::audit::SegmentDigest>>> {
+                let _ = (spec, bounds);
+                Ok(None)
+            }
+
+            /// `dpone audit`: at most `limit` of the source's rows whose window
+            /// value lies in `[start, end)` (and whose key hash is in
+            /// `spec.key_scope`'s prefix), each with the row hash its
+            /// [`Source::content_digests`] sums, in the same snapshot. None:
+            /// this source has no content digests.
+            async fn content_rows(
+                &self,
+                spec: &$crate::audit::AuditSpec,
+                start: Timestamp,
+                end: Timestamp,
+                limit: u64,
+            ) -> Result<Option<Vec<$crate::audit::AuditRow>>> {
+                let _ = (spec, start, end, limit);
+                Ok(None)
+            }
+
             /// Releases the snapshot (idempotent).
             async fn close_snapshot(&self) -> Result<()>;
 

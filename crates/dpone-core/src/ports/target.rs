@@ -104,6 +104,36 @@ macro_rules! __target_methods {
                 Ok(vec![None; ranges.len()])
             }
 
+            /// `dpone audit` (docs/audit.md): the digests of `table`'s rows in
+            /// each segment of `bounds`, exactly as [`super::Source::content_digests`]
+            /// defines them (the same canonical row hash over `spec.columns`,
+            /// read from the target's own column types), over current data.
+            /// Read-only. None: this target has no content digests.
+            async fn content_digests(
+                &self,
+                table: TableRole<'_>,
+                spec: &$crate::audit::AuditSpec,
+                bounds: &[$crate::time::Timestamp],
+            ) -> Result<Option<Vec<$crate::audit::SegmentDigest>>> {
+                let _ = (table, spec, bounds);
+                Ok(None)
+            }
+
+            /// `dpone audit`: at most `limit` of `table`'s rows in `[start,
+            /// end)` with their row hashes, as [`super::Source::content_rows`].
+            /// Read-only. None: this target has no content digests.
+            async fn content_rows(
+                &self,
+                table: TableRole<'_>,
+                spec: &$crate::audit::AuditSpec,
+                start: $crate::time::Timestamp,
+                end: $crate::time::Timestamp,
+                limit: u64,
+            ) -> Result<Option<Vec<$crate::audit::AuditRow>>> {
+                let _ = (table, spec, start, end, limit);
+                Ok(None)
+            }
+
             /// Number of rows of `table` (optionally filtered).
             async fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<u64>;
 

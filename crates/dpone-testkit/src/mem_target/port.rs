@@ -9,6 +9,7 @@ use super::store::{Body, Db, Receipt, TargetCall, contents, multiplicity_differe
 use super::{MemTarget, Publication, RECEIPTS_TABLE};
 use crate::faulty::TargetOp;
 use dpone_core::Diagnostic;
+use dpone_core::audit::{AuditRow, AuditSpec, SegmentDigest};
 use dpone_core::evidence::PublicationCheck;
 use dpone_core::identity::OWNED_PREFIX;
 use dpone_core::incremental::StoredMark;
@@ -17,6 +18,7 @@ use dpone_core::ports::{
     MarkedPublication, MergeCounts, MergeKey, PublicationOutcome, Result, RowFilter, TableRole, Target, TargetClaim, WindowStats,
     check_publication_unmoved, check_reset_unmoved,
 };
+use dpone_core::time::Timestamp;
 use dpone_core::types::Column;
 
 /// Beyond this many chunks PostgreSQL copies into a table instead of a view.
@@ -37,6 +39,14 @@ impl MemTarget {
     /// Columns as of `describe`: every real adapter needs them first.
     pub(super) fn columns(&self) -> Result<Vec<Column>> {
         self.described.get().cloned().ok_or_else(|| AdapterError::permanent("internal_error", "target used before describe"))
+    }
+
+    /// The columns and decoded rows of `table` (audit reads; not logged).
+    fn decoded(&self, table: TableRole<'_>) -> Result<(Vec<Column>, Vec<crate::rows::Row>)> {
+        let db = self.lock();
+        let (columns, rows) = db.read(&self.name_of(table))?;
+        let rows = rows.iter().map(|r| super::store::decode_stored(&columns, r)).collect::<Result<Vec<_>>>()?;
+        Ok((columns, rows))
     }
 
     /// The target's rows selected by `filter`, read under the lock.
@@ -162,6 +172,23 @@ impl Target for MemTarget {
             db.tables.get_mut(&name).expect("just read").verified_rows = Some(selected);
         }
         Ok(c)
+    }
+
+    async fn content_digests(&self, table: TableRole<'_>, spec: &AuditSpec, bounds: &[Timestamp]) -> Result<Option<Vec<SegmentDigest>>> {
+        let (columns, rows) = self.decoded(table)?;
+        crate::audit::digests(&columns, &rows, spec, bounds).map(Some)
+    }
+
+    async fn content_rows(
+        &self,
+        table: TableRole<'_>,
+        spec: &AuditSpec,
+        start: Timestamp,
+        end: Timestamp,
+        limit: u64,
+    ) -> Result<Option<Vec<AuditRow>>> {
+        let (columns, rows) = self.decoded(table)?;
+        crate::audit::audit_rows(&columns, &rows, spec, start, end, limit).map(Some)
     }
 
     async fn count(&self, table: TableRole<'_>, filter: Option<&RowFilter>) -> Result<u64> {

@@ -7,11 +7,17 @@
 //! (`audit_error`), never judging them equal or different.
 
 use crate::context::Ctx;
+use dpone_core::audit::{AuditSpec, KeyScope};
 use dpone_core::delivery::{AuditSummary, Decision, DeliveryDecisions};
 use dpone_core::plan::WindowPlan;
 use dpone_core::ports::{AdapterError, ErrorKind, Source, Target};
 use dpone_core::window::Chunk;
 use std::time::Instant;
+
+/// The longest one audit query may take on either server (the run's
+/// lease is renewed meanwhile; a stalled server ends the audit, and the
+/// chunks are transferred as `audit_error`).
+const AUDIT_QUERY_TIMEOUT_MS: u64 = 600_000;
 
 /// Audits the `unchanged` chunks of `d` (the run is to carry them) and
 /// journals what it found in `d.audit`.
@@ -31,8 +37,21 @@ pub(crate) async fn audit_carried<S: Source, T: Target>(
         return Ok(());
     }
     let started = Instant::now();
-    let _ = (ctx, w);
-    let found: Result<Vec<bool>, AdapterError> = Err(AdapterError::internal("the content audit is not wired yet"));
+    // The source's columns as described (canonical types): both sides
+    // digest them after the route's type mapping (docs/audit.md).
+    let spec = AuditSpec {
+        columns: ctx.probe.source_columns.clone(),
+        window_column: w.column.clone(),
+        key: Vec::new(),
+        key_scope: KeyScope::ALL,
+        query_timeout_ms: AUDIT_QUERY_TIMEOUT_MS,
+    };
+    let found = async {
+        spec.classes()?;
+        let audits = crate::audit::compare_chunks(ctx.source.as_ref(), ctx.target.as_ref(), &spec, &carried).await?;
+        Ok::<_, AdapterError>(audits.into_iter().map(|a| a.equal).collect::<Vec<bool>>())
+    }
+    .await;
     let mismatched = match found {
         Ok(equal) => {
             let mut n = 0;
@@ -57,6 +76,12 @@ pub(crate) async fn audit_carried<S: Source, T: Target>(
             0
         }
     };
+    // A chunk now transferred: a carried one the target would copy gives way (`carry_costly`).
+    if d.chunks.iter().any(|c| c.decision.transfers()) && !ctx.target.keeps_rows_in_place() {
+        for c in d.chunks.iter_mut().filter(|c| c.decision == Decision::Unchanged && c.carried_parts.is_none()) {
+            (c.decision, c.carried) = (Decision::CarryCostly, None);
+        }
+    }
     if mismatched > 0 {
         tracing::warn!(
             "the content audit found {mismatched} of {} carried chunks different from the source: they are transferred",

@@ -575,3 +575,45 @@ fn an_unpartitioned_target_transfers_the_window_when_any_chunk_changed() {
     assert_eq!(moved(&run(&fx, &[])), vec![], "its records are whole: the next run carries everything");
     fx.finish();
 }
+
+/// An audit that cannot be read (the target's digest query fails) is never
+/// judged equal or different: the chunks it was to check are transferred
+/// (`audit_error`), with a warning, and the run succeeds exact. A replay
+/// with the audit answered carries everything again.
+#[test]
+fn an_audit_that_cannot_be_read_transfers_the_chunks_it_was_to_check() {
+    let fx = fixture("pgch_changed_audit_error");
+    fx.write_manifest(&ManifestOptions {
+        lookback: "P30D".into(),
+        block_rows: None,
+        delivery: Some("changed".into()),
+        audit: Some("every_run".into()),
+        ..ManifestOptions::default()
+    });
+    run(&fx, &[]);
+    let m = fx.manifest.display().to_string();
+    let args = ["run", m.as_str(), "--interval-end", INTERVAL_END, "--format", "json"];
+    let r = fx.dpone_env(&args, &[("DPONE_TARGET_FAULTS", "content_digests:permanent:1")], harness::DPONE_TIMEOUT);
+    assert_eq!(r.code, Some(0), "{}", r.describe());
+    let doc = r.json();
+    assert!(decisions(&doc).iter().all(|(_, d)| d == "audit_error"), "{:?}", decisions(&doc));
+    assert_eq!(staged(&doc).len(), 30);
+    assert!(r.stderr.contains("the content audit could not be read"), "{}", r.stderr);
+    assert_window_equal(&fx, "an audit that could not be read");
+    let replay = run(&fx, &[]);
+    assert_eq!(moved(&replay), vec![], "the audit answered: every chunk carried");
+    assert_eq!(replay["delivery"]["audit"]["chunks"], 30, "{}", replay["delivery"]);
+    assert_eq!(replay["delivery"]["audit"]["mismatched"], 0, "{}", replay["delivery"]);
+    // `{every: 2}`: the runs since the last audit are kept with the
+    // records; every second replay audits.
+    fx.write_manifest(&ManifestOptions {
+        lookback: "P30D".into(),
+        block_rows: None,
+        delivery: Some("changed".into()),
+        audit: Some("{every: 2}".into()),
+        ..ManifestOptions::default()
+    });
+    let audited: Vec<bool> = (0..4).map(|_| !run(&fx, &[])["delivery"]["audit"].is_null()).collect();
+    assert_eq!(audited, vec![false, true, false, true]);
+    fx.finish();
+}

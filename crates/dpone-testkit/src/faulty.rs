@@ -45,10 +45,12 @@ pub enum TargetOp {
     Claim,
     RenewClaim,
     ReleaseClaim,
+    /// The content audit's digests and rows (`content_digests`, `content_rows`).
+    ContentDigests,
 }
 
 impl TargetOp {
-    pub const ALL: [TargetOp; 18] = [
+    pub const ALL: [TargetOp; 19] = [
         TargetOp::Describe,
         TargetOp::Eligibility,
         TargetOp::CreateStaging,
@@ -67,6 +69,7 @@ impl TargetOp {
         TargetOp::Claim,
         TargetOp::RenewClaim,
         TargetOp::ReleaseClaim,
+        TargetOp::ContentDigests,
     ];
 
     /// The method's name (`create_staging`).
@@ -90,6 +93,7 @@ impl TargetOp {
             TargetOp::Claim => "claim",
             TargetOp::RenewClaim => "renew_claim",
             TargetOp::ReleaseClaim => "release_claim",
+            TargetOp::ContentDigests => "content_digests",
         }
     }
 
@@ -127,6 +131,7 @@ impl PortOp for TargetOp {
             "read_mark" | "peek_mark" => Some(TargetOp::Identity),
             "publish_direct" | "publish_append" | "publish_merge" | "reset_mark" => Some(TargetOp::Publish),
             "check_merge" => Some(TargetOp::Inspect),
+            "content_rows" => Some(TargetOp::ContentDigests),
             other => TargetOp::parse(other),
         }
     }

@@ -64,12 +64,14 @@ fn window_rows(fx: &Fixture) -> (Vec<String>, Vec<String>) {
             fx.target_sql()
         ))
         .unwrap_or_default();
-    let sorted = |s: &str| {
-        let mut v: Vec<String> = s.lines().filter(|l| !l.is_empty()).map(str::to_string).collect();
-        v.sort();
-        v
-    };
-    (sorted(&ch), sorted(&pg))
+    (sorted_lines(&ch), sorted_lines(&pg))
+}
+
+/// The non-empty lines of `s`, sorted.
+fn sorted_lines(s: &str) -> Vec<String> {
+    let mut v: Vec<String> = s.lines().filter(|l| !l.is_empty()).map(str::to_string).collect();
+    v.sort();
+    v
 }
 
 fn assert_window_equal(fx: &Fixture, what: &str) {
@@ -374,12 +376,7 @@ fn wide_rows(fx: &Fixture) -> (Vec<String>, Vec<String>) {
             fx.target_sql()
         ))
         .unwrap_or_default();
-    let sorted = |s: &str| {
-        let mut v: Vec<String> = s.lines().filter(|l| !l.is_empty()).map(str::to_string).collect();
-        v.sort();
-        v
-    };
-    (sorted(&ch), sorted(&pg))
+    (sorted_lines(&ch), sorted_lines(&pg))
 }
 
 /// Issue 43 on the ClickHouse source: a lightweight `UPDATE` (a patch part;

@@ -20,13 +20,18 @@ const WINDOW_END: &str = "2026-09-09 00:00:00+00";
 /// to the window's end, a target partitioned by day holding a week of
 /// history before the window, and a `delivery: changed` manifest.
 fn fixture(prefix: &'static str) -> Fixture {
+    fixture_on(prefix, "MergeTree PARTITION BY toYYYYMMDD(ts) ORDER BY id")
+}
+
+/// [`fixture`] with the target's table `engine`.
+fn fixture_on(prefix: &'static str, engine: &str) -> Fixture {
     let cols = vec![
         col("id", "bigint NOT NULL", "Int64"),
         col("ts", "timestamptz NOT NULL", "DateTime64(6, 'UTC')"),
         col("v", "text NOT NULL", "String"),
     ];
     let mut setup = Setup::new(prefix, cols);
-    setup.table_engine = Some("MergeTree PARTITION BY toYYYYMMDD(ts) ORDER BY id".into());
+    setup.table_engine = Some(engine.into());
     let fx = Fixture::create(setup);
     fx.write_manifest(&ManifestOptions {
         lookback: "P30D".into(),
@@ -532,29 +537,7 @@ fn a_carried_chunk_changed_before_the_end_of_the_run_fails_it() {
 /// rows; a replay with no change still publishes nothing.
 #[test]
 fn an_unpartitioned_target_transfers_the_window_when_any_chunk_changed() {
-    let cols = vec![
-        col("id", "bigint NOT NULL", "Int64"),
-        col("ts", "timestamptz NOT NULL", "DateTime64(6, 'UTC')"),
-        col("v", "text NOT NULL", "String"),
-    ];
-    let mut setup = Setup::new("pgch_changed_unpart", cols);
-    setup.table_engine = Some("MergeTree ORDER BY id".into());
-    let fx = Fixture::create(setup);
-    fx.write_manifest(&ManifestOptions {
-        lookback: "P30D".into(),
-        block_rows: None,
-        delivery: Some("changed".into()),
-        ..ManifestOptions::default()
-    });
-    fx.pg_exec(&format!(
-        "INSERT INTO {}.t SELECT g, '2026-08-10 00:00:00+00'::timestamptz + g * interval '6 hours', 'v' || g FROM generate_series(0, 119) g",
-        fx.schema
-    ));
-    fx.ch_exec(&format!(
-        "INSERT INTO {}.t SELECT number + 100000, toDateTime64('2026-08-01 00:00:00', 6, 'UTC') + toIntervalHour(number * 8), 'history' \
-         FROM numbers(21)",
-        fx.db
-    ));
+    let fx = fixture_on("pgch_changed_unpart", "MergeTree ORDER BY id");
     run(&fx, &[]);
     let preview = fx.plan();
     assert_eq!(preview.code, Some(0), "{}", preview.describe());

@@ -19,7 +19,7 @@ use dpone_core::audit::report::{AuditError, AuditReport, AuditStatus, Seconds, W
 use dpone_core::audit::{AuditSpec, KeyScope};
 use dpone_core::manifest::select::{self, Selection};
 use dpone_core::manifest::{Manifest, Strategy};
-use dpone_core::ports::{AdapterError, ErrorKind, Source, Target};
+use dpone_core::ports::{AdapterError, ErrorClass, ErrorKind, Source, Target};
 use std::path::Path;
 use std::time::Instant;
 
@@ -117,8 +117,8 @@ fn audit_one(r: &Request<'_>, manifest: &Manifest) -> AuditReport {
     let started = Instant::now();
     let outcome = commands::runtime().block_on(async {
         let (source, target) = (adapters.source.as_ref(), adapters.target.as_ref());
-        let columns = source.describe(manifest.source.columns.as_deref()).await?;
-        if target.describe().await?.is_none() {
+        let columns = source.describe(manifest.source.columns.as_deref()).await.map_err(configuration)?;
+        if target.describe().await.map_err(configuration)?.is_none() {
             return Err(AdapterError::unsupported(
                 "audit_target_missing",
                 format!("the target table {} does not exist", manifest.sink.table),
@@ -159,6 +159,13 @@ fn audit_one(r: &Request<'_>, manifest: &Manifest) -> AuditReport {
             report
         }
     }
+}
+
+/// A describe failure that no retry can help and that is not the
+/// connection's (a missing table or column, a type the adapter maps to
+/// nothing) is the manifest's problem: refused, not unavailable.
+fn configuration(e: AdapterError) -> AdapterError {
+    if e.class == ErrorClass::Permanent && !e.at_connection { AdapterError { kind: ErrorKind::Unsupported, ..e } } else { e }
 }
 
 /// The manifest's unique key, where its strategy has one.

@@ -75,7 +75,9 @@ pub fn field_sql(c: &CatalogColumn, class: FieldClass, index: usize, side: &str)
         }
         other => return refuse(&format!("its type does not hold the canonical {other:?} values exactly")),
     };
-    Ok(if c.not_null { field } else { format!("coalesce({field}, {})", lit(canon::null_field(index))) })
+    // Not coalesce: `hash_record_extended(ROW(NULL), ..)` is a hash (of a
+    // row holding a NULL), not NULL.
+    Ok(if c.not_null { field } else { format!("CASE WHEN {q} IS NULL THEN {} ELSE {field} END", lit(canon::null_field(index))) })
 }
 
 /// The audited columns of the table (its catalog rows `catalog`) with

@@ -139,7 +139,8 @@ for r in routes:
         "server_cpu_s": {c: [by[(r, c)]["pg_server_cpu_s"], by[(r, c)]["ch_server_cpu_s"]] for c in ("dpone_transfer", "audit", "audit_diff")},
     }
 json.dump({"meta": meta, "samples": samples, "summary": summary}, open(out, "w"), indent=2)
-print(f"## dpone audit vs full transfer ({meta['rows']} rows, 30 daily chunks), commit {meta['commit']}\n")
+git = meta.get("git", {})
+print(f"## dpone audit vs full transfer ({meta['rows']} rows, 30 daily chunks), commit {git.get('commit')}{' (dirty)' if git.get('dirty') else ''}\n")
 print("| route | transfer s | audit s | ratio | audit after one change s | ratio | peak RSS MiB (audit) | server CPU s PG / CH (audit) |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for r, s in summary.items():

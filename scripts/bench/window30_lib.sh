@@ -39,7 +39,10 @@ pg_ts() { echo "timestamptz '$CD_START_PG' + div((g - 1)::numeric * $SPAN_US, $1
 # The PostgreSQL source, seeded once (its comment marks the seed) and
 # reused: the changes of an earlier run are undone first.
 seed_pg_source() {
-  local n=$1 marker="dpone bench changed_delivery seed v1: rows=$n" have t0 upd del
+  # Two statements: `local` expands every word before assigning any, so
+  # one would read $n before it is set (changed_delivery.sh's global n hid it).
+  local n=$1
+  local marker="dpone bench changed_delivery seed v1: rows=$n" have t0 upd del
   upd=$(mid_id $DAY_UPDATE "$n")
   del=$(mid_id $DAY_DELETE "$n")
   have=$(pgq "SELECT obj_description(to_regclass('dpone_bench.$PGSRC'), 'pg_class')" 2>/dev/null || true)

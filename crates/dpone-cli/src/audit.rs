@@ -115,10 +115,14 @@ fn audit_one(r: &Request<'_>, manifest: &Manifest) -> AuditReport {
     };
     let key = r.key.clone().unwrap_or_else(|| unique_key(manifest));
     let started = Instant::now();
+    let deadline = std::time::Duration::from_secs(r.query_timeout_s);
     let outcome = commands::runtime().block_on(async {
         let (source, target) = (adapters.source.as_ref(), adapters.target.as_ref());
-        let columns = source.describe(manifest.source.columns.as_deref()).await.map_err(configuration)?;
-        if target.describe().await.map_err(configuration)?.is_none() {
+        // The adapters' own calls before the audit's: bounded here (the
+        // audit's queries carry their own deadlines).
+        let columns =
+            within(deadline, "describing the source", source.describe(manifest.source.columns.as_deref())).await.map_err(configuration)?;
+        if within(deadline, "describing the target", target.describe()).await.map_err(configuration)?.is_none() {
             return Err(AdapterError::unsupported(
                 "audit_target_missing",
                 format!("the target table {} does not exist", manifest.sink.table),
@@ -136,7 +140,7 @@ fn audit_one(r: &Request<'_>, manifest: &Manifest) -> AuditReport {
         spec.key_positions()?;
         // One source version for every level of the bisection, where the
         // source has snapshots (PostgreSQL: the audit's queries import it).
-        source.open_snapshot().await?;
+        within(deadline, "opening the source's snapshot", source.open_snapshot()).await?;
         let audited = dpone_engine::audit::audit_window(source, target, &spec, &w.chunks, &Limits::default()).await;
         let _ = source.close_snapshot().await;
         Ok((spec, audited?))
@@ -159,6 +163,18 @@ fn audit_one(r: &Request<'_>, manifest: &Manifest) -> AuditReport {
             report
         }
     }
+}
+
+/// `call` within `limit`, else an `audit_deadline` error saying `what`.
+async fn within<T>(
+    limit: std::time::Duration,
+    what: &str,
+    call: impl std::future::Future<Output = Result<T, AdapterError>>,
+) -> Result<T, AdapterError> {
+    tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+        Err(AdapterError::transient("audit_deadline", format!("{what} did not finish within {} s", limit.as_secs()))
+            .hint("check the server's load and network; --query-timeout sets the limit"))
+    })
 }
 
 /// A describe failure that no retry can help and that is not the

@@ -142,7 +142,7 @@ fn audit_one(r: &Request<'_>, manifest: &Manifest) -> AuditReport {
         // source has snapshots (PostgreSQL: the audit's queries import it).
         within(deadline, "opening the source's snapshot", source.open_snapshot()).await?;
         let audited = dpone_engine::audit::audit_window(source, target, &spec, &w.chunks, &Limits::default()).await;
-        let _ = source.close_snapshot().await;
+        let _ = within(deadline, "closing the source's snapshot", source.close_snapshot()).await;
         Ok((spec, audited?))
     });
     let total = started.elapsed().as_secs_f64();

@@ -19,7 +19,7 @@ use dpone_core::audit::report::{AuditError, AuditReport, AuditStatus, Seconds, W
 use dpone_core::audit::{AuditSpec, KeyScope};
 use dpone_core::manifest::select::{self, Selection};
 use dpone_core::manifest::{Manifest, Strategy};
-use dpone_core::ports::{AdapterError, ErrorKind, Source, Target};
+use dpone_core::ports::{AdapterError, ErrorClass, ErrorKind, Source, Target};
 use std::path::Path;
 use std::time::Instant;
 
@@ -115,10 +115,14 @@ fn audit_one(r: &Request<'_>, manifest: &Manifest) -> AuditReport {
     };
     let key = r.key.clone().unwrap_or_else(|| unique_key(manifest));
     let started = Instant::now();
+    let deadline = std::time::Duration::from_secs(r.query_timeout_s);
     let outcome = commands::runtime().block_on(async {
         let (source, target) = (adapters.source.as_ref(), adapters.target.as_ref());
-        let columns = source.describe(manifest.source.columns.as_deref()).await?;
-        if target.describe().await?.is_none() {
+        // The adapters' own calls before the audit's: bounded here (the
+        // audit's queries carry their own deadlines).
+        let columns =
+            within(deadline, "describing the source", source.describe(manifest.source.columns.as_deref())).await.map_err(configuration)?;
+        if within(deadline, "describing the target", target.describe()).await.map_err(configuration)?.is_none() {
             return Err(AdapterError::unsupported(
                 "audit_target_missing",
                 format!("the target table {} does not exist", manifest.sink.table),
@@ -136,9 +140,9 @@ fn audit_one(r: &Request<'_>, manifest: &Manifest) -> AuditReport {
         spec.key_positions()?;
         // One source version for every level of the bisection, where the
         // source has snapshots (PostgreSQL: the audit's queries import it).
-        source.open_snapshot().await?;
+        within(deadline, "opening the source's snapshot", source.open_snapshot()).await?;
         let audited = dpone_engine::audit::audit_window(source, target, &spec, &w.chunks, &Limits::default()).await;
-        let _ = source.close_snapshot().await;
+        let _ = within(deadline, "closing the source's snapshot", source.close_snapshot()).await;
         Ok((spec, audited?))
     });
     let total = started.elapsed().as_secs_f64();
@@ -159,6 +163,25 @@ fn audit_one(r: &Request<'_>, manifest: &Manifest) -> AuditReport {
             report
         }
     }
+}
+
+/// `call` within `limit`, else an `audit_deadline` error saying `what`.
+async fn within<T>(
+    limit: std::time::Duration,
+    what: &str,
+    call: impl std::future::Future<Output = Result<T, AdapterError>>,
+) -> Result<T, AdapterError> {
+    tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+        Err(AdapterError::transient("audit_deadline", format!("{what} did not finish within {} s", limit.as_secs()))
+            .hint("check the server's load and network; --query-timeout sets the limit"))
+    })
+}
+
+/// A describe failure that no retry can help and that is not the
+/// connection's (a missing table or column, a type the adapter maps to
+/// nothing) is the manifest's problem: refused, not unavailable.
+fn configuration(e: AdapterError) -> AdapterError {
+    if e.class == ErrorClass::Permanent && !e.at_connection { AdapterError { kind: ErrorKind::Unsupported, ..e } } else { e }
 }
 
 /// The manifest's unique key, where its strategy has one.

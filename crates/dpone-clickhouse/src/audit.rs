@@ -71,14 +71,20 @@ fn src(p: &mut Program, expr: String) -> U {
     U::N(p.source(expr))
 }
 
-/// The hash of the big-endian 8 bytes of the UInt64 `x` ([`canon::bytes_field`]).
+/// [`canon::array_field`] of the big-endian 8 bytes of the UInt64 `x`.
 fn be8(p: &mut Program, x: &str, seed: u64) -> String {
     let (a, b, c) = canon::initial_state(8, seed);
     let hi = src(p, format!("byteSwap(toUInt32(bitShiftRight({x}, 32)))"));
     let lo = src(p, format!("byteSwap(toUInt32(bitAnd({x}, 4294967295)))"));
     let a = p.add(&U::C(a), &hi);
     let b = p.add(&U::C(b), &lo);
-    p.final_([a, b, U::C(c)])
+    let h = p.final_([a, b, U::C(c)]);
+    plus31(p, &h)
+}
+
+/// `h + 31` (mod 2^64): what PostgreSQL's `hash_array_extended` adds.
+fn plus31(p: &mut Program, h: &str) -> String {
+    p.let_(format!("{h} + 31"), &[h])
 }
 
 /// The three little-endian words of a 12-byte block read as UInt128.
@@ -175,7 +181,8 @@ pub fn field(p: &mut Program, n: &Native, class: FieldClass, index: usize, block
         },
         FieldClass::Float32 if *d == DType::Float32 => {
             let k = src(p, format!("byteSwap(reinterpretAsUInt32({v}))"));
-            p.hash_u32(&k, s1)
+            let h = p.hash_u32(&k, s1);
+            plus31(p, &h)
         }
         FieldClass::Float64 if *d == DType::Float64 => {
             let bits = p.source(format!("reinterpretAsUInt64({v})"));

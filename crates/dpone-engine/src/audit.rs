@@ -79,24 +79,62 @@ pub async fn compare_chunks_in<S: Source, T: Target>(
     spec: &AuditSpec,
     chunks: &[Chunk],
 ) -> Result<Vec<ChunkAudit>, AdapterError> {
-    let mut out = Vec::with_capacity(chunks.len());
+    Ok(digest_chunks(source, target, table, spec, chunks, 1).await?.0)
+}
+
+/// Each chunk's audit and its differing sub-segments: the digests are
+/// read per `parts` equal sub-segments of each chunk (one query per side
+/// for a run of adjacent chunks, as for whole chunks: the grouping costs
+/// the same), so that narrowing a differing chunk starts one level down
+/// without scanning it again.
+async fn digest_chunks<S: Source, T: Target>(
+    source: &S,
+    target: &T,
+    table: TableRole<'_>,
+    spec: &AuditSpec,
+    chunks: &[Chunk],
+    parts: u32,
+) -> Result<(Vec<ChunkAudit>, Vec<Pending>), AdapterError> {
+    let mut audits = Vec::with_capacity(chunks.len());
+    let mut differing = Vec::new();
     let buckets = spec.key_scope.buckets();
     for run in adjacent_runs(chunks) {
-        let mut bounds: Vec<Timestamp> = run.iter().map(|c| c.start).collect();
+        let mut bounds: Vec<Timestamp> = Vec::new();
+        let mut subs: Vec<(usize, Timestamp, Timestamp)> = Vec::new();
+        for (c, chunk) in run.iter().enumerate() {
+            let b = if parts > 1 { bisect::split(chunk.start, chunk.end, parts) } else { vec![chunk.start, chunk.end] };
+            subs.extend(b.windows(2).map(|w| (c, w[0], w[1])));
+            bounds.extend(&b[..b.len() - 1]);
+        }
         bounds.extend(run.last().map(|c| c.end));
         let (s, t) = segment_digests(source, target, table, spec, &bounds).await?;
-        for (i, chunk) in run.iter().enumerate() {
-            let sum = |d: &[SegmentDigest]| {
-                d[i * buckets..(i + 1) * buckets]
-                    .iter()
-                    .try_fold(SegmentDigest::default(), |acc, x| acc.plus(*x))
-                    .ok_or_else(|| AdapterError::internal("a chunk digest past 2^127"))
-            };
-            let (source, target) = (sum(&s)?, sum(&t)?);
-            out.push(ChunkAudit { index: chunk.index, start: chunk.start, end: chunk.end, source, target, equal: source == target });
+        let sum = |d: &[SegmentDigest]| {
+            d.iter().try_fold(SegmentDigest::default(), |acc, x| acc.plus(*x)).ok_or_else(|| AdapterError::internal("a digest past 2^127"))
+        };
+        let mut per_chunk = vec![(SegmentDigest::default(), SegmentDigest::default()); run.len()];
+        for (i, &(c, start, end)) in subs.iter().enumerate() {
+            let (ds, dt) = (sum(&s[i * buckets..(i + 1) * buckets])?, sum(&t[i * buckets..(i + 1) * buckets])?);
+            let slot = &mut per_chunk[c];
+            *slot = (sum(&[slot.0, ds])?, sum(&[slot.1, dt])?);
+            if ds != dt {
+                let segment = Segment { chunk: run[c].index, start, end, scope: KeyScope::ALL };
+                differing.push(Pending { segment, source: ds, target: dt });
+            }
+        }
+        for (chunk, (source, target)) in run.iter().zip(per_chunk) {
+            audits.push(ChunkAudit { index: chunk.index, start: chunk.start, end: chunk.end, source, target, equal: source == target });
         }
     }
-    Ok(out)
+    Ok((audits, differing))
+}
+
+/// Sub-segments per chunk for the first digests of an audit: `parts`
+/// when every chunk has one width that `parts` divides (the segments then
+/// have one stride: integer arithmetic on both servers), else 1.
+fn first_split(chunks: &[Chunk], parts: u32) -> u32 {
+    let width = chunks.first().map(|c| c.end.0 - c.start.0).unwrap_or(0);
+    let even = width > 0 && chunks.iter().all(|c| c.end.0 - c.start.0 == width) && width % i64::from(parts.max(1)) == 0;
+    if even { parts.max(1) } else { 1 }
 }
 
 /// `chunks` as runs of adjacent chunks, in order.
@@ -133,37 +171,33 @@ pub async fn audit_window<S: Source, T: Target>(
     limits: &Limits,
 ) -> Result<WindowAudit, AdapterError> {
     let started = std::time::Instant::now();
-    let compared = compare_chunks(source, target, spec, chunks).await?;
+    let parts = first_split(chunks, limits.split_parts);
+    let (compared, differing) = digest_chunks(source, target, TableRole::Target, spec, chunks, parts).await?;
     let mut audit = WindowAudit { chunks: compared, digests_time: started.elapsed(), ..WindowAudit::default() };
     let narrowing = std::time::Instant::now();
-    let differing: Vec<Pending> = audit
-        .chunks
-        .iter()
-        .filter(|c| !c.equal)
-        .map(|c| Pending {
-            segment: Segment { chunk: c.index, start: c.start, end: c.end, scope: KeyScope::ALL },
-            source: c.source,
-            target: c.target,
-        })
-        .collect();
-    for first in differing {
+    let mut by_chunk: std::collections::BTreeMap<u32, Vec<Pending>> = std::collections::BTreeMap::new();
+    for p in differing {
+        by_chunk.entry(p.segment.chunk).or_default().push(p);
+    }
+    for (_, first) in by_chunk {
         narrow(source, target, spec, first, limits, &mut audit).await?;
     }
     audit.narrowing_time = narrowing.elapsed();
     Ok(audit)
 }
 
-/// Narrows one differing chunk down (breadth first).
+/// Narrows one differing chunk down (breadth first) from its differing
+/// segments `first`.
 async fn narrow<S: Source, T: Target>(
     source: &S,
     target: &T,
     spec: &AuditSpec,
-    first: Pending,
+    first: Vec<Pending>,
     limits: &Limits,
     audit: &mut WindowAudit,
 ) -> Result<(), AdapterError> {
     let has_key = !spec.key.is_empty();
-    let mut queue = std::collections::VecDeque::from([first]);
+    let mut queue = std::collections::VecDeque::from(first);
     let mut steps = 0usize;
     while let Some(p) = queue.pop_front() {
         steps += 1;

@@ -4,9 +4,10 @@
 //! unit-tested); `audit/session.rs` runs it.
 //!
 //! Every field is PostgreSQL's own lookup3 (`hashint8extended`,
-//! `hashint4extended`, `hashtextextended`, `uuid_hash_extended`, and
-//! `hash_record_extended` of a one-column row for bytes without a hash
-//! function of their own), seeded per column; the fields are XORed in a
+//! `hashint4extended`, `hashtextextended`, `uuid_hash_extended`,
+//! `hash_array_extended` of a one-element array of a value's binary form,
+//! `hash_record_extended` of a one-column row for `bytea`), seeded per
+//! column; the fields are XORed in a
 //! subquery (`OFFSET 0` keeps the planner from inlining it, which would
 //! compute the XOR twice) and mixed once more. Rows are put in their
 //! segment by `date_bin` (integer arithmetic) when the segments have one
@@ -64,18 +65,20 @@ pub fn field_sql(c: &CatalogColumn, class: FieldClass, index: usize, side: &str)
             oid::BYTEA => format!("hash_record_extended(ROW({q}), {s1})"),
             _ => return refuse("a string or bytes column needs text, varchar, char or bytea"),
         },
-        FieldClass::Float32 if c.oid == oid::FLOAT4 => format!("hash_record_extended(ROW(float4send({q})), {s1})"),
-        FieldClass::Float64 if c.oid == oid::FLOAT8 => format!("hash_record_extended(ROW(float8send({q})), {s1})"),
+        FieldClass::Float32 if c.oid == oid::FLOAT4 => format!("hash_array_extended(ARRAY[float4send({q})], {s1})"),
+        FieldClass::Float64 if c.oid == oid::FLOAT8 => format!("hash_array_extended(ARRAY[float8send({q})], {s1})"),
         FieldClass::Date if c.oid == oid::DATE => format!("hashint4extended({q} - DATE '1970-01-01', {s1})"),
-        FieldClass::Timestamp if c.oid == oid::TIMESTAMPTZ => format!("hash_record_extended(ROW(timestamptz_send({q})), {s1})"),
-        FieldClass::Timestamp if c.oid == oid::TIMESTAMP => format!("hash_record_extended(ROW(timestamp_send({q})), {s1})"),
+        FieldClass::Timestamp if c.oid == oid::TIMESTAMPTZ => format!("hash_array_extended(ARRAY[timestamptz_send({q})], {s1})"),
+        FieldClass::Timestamp if c.oid == oid::TIMESTAMP => format!("hash_array_extended(ARRAY[timestamp_send({q})], {s1})"),
         FieldClass::Uuid if c.oid == oid::UUID => format!("uuid_hash_extended({q}, {s1})"),
         FieldClass::DecimalText { scale } => {
             return refuse(&format!("the canonical type needs numeric with scale {scale} (or an integer for scale 0)"));
         }
         other => return refuse(&format!("its type does not hold the canonical {other:?} values exactly")),
     };
-    Ok(if c.not_null { field } else { format!("coalesce({field}, {})", lit(canon::null_field(index))) })
+    // Not coalesce: `hash_record_extended(ROW(NULL), ..)` is a hash (of a
+    // row holding a NULL), not NULL.
+    Ok(if c.not_null { field } else { format!("CASE WHEN {q} IS NULL THEN {} ELSE {field} END", lit(canon::null_field(index))) })
 }
 
 /// The audited columns of the table (its catalog rows `catalog`) with

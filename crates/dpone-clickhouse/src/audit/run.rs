@@ -60,6 +60,9 @@ impl Auditor<'_> {
             ("max_expanded_ast_elements", "10000000"),
             ("query_plan_merge_expressions", "0"),
             ("short_circuit_function_evaluation", "disable"),
+            // Compile the steps on first sight (the default waits for a
+            // third query): 0.60 s against 0.72 s on 3M rows, one thread.
+            ("min_count_to_compile_expression", "0"),
         ];
         let deadline = Duration::from_millis(spec.query_timeout_ms.max(1)) + Duration::from_secs(30);
         let started = std::time::Instant::now();

@@ -176,7 +176,7 @@ pub fn stride(bounds: &[Timestamp]) -> Option<i64> {
 /// `class` ([`canon`]): the reference the adapters' SQL is tested against.
 /// A value the class does not read is an error naming it.
 pub fn reference_field(value: &Value, class: FieldClass, dtype: &DType, index: usize) -> Result<u64, String> {
-    use canon::{bytes_field, int_field, null_field, u32_field};
+    use canon::{array_field, bytes_field, int_field, null_field, u32_field};
     let bad = || format!("value {value:?} does not fit the canonical class {class:?}");
     Ok(match (class, value) {
         (_, Value::Null) => null_field(index),
@@ -191,8 +191,8 @@ pub fn reference_field(value: &Value, class: FieldClass, dtype: &DType, index: u
         }
         (FieldClass::Bool, Value::Bool(b)) => u32_field(u32::from(*b), index),
         (FieldClass::Bytes, Value::Bytes(b)) => bytes_field(b, index),
-        (FieldClass::Float32, Value::Float32(f)) => bytes_field(&f.to_bits().to_be_bytes(), index),
-        (FieldClass::Float64, Value::Float64(f)) => bytes_field(&f.to_bits().to_be_bytes(), index),
+        (FieldClass::Float32, Value::Float32(f)) => array_field(&f.to_bits().to_be_bytes(), index),
+        (FieldClass::Float64, Value::Float64(f)) => array_field(&f.to_bits().to_be_bytes(), index),
         (FieldClass::Date, Value::Date(d)) => u32_field(*d as u32, index),
         (FieldClass::Timestamp, v @ (Value::Micros(_) | Value::Seconds(_))) => {
             let micros = match (v, dtype) {
@@ -200,7 +200,7 @@ pub fn reference_field(value: &Value, class: FieldClass, dtype: &DType, index: u
                 (Value::Micros(m), _) => *m,
                 _ => return Err(bad()),
             };
-            bytes_field(&(micros - canon::POSTGRES_EPOCH_MICROS).to_be_bytes(), index)
+            array_field(&(micros - canon::POSTGRES_EPOCH_MICROS).to_be_bytes(), index)
         }
         (FieldClass::Uuid, Value::Uuid(u)) => bytes_field(&u.to_be_bytes(), index),
         _ => return Err(bad()),

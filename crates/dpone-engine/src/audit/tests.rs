@@ -134,3 +134,13 @@ fn chunks_are_digested_in_runs_of_adjacent_ones() {
     assert_eq!(runs, vec![vec![0, 1], vec![3, 4]]);
     assert!(adjacent_runs(&[]).is_empty());
 }
+
+#[test]
+fn the_first_digests_split_chunks_of_one_width_that_the_parts_divide() {
+    let c = |index, start, end| Chunk { index, start: Timestamp(start), end: Timestamp(end) };
+    assert_eq!(first_split(&chunks(3), 16), 16, "a day is 16 equal parts");
+    assert_eq!(first_split(&[c(0, 0, 160), c(1, 160, 320)], 16), 16);
+    assert_eq!(first_split(&[c(0, 0, 160), c(1, 160, 330)], 16), 1, "widths differ");
+    assert_eq!(first_split(&[c(0, 0, 100)], 16), 1, "16 does not divide 100");
+    assert_eq!(first_split(&[], 16), 1);
+}

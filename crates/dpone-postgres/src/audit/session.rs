@@ -36,11 +36,14 @@ pub(crate) struct Auditor<'a> {
 
 /// Session settings of every audit connection: values read as text (rows
 /// shown to people) do not depend on the server's defaults, bounds are
-/// UTC, and a statement ends after `timeout`.
+/// UTC, and a statement ends after `timeout`. JIT is left to the server:
+/// on 3M rows a grouped digest took 1.01 s with it, 1.31 s without
+/// (serial; each part compiles its own, ~0.1-0.2 s, and small bisection
+/// queries stay under `jit_above_cost`).
 fn session_sql(timeout: Duration) -> String {
     format!(
         "SET application_name = 'dpone audit'; SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'postgres'; \
-         SET extra_float_digits = 1; SET bytea_output = 'hex'; SET statement_timeout = {}; SET jit = off",
+         SET extra_float_digits = 1; SET bytea_output = 'hex'; SET statement_timeout = {}",
         timeout.as_millis().max(1)
     )
 }

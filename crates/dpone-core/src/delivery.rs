@@ -360,6 +360,11 @@ pub struct Settled {
     /// target's metadata) or by digesting their rows.
     pub carried_by_parts: u32,
     pub carried_by_digest: u32,
+    /// Carried chunks the publishing transaction itself compared with the
+    /// decided identities under its lock, at its commit
+    /// (`Target::checks_carried_in_publication`): not read again.
+    #[serde(default)]
+    pub carried_by_publication: u32,
     /// The carried chunks whose rows changed after the decision, by index.
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub changed: Vec<u32>,

@@ -4,7 +4,8 @@
 //! `succeeded`, the target's window must hold the rows staged plus the rows
 //! carried, and every carried chunk must still have the identity the
 //! decision read (by its parts where the target names them, else by
-//! digesting its rows). Neither trusts the decision: a carried chunk
+//! digesting its rows; not again where the publishing transaction compared
+//! them under its lock at its commit). Neither trusts the decision: a carried chunk
 //! changed in the target after it (by a writer, or by a fault of the
 //! publication) fails the run once, with the publication kept, and is
 //! journaled so that the next invocation finishes the bookkeeping; the
@@ -33,16 +34,27 @@ pub(crate) async fn settle<S: Source, T: Target>(ctx: &Ctx<S, T>, journal: &Jour
         let rows = rows.ok_or_else(|| AdapterError::internal(format!("carried chunk {} has no identity in the journal", c.index)))?;
         carried_rows += rows;
     }
-    let ranges: Vec<_> = carried.iter().map(|c| (c.start, c.end)).collect();
-    let parts = ctx.target.range_part_identities(TableRole::Target, &w.column, &ranges).await?;
     let mut settled = Settled {
         staged_rows,
         carried_rows,
         target_window_rows: stats.window_rows,
         carried_by_parts: 0,
         carried_by_digest: 0,
+        carried_by_publication: 0,
         changed: Vec::new(),
     };
+    // A publishing transaction that compared the carried chunks with the
+    // decided identities under its lock proved them at its commit (a later
+    // read could only see another writer's work, which the count below
+    // and the next decision find): only the count is checked then.
+    let proven = j.intent.is_some() && ctx.window_filter(false).is_some_and(|k| k.carried_by_identity());
+    if proven {
+        settled.carried_by_publication = carried.len() as u32;
+    }
+    let carried: Vec<_> = if proven { Vec::new() } else { carried };
+    let ranges: Vec<_> = carried.iter().map(|c| (c.start, c.end)).collect();
+    let parts =
+        if ranges.is_empty() { Vec::new() } else { ctx.target.range_part_identities(TableRole::Target, &w.column, &ranges).await? };
     let mut read = Vec::new();
     for (c, now) in carried.iter().zip(parts) {
         if now.is_some() && now == c.carried_parts {

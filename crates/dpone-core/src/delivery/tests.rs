@@ -220,7 +220,15 @@ fn an_audit_is_due_by_its_policy_and_the_last_audit() {
 /// no carried chunk changed; an identity names its rows.
 #[test]
 fn a_settled_window_holds_only_when_it_adds_up() {
-    let s = Settled { staged_rows: 3, carried_rows: 7, target_window_rows: 10, carried_by_parts: 2, carried_by_digest: 0, changed: vec![] };
+    let s = Settled {
+        staged_rows: 3,
+        carried_rows: 7,
+        target_window_rows: 10,
+        carried_by_parts: 2,
+        carried_by_digest: 0,
+        carried_by_publication: 0,
+        changed: vec![],
+    };
     assert!(s.holds());
     assert!(!Settled { target_window_rows: 11, ..s.clone() }.holds());
     assert!(!Settled { changed: vec![4], ..s.clone() }.holds());

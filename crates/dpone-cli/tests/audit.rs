@@ -219,3 +219,60 @@ fn both_servers_hash_every_type_of_both_routes_exactly_as_the_reference() {
         s.finish();
     }
 }
+
+/// What the audit cannot compare is exit 2, never `different`: a manifest
+/// that is not a windowed replace (`audit_not_windowed`), a target that
+/// does not exist (`audit_target_missing`, refused), and a source the
+/// audit cannot read in time (its table locked by another session:
+/// `audit_query_timeout`, `unavailable`).
+#[test]
+fn what_cannot_be_compared_is_refused_or_unavailable_never_different() {
+    let s = Servers::new("audit_cannot");
+    s.pg_exec(&format!(
+        "CREATE TABLE {n}.t (id bigint NOT NULL, ts timestamptz NOT NULL);
+         INSERT INTO {n}.t SELECT g, timestamptz '2026-08-20 00:00:00+00' + g * interval '1 minute' FROM generate_series(1, 100) g",
+        n = s.name
+    ));
+    let (run, doc) = s.audit(Route::PgToCh, &[]);
+    assert_eq!(
+        (run.code, doc["status"].as_str(), doc["error"]["code"].as_str()),
+        (Some(2), Some("refused"), Some("audit_target_missing")),
+        "{}",
+        run.describe()
+    );
+
+    s.ch_exec(&format!("CREATE TABLE {}.t (id Int64, ts DateTime64(6, 'UTC')) ENGINE = MergeTree ORDER BY id", s.name));
+    let m = s.manifest(Route::PgToCh);
+    let text = std::fs::read_to_string(&m).expect("the manifest");
+    let full = text.replace("mode: replace\n    atomicity: target_atomic\n    window: {column: ts, anchor: data_interval_end, lookback: P30D, chunk_interval: P1D}", "mode: full_refresh");
+    assert_ne!(full, text, "the manifest has the window this test removes");
+    let full_path = s.tmp.path().join("full_refresh.yaml");
+    std::fs::write(&full_path, full).expect("write the manifest");
+    let (pg, ch) = (dpone_testkit::postgres_url(), dpone_testkit::clickhouse_url());
+    let env = [("DPONE_CONN_PG", pg.as_str()), ("DPONE_CONN_CH", ch.as_str())];
+    let args = ["audit", full_path.to_str().expect("a path"), "--interval-end", "2026-09-09T00:00:00Z", "--format", "json"];
+    let run = harness::run(s.tmp.path(), &args, &env);
+    let doc = run.json();
+    assert_eq!(
+        (run.code, doc["status"].as_str(), doc["error"]["code"].as_str()),
+        (Some(2), Some("refused"), Some("audit_not_windowed")),
+        "{}",
+        run.describe()
+    );
+
+    // Another session holds the source table: the audit's query waits for
+    // its lock until the server cancels it at the deadline.
+    s.pg_exec(&format!("BEGIN; LOCK TABLE {}.t IN ACCESS EXCLUSIVE MODE", s.name));
+    let (run, doc) = s.audit(Route::PgToCh, &["--query-timeout", "2"]);
+    s.pg_exec("ROLLBACK");
+    assert_eq!(run.code, Some(2), "{}", run.describe());
+    assert_eq!(
+        (doc["status"].as_str(), doc["error"]["code"].as_str()),
+        (Some("unavailable"), Some("audit_query_timeout")),
+        "{}",
+        run.describe()
+    );
+    let (run, doc) = s.audit(Route::PgToCh, &[]);
+    assert_eq!((run.code, doc["status"].as_str()), (Some(1), Some("different")), "the target is empty: {}", run.describe());
+    s.finish();
+}

@@ -117,7 +117,8 @@ async fn fingerprints<S: Source>(
         // The plan refused a source whose descriptor names no authority.
         Ok(None) => Err(AdapterError::internal("a source with a delivery authority computed no fingerprints")),
         Err(e) if e.keeps_run() || e.kind == ErrorKind::Interrupted => Err(e),
-        Err(e) if e.code == "fingerprint_unsupported" => {
+        // The relation has no authority (a view, a table without parts).
+        Err(e) if e.kind == ErrorKind::Unsupported => {
             tracing::warn!("{}", e.message);
             Ok(Err(Decision::NoAuthority))
         }

@@ -484,7 +484,7 @@ impl Source for PostgresSource {
         // cannot fail, before anything could abort the keeper's transaction.
         let relkind: Option<String> = keeper.client.query_one(crate::delivery::RELKIND_SQL, &[&table]).await.map_err(read)?.get(0);
         if let Some(kind) = relkind.as_deref().filter(|k| !crate::delivery::has_row_versions(k)) {
-            return Err(AdapterError::permanent(
+            return Err(AdapterError::unsupported(
                 "fingerprint_unsupported",
                 format!(
                     "source {} is {}: it has no row versions (xmin) to fingerprint, so every chunk is transferred",

@@ -63,7 +63,7 @@ pub async fn read(
     };
     let engine = text(t, "engine");
     if let Some(why) = without_parts(&engine) {
-        return Err(AdapterError::permanent(
+        return Err(AdapterError::unsupported(
             "fingerprint_unsupported",
             format!(
                 "the chunks of {}.{} have no fingerprint: it is a {engine} table, and {why}; only *MergeTree tables have \
@@ -277,7 +277,7 @@ async fn dictionaries(client: &ChClient, database: &str, table: &str, texts: &[S
             .map_err(failed)?;
         let layout = state.first().map(|r| text(r, "type")).unwrap_or_default();
         if layout.contains("Direct") || layout.contains("Cache") {
-            return Err(AdapterError::permanent(
+            return Err(AdapterError::unsupported(
                 "fingerprint_unsupported",
                 format!(
                     "the chunks of {}.{} have no fingerprint: its definition may call dictionary {full}, whose {layout} layout \
